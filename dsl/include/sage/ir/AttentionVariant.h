@@ -1,0 +1,133 @@
+// The normalized, MLIR-free description of one attention variant.
+//
+// A verified `sage.attention` program is lowered into this struct by `extractVariant` (sage/ir/Extract.h).
+// Everything below the IR (the CPU reference, schedules, codegen, runtime keys) reads the variant from
+// here, so those layers do not depend on MLIR and the IR has exactly one interpreter of its meaning.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sage {
+
+// Version of the IR and of this struct's meaning; part of every cache key.
+inline constexpr int kIrVersion = 1;
+
+enum class ElementType : uint8_t { f32, f16, bf16, int8, int4, e4m3, e5m2, e2m1 };
+
+enum class Granularity : uint8_t {
+  none,            // no scale: a plain cast (f16, bf16, f32)
+  per_tensor,      // one scale for the whole tensor (per batch x head)
+  per_token,       // one scale per token (row)
+  per_block,       // one scale per `group_tokens` consecutive tokens (SageAttention's per-block)
+  per_warp,        // one scale per `group_tokens` consecutive tokens, sized to a warp's rows
+  per_thread,      // tokens of a `group_tokens` tile interleaved by 8 (token t -> group t mod 8),
+                   // matching the rows one mma thread group owns
+  per_channel,     // one scale per head-dim channel (V only: the outer axis of P.V)
+  microscale_1x16, // one ue4m3 scale per 16 consecutive channels of a token (NVFP4)
+};
+
+enum class ScaleType : uint8_t { f32, ue4m3 };
+
+enum class AccumulatorType : uint8_t { s32, f16, f32 };
+
+// How the P.V partial products are accumulated across KV blocks.
+enum class AccumulationKind : uint8_t {
+  f32,          // fp32 accumulator
+  f16,          // fp16 accumulator only (SageAttention's T/B kernels)
+  f16_then_f32, // fp16 accumulator flushed into an fp32 buffer every `flush_period` KV blocks (two-level)
+};
+
+enum class MaskKind : uint8_t { none, causal, block_sparse };
+
+enum class SmoothScope : uint8_t {
+  none,
+  sequence, // subtract the mean over all tokens of the sequence (K and V)
+  block,    // subtract the mean over the tokens of each quantization block (Q, SageAttention2)
+};
+
+enum class TensorRole : uint8_t { q, k, v, p };
+
+struct QuantizerSpec {
+  ElementType dtype = ElementType::f32;
+  Granularity granularity = Granularity::none;
+  int group_tokens = 0;          // tokens per scale for per_block / per_warp / per_thread, else 0
+  ScaleType scale_type = ScaleType::f32;
+  double static_scale = 0.0;     // > 0: a fixed scale (P's 1/127), no scale is computed
+  bool two_level = false;        // SageAttention3: per-row f32 scale on top of the microscales
+  bool fold_softmax_scale = false; // Q only: multiply by 1/sqrt(d) * log2(e) before quantizing
+
+  bool quantized() const { return granularity != Granularity::none || static_scale > 0.0; }
+  bool operator==(const QuantizerSpec &) const = default;
+};
+
+struct MatmulSpec {
+  ElementType a = ElementType::f32;
+  ElementType b = ElementType::f32;
+  AccumulatorType accumulator = AccumulatorType::f32;
+  bool operator==(const MatmulSpec &) const = default;
+};
+
+struct AccumulationSpec {
+  AccumulationKind kind = AccumulationKind::f32;
+  int flush_period = 0; // KV blocks between flushes, f16_then_f32 only
+  bool operator==(const AccumulationSpec &) const = default;
+};
+
+struct MaskSpec {
+  MaskKind kind = MaskKind::none;
+  bool operator==(const MaskSpec &) const = default;
+};
+
+struct EpilogueSpec {
+  bool write_lse = false;
+  bool lse_smoothing_correction = false; // add q . mean(K) back so LSE is that of the unsmoothed logits
+  bool operator==(const EpilogueSpec &) const = default;
+};
+
+struct AttentionVariant {
+  std::string name;
+  int version = kIrVersion;
+  int head_dim = 128;
+  int block_q = 128;  // Q tokens per tile (the paper's b_q)
+  int block_kv = 64;  // K/V tokens per tile (the paper's b_kv)
+
+  SmoothScope smooth_q = SmoothScope::none;
+  SmoothScope smooth_k = SmoothScope::none;
+  SmoothScope smooth_v = SmoothScope::none;
+
+  QuantizerSpec q, k, p, v;
+  MatmulSpec qk, pv;
+  bool exp2_softmax = true; // online softmax in base 2 (log2(e) folded into Q's scale)
+  AccumulationSpec accumulation;
+  MaskSpec mask;
+  EpilogueSpec epilogue;
+
+  bool operator==(const AttentionVariant &) const = default;
+};
+
+std::string_view toString(ElementType type);
+std::string_view toString(Granularity granularity);
+std::string_view toString(ScaleType type);
+std::string_view toString(AccumulatorType type);
+std::string_view toString(AccumulationKind kind);
+std::string_view toString(MaskKind kind);
+std::string_view toString(SmoothScope scope);
+std::string_view toString(TensorRole role);
+
+std::optional<ElementType> parseElementType(std::string_view text);
+std::optional<Granularity> parseGranularity(std::string_view text);
+std::optional<ScaleType> parseScaleType(std::string_view text);
+std::optional<AccumulatorType> parseAccumulatorType(std::string_view text);
+std::optional<AccumulationKind> parseAccumulationKind(std::string_view text);
+std::optional<MaskKind> parseMaskKind(std::string_view text);
+std::optional<SmoothScope> parseSmoothScope(std::string_view text);
+
+// Bits of one element when stored (4 for int4/e2m1).
+int bitsOf(ElementType type);
+bool isInteger(ElementType type);
+bool isFloat8(ElementType type);
+
+} // namespace sage
