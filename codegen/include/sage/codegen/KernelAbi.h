@@ -1,0 +1,48 @@
+// The parameter blocks of the generated kernels. This file is compiled by the host compiler AND
+// pasted verbatim at the top of every generated kernel source (see kernelAbiSource()), so host and
+// device agree on the layout by construction. Keep it plain C: no includes, no templates, fixed-size
+// fields, pointers and 64-bit offsets only. Strides are in elements; offsets are in bytes from the
+// workspace base and follow sage::schedules::WorkspaceLayout.
+#ifndef SAGE_KERNEL_ABI_H
+#define SAGE_KERNEL_ABI_H
+
+struct SageWorkspaceOffsets {
+  unsigned long long q_codes, q_scales, k_codes, k_scales, k_mean, q_mean;
+  unsigned long long v_values, v_codes, v_scales, v_mean;
+};
+
+struct SageTensorStrides {
+  long long batch, head, token; // elements; the head-dim stride is 1
+};
+
+struct SageProblemSize {
+  int batch, heads_q, heads_kv, tokens_q, tokens_kv;
+  int padded_q, padded_kv;          // tokens rounded up to the block sizes
+  int q_scale_count, k_scale_count; // scales per (batch, head)
+};
+
+// Quantization prologue: reads Q, K, V once and fills the workspace.
+struct SagePrologueParams {
+  const void *q, *k, *v; // f16 or bf16, as the kernel was generated for
+  struct SageTensorStrides q_strides, k_strides, v_strides;
+  struct SageProblemSize size;
+  float q_prescale; // multiplies Q before quantization: 1/sqrt(d) * log2(e) when folded, else 1
+  unsigned char *workspace;
+  struct SageWorkspaceOffsets offsets;
+};
+
+// Attention main loop: reads the workspace (and V directly when it needs no conversion).
+struct SageAttentionParams {
+  const unsigned char *workspace;
+  struct SageWorkspaceOffsets offsets;
+  const void *v; // the caller's V, used when the variant reads f16 V in place
+  struct SageTensorStrides v_strides;
+  void *o; // output, same dtype as the input
+  struct SageTensorStrides o_strides;
+  float *lse;                       // [b, h_q, tokens_q] natural-log LSE, or 0
+  const unsigned char *block_mask;  // [b, h_q, q_blocks, kv_blocks] (1 = compute), or 0
+  struct SageProblemSize size;
+  float softmax_scale;              // 1/sqrt(d): for the LSE and for unfolded variants
+};
+
+#endif // SAGE_KERNEL_ABI_H

@@ -1,0 +1,64 @@
+// The contract between the quantization prologue kernel and the attention kernel: what the
+// prologue writes into the caller's workspace, where, and in which layout.
+//
+// Logical shapes: Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d]. Inputs may be HND or NHD with
+// arbitrary outer strides (the last dim is contiguous). The prologue writes compact, padded,
+// head-major (HND) buffers, so the attention kernel only ever reads one layout:
+//
+//   q_codes   int8/e4m3  [b, h_q,  padded_q,  d]      token-major, padded rows are 0
+//   q_scales  f32        [b, h_q,  q_scale_count]     one per quantization group (see groupsPerBlock)
+//   k_codes   int8/e4m3  [b, h_kv, padded_kv, d]      K after smoothing (K - mean_k), padded rows 0
+//   k_scales  f32        [b, h_kv, k_scale_count]
+//   k_mean    f32        [b, h_kv, d]                 mean of K over tokens (LSE correction)
+//   q_mean    f32        [b, h_q,  q_blocks, d]       Q block means, only when Q is smoothed
+//   v_values  f16        [b, h_kv, padded_kv, d]      only when V is not f16 already or is smoothed
+//   v_codes   int8/e4m3  [b, h_kv, d, padded_kv]      transposed (channel-major) for the mma B operand
+//   v_scales  f32        [b, h_kv, d]                 per-channel V scale
+//   v_mean    f32        [b, h_kv, d]                 mean of V over tokens, when V is smoothed
+//
+// Every buffer starts at a 256-byte aligned offset. Sizes depend on (b, heads, n_q, n_kv) only
+// through the formulas below, so a caller can size the workspace before any kernel exists.
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sage::schedules {
+
+struct ProblemShape {
+  int64_t batch = 1;
+  int64_t heads_q = 1;
+  int64_t heads_kv = 1;
+  int64_t tokens_q = 0;
+  int64_t tokens_kv = 0;
+  int64_t head_dim = 128;
+};
+
+struct BufferSlice {
+  size_t offset = 0; // bytes from the workspace base, 256-byte aligned
+  size_t bytes = 0;  // 0: the buffer is not used by this variant
+};
+
+struct WorkspaceLayout {
+  int64_t padded_q = 0;  // tokens_q rounded up to block_q
+  int64_t padded_kv = 0; // tokens_kv rounded up to block_kv
+  int64_t q_scale_count = 0; // scales per (batch, head) of Q
+  int64_t k_scale_count = 0; // scales per (batch, head) of K
+  BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean;
+  size_t total_bytes = 0;
+};
+
+// Scale groups of one quantization block of `block_tokens` tokens under `spec`:
+// per_block -> block_tokens / group_tokens, per_warp -> block_tokens / group_tokens,
+// per_thread -> (block_tokens / group_tokens) * 8, per_token -> block_tokens, per_tensor -> 1 (for the
+// whole sequence), none -> 0.
+int64_t groupsPerBlock(const QuantizerSpec &spec, int64_t block_tokens);
+
+// Index of the scale group of token `token` (0-based within the sequence) under `spec`.
+int64_t scaleGroupOfToken(const QuantizerSpec &spec, int64_t block_tokens, int64_t token);
+
+WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape);
+
+} // namespace sage::schedules
