@@ -38,6 +38,8 @@ enum class AccumulationKind : uint8_t {
   f32,          // fp32 accumulator
   f16,          // fp16 accumulator only (SageAttention's T/B kernels)
   f16_then_f32, // fp16 accumulator flushed into an fp32 buffer every `flush_period` KV blocks (two-level)
+  f32_two_level, // the mma's fp32 accumulator flushed into a separate fp32 buffer every `flush_period` KV blocks
+                 // (SageAttention2: FP8 mma accumulators keep fewer than 32 bits)
 };
 
 enum class MaskKind : uint8_t { none, causal, block_sparse };
@@ -72,7 +74,7 @@ struct MatmulSpec {
 
 struct AccumulationSpec {
   AccumulationKind kind = AccumulationKind::f32;
-  int flush_period = 0; // KV blocks between flushes, f16_then_f32 only
+  int flush_period = 0; // KV blocks between flushes, two-level kinds only
   bool operator==(const AccumulationSpec &) const = default;
 };
 

@@ -1,0 +1,117 @@
+// Emits the sage IR of a variant: one op per step of the algorithm, in the paper's order.
+#include "sage/dsl/Attention.h"
+#include "sage/ir/Dialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace sage::dsl {
+namespace {
+
+// The dialect's enums share their spellings with the vocabulary's.
+template <typename Result>
+Result toDialect(std::optional<Result> (*symbolize)(llvm::StringRef), std::string_view name) {
+  std::optional<Result> value = symbolize(llvm::StringRef(name.data(), name.size()));
+  if (!value)
+    throw std::logic_error("no sage dialect keyword for '" + std::string(name) + "'");
+  return *value;
+}
+
+class ProgramEmitter {
+public:
+  ProgramEmitter(mlir::MLIRContext &context, mlir::ModuleOp module) : builder_(&context), module_(module) {}
+
+  void emit(const AttentionVariant &variant) {
+    builder_.setInsertionPointToEnd(module_.getBody());
+    auto attention = builder_.create<ir::AttentionOp>(location("attention"), variant.name, variant.version,
+                                                      variant.head_dim, variant.block_q, variant.block_kv);
+    builder_.createBlock(&attention.getBody());
+
+    mlir::Value q = input(ir::TensorRole::q);
+    mlir::Value k = input(ir::TensorRole::k);
+    mlir::Value v = input(ir::TensorRole::v);
+    q = smooth(q, variant.smooth_q);
+    k = smooth(k, variant.smooth_k);
+    v = smooth(v, variant.smooth_v);
+
+    // psi_Q(Q), psi_K(K) and S = psi^-1(Q^ . K^^T)
+    mlir::Value q_codes = quantize(q, variant.q);
+    mlir::Value k_codes = quantize(k, variant.k);
+    mlir::Value scores = mma(q_codes, k_codes, variant.qk.accumulator);
+    if (variant.q.quantized() || variant.k.quantized())
+      scores = builder_.create<ir::DequantOp>(location("dequant_s"), tileType(), scores);
+    if (variant.mask.kind != MaskKind::none)
+      scores = builder_.create<ir::MaskOp>(location("mask"), tileType(), scores,
+                                           toDialect(ir::symbolizeMaskKind, toString(variant.mask.kind)));
+
+    // m_i^j, P~_i^j = exp(S - m), l_i^j
+    mlir::Value p = builder_.create<ir::OnlineSoftmaxOp>(
+        location("online_softmax"), tileType(), scores,
+        variant.exp2_softmax ? ir::SoftmaxBase::exp2 : ir::SoftmaxBase::exp, ir::ElementType::f32);
+
+    // O_i^j = diag(exp(m^{j-1} - m^j)) O_i^{j-1} + P~ V
+    mlir::Value p_codes = quantize(p, variant.p);
+    mlir::Value v_codes = quantize(v, variant.v);
+    mlir::Value output = mma(p_codes, v_codes, variant.pv.accumulator);
+    if (variant.p.quantized() || variant.v.quantized())
+      output = builder_.create<ir::DequantOp>(location("dequant_pv"), tileType(), output);
+    output = builder_.create<ir::AccumulateOp>(
+        location("accumulate"), tileType(), output,
+        toDialect(ir::symbolizeAccumulationKind, toString(variant.accumulation.kind)),
+        variant.accumulation.flush_period);
+
+    // Epilogue: O_i = diag(l_i)^-1 O_i, write O (and the LSE)
+    mlir::Value normalized = builder_.create<ir::NormalizeOp>(location("normalize"), tileType(), output, p);
+    builder_.create<ir::WriteOOp>(location("write_o"), normalized);
+    if (variant.epilogue.write_lse)
+      builder_.create<ir::WriteLseOp>(location("write_lse"), p, variant.epilogue.lse_smoothing_correction);
+  }
+
+private:
+  mlir::Location location(llvm::StringRef step) { return mlir::NameLoc::get(builder_.getStringAttr(step)); }
+  mlir::Type tileType() { return builder_.getType<ir::TileType>(); }
+
+  mlir::Value input(ir::TensorRole role) {
+    return builder_.create<ir::InputOp>(location("input"), tileType(), role);
+  }
+
+  mlir::Value smooth(mlir::Value value, SmoothScope scope) {
+    if (scope == SmoothScope::none)
+      return value;
+    return builder_.create<ir::SmoothOp>(location("smooth"), tileType(), value,
+                                         toDialect(ir::symbolizeSmoothScope, toString(scope)));
+  }
+
+  mlir::Value quantize(mlir::Value value, const QuantizerSpec &spec) {
+    auto op = builder_.create<ir::QuantizeOp>(
+        location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, toString(spec.dtype)),
+        toDialect(ir::symbolizeGranularity, toString(spec.granularity)), spec.group_tokens,
+        toDialect(ir::symbolizeScaleType, toString(spec.scale_type)),
+        spec.static_scale > 0.0 ? builder_.getF64FloatAttr(spec.static_scale) : mlir::FloatAttr(),
+        spec.two_level, spec.fold_softmax_scale);
+    return op.getResult();
+  }
+
+  mlir::Value mma(mlir::Value lhs, mlir::Value rhs, AccumulatorType accumulator) {
+    return builder_.create<ir::MmaOp>(location("mma"), tileType(), lhs, rhs,
+                                      toDialect(ir::symbolizeAccumulatorType, toString(accumulator)));
+  }
+
+  mlir::OpBuilder builder_;
+  mlir::ModuleOp module_;
+};
+
+} // namespace
+
+ir::Program emitProgram(const AttentionVariant &variant) {
+  std::unique_ptr<mlir::MLIRContext> context = ir::Program::makeContext();
+  mlir::OpBuilder builder(context.get());
+  mlir::ModuleOp module = mlir::ModuleOp::create(builder.getUnknownLoc());
+  ProgramEmitter(*context, module).emit(variant);
+  return ir::Program::adopt(std::move(context), module);
+}
+
+} // namespace sage::dsl

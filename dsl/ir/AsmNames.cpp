@@ -1,0 +1,52 @@
+// SSA value names in printed IR, after the algorithm's steps: %q, %k_smoothed, %q_int8, %s, %p, %o...
+#include "Dataflow.h"
+#include "sage/ir/Dialect.h"
+
+#include <string>
+
+namespace sage::ir {
+namespace {
+
+std::string roleName(mlir::Value value) {
+  switch (dataflow::originOf(value)) {
+  case dataflow::Origin::q:
+    return "q";
+  case dataflow::Origin::k:
+    return "k";
+  case dataflow::Origin::v:
+    return "v";
+  case dataflow::Origin::p:
+    return "p";
+  case dataflow::Origin::scores:
+    return "s";
+  case dataflow::Origin::output:
+    return "o";
+  case dataflow::Origin::unknown:
+    break;
+  }
+  return "t";
+}
+
+} // namespace
+
+void InputOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), stringifyTensorRole(getRole()));
+}
+void SmoothOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), roleName(getInput()) + "_smoothed");
+}
+void QuantizeOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), roleName(getInput()) + "_" + stringifyElementType(getDtype()).str());
+}
+void MmaOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), roleName(getResult()) == "s" ? "s" : "pv");
+}
+void DequantOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), roleName(getResult()) == "s" ? "s_dequant" : "pv_dequant");
+}
+void MaskOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "s_masked"); }
+void OnlineSoftmaxOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "p"); }
+void AccumulateOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "o_accumulated"); }
+void NormalizeOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "o"); }
+
+} // namespace sage::ir

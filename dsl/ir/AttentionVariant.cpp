@@ -1,0 +1,98 @@
+// Names of the vocabulary enums: the same spellings as the sage dialect's keywords.
+#include "sage/ir/AttentionVariant.h"
+
+#include <array>
+#include <utility>
+
+namespace sage {
+namespace {
+
+template <typename Enum, size_t N> using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
+
+constexpr NameTable<ElementType, 8> kElementTypes{{{ElementType::f32, "f32"},
+                                                   {ElementType::f16, "f16"},
+                                                   {ElementType::bf16, "bf16"},
+                                                   {ElementType::int8, "int8"},
+                                                   {ElementType::int4, "int4"},
+                                                   {ElementType::e4m3, "e4m3"},
+                                                   {ElementType::e5m2, "e5m2"},
+                                                   {ElementType::e2m1, "e2m1"}}};
+constexpr NameTable<Granularity, 8> kGranularities{{{Granularity::none, "none"},
+                                                    {Granularity::per_tensor, "per_tensor"},
+                                                    {Granularity::per_token, "per_token"},
+                                                    {Granularity::per_block, "per_block"},
+                                                    {Granularity::per_warp, "per_warp"},
+                                                    {Granularity::per_thread, "per_thread"},
+                                                    {Granularity::per_channel, "per_channel"},
+                                                    {Granularity::microscale_1x16, "microscale_1x16"}}};
+constexpr NameTable<ScaleType, 2> kScaleTypes{{{ScaleType::f32, "f32"}, {ScaleType::ue4m3, "ue4m3"}}};
+constexpr NameTable<AccumulatorType, 3> kAccumulatorTypes{
+    {{AccumulatorType::s32, "s32"}, {AccumulatorType::f16, "f16"}, {AccumulatorType::f32, "f32"}}};
+constexpr NameTable<AccumulationKind, 4> kAccumulationKinds{{{AccumulationKind::f32, "f32"},
+                                                             {AccumulationKind::f16, "f16"},
+                                                             {AccumulationKind::f16_then_f32, "f16_then_f32"},
+                                                             {AccumulationKind::f32_two_level, "f32_two_level"}}};
+constexpr NameTable<MaskKind, 3> kMaskKinds{
+    {{MaskKind::none, "none"}, {MaskKind::causal, "causal"}, {MaskKind::block_sparse, "block_sparse"}}};
+constexpr NameTable<SmoothScope, 3> kSmoothScopes{
+    {{SmoothScope::none, "none"}, {SmoothScope::sequence, "sequence"}, {SmoothScope::block, "block"}}};
+constexpr NameTable<TensorRole, 4> kTensorRoles{
+    {{TensorRole::q, "q"}, {TensorRole::k, "k"}, {TensorRole::v, "v"}, {TensorRole::p, "p"}}};
+
+template <typename Enum, size_t N> std::string_view nameOf(const NameTable<Enum, N> &table, Enum value) {
+  for (const auto &[entry, name] : table)
+    if (entry == value)
+      return name;
+  return "<invalid>";
+}
+
+template <typename Enum, size_t N> std::optional<Enum> lookup(const NameTable<Enum, N> &table, std::string_view text) {
+  for (const auto &[entry, name] : table)
+    if (name == text)
+      return entry;
+  return std::nullopt;
+}
+
+} // namespace
+
+std::string_view toString(ElementType type) { return nameOf(kElementTypes, type); }
+std::string_view toString(Granularity granularity) { return nameOf(kGranularities, granularity); }
+std::string_view toString(ScaleType type) { return nameOf(kScaleTypes, type); }
+std::string_view toString(AccumulatorType type) { return nameOf(kAccumulatorTypes, type); }
+std::string_view toString(AccumulationKind kind) { return nameOf(kAccumulationKinds, kind); }
+std::string_view toString(MaskKind kind) { return nameOf(kMaskKinds, kind); }
+std::string_view toString(SmoothScope scope) { return nameOf(kSmoothScopes, scope); }
+std::string_view toString(TensorRole role) { return nameOf(kTensorRoles, role); }
+
+std::optional<ElementType> parseElementType(std::string_view text) { return lookup(kElementTypes, text); }
+std::optional<Granularity> parseGranularity(std::string_view text) { return lookup(kGranularities, text); }
+std::optional<ScaleType> parseScaleType(std::string_view text) { return lookup(kScaleTypes, text); }
+std::optional<AccumulatorType> parseAccumulatorType(std::string_view text) { return lookup(kAccumulatorTypes, text); }
+std::optional<AccumulationKind> parseAccumulationKind(std::string_view text) {
+  return lookup(kAccumulationKinds, text);
+}
+std::optional<MaskKind> parseMaskKind(std::string_view text) { return lookup(kMaskKinds, text); }
+std::optional<SmoothScope> parseSmoothScope(std::string_view text) { return lookup(kSmoothScopes, text); }
+
+int bitsOf(ElementType type) {
+  switch (type) {
+  case ElementType::f32:
+    return 32;
+  case ElementType::f16:
+  case ElementType::bf16:
+    return 16;
+  case ElementType::int8:
+  case ElementType::e4m3:
+  case ElementType::e5m2:
+    return 8;
+  case ElementType::int4:
+  case ElementType::e2m1:
+    return 4;
+  }
+  return 0;
+}
+
+bool isInteger(ElementType type) { return type == ElementType::int8 || type == ElementType::int4; }
+bool isFloat8(ElementType type) { return type == ElementType::e4m3 || type == ElementType::e5m2; }
+
+} // namespace sage

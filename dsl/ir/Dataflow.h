@@ -1,0 +1,26 @@
+// Where a tile comes from: the verifiers and the extraction both ask "is this Q, K, V, P or the
+// scores?" by walking producers back through smoothing and quantization.
+#pragma once
+
+#include "sage/ir/Dialect.h"
+
+namespace sage::ir::dataflow {
+
+enum class Origin { q, k, v, p, scores, output, unknown };
+
+const char *originName(Origin origin);
+
+// Q/K/V for values derived from sage.input through smooth/quantize; P for values derived from the
+// softmax; scores for the Q.K^T mma and what follows it up to the softmax; output for P.V and after.
+Origin originOf(mlir::Value value);
+
+// The sage.quantize that produced `value`, or null.
+QuantizeOp quantizerOf(mlir::Value value);
+
+// The sage.mma whose result feeds `value` through dequant/mask, or null.
+MmaOp mmaBehind(mlir::Value value);
+
+// Whether an operand of the mma carries scales that a sage.dequant must apply.
+bool operandsCarryScales(MmaOp mma);
+
+} // namespace sage::ir::dataflow

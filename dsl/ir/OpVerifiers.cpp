@@ -1,0 +1,275 @@
+// Verifiers of the individual sage ops: each rule names the op, the attribute and what was expected.
+// Rules that need the whole program (one input per role, an epilogue, ...) are in ProgramVerifier.cpp.
+#include "Dataflow.h"
+#include "sage/ir/AttentionVariant.h"
+#include "sage/ir/Dialect.h"
+
+#include <cmath>
+
+namespace sage::ir {
+namespace {
+
+using dataflow::Origin;
+using dataflow::originName;
+using dataflow::originOf;
+
+bool isCast(ElementType type) { return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16; }
+
+bool usesGroups(Granularity granularity) {
+  return granularity == Granularity::per_block || granularity == Granularity::per_warp ||
+         granularity == Granularity::per_thread;
+}
+
+// The tile size a quantizer's groups must divide: b_q for Q, b_kv for K.
+int64_t tileTokensFor(QuantizeOp op, Origin origin) {
+  auto attention = op->getParentOfType<AttentionOp>();
+  if (!attention)
+    return 0;
+  return origin == Origin::q ? attention.getBlockQ() : attention.getBlockKv();
+}
+
+mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
+  ElementType dtype = op.getDtype();
+  Granularity granularity = op.getGranularity();
+  bool is_static = op.getStaticScale().has_value();
+  if (isCast(dtype) && granularity != Granularity::none)
+    return op.emitOpError() << "casting to " << stringifyElementType(dtype)
+                            << " takes no scale: granularity must be 'none', got '"
+                            << stringifyGranularity(granularity) << "'";
+  if (isCast(dtype) && is_static)
+    return op.emitOpError() << "casting to " << stringifyElementType(dtype) << " takes no static_scale";
+  if (!isCast(dtype) && granularity == Granularity::none && !is_static)
+    return op.emitOpError() << "quantizing to " << stringifyElementType(dtype)
+                            << " needs a scale: give a granularity other than 'none' or a static_scale";
+  if ((dtype == ElementType::e2m1) != (granularity == Granularity::microscale_1x16))
+    return op.emitOpError() << "e2m1 (FP4) values and microscale_1x16 scales go together, got dtype '"
+                            << stringifyElementType(dtype) << "' with granularity '"
+                            << stringifyGranularity(granularity) << "'";
+  if ((op.getScaleType() == ScaleType::ue4m3) != (granularity == Granularity::microscale_1x16))
+    return op.emitOpError() << "scale_type ue4m3 is the microscale_1x16 scale type and only that; got scale_type '"
+                            << stringifyScaleType(op.getScaleType()) << "' with granularity '"
+                            << stringifyGranularity(granularity) << "'";
+  return mlir::success();
+}
+
+mlir::LogicalResult verifyGroupTokens(QuantizeOp op, Origin origin) {
+  int64_t group = op.getGroupTokens();
+  Granularity granularity = op.getGranularity();
+  if (!usesGroups(granularity)) {
+    if (group != 0)
+      return op.emitOpError() << "group_tokens is only meaningful for per_block, per_warp and per_thread, not '"
+                              << stringifyGranularity(granularity) << "'";
+    return mlir::success();
+  }
+  if (group <= 0)
+    return op.emitOpError() << "granularity '" << stringifyGranularity(granularity)
+                            << "' needs group_tokens > 0 (tokens sharing one scale)";
+  if (granularity == Granularity::per_thread && group % 8 != 0)
+    return op.emitOpError() << "per_thread interleaves tokens by 8: group_tokens must be a multiple of 8, got "
+                            << group;
+  int64_t tile = tileTokensFor(op, origin);
+  if (tile > 0 && tile % group != 0)
+    return op.emitOpError() << "group_tokens " << group << " must divide the " << originName(origin)
+                            << " tile of " << tile << " tokens";
+  return mlir::success();
+}
+
+mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
+  Granularity granularity = op.getGranularity();
+  ElementType dtype = op.getDtype();
+  if (origin == Origin::unknown || origin == Origin::scores || origin == Origin::output)
+    return op.emitOpError() << "quantizes " << originName(origin) << "; expected Q, K, V or P";
+  if (granularity == Granularity::per_channel && origin != Origin::v)
+    return op.emitOpError() << "per_channel scales of " << originName(origin)
+                            << " lie on the inner axis of its matmul and cannot be factored out; only V may be "
+                               "quantized per_channel";
+  if (origin == Origin::v &&
+      (granularity == Granularity::per_token || usesGroups(granularity) || granularity == Granularity::microscale_1x16))
+    return op.emitOpError() << "V's token axis is the inner axis of P.V: V may be quantized per_channel or "
+                               "per_tensor, not '"
+                            << stringifyGranularity(granularity) << "'";
+  if (dtype == ElementType::int4 && origin != Origin::q && origin != Origin::k)
+    return op.emitOpError() << "int4 is for Q and K (SageAttention2); " << originName(origin) << " cannot be int4";
+  if (op.getStaticScale()) {
+    double scale = op.getStaticScale()->convertToDouble();
+    if (origin != Origin::p)
+      return op.emitOpError() << "a static_scale is only valid for P, whose rows have max 1; "
+                              << originName(origin) << " needs a computed scale";
+    if (!(scale > 0.0) || !std::isfinite(scale))
+      return op.emitOpError() << "static_scale must be a positive finite number, got " << scale;
+    if (granularity != Granularity::per_tensor)
+      return op.emitOpError() << "a static_scale is one scale for the whole tensor: granularity must be "
+                                 "'per_tensor', got '"
+                              << stringifyGranularity(granularity) << "'";
+  }
+  if (op.getTwoLevel() && !(origin == Origin::p && dtype == ElementType::e2m1))
+    return op.emitOpError() << "two_level scaling is SageAttention3's P quantization: it needs P in e2m1";
+  if (op.getFoldSoftmaxScale() && origin != Origin::q)
+    return op.emitOpError() << "fold_softmax_scale multiplies Q by 1/sqrt(d); it cannot be set on "
+                            << originName(origin);
+  return mlir::success();
+}
+
+// Operand pairs the tensor cores support, and the accumulator each needs.
+mlir::LogicalResult verifyMmaTypes(MmaOp op, ElementType lhs, ElementType rhs) {
+  AccumulatorType accumulator = op.getAccumulator();
+  auto expect = [&](std::initializer_list<AccumulatorType> allowed, const char *allowed_text) -> mlir::LogicalResult {
+    for (AccumulatorType candidate : allowed)
+      if (candidate == accumulator)
+        return mlir::success();
+    return op.emitOpError() << "mma of " << stringifyElementType(lhs) << " operands accumulates in " << allowed_text
+                            << ", not '" << stringifyAccumulatorType(accumulator) << "'";
+  };
+  auto is_fp8 = [](ElementType type) { return type == ElementType::e4m3 || type == ElementType::e5m2; };
+  bool fp8_pair = is_fp8(lhs) && is_fp8(rhs);
+  if (lhs != rhs && !fp8_pair)
+    return op.emitOpError() << "operand types " << stringifyElementType(lhs) << " and " << stringifyElementType(rhs)
+                            << " cannot be mixed in one mma";
+  switch (lhs) {
+  case ElementType::int8:
+  case ElementType::int4:
+    return expect({AccumulatorType::s32}, "s32");
+  case ElementType::f16:
+    return expect({AccumulatorType::f16, AccumulatorType::f32}, "f16 or f32");
+  default:
+    return expect({AccumulatorType::f32}, "f32");
+  }
+}
+
+} // namespace
+
+mlir::LogicalResult AttentionOp::verify() {
+  if (getVersion() != kIrVersion)
+    return emitOpError() << "IR version " << getVersion() << " is not supported; this sagegen reads version "
+                         << kIrVersion;
+  if (getHeadDim() <= 0 || getHeadDim() % 16 != 0 || getHeadDim() > 256)
+    return emitOpError() << "head_dim must be a positive multiple of 16 up to 256, got " << getHeadDim();
+  for (auto [name, value] : {std::pair{"block_q", getBlockQ()}, std::pair{"block_kv", getBlockKv()}})
+    if (value <= 0 || value % 16 != 0)
+      return emitOpError() << name << " must be a positive multiple of 16, got " << value;
+  return mlir::success();
+}
+
+mlir::LogicalResult InputOp::verify() { return mlir::success(); }
+
+mlir::LogicalResult SmoothOp::verify() {
+  if (!getInput().getDefiningOp<InputOp>())
+    return emitOpError() << "smooths a raw input: its operand must come from sage.input";
+  Origin origin = originOf(getInput());
+  SmoothScope expected = origin == Origin::q ? SmoothScope::block : SmoothScope::sequence;
+  if (getScope() != expected)
+    return emitOpError() << "smoothing " << originName(origin) << " is over the "
+                         << stringifySmoothScope(expected) << " (" 
+                         << (origin == Origin::q ? "SageAttention2's per-block Q mean" : "the mean over all tokens")
+                         << "), not the " << stringifySmoothScope(getScope());
+  return mlir::success();
+}
+
+mlir::LogicalResult QuantizeOp::verify() {
+  Origin origin = originOf(getInput());
+  if (mlir::failed(verifyDtypeAndGranularity(*this)) || mlir::failed(verifyRoleRules(*this, origin)))
+    return mlir::failure();
+  return verifyGroupTokens(*this, origin);
+}
+
+mlir::LogicalResult MmaOp::verify() {
+  QuantizeOp lhs = dataflow::quantizerOf(getLhs());
+  QuantizeOp rhs = dataflow::quantizerOf(getRhs());
+  if (!lhs || !rhs)
+    return emitOpError() << "operands must come from sage.quantize (use dtype f32/f16 with granularity none for "
+                            "an unquantized operand)";
+  Origin lhs_origin = originOf(getLhs());
+  Origin rhs_origin = originOf(getRhs());
+  bool is_qk = lhs_origin == Origin::q && rhs_origin == Origin::k;
+  bool is_pv = lhs_origin == Origin::p && rhs_origin == Origin::v;
+  if (!is_qk && !is_pv)
+    return emitOpError() << "multiplies " << originName(lhs_origin) << " by " << originName(rhs_origin)
+                         << "; expected Q by K (scores) or P by V (output)";
+  return verifyMmaTypes(*this, lhs.getDtype(), rhs.getDtype());
+}
+
+mlir::LogicalResult DequantOp::verify() {
+  auto mma = getInput().getDefiningOp<MmaOp>();
+  if (!mma)
+    return emitOpError() << "dequantizes the result of a sage.mma; its operand comes from something else";
+  if (!dataflow::operandsCarryScales(mma))
+    return emitOpError() << "nothing to dequantize: the operands of the mma carry no scales";
+  return mlir::success();
+}
+
+mlir::LogicalResult MaskOp::verify() {
+  if (originOf(getInput()) != Origin::scores)
+    return emitOpError() << "masks the scores S = Q.K^T; its operand is " << originName(originOf(getInput()));
+  return mlir::success();
+}
+
+mlir::LogicalResult OnlineSoftmaxOp::verify() {
+  if (getState() != ElementType::f32)
+    return emitOpError() << "the running max and sum of the online softmax are kept in f32, got state '"
+                         << stringifyElementType(getState()) << "'";
+  if (originOf(getInput()) != Origin::scores)
+    return emitOpError() << "takes the scores S = Q.K^T; its operand is " << originName(originOf(getInput()));
+  MmaOp mma = dataflow::mmaBehind(getInput());
+  if (mma && dataflow::operandsCarryScales(mma)) {
+    bool dequantized = false;
+    for (mlir::Value value = getInput(); mlir::Operation *producer = value.getDefiningOp();) {
+      if (mlir::isa<DequantOp>(producer)) {
+        dequantized = true;
+        break;
+      }
+      auto mask = mlir::dyn_cast<MaskOp>(producer);
+      if (!mask)
+        break;
+      value = mask.getInput();
+    }
+    if (!dequantized)
+      return emitOpError() << "scores of quantized operands must pass through sage.dequant before the softmax";
+  }
+  return mlir::success();
+}
+
+mlir::LogicalResult AccumulateOp::verify() {
+  MmaOp mma = dataflow::mmaBehind(getInput());
+  if (!mma || originOf(getInput()) != Origin::output)
+    return emitOpError() << "accumulates the P.V product; its operand is " << originName(originOf(getInput()));
+  AccumulationKind kind = getKind();
+  bool from_f16 = mma.getAccumulator() == AccumulatorType::f16;
+  bool two_level = kind == AccumulationKind::f16_then_f32 || kind == AccumulationKind::f32_two_level;
+  if ((kind == AccumulationKind::f16 || kind == AccumulationKind::f16_then_f32) && !from_f16)
+    return emitOpError() << "an " << stringifyAccumulationKind(kind)
+                         << " accumulation needs a P.V mma that accumulates in f16, not '"
+                         << stringifyAccumulatorType(mma.getAccumulator()) << "'";
+  if ((kind == AccumulationKind::f32 || kind == AccumulationKind::f32_two_level) && from_f16)
+    return emitOpError() << "the P.V mma accumulates in f16: use accumulation 'f16' or 'f16_then_f32'";
+  if (dataflow::operandsCarryScales(mma) && !getInput().getDefiningOp<DequantOp>())
+    return emitOpError() << "P.V of quantized operands must pass through sage.dequant before accumulation";
+  if (two_level && getFlushPeriod() <= 0)
+    return emitOpError() << stringifyAccumulationKind(kind)
+                         << " needs flush_period > 0 (KV blocks between flushes into f32)";
+  if (!two_level && getFlushPeriod() != 0)
+    return emitOpError() << "flush_period only applies to the two-level accumulations f16_then_f32 and "
+                            "f32_two_level";
+  return mlir::success();
+}
+
+mlir::LogicalResult NormalizeOp::verify() {
+  if (!getInput().getDefiningOp<AccumulateOp>())
+    return emitOpError() << "normalizes the accumulated O; its first operand must come from sage.accumulate";
+  if (!getSoftmax().getDefiningOp<OnlineSoftmaxOp>())
+    return emitOpError() << "divides by the softmax row sum; its second operand must come from sage.online_softmax";
+  return mlir::success();
+}
+
+mlir::LogicalResult WriteOOp::verify() {
+  if (!getInput().getDefiningOp<NormalizeOp>())
+    return emitOpError() << "writes the normalized O; its operand must come from sage.normalize";
+  return mlir::success();
+}
+
+mlir::LogicalResult WriteLseOp::verify() {
+  if (!getSoftmax().getDefiningOp<OnlineSoftmaxOp>())
+    return emitOpError() << "writes the LSE of the softmax; its operand must come from sage.online_softmax";
+  return mlir::success();
+}
+
+} // namespace sage::ir

@@ -1,0 +1,150 @@
+#include "sage/ir/Program.h"
+
+#include "Extract.h"
+#include "sage/ir/Dialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace sage::ir {
+
+struct Program::State {
+  std::unique_ptr<mlir::MLIRContext> context;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
+namespace {
+
+std::string joinMessages(const std::vector<Diagnostic> &diagnostics) {
+  std::string text;
+  for (const Diagnostic &diagnostic : diagnostics)
+    text += (text.empty() ? "" : "\n") + diagnostic.text();
+  return text.empty() ? "invalid sage program" : text;
+}
+
+std::string locationText(mlir::Location location) {
+  if (auto file = mlir::dyn_cast<mlir::FileLineColLoc>(location))
+    return (file.getFilename().str() + ":" + std::to_string(file.getLine()) + ":" + std::to_string(file.getColumn()));
+  if (auto named = mlir::dyn_cast<mlir::NameLoc>(location))
+    return named.getName().str();
+  if (auto fused = mlir::dyn_cast<mlir::FusedLoc>(location))
+    for (mlir::Location inner : fused.getLocations())
+      if (std::string text = locationText(inner); !text.empty())
+        return text;
+  return "";
+}
+
+// Collects every error reported while it lives, instead of printing them to stderr.
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(mlir::MLIRContext &context)
+      : handler_(&context, [this](mlir::Diagnostic &diagnostic) {
+          if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error)
+            diagnostics_.push_back({locationText(diagnostic.getLocation()), diagnostic.str()});
+          return mlir::success();
+        }) {}
+  std::vector<Diagnostic> take() { return std::move(diagnostics_); }
+
+private:
+  std::vector<Diagnostic> diagnostics_;
+  mlir::ScopedDiagnosticHandler handler_;
+};
+
+AttentionOp attentionOf(mlir::ModuleOp module) {
+  AttentionOp found;
+  for (mlir::Operation &op : module.getBody()->getOperations())
+    if (auto attention = mlir::dyn_cast<AttentionOp>(op))
+      found = attention;
+  return found;
+}
+
+// A module must hold exactly one sage.attention and nothing else.
+std::vector<Diagnostic> checkTopLevel(mlir::ModuleOp module) {
+  int count = 0;
+  for (mlir::Operation &op : module.getBody()->getOperations()) {
+    if (!mlir::isa<AttentionOp>(op))
+      return {{locationText(op.getLoc()), "'" + op.getName().getStringRef().str() +
+                                              "' at top level: a sage program holds one sage.attention only"}};
+    ++count;
+  }
+  if (count != 1)
+    return {{"", "a sage program holds exactly one sage.attention, found " + std::to_string(count)}};
+  return {};
+}
+
+} // namespace
+
+ProgramError::ProgramError(std::vector<Diagnostic> diagnostics)
+    : std::runtime_error(joinMessages(diagnostics)), diagnostics_(std::move(diagnostics)) {}
+
+Program::Program(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Program::Program(Program &&) noexcept = default;
+Program &Program::operator=(Program &&) noexcept = default;
+Program::~Program() = default;
+
+std::unique_ptr<mlir::MLIRContext> Program::makeContext() {
+  auto context = std::make_unique<mlir::MLIRContext>(mlir::MLIRContext::Threading::DISABLED);
+  context->getOrLoadDialect<SageDialect>();
+  return context;
+}
+
+Program Program::parse(std::string_view text, std::string_view source_name) {
+  auto state = std::make_unique<State>();
+  state->context = makeContext();
+  DiagnosticCollector collector(*state->context);
+  mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
+  state->module = mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(text.data(), text.size()), config,
+                                                          llvm::StringRef(source_name.data(), source_name.size()));
+  std::vector<Diagnostic> diagnostics = collector.take();
+  if (!state->module)
+    throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the sage program"}}
+                                           : std::move(diagnostics));
+  if (auto problems = checkTopLevel(*state->module); !problems.empty())
+    throw ProgramError(std::move(problems));
+  return Program(std::move(state));
+}
+
+Program Program::adopt(std::unique_ptr<mlir::MLIRContext> context, mlir::ModuleOp module) {
+  auto state = std::make_unique<State>();
+  state->context = std::move(context);
+  state->module = mlir::OwningOpRef<mlir::ModuleOp>(module);
+  DiagnosticCollector collector(*state->context);
+  if (auto problems = checkTopLevel(*state->module); !problems.empty())
+    throw ProgramError(std::move(problems));
+  if (mlir::failed(mlir::verify(*state->module)))
+    throw ProgramError(collector.take());
+  return Program(std::move(state));
+}
+
+std::string Program::print() const {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  attentionOf(*state_->module)->print(stream);
+  stream << "\n";
+  return text;
+}
+
+std::string Program::name() const { return attentionOf(*state_->module).getSymName().str(); }
+
+AttentionVariant Program::variant() const { return extractVariant(attentionOf(*state_->module)); }
+
+std::string Program::fingerprint() const {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char byte : print()) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  char digits[17];
+  std::snprintf(digits, sizeof digits, "%016llx", static_cast<unsigned long long>(hash));
+  return digits;
+}
+
+mlir::ModuleOp Program::module() const { return *state_->module; }
+
+} // namespace sage::ir

@@ -1,0 +1,85 @@
+// Whole-program rules of sage.attention: the steps every variant must have, exactly once.
+#include "Dataflow.h"
+#include "sage/ir/Dialect.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+namespace sage::ir {
+namespace {
+
+using dataflow::Origin;
+
+template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
+  llvm::SmallVector<OpType> found;
+  for (mlir::Operation &op : body)
+    if (auto typed = mlir::dyn_cast<OpType>(op))
+      found.push_back(typed);
+  return found;
+}
+
+} // namespace
+
+mlir::LogicalResult AttentionOp::verifyRegions() {
+  mlir::Block &body = getBody().front();
+  for (mlir::Operation &op : body)
+    if (op.getDialect() != (*this)->getDialect())
+      return op.emitOpError() << "is not a sage op; a sage.attention body holds only sage ops";
+
+  auto inputs = opsOf<InputOp>(body);
+  for (TensorRole role : {TensorRole::q, TensorRole::k, TensorRole::v}) {
+    int count = 0;
+    for (InputOp input : inputs)
+      count += input.getRole() == role ? 1 : 0;
+    if (count != 1)
+      return emitOpError() << "expects exactly one 'sage.input " << stringifyTensorRole(role) << "', found " << count;
+  }
+
+  int smooth_counts[3] = {0, 0, 0};
+  for (SmoothOp smooth : opsOf<SmoothOp>(body)) {
+    Origin origin = dataflow::originOf(smooth.getInput());
+    int index = origin == Origin::q ? 0 : origin == Origin::k ? 1 : 2;
+    if (++smooth_counts[index] > 1)
+      return smooth.emitOpError() << "smooths " << dataflow::originName(origin) << " a second time";
+  }
+
+  auto mmas = opsOf<MmaOp>(body);
+  int qk_count = 0, pv_count = 0;
+  for (MmaOp mma : mmas)
+    (dataflow::originOf(mma.getResult()) == Origin::scores ? qk_count : pv_count)++;
+  if (qk_count != 1 || pv_count != 1)
+    return emitOpError() << "expects one Q.K^T mma and one P.V mma, found " << qk_count << " and " << pv_count;
+
+  if (opsOf<MaskOp>(body).size() > 1)
+    return emitOpError() << "expects at most one sage.mask";
+  auto softmaxes = opsOf<OnlineSoftmaxOp>(body);
+  if (softmaxes.size() != 1)
+    return emitOpError() << "expects exactly one sage.online_softmax";
+  for (QuantizeOp quantize : opsOf<QuantizeOp>(body))
+    if (quantize.getFoldSoftmaxScale() && softmaxes.front().getBase() != SoftmaxBase::exp2)
+      return quantize.emitOpError() << "fold_softmax_scale folds log2(e) into Q for the exp2 softmax, but the "
+                                       "softmax uses exp";
+  if (opsOf<AccumulateOp>(body).size() != 1)
+    return emitOpError() << "expects exactly one sage.accumulate";
+
+  auto writes = opsOf<WriteOOp>(body);
+  if (writes.empty())
+    return emitOpError() << "has no epilogue: expected a 'sage.write_o' of the normalized output";
+  if (writes.size() > 1)
+    return emitOpError() << "writes O " << writes.size() << " times; expected one 'sage.write_o'";
+
+  auto lse_writes = opsOf<WriteLseOp>(body);
+  if (lse_writes.size() > 1)
+    return emitOpError() << "expects at most one sage.write_lse";
+  if (!lse_writes.empty()) {
+    bool k_smoothed = smooth_counts[1] == 1;
+    bool corrected = lse_writes.front().getSmoothingCorrection();
+    if (k_smoothed && !corrected)
+      return lse_writes.front().emitOpError()
+             << "K is smoothed, so the LSE must add q.mean(K) back: set smoothing_correction";
+    if (!k_smoothed && corrected)
+      return lse_writes.front().emitOpError() << "smoothing_correction is set but K is not smoothed";
+  }
+  return mlir::success();
+}
+
+} // namespace sage::ir

@@ -1,0 +1,121 @@
+// The ops of the `sage` dialect, one per step of the SageAttention algorithms.
+#ifndef SAGE_OPS_TD
+#define SAGE_OPS_TD
+
+include "SageDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/OpAsmInterface.td"
+
+class Sage_Op<string mnemonic, list<Trait> traits = []> : Op<Sage_Dialect, mnemonic, traits> {
+  let hasVerifier = 1;
+}
+
+// Ops with a result name their SSA value after the step (%q, %k_smoothed, %p, ...): see AsmNames.cpp.
+class Sage_ValueOp<string mnemonic> : Sage_Op<mnemonic, [DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]>;
+
+def Sage_AttentionOp : Sage_Op<"attention", [IsolatedFromAbove, NoTerminator, SingleBlock, Symbol]> {
+  let summary = "one attention variant";
+  let description = [{
+    `version` is the IR version (sage::kIrVersion); `head_dim` the head dimension d; `block_q` and
+    `block_kv` the Q and K/V tile sizes (the paper's b_q and b_kv), which fix the per-block scales.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$version, I64Attr:$head_dim, I64Attr:$block_q,
+                       I64Attr:$block_kv);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $sym_name `version` `(` $version `)` `head_dim` `(` $head_dim `)` `block_q` `(` $block_q `)`
+    `block_kv` `(` $block_kv `)` attr-dict-with-keyword $body
+  }];
+  let hasRegionVerifier = 1;
+}
+
+def Sage_InputOp : Sage_ValueOp<"input"> {
+  let summary = "the caller's Q, K or V tensor";
+  let arguments = (ins Sage_TensorRoleAttr:$role);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$role attr-dict";
+}
+
+def Sage_SmoothOp : Sage_ValueOp<"smooth"> {
+  let summary = "subtract the token mean (gamma(K) = K - mean(K))";
+  let arguments = (ins Sage_TileType:$input, Sage_SmoothScopeAttr:$scope);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `over` $scope attr-dict";
+}
+
+def Sage_QuantizeOp : Sage_ValueOp<"quantize"> {
+  let summary = "quantize (or cast) a tensor: the paper's psi";
+  let description = [{
+    `group_tokens` is the number of tokens sharing a scale for per_block, per_warp and per_thread.
+    `static_scale` fixes the scale (P's 1/127). `two_level` adds a per-row f32 scale on top of
+    microscales. `fold_softmax_scale` multiplies Q by 1/sqrt(d) * log2(e) before quantizing it.
+  }];
+  let arguments = (ins Sage_TileType:$input, Sage_ElementTypeAttr:$dtype, Sage_GranularityAttr:$granularity,
+                       DefaultValuedAttr<I64Attr, "0">:$group_tokens,
+                       DefaultValuedAttr<Sage_ScaleTypeAttr, "::sage::ir::ScaleType::f32">:$scale_type,
+                       OptionalAttr<F64Attr>:$static_scale, UnitAttr:$two_level, UnitAttr:$fold_softmax_scale);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `to` $dtype $granularity attr-dict";
+}
+
+def Sage_MmaOp : Sage_ValueOp<"mma"> {
+  let summary = "a tensor-core matrix product with its accumulator type";
+  let arguments = (ins Sage_TileType:$lhs, Sage_TileType:$rhs, Sage_AccumulatorTypeAttr:$accumulator);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$lhs `,` $rhs `->` $accumulator attr-dict";
+}
+
+def Sage_DequantOp : Sage_ValueOp<"dequant"> {
+  let summary = "multiply an mma result by the scales of its operands (psi^-1)";
+  let arguments = (ins Sage_TileType:$input);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input attr-dict";
+}
+
+def Sage_MaskOp : Sage_ValueOp<"mask"> {
+  let summary = "mask scores: none, causal (bottom-right aligned) or block-sparse";
+  let arguments = (ins Sage_TileType:$input, Sage_MaskKindAttr:$kind);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input $kind attr-dict";
+}
+
+def Sage_OnlineSoftmaxOp : Sage_ValueOp<"online_softmax"> {
+  let summary = "FlashAttention's online softmax: running max m, running sum l, P~ = exp(S - m)";
+  let arguments = (ins Sage_TileType:$input, Sage_SoftmaxBaseAttr:$base, Sage_ElementTypeAttr:$state);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input $base `state` $state attr-dict";
+}
+
+def Sage_AccumulateOp : Sage_ValueOp<"accumulate"> {
+  let summary = "accumulate P.V across KV blocks: O_i^j = diag(exp(m^{j-1} - m^j)) O_i^{j-1} + P~ V";
+  let arguments = (ins Sage_TileType:$input, Sage_AccumulationKindAttr:$kind,
+                       DefaultValuedAttr<I64Attr, "0">:$flush_period);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `as` $kind attr-dict";
+}
+
+def Sage_NormalizeOp : Sage_ValueOp<"normalize"> {
+  let summary = "O = diag(l)^-1 O, plus mean(V) when V was smoothed";
+  let arguments = (ins Sage_TileType:$input, Sage_TileType:$softmax);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `by` $softmax attr-dict";
+}
+
+def Sage_WriteOOp : Sage_Op<"write_o"> {
+  let summary = "write O in the input's dtype";
+  let arguments = (ins Sage_TileType:$input);
+  let assemblyFormat = "$input attr-dict";
+}
+
+def Sage_WriteLseOp : Sage_Op<"write_lse"> {
+  let summary = "write the natural-log LSE of each query row";
+  let description = [{
+    With `smoothing_correction`, q . mean(K) / sqrt(d) is added back so the LSE is that of the
+    unsmoothed logits (required when K is smoothed).
+  }];
+  let arguments = (ins Sage_TileType:$softmax, UnitAttr:$smoothing_correction);
+  let assemblyFormat = "$softmax attr-dict";
+}
+
+#endif // SAGE_OPS_TD
