@@ -88,6 +88,13 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
     return op.emitOpError() << "V's token axis is the inner axis of P.V: V may be quantized per_channel or "
                                "per_tensor, not '"
                             << stringifyGranularity(granularity) << "'";
+  if (origin == Origin::p && granularity != Granularity::none && granularity != Granularity::per_tensor &&
+      granularity != Granularity::per_token && granularity != Granularity::microscale_1x16)
+    return op.emitOpError() << "P is quantized row by row as the softmax produces it: use a static_scale, per_token "
+                               "or microscale_1x16, not '"
+                            << stringifyGranularity(granularity) << "'";
+  if (origin == Origin::p && granularity == Granularity::per_tensor && !op.getStaticScale())
+    return op.emitOpError() << "P has no whole-tensor amax while the softmax runs: per_tensor P needs a static_scale";
   if (dtype == ElementType::int4 && origin != Origin::q && origin != Origin::k)
     return op.emitOpError() << "int4 is for Q and K (SageAttention2); " << originName(origin) << " cannot be int4";
   if (op.getStaticScale()) {

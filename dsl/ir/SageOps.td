@@ -7,6 +7,7 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/IR/OpAsmInterface.td"
 
+// Enum attributes print their own leading space, so formats put an empty literal (``) before them.
 class Sage_Op<string mnemonic, list<Trait> traits = []> : Op<Sage_Dialect, mnemonic, traits> {
   let hasVerifier = 1;
 }
@@ -34,14 +35,14 @@ def Sage_InputOp : Sage_ValueOp<"input"> {
   let summary = "the caller's Q, K or V tensor";
   let arguments = (ins Sage_TensorRoleAttr:$role);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$role attr-dict";
+  let assemblyFormat = "`` $role attr-dict";
 }
 
 def Sage_SmoothOp : Sage_ValueOp<"smooth"> {
   let summary = "subtract the token mean (gamma(K) = K - mean(K))";
   let arguments = (ins Sage_TileType:$input, Sage_SmoothScopeAttr:$scope);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$input `over` $scope attr-dict";
+  let assemblyFormat = "$input `over` `` $scope attr-dict";
 }
 
 def Sage_QuantizeOp : Sage_ValueOp<"quantize"> {
@@ -56,14 +57,14 @@ def Sage_QuantizeOp : Sage_ValueOp<"quantize"> {
                        DefaultValuedAttr<Sage_ScaleTypeAttr, "::sage::ir::ScaleType::f32">:$scale_type,
                        OptionalAttr<F64Attr>:$static_scale, UnitAttr:$two_level, UnitAttr:$fold_softmax_scale);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$input `to` $dtype $granularity attr-dict";
+  let assemblyFormat = "$input `to` `` $dtype `` $granularity attr-dict";
 }
 
 def Sage_MmaOp : Sage_ValueOp<"mma"> {
   let summary = "a tensor-core matrix product with its accumulator type";
   let arguments = (ins Sage_TileType:$lhs, Sage_TileType:$rhs, Sage_AccumulatorTypeAttr:$accumulator);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$lhs `,` $rhs `->` $accumulator attr-dict";
+  let assemblyFormat = "$lhs `,` $rhs `->` `` $accumulator attr-dict";
 }
 
 def Sage_DequantOp : Sage_ValueOp<"dequant"> {
@@ -77,14 +78,14 @@ def Sage_MaskOp : Sage_ValueOp<"mask"> {
   let summary = "mask scores: none, causal (bottom-right aligned) or block-sparse";
   let arguments = (ins Sage_TileType:$input, Sage_MaskKindAttr:$kind);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$input $kind attr-dict";
+  let assemblyFormat = "$input `` $kind attr-dict";
 }
 
 def Sage_OnlineSoftmaxOp : Sage_ValueOp<"online_softmax"> {
   let summary = "FlashAttention's online softmax: running max m, running sum l, P~ = exp(S - m)";
   let arguments = (ins Sage_TileType:$input, Sage_SoftmaxBaseAttr:$base, Sage_ElementTypeAttr:$state);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$input $base `state` $state attr-dict";
+  let assemblyFormat = "$input `` $base `state` `` $state attr-dict";
 }
 
 def Sage_AccumulateOp : Sage_ValueOp<"accumulate"> {
@@ -92,7 +93,7 @@ def Sage_AccumulateOp : Sage_ValueOp<"accumulate"> {
   let arguments = (ins Sage_TileType:$input, Sage_AccumulationKindAttr:$kind,
                        DefaultValuedAttr<I64Attr, "0">:$flush_period);
   let results = (outs Sage_TileType:$result);
-  let assemblyFormat = "$input `as` $kind attr-dict";
+  let assemblyFormat = "$input `as` `` $kind attr-dict";
 }
 
 def Sage_NormalizeOp : Sage_ValueOp<"normalize"> {

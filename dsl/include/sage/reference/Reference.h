@@ -1,0 +1,41 @@
+// The CPU reference: executes a verified attention variant in double precision with bit-exact
+// quantizers. It is the oracle of every kernel test.
+//
+// What is exact and what is modelled:
+//  - Quantizers (int8/int4/e4m3/e5m2 codes and f32 scales), K/V smoothing and Q's folded scale are the
+//    exact f32 arithmetic of sage/numerics/Quantizers.h, so a kernel computes the same codes bit for bit.
+//  - Products of codes are summed exactly in double, then scaled by the f32 scales.
+//  - The online softmax runs tile by tile (b_q x b_kv), exactly as the kernels do, in double.
+//  - An f16 accumulator is modelled by rounding to f16 after every 16-token step of P.V (the k extent of
+//    mma.m16n8k16) and after each rescale; f32_two_level's inner accumulator rounds to f32 every 32 tokens.
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+#include "sage/reference/HostTensor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace sage::reference {
+
+struct AttentionResult {
+  int64_t batch = 0, heads = 0, tokens = 0, dim = 0;
+  std::vector<double> output; // O in [batch, heads_q, tokens_q, dim] order
+  std::vector<double> lse;    // natural-log LSE in [batch, heads_q, tokens_q]; -inf for fully masked rows
+};
+
+// A block mask for block_sparse variants: [batch, heads_q, q_blocks, kv_blocks], non-zero = compute.
+struct BlockMask {
+  int64_t q_blocks = 0, kv_blocks = 0;
+  std::vector<uint8_t> keep;
+};
+
+// Runs `variant` on Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d] (GQA: h_kv divides h_q).
+// Throws std::invalid_argument naming the argument when shapes disagree with each other or the variant.
+AttentionResult runReference(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k,
+                             const HostTensor &v, const BlockMask *block_mask = nullptr);
+
+// Plain softmax(Q K^T / sqrt(d)) V in double with no tiling and no quantization: the ground truth.
+AttentionResult exactAttention(const HostTensor &q, const HostTensor &k, const HostTensor &v, bool causal);
+
+} // namespace sage::reference

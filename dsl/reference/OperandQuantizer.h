@@ -1,0 +1,24 @@
+// Quantizes one head's operand (a tokens x dim matrix) exactly as a QuantizerSpec says, and returns the
+// dequantized values (code * scale, in double) that the reference multiplies.
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace sage::reference {
+
+struct OperandMatrix {
+  int64_t tokens = 0, dim = 0;
+  std::vector<float> values; // row-major [tokens][dim], the f32 inputs of the quantizer
+  float at(int64_t t, int64_t c) const { return values[t * dim + c]; }
+};
+
+// `tile_tokens` is the tile the spec's groups live in (b_q for Q, b_kv for K; unused otherwise).
+std::vector<double> quantizeOperand(const OperandMatrix &matrix, const QuantizerSpec &spec, int64_t tile_tokens);
+
+// One row of P~ (values in [0, 1]) quantized as `spec` says (cast, static scale, per-token, two-level).
+void quantizeProbabilities(std::vector<double> &row, const QuantizerSpec &spec);
+
+} // namespace sage::reference
