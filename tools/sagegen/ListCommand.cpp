@@ -1,0 +1,17 @@
+#include "Commands.h"
+
+#include "sage/dsl/Presets.h"
+
+#include <fmt/core.h>
+
+namespace sage::tool {
+
+CommandAction addListCommand(CLI::App &app) {
+  app.add_subcommand("list", "list the preset variants");
+  return [] {
+    for (const auto &info : dsl::presets())
+      fmt::print("{:<10} {}\n", info.name, info.summary);
+  };
+}
+
+} // namespace sage::tool

@@ -1,0 +1,138 @@
+// `sagegen reference`: runs variants on the CPU reference and compares them with exact attention.
+#include "PresetOptions.h"
+
+#include "sage/ir/Program.h"
+#include "sage/reference/Metrics.h"
+#include "sage/reference/Reference.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+namespace sage::tool {
+namespace {
+
+struct ReferenceOptions {
+  PresetOptions preset;
+  std::vector<std::string> presets;
+  std::string ir_file;
+  int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 2, kv_heads = 0;
+  uint64_t seed = 0;
+  std::string dtype = "f16", layout = "hnd";
+  double k_bias = 0.0;
+};
+
+reference::StorageType storageOf(const std::string &text) {
+  if (text == "f16")
+    return reference::StorageType::f16;
+  if (text == "bf16")
+    return reference::StorageType::bf16;
+  if (text == "f32")
+    return reference::StorageType::f32;
+  throw UserError("--dtype: expected f16, bf16 or f32, got '" + text + "'");
+}
+
+reference::Layout layoutOf(const std::string &text) {
+  if (text == "hnd" || text == "HND")
+    return reference::Layout::hnd;
+  if (text == "nhd" || text == "NHD")
+    return reference::Layout::nhd;
+  throw UserError("--layout: expected hnd or nhd, got '" + text + "'");
+}
+
+AttentionVariant variantFromFile(const std::string &path) {
+  std::ifstream file(path);
+  if (!file)
+    throw UserError("--ir: cannot open '" + path + "'");
+  std::stringstream text;
+  text << file.rdbuf();
+  return ir::Program::parse(text.str(), path).variant();
+}
+
+void run(const ReferenceOptions &options) {
+  if (options.tokens <= 0 || options.batch <= 0 || options.heads <= 0)
+    throw UserError("--n, --batch, --heads: expected positive values");
+  const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : options.tokens;
+  const int64_t kv_heads = options.kv_heads > 0 ? options.kv_heads : options.heads;
+  if (options.heads % kv_heads != 0)
+    throw UserError("--kv-heads: must divide --heads (" + std::to_string(options.heads) + "), got " +
+                    std::to_string(kv_heads));
+
+  std::vector<AttentionVariant> variants;
+  if (!options.ir_file.empty())
+    variants.push_back(variantFromFile(options.ir_file));
+  for (const std::string &list : options.presets) {
+    std::stringstream names(list);
+    for (std::string name; std::getline(names, name, ',');)
+      variants.push_back(options.preset.builder(name).build().variant());
+  }
+  if (variants.empty())
+    variants.push_back(options.preset.builder("sage-b").build().variant());
+
+  const auto storage = storageOf(options.dtype);
+  const auto layout = layoutOf(options.layout);
+  const int64_t d = variants.front().head_dim;
+  for (const AttentionVariant &variant : variants)
+    if (variant.head_dim != d)
+      throw UserError("--ir/--preset: all variants must share one head dim");
+  auto q = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
+                                   {options.seed * 3 + 1, 0.0, 1.0, 0.0});
+  auto k = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
+                                   {options.seed * 3 + 2, 0.0, 1.0, options.k_bias});
+  auto v = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
+                                   {options.seed * 3 + 3, 0.0, 1.0, 0.0});
+  const bool causal = variants.front().mask.kind == MaskKind::causal;
+  const auto exact = reference::exactAttention(q, k, v, causal);
+
+  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} k_bias={} seed={}\n",
+             options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
+             causal ? "yes" : "no", options.k_bias, options.seed);
+  fmt::print("{:<12} {:>10} {:>9} {:>10} {:>13} {:>9}\n", "variant", "cos_sim", "rel_l1", "rmse", "lse_max_err",
+             "seconds");
+  for (const AttentionVariant &variant : variants) {
+    if ((variant.mask.kind == MaskKind::causal) != causal)
+      throw UserError("--ir/--preset: all variants must share one mask");
+    const auto start = std::chrono::steady_clock::now();
+    const auto result = reference::runReference(variant, q, k, v);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto metrics = reference::compareOutputs(exact.output, result.output);
+    double lse_error = 0.0;
+    for (size_t i = 0; i < exact.lse.size(); ++i)
+      if (std::isfinite(exact.lse[i]))
+        lse_error = std::max(lse_error, std::fabs(exact.lse[i] - result.lse[i]));
+    fmt::print("{:<12} {:>10.6f} {:>9.4f} {:>10.2e} {:>13} {:>9.2f}\n", variant.name, metrics.cosine_similarity,
+               metrics.relative_l1, metrics.rmse,
+               variant.epilogue.write_lse ? fmt::format("{:.2e}", lse_error) : std::string("-"), seconds);
+  }
+}
+
+} // namespace
+
+CommandAction addReferenceCommand(CLI::App &app) {
+  CLI::App *command =
+      app.add_subcommand("reference", "run variants on the CPU reference and compare them with exact attention");
+  auto options = std::make_shared<ReferenceOptions>();
+  command->add_option("--preset", options->presets, "preset name(s), repeatable or comma-separated")
+      ->delimiter(',');
+  command->add_option("--ir", options->ir_file, "a textual sage IR file to run instead of / besides presets");
+  command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")->capture_default_str();
+  command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)");
+  command->add_option("--batch", options->batch, "batch size")->capture_default_str();
+  command->add_option("--heads", options->heads, "query heads")->capture_default_str();
+  command->add_option("--kv-heads", options->kv_heads, "key/value heads (GQA; default: --heads)");
+  command->add_option("--seed", options->seed, "random seed")->capture_default_str();
+  command->add_option("--dtype", options->dtype, "storage type of Q, K, V: f16, bf16 or f32")->capture_default_str();
+  command->add_option("--layout", options->layout, "hnd or nhd")->capture_default_str();
+  command->add_option("--k-bias", options->k_bias,
+                      "stddev of a per-channel bias shared by all K tokens (the outliers K smoothing removes)")
+      ->capture_default_str();
+  options->preset.addTo(*command);
+  return [options] { run(*options); };
+}
+
+} // namespace sage::tool
