@@ -25,7 +25,7 @@ QkQuantization integerQk(ElementType dtype, Granularity granularity) {
       granularity == Granularity::microscale_1x16)
     throw std::invalid_argument("qk granularity: expected per_tensor, per_token, per_block, per_warp or per_thread, "
                                 "got '" +
-                                std::string(toString(granularity)) + "'");
+                                std::string(nameOf(granularity)) + "'");
   QkQuantization spec;
   spec.q = quantizer(dtype, granularity);
   spec.q.fold_softmax_scale = true; // 1/sqrt(d) * log2(e) is folded into Q's quantization (paper 4.6)

@@ -45,7 +45,7 @@ public:
       scores = builder_.create<ir::DequantOp>(location("dequant_s"), tileType(), scores);
     if (variant.mask.kind != MaskKind::none)
       scores = builder_.create<ir::MaskOp>(location("mask"), tileType(), scores,
-                                           toDialect(ir::symbolizeMaskKind, toString(variant.mask.kind)));
+                                           toDialect(ir::symbolizeMaskKind, nameOf(variant.mask.kind)));
 
     // m_i^j, P~_i^j = exp(S - m), l_i^j
     mlir::Value p = builder_.create<ir::OnlineSoftmaxOp>(
@@ -60,7 +60,7 @@ public:
       output = builder_.create<ir::DequantOp>(location("dequant_pv"), tileType(), output);
     output = builder_.create<ir::AccumulateOp>(
         location("accumulate"), tileType(), output,
-        toDialect(ir::symbolizeAccumulationKind, toString(variant.accumulation.kind)),
+        toDialect(ir::symbolizeAccumulationKind, nameOf(variant.accumulation.kind)),
         variant.accumulation.flush_period);
 
     // Epilogue: O_i = diag(l_i)^-1 O_i, write O (and the LSE)
@@ -82,14 +82,14 @@ private:
     if (scope == SmoothScope::none)
       return value;
     return builder_.create<ir::SmoothOp>(location("smooth"), tileType(), value,
-                                         toDialect(ir::symbolizeSmoothScope, toString(scope)));
+                                         toDialect(ir::symbolizeSmoothScope, nameOf(scope)));
   }
 
   mlir::Value quantize(mlir::Value value, const QuantizerSpec &spec) {
     auto op = builder_.create<ir::QuantizeOp>(
-        location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, toString(spec.dtype)),
-        toDialect(ir::symbolizeGranularity, toString(spec.granularity)), spec.group_tokens,
-        toDialect(ir::symbolizeScaleType, toString(spec.scale_type)),
+        location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, nameOf(spec.dtype)),
+        toDialect(ir::symbolizeGranularity, nameOf(spec.granularity)), spec.group_tokens,
+        toDialect(ir::symbolizeScaleType, nameOf(spec.scale_type)),
         spec.static_scale > 0.0 ? builder_.getF64FloatAttr(spec.static_scale) : mlir::FloatAttr(),
         spec.two_level, spec.fold_softmax_scale);
     return op.getResult();
@@ -97,7 +97,7 @@ private:
 
   mlir::Value mma(mlir::Value lhs, mlir::Value rhs, AccumulatorType accumulator) {
     return builder_.create<ir::MmaOp>(location("mma"), tileType(), lhs, rhs,
-                                      toDialect(ir::symbolizeAccumulatorType, toString(accumulator)));
+                                      toDialect(ir::symbolizeAccumulatorType, nameOf(accumulator)));
   }
 
   mlir::OpBuilder builder_;

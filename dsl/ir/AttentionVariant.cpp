@@ -39,7 +39,7 @@ constexpr NameTable<SmoothScope, 3> kSmoothScopes{
 constexpr NameTable<TensorRole, 4> kTensorRoles{
     {{TensorRole::q, "q"}, {TensorRole::k, "k"}, {TensorRole::v, "v"}, {TensorRole::p, "p"}}};
 
-template <typename Enum, size_t N> std::string_view nameOf(const NameTable<Enum, N> &table, Enum value) {
+template <typename Enum, size_t N> std::string_view lookupName(const NameTable<Enum, N> &table, Enum value) {
   for (const auto &[entry, name] : table)
     if (entry == value)
       return name;
@@ -55,14 +55,14 @@ template <typename Enum, size_t N> std::optional<Enum> lookup(const NameTable<En
 
 } // namespace
 
-std::string_view toString(ElementType type) { return nameOf(kElementTypes, type); }
-std::string_view toString(Granularity granularity) { return nameOf(kGranularities, granularity); }
-std::string_view toString(ScaleType type) { return nameOf(kScaleTypes, type); }
-std::string_view toString(AccumulatorType type) { return nameOf(kAccumulatorTypes, type); }
-std::string_view toString(AccumulationKind kind) { return nameOf(kAccumulationKinds, kind); }
-std::string_view toString(MaskKind kind) { return nameOf(kMaskKinds, kind); }
-std::string_view toString(SmoothScope scope) { return nameOf(kSmoothScopes, scope); }
-std::string_view toString(TensorRole role) { return nameOf(kTensorRoles, role); }
+std::string_view nameOf(ElementType type) { return lookupName(kElementTypes, type); }
+std::string_view nameOf(Granularity granularity) { return lookupName(kGranularities, granularity); }
+std::string_view nameOf(ScaleType type) { return lookupName(kScaleTypes, type); }
+std::string_view nameOf(AccumulatorType type) { return lookupName(kAccumulatorTypes, type); }
+std::string_view nameOf(AccumulationKind kind) { return lookupName(kAccumulationKinds, kind); }
+std::string_view nameOf(MaskKind kind) { return lookupName(kMaskKinds, kind); }
+std::string_view nameOf(SmoothScope scope) { return lookupName(kSmoothScopes, scope); }
+std::string_view nameOf(TensorRole role) { return lookupName(kTensorRoles, role); }
 
 std::optional<ElementType> parseElementType(std::string_view text) { return lookup(kElementTypes, text); }
 std::optional<Granularity> parseGranularity(std::string_view text) { return lookup(kGranularities, text); }

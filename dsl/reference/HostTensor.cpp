@@ -8,7 +8,7 @@
 
 namespace sage::reference {
 
-std::string_view toString(StorageType type) {
+std::string_view nameOf(StorageType type) {
   switch (type) {
   case StorageType::f16:
     return "f16";
@@ -20,7 +20,7 @@ std::string_view toString(StorageType type) {
   return "<invalid>";
 }
 
-std::string_view toString(Layout layout) { return layout == Layout::hnd ? "HND" : "NHD"; }
+std::string_view nameOf(Layout layout) { return layout == Layout::hnd ? "HND" : "NHD"; }
 
 HostTensor::HostTensor(int64_t batch, int64_t heads, int64_t tokens, int64_t dim, StorageType storage, Layout layout)
     : batch_(batch), heads_(heads), tokens_(tokens), dim_(dim), storage_(storage), layout_(layout) {

@@ -122,7 +122,7 @@ std::vector<double> quantizeOperand(const OperandMatrix &matrix, const Quantizer
        spec.granularity == Granularity::per_thread) &&
       group_tokens <= 0)
     throw std::invalid_argument("quantizer: group_tokens must be positive for " +
-                                std::string(toString(spec.granularity)));
+                                std::string(nameOf(spec.granularity)));
   Grouping grouping{spec.granularity, matrix.tokens, matrix.dim, group_tokens};
 
   std::vector<float> amax(static_cast<size_t>(grouping.count()), 0.0f);
@@ -154,6 +154,8 @@ std::vector<double> quantizeOperand(const OperandMatrix &matrix, const Quantizer
 
 void quantizeProbabilities(std::vector<double> &row, const QuantizerSpec &spec) {
   if (spec.granularity == Granularity::none && spec.static_scale <= 0.0) {
+    if (spec.dtype == ElementType::f32)
+      return; // "f32" P is full precision: the exact preset's P is not rounded
     for (double &p : row)
       p = castValue(spec.dtype, static_cast<float>(p));
     return;

@@ -10,16 +10,16 @@ using namespace sage;
 TEST_CASE("enum names round-trip") {
   for (ElementType type : {ElementType::f32, ElementType::f16, ElementType::bf16, ElementType::int8, ElementType::int4,
                            ElementType::e4m3, ElementType::e5m2, ElementType::e2m1})
-    CHECK(parseElementType(toString(type)) == type);
+    CHECK((parseElementType(nameOf(type)) == type));
   for (Granularity granularity :
        {Granularity::none, Granularity::per_tensor, Granularity::per_token, Granularity::per_block,
         Granularity::per_warp, Granularity::per_thread, Granularity::per_channel, Granularity::microscale_1x16})
-    CHECK(parseGranularity(toString(granularity)) == granularity);
+    CHECK((parseGranularity(nameOf(granularity)) == granularity));
   for (AccumulationKind kind : {AccumulationKind::f32, AccumulationKind::f16, AccumulationKind::f16_then_f32,
                                 AccumulationKind::f32_two_level})
-    CHECK(parseAccumulationKind(toString(kind)) == kind);
-  CHECK(parseElementType("int9") == std::nullopt);
-  CHECK(std::string(toString(MaskKind::block_sparse)) == "block_sparse");
+    CHECK((parseAccumulationKind(nameOf(kind)) == kind));
+  CHECK_FALSE(parseElementType("int9").has_value());
+  CHECK(std::string(nameOf(MaskKind::block_sparse)) == "block_sparse");
 }
 
 TEST_CASE("element sizes") {

@@ -65,7 +65,7 @@ TEST_CASE("the int8 P.V kernels are less accurate than the f16 ones, as in Table
 }
 
 TEST_CASE("K smoothing rescues K with a large per-channel bias (Table 18's effect)") {
-  const Workload workload = makeWorkload(512, 128, false, 8.0, 41);
+  const Workload workload = makeWorkload(512, 128, false, 20.0, 41);
   AttentionVariant smoothed = presetVariant("sage-b", 128);
   AttentionVariant unsmoothed = smoothed;
   unsmoothed.smooth_k = SmoothScope::none;
@@ -77,7 +77,8 @@ TEST_CASE("K smoothing rescues K with a large per-channel bias (Table 18's effec
                                  << without.relative_l1);
   CHECK(with.cosine_similarity >= 0.9999);
   CHECK(with.relative_l1 <= 0.03);
-  CHECK(without.relative_l1 > 4 * with.relative_l1);
+  CHECK(without.relative_l1 > 5 * with.relative_l1);
+  CHECK(without.cosine_similarity < 0.999);
   CHECK(without.cosine_similarity < with.cosine_similarity);
 }
 

@@ -110,14 +110,15 @@ struct AttentionVariant {
   bool operator==(const AttentionVariant &) const = default;
 };
 
-std::string_view toString(ElementType type);
-std::string_view toString(Granularity granularity);
-std::string_view toString(ScaleType type);
-std::string_view toString(AccumulatorType type);
-std::string_view toString(AccumulationKind kind);
-std::string_view toString(MaskKind kind);
-std::string_view toString(SmoothScope scope);
-std::string_view toString(TensorRole role);
+// Names are the sage dialect's keywords. (Not `toString`: doctest finds that by ADL and misuses it.)
+std::string_view nameOf(ElementType type);
+std::string_view nameOf(Granularity granularity);
+std::string_view nameOf(ScaleType type);
+std::string_view nameOf(AccumulatorType type);
+std::string_view nameOf(AccumulationKind kind);
+std::string_view nameOf(MaskKind kind);
+std::string_view nameOf(SmoothScope scope);
+std::string_view nameOf(TensorRole role);
 
 std::optional<ElementType> parseElementType(std::string_view text);
 std::optional<Granularity> parseGranularity(std::string_view text);

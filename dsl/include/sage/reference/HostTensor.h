@@ -10,8 +10,8 @@ namespace sage::reference {
 enum class StorageType { f16, bf16, f32 };
 enum class Layout { hnd, nhd }; // [batch, heads, tokens, dim] or [batch, tokens, heads, dim]
 
-std::string_view toString(StorageType type);
-std::string_view toString(Layout layout);
+std::string_view nameOf(StorageType type);
+std::string_view nameOf(Layout layout);
 
 class HostTensor {
 public:

@@ -1,0 +1,98 @@
+"""Speed of sagegen kernels against PyTorch SDPA (flash and cuDNN backends), measured in one run.
+
+Shapes as the issue fixes them: 16k tokens per call, hidden 2048 (batch = 16384 / N, heads = 2048 / d),
+fp16, HND. TOPS = 4 * b * h * N^2 * d (halved when causal) over the full call, quantization included.
+The quantization prologue is also timed alone. Prints one table; --json writes the rows.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import sagegen  # noqa: E402
+
+
+def time_ms(function, warmup=3, repeats=15):
+    """Median of `repeats` timed calls (CUDA events), after `warmup` calls."""
+    for _ in range(warmup):
+        function()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        function()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def tops(batch, heads, tokens, dim, causal, milliseconds):
+    operations = 4.0 * batch * heads * tokens * tokens * dim / (2.0 if causal else 1.0)
+    return operations / (milliseconds * 1e-3) / 1e12
+
+
+def sdpa(backend, q, k, v, causal):
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--presets", default="sage-b", help="comma-separated presets")
+    parser.add_argument("--dims", default="64,128")
+    parser.add_argument("--tokens", default="512,1024,2048,4096,8192,16384,32768")
+    parser.add_argument("--causal", default="0,1")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    presets = args.presets.split(",")
+    torch.manual_seed(0)
+    rows = []
+    header = f"{'d':>4} {'causal':>6} {'N':>6} {'flash':>7} {'cudnn':>7}"
+    for preset in presets:
+        header += f" {preset:>10} {'x flash':>8} {'x cudnn':>8} {'prolog us':>9}"
+    print("TOPS (fp16, 16k tokens x hidden 2048 per call, " + torch.cuda.get_device_name() + ")")
+    print(header)
+    for dim in map(int, args.dims.split(",")):
+        kernels = {}
+        for causal in map(int, args.causal.split(",")):
+            for tokens in map(int, args.tokens.split(",")):
+                batch, heads = 16384 // tokens, 2048 // dim
+                q, k, v = (torch.randn(batch, heads, tokens, dim, dtype=torch.float16, device="cuda")
+                           for _ in range(3))
+                row = {"d": dim, "causal": bool(causal), "N": tokens, "batch": batch, "heads": heads}
+                row["flash"] = tops(batch, heads, tokens, dim, causal,
+                                    time_ms(lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, bool(causal))))
+                row["cudnn"] = tops(batch, heads, tokens, dim, causal,
+                                    time_ms(lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, bool(causal))))
+                line = f"{dim:>4} {causal:>6} {tokens:>6} {row['flash']:>7.1f} {row['cudnn']:>7.1f}"
+                for preset in presets:
+                    key = (preset, causal)
+                    if key not in kernels:
+                        kernels[key] = sagegen.Attention(preset, head_dim=dim, causal=bool(causal))
+                    attention = kernels[key]
+                    full = time_ms(lambda: attention(q, k, v))
+                    prologue = time_ms(lambda: attention(q, k, v, phase=sagegen.PHASE_PROLOGUE))
+                    value = tops(batch, heads, tokens, dim, causal, full)
+                    row[preset] = {"tops": value, "ms": full, "prologue_us": prologue * 1e3}
+                    line += (f" {value:>10.1f} {value / row['flash']:>8.2f} {value / row['cudnn']:>8.2f}"
+                             f" {prologue * 1e3:>9.1f}")
+                print(line, flush=True)
+                rows.append(row)
+                del q, k, v
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
