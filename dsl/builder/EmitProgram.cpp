@@ -60,8 +60,7 @@ public:
       output = builder_.create<ir::DequantOp>(location("dequant_pv"), tileType(), output);
     output = builder_.create<ir::AccumulateOp>(
         location("accumulate"), tileType(), output,
-        toDialect(ir::symbolizeAccumulationKind, nameOf(variant.accumulation.kind)),
-        variant.accumulation.flush_period);
+        toDialect(ir::symbolizeAccumulationKind, nameOf(variant.accumulation.kind)), variant.accumulation.flush_period);
 
     // Epilogue: O_i = diag(l_i)^-1 O_i, write O (and the LSE)
     mlir::Value normalized = builder_.create<ir::NormalizeOp>(location("normalize"), tileType(), output, p);
@@ -74,9 +73,7 @@ private:
   mlir::Location location(llvm::StringRef step) { return mlir::NameLoc::get(builder_.getStringAttr(step)); }
   mlir::Type tileType() { return builder_.getType<ir::TileType>(); }
 
-  mlir::Value input(ir::TensorRole role) {
-    return builder_.create<ir::InputOp>(location("input"), tileType(), role);
-  }
+  mlir::Value input(ir::TensorRole role) { return builder_.create<ir::InputOp>(location("input"), tileType(), role); }
 
   mlir::Value smooth(mlir::Value value, SmoothScope scope) {
     if (scope == SmoothScope::none)
@@ -90,8 +87,8 @@ private:
         location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, nameOf(spec.dtype)),
         toDialect(ir::symbolizeGranularity, nameOf(spec.granularity)), spec.group_tokens,
         toDialect(ir::symbolizeScaleType, nameOf(spec.scale_type)),
-        spec.static_scale > 0.0 ? builder_.getF64FloatAttr(spec.static_scale) : mlir::FloatAttr(),
-        spec.two_level, spec.fold_softmax_scale);
+        spec.static_scale > 0.0 ? builder_.getF64FloatAttr(spec.static_scale) : mlir::FloatAttr(), spec.two_level,
+        spec.fold_softmax_scale);
     return op.getResult();
   }
 

@@ -25,11 +25,11 @@ sage::ElementType toVocabulary(ElementType type) {
 QuantizerSpec toQuantizerSpec(QuantizeOp op) {
   QuantizerSpec spec;
   spec.dtype = toVocabulary(op.getDtype());
-  spec.granularity =
-      mapByName(sage::parseGranularity(stringifyGranularity(op.getGranularity()).str()), stringifyGranularity(op.getGranularity()));
+  spec.granularity = mapByName(sage::parseGranularity(stringifyGranularity(op.getGranularity()).str()),
+                               stringifyGranularity(op.getGranularity()));
   spec.group_tokens = static_cast<int>(op.getGroupTokens());
-  spec.scale_type =
-      mapByName(sage::parseScaleType(stringifyScaleType(op.getScaleType()).str()), stringifyScaleType(op.getScaleType()));
+  spec.scale_type = mapByName(sage::parseScaleType(stringifyScaleType(op.getScaleType()).str()),
+                              stringifyScaleType(op.getScaleType()));
   spec.static_scale = op.getStaticScale() ? op.getStaticScale()->convertToDouble() : 0.0;
   spec.two_level = op.getTwoLevel();
   spec.fold_softmax_scale = op.getFoldSoftmaxScale();
@@ -49,7 +49,7 @@ AttentionVariant extractVariant(AttentionOp attention) {
   for (mlir::Operation &op : attention.getBody().front()) {
     if (auto smooth = mlir::dyn_cast<SmoothOp>(op)) {
       sage::SmoothScope scope = mapByName(sage::parseSmoothScope(stringifySmoothScope(smooth.getScope()).str()),
-                                    stringifySmoothScope(smooth.getScope()));
+                                          stringifySmoothScope(smooth.getScope()));
       Origin origin = dataflow::originOf(smooth.getInput());
       (origin == Origin::q ? variant.smooth_q : origin == Origin::k ? variant.smooth_k : variant.smooth_v) = scope;
     } else if (auto quantize = mlir::dyn_cast<QuantizeOp>(op)) {

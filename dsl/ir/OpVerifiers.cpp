@@ -13,7 +13,9 @@ using dataflow::Origin;
 using dataflow::originName;
 using dataflow::originOf;
 
-bool isCast(ElementType type) { return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16; }
+bool isCast(ElementType type) {
+  return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16;
+}
 
 bool usesGroups(Granularity granularity) {
   return granularity == Granularity::per_block || granularity == Granularity::per_warp ||
@@ -34,8 +36,8 @@ mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
   bool is_static = op.getStaticScale().has_value();
   if (isCast(dtype) && granularity != Granularity::none)
     return op.emitOpError() << "casting to " << stringifyElementType(dtype)
-                            << " takes no scale: granularity must be 'none', got '"
-                            << stringifyGranularity(granularity) << "'";
+                            << " takes no scale: granularity must be 'none', got '" << stringifyGranularity(granularity)
+                            << "'";
   if (isCast(dtype) && is_static)
     return op.emitOpError() << "casting to " << stringifyElementType(dtype) << " takes no static_scale";
   if (!isCast(dtype) && granularity == Granularity::none && !is_static)
@@ -69,8 +71,8 @@ mlir::LogicalResult verifyGroupTokens(QuantizeOp op, Origin origin) {
                             << group;
   int64_t tile = tileTokensFor(op, origin);
   if (tile > 0 && tile % group != 0)
-    return op.emitOpError() << "group_tokens " << group << " must divide the " << originName(origin)
-                            << " tile of " << tile << " tokens";
+    return op.emitOpError() << "group_tokens " << group << " must divide the " << originName(origin) << " tile of "
+                            << tile << " tokens";
   return mlir::success();
 }
 
@@ -100,8 +102,8 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
   if (op.getStaticScale()) {
     double scale = op.getStaticScale()->convertToDouble();
     if (origin != Origin::p)
-      return op.emitOpError() << "a static_scale is only valid for P, whose rows have max 1; "
-                              << originName(origin) << " needs a computed scale";
+      return op.emitOpError() << "a static_scale is only valid for P, whose rows have max 1; " << originName(origin)
+                              << " needs a computed scale";
     if (!(scale > 0.0) || !std::isfinite(scale))
       return op.emitOpError() << "static_scale must be a positive finite number, got " << scale;
     if (granularity != Granularity::per_tensor)
@@ -165,8 +167,8 @@ mlir::LogicalResult SmoothOp::verify() {
   Origin origin = originOf(getInput());
   SmoothScope expected = origin == Origin::q ? SmoothScope::block : SmoothScope::sequence;
   if (getScope() != expected)
-    return emitOpError() << "smoothing " << originName(origin) << " is over the "
-                         << stringifySmoothScope(expected) << " (" 
+    return emitOpError() << "smoothing " << originName(origin) << " is over the " << stringifySmoothScope(expected)
+                         << " ("
                          << (origin == Origin::q ? "SageAttention2's per-block Q mean" : "the mean over all tokens")
                          << "), not the " << stringifySmoothScope(getScope());
   return mlir::success();

@@ -31,9 +31,9 @@ void validateShapes(const AttentionVariant &variant, const HostTensor &q, const 
   require(k.dim() == q.dim() && v.dim() == q.dim(), "k, v: head dims must equal q's (" + std::to_string(q.dim()) + ")");
   require(k.batch() == q.batch() && v.batch() == q.batch(), "k, v: batch must equal q's");
   require(v.heads() == k.heads(), "v: must have as many heads as k");
-  require(k.heads() > 0 && q.heads() % k.heads() == 0,
-          "q: heads_q (" + std::to_string(q.heads()) + ") must be a multiple of heads_kv (" +
-              std::to_string(k.heads()) + ") for grouped-query attention");
+  require(k.heads() > 0 && q.heads() % k.heads() == 0, "q: heads_q (" + std::to_string(q.heads()) +
+                                                           ") must be a multiple of heads_kv (" +
+                                                           std::to_string(k.heads()) + ") for grouped-query attention");
   require(v.tokens() == k.tokens(), "v: must have as many tokens as k");
   require(q.tokens() > 0 && k.tokens() > 0, "q, k: need at least one token");
   if (variant.mask.kind == MaskKind::block_sparse) {
@@ -88,8 +88,7 @@ struct KvOperands {
   std::vector<float> k_mean, v_mean; // empty when not smoothed
 };
 
-KvOperands prepareKv(const AttentionVariant &variant, const HostTensor &k, const HostTensor &v, int64_t b,
-                     int64_t h) {
+KvOperands prepareKv(const AttentionVariant &variant, const HostTensor &k, const HostTensor &v, int64_t b, int64_t h) {
   KvOperands kv;
   kv.k_smoothed = headMatrix(k, b, h);
   if (variant.smooth_k == SmoothScope::sequence) { // gamma(K) = K - mean(K)
@@ -107,8 +106,8 @@ KvOperands prepareKv(const AttentionVariant &variant, const HostTensor &k, const
 }
 
 struct QOperands {
-  OperandMatrix original;          // the caller's Q as f32
-  std::vector<double> values;      // psi_Q(Q) dequantized, in the scores' domain when the scale is folded
+  OperandMatrix original;                      // the caller's Q as f32
+  std::vector<double> values;                  // psi_Q(Q) dequantized, in the scores' domain when the scale is folded
   std::vector<std::vector<float>> block_means; // Q smoothing: mean of each Q block (same domain)
 };
 

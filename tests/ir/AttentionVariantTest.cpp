@@ -15,8 +15,8 @@ TEST_CASE("enum names round-trip") {
        {Granularity::none, Granularity::per_tensor, Granularity::per_token, Granularity::per_block,
         Granularity::per_warp, Granularity::per_thread, Granularity::per_channel, Granularity::microscale_1x16})
     CHECK((parseGranularity(nameOf(granularity)) == granularity));
-  for (AccumulationKind kind : {AccumulationKind::f32, AccumulationKind::f16, AccumulationKind::f16_then_f32,
-                                AccumulationKind::f32_two_level})
+  for (AccumulationKind kind :
+       {AccumulationKind::f32, AccumulationKind::f16, AccumulationKind::f16_then_f32, AccumulationKind::f32_two_level})
     CHECK((parseAccumulationKind(nameOf(kind)) == kind));
   CHECK_FALSE(parseElementType("int9").has_value());
   CHECK(std::string(nameOf(MaskKind::block_sparse)) == "block_sparse");

@@ -72,9 +72,8 @@ TEST_CASE("K smoothing rescues K with a large per-channel bias (Table 18's effec
   unsmoothed.epilogue.lse_smoothing_correction = false;
   const AccuracyMetrics with = measure(smoothed, workload);
   const AccuracyMetrics without = measure(unsmoothed, workload);
-  MESSAGE("with smoothing: cos " << with.cosine_similarity << " rel-L1 " << with.relative_l1
-                                 << "; without: cos " << without.cosine_similarity << " rel-L1 "
-                                 << without.relative_l1);
+  MESSAGE("with smoothing: cos " << with.cosine_similarity << " rel-L1 " << with.relative_l1 << "; without: cos "
+                                 << without.cosine_similarity << " rel-L1 " << without.relative_l1);
   CHECK(with.cosine_similarity >= 0.9999);
   CHECK(with.relative_l1 <= 0.03);
   CHECK(without.relative_l1 > 5 * with.relative_l1);

@@ -25,11 +25,10 @@ struct Inputs {
 };
 
 Inputs makeInputs(const Shape &shape, uint64_t seed) {
-  return {randomTensor(shape.batch, shape.heads_q, shape.tokens_q, shape.dim, shape.storage, shape.layout, {seed}),
-          randomTensor(shape.batch, shape.heads_kv, shape.tokens_kv, shape.dim, shape.storage, shape.layout,
-                       {seed + 1}),
-          randomTensor(shape.batch, shape.heads_kv, shape.tokens_kv, shape.dim, shape.storage, shape.layout,
-                       {seed + 2})};
+  return {
+      randomTensor(shape.batch, shape.heads_q, shape.tokens_q, shape.dim, shape.storage, shape.layout, {seed}),
+      randomTensor(shape.batch, shape.heads_kv, shape.tokens_kv, shape.dim, shape.storage, shape.layout, {seed + 1}),
+      randomTensor(shape.batch, shape.heads_kv, shape.tokens_kv, shape.dim, shape.storage, shape.layout, {seed + 2})};
 }
 
 double maxAbsDifference(const std::vector<double> &a, const std::vector<double> &b) {
@@ -46,10 +45,10 @@ double maxAbsDifference(const std::vector<double> &a, const std::vector<double> 
 
 TEST_CASE("exact preset equals plain fp64 attention to 1e-12") {
   const Shape shapes[] = {
-      {1, 2, 2, 200, 200, 64, StorageType::f32, Layout::hnd, false},   // partial tiles
-      {2, 4, 2, 130, 70, 64, StorageType::f16, Layout::nhd, false},    // GQA, NHD, n_q != n_kv
-      {1, 3, 1, 96, 300, 128, StorageType::bf16, Layout::hnd, true},   // causal, n_q < n_kv (bottom-right)
-      {1, 2, 1, 300, 100, 32, StorageType::f16, Layout::nhd, true},    // causal, n_q > n_kv: masked rows
+      {1, 2, 2, 200, 200, 64, StorageType::f32, Layout::hnd, false}, // partial tiles
+      {2, 4, 2, 130, 70, 64, StorageType::f16, Layout::nhd, false},  // GQA, NHD, n_q != n_kv
+      {1, 3, 1, 96, 300, 128, StorageType::bf16, Layout::hnd, true}, // causal, n_q < n_kv (bottom-right)
+      {1, 2, 1, 300, 100, 32, StorageType::f16, Layout::nhd, true},  // causal, n_q > n_kv: masked rows
   };
   for (const Shape &shape : shapes) {
     CAPTURE(shape.tokens_q);
@@ -91,8 +90,8 @@ TEST_CASE("HND and NHD layouts give identical results") {
 TEST_CASE("GQA equals repeating K and V for every query head") {
   const Shape grouped{1, 4, 2, 64, 64, 32, StorageType::f16, Layout::hnd, false};
   const Inputs inputs = makeInputs(grouped, 5);
-  HostTensor k_repeated(1, 4, 64, 32, StorageType::f16, Layout::hnd), v_repeated(1, 4, 64, 32, StorageType::f16,
-                                                                                 Layout::hnd);
+  HostTensor k_repeated(1, 4, 64, 32, StorageType::f16, Layout::hnd),
+      v_repeated(1, 4, 64, 32, StorageType::f16, Layout::hnd);
   for (int64_t h = 0; h < 4; ++h)
     for (int64_t t = 0; t < 64; ++t)
       for (int64_t c = 0; c < 32; ++c) {

@@ -11,7 +11,7 @@
 using sage::reference::compareOutputs;
 
 TEST_CASE("metrics of hand-computed vectors") {
-  const std::vector<double> o{1.0, -2.0, 2.0};      // |O| sums to 5, |O|^2 = 9
+  const std::vector<double> o{1.0, -2.0, 2.0};       // |O| sums to 5, |O|^2 = 9
   const std::vector<double> o_prime{1.0, -2.0, 1.0}; // error 1 in one element
   const auto metrics = compareOutputs(o, o_prime);
   // cos = (1 + 4 + 2) / (3 * sqrt(6)); rel-L1 = 1 / 5; RMSE = sqrt(1 / 3)

@@ -89,8 +89,8 @@ void run(const ReferenceOptions &options) {
   const bool causal = variants.front().mask.kind == MaskKind::causal;
   const auto exact = reference::exactAttention(q, k, v, causal);
 
-  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} k_bias={} seed={}\n",
-             options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
+  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} k_bias={} seed={}\n", options.batch,
+             options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
              causal ? "yes" : "no", options.k_bias, options.seed);
   fmt::print("{:<12} {:>10} {:>9} {:>10} {:>13} {:>9}\n", "variant", "cos_sim", "rel_l1", "rmse", "lse_max_err",
              "seconds");
@@ -117,8 +117,7 @@ CommandAction addReferenceCommand(CLI::App &app) {
   CLI::App *command =
       app.add_subcommand("reference", "run variants on the CPU reference and compare them with exact attention");
   auto options = std::make_shared<ReferenceOptions>();
-  command->add_option("--preset", options->presets, "preset name(s), repeatable or comma-separated")
-      ->delimiter(',');
+  command->add_option("--preset", options->presets, "preset name(s), repeatable or comma-separated")->delimiter(',');
   command->add_option("--ir", options->ir_file, "a textual sage IR file to run instead of / besides presets");
   command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")->capture_default_str();
   command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)");
@@ -128,8 +127,9 @@ CommandAction addReferenceCommand(CLI::App &app) {
   command->add_option("--seed", options->seed, "random seed")->capture_default_str();
   command->add_option("--dtype", options->dtype, "storage type of Q, K, V: f16, bf16 or f32")->capture_default_str();
   command->add_option("--layout", options->layout, "hnd or nhd")->capture_default_str();
-  command->add_option("--k-bias", options->k_bias,
-                      "stddev of a per-channel bias shared by all K tokens (the outliers K smoothing removes)")
+  command
+      ->add_option("--k-bias", options->k_bias,
+                   "stddev of a per-channel bias shared by all K tokens (the outliers K smoothing removes)")
       ->capture_default_str();
   options->preset.addTo(*command);
   return [options] { run(*options); };

@@ -43,8 +43,8 @@ const char *sage_last_error(void);
 const char *sage_version(void);
 
 /* dtype: "f16" or "bf16" (the storage type of Q, K, V and O). */
-sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse,
-                                         const char *dtype, sage_attention_t *out);
+sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse, const char *dtype,
+                                         sage_attention_t *out);
 sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sage_attention_t *out);
 void sage_attention_destroy(sage_attention_t attention);
 
@@ -53,9 +53,8 @@ sage_status sage_attention_workspace_bytes(sage_attention_t attention, const sag
 /* lse: float [batch, heads_q, tokens_q] or NULL; block_mask: uint8 [batch, heads_q, q_blocks, kv_blocks] or NULL.
  * stream: a CUstream / cudaStream_t (NULL for the default stream). */
 sage_status sage_attention_run(sage_attention_t attention, sage_phase phase, const sage_shape *shape, sage_tensor q,
-                               sage_tensor k, sage_tensor v, sage_tensor o, float *lse,
-                               const unsigned char *block_mask, void *workspace, size_t workspace_bytes,
-                               void *stream);
+                               sage_tensor k, sage_tensor v, sage_tensor o, float *lse, const unsigned char *block_mask,
+                               void *workspace, size_t workspace_bytes, void *stream);
 
 /* A one-line description: variant, schedule, arch, tunables, kernel names, where each kernel came from
  * (memory / disk / compiled) and its compile time. */

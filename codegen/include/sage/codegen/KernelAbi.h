@@ -39,10 +39,10 @@ struct SageAttentionParams {
   struct SageTensorStrides v_strides;
   void *o; // output, same dtype as the input
   struct SageTensorStrides o_strides;
-  float *lse;                       // [b, h_q, tokens_q] natural-log LSE, or 0
-  const unsigned char *block_mask;  // [b, h_q, q_blocks, kv_blocks] (1 = compute), or 0
+  float *lse;                      // [b, h_q, tokens_q] natural-log LSE, or 0
+  const unsigned char *block_mask; // [b, h_q, q_blocks, kv_blocks] (1 = compute), or 0
   struct SageProblemSize size;
-  float softmax_scale;              // 1/sqrt(d): for the LSE and for unfolded variants
+  float softmax_scale; // 1/sqrt(d): for the LSE and for unfolded variants
 };
 
 #endif // SAGE_KERNEL_ABI_H

@@ -58,12 +58,12 @@ struct PvQuantization {
   AccumulationSpec accumulation;
   SmoothScope smooth_v_scope = SmoothScope::none;
 
-  PvQuantization &smooth_v();                // V - mean over tokens, added back after normalization
+  PvQuantization &smooth_v();                 // V - mean over tokens, added back after normalization
   PvQuantization &flush_every(int kv_blocks); // flush period of a two-level accumulation
 };
 
 PvQuantization f16(AccumulationKind accumulation, int flush_period = 0); // P, V in f16 (SageAttention T/B)
-PvQuantization int8_pv();   // P int8 with static scale 1/127, V int8 per-channel, f32 accumulation (vT/vB)
+PvQuantization int8_pv(); // P int8 with static scale 1/127, V int8 per-channel, f32 accumulation (vT/vB)
 PvQuantization fp8_e4m3(AccumulationKind accumulation = AccumulationKind::f32_two_level, int flush_period = 4);
 PvQuantization full_precision_pv(); // f32 P and V, f32 accumulation
 

@@ -35,9 +35,9 @@ enum class AccumulatorType : uint8_t { s32, f16, f32 };
 
 // How the P.V partial products are accumulated across KV blocks.
 enum class AccumulationKind : uint8_t {
-  f32,          // fp32 accumulator
-  f16,          // fp16 accumulator only (SageAttention's T/B kernels)
-  f16_then_f32, // fp16 accumulator flushed into an fp32 buffer every `flush_period` KV blocks (two-level)
+  f32,           // fp32 accumulator
+  f16,           // fp16 accumulator only (SageAttention's T/B kernels)
+  f16_then_f32,  // fp16 accumulator flushed into an fp32 buffer every `flush_period` KV blocks (two-level)
   f32_two_level, // the mma's fp32 accumulator flushed into a separate fp32 buffer every `flush_period` KV blocks
                  // (SageAttention2: FP8 mma accumulators keep fewer than 32 bits)
 };
@@ -55,10 +55,10 @@ enum class TensorRole : uint8_t { q, k, v, p };
 struct QuantizerSpec {
   ElementType dtype = ElementType::f32;
   Granularity granularity = Granularity::none;
-  int group_tokens = 0;          // tokens per scale for per_block / per_warp / per_thread, else 0
+  int group_tokens = 0; // tokens per scale for per_block / per_warp / per_thread, else 0
   ScaleType scale_type = ScaleType::f32;
-  double static_scale = 0.0;     // > 0: a fixed scale (P's 1/127), no scale is computed
-  bool two_level = false;        // SageAttention3: per-row f32 scale on top of the microscales
+  double static_scale = 0.0;       // > 0: a fixed scale (P's 1/127), no scale is computed
+  bool two_level = false;          // SageAttention3: per-row f32 scale on top of the microscales
   bool fold_softmax_scale = false; // Q only: multiply by 1/sqrt(d) * log2(e) before quantizing
 
   bool quantized() const { return granularity != Granularity::none || static_scale > 0.0; }
@@ -93,8 +93,8 @@ struct AttentionVariant {
   std::string name;
   int version = kIrVersion;
   int head_dim = 128;
-  int block_q = 128;  // Q tokens per tile (the paper's b_q)
-  int block_kv = 64;  // K/V tokens per tile (the paper's b_kv)
+  int block_q = 128; // Q tokens per tile (the paper's b_q)
+  int block_kv = 64; // K/V tokens per tile (the paper's b_kv)
 
   SmoothScope smooth_q = SmoothScope::none;
   SmoothScope smooth_k = SmoothScope::none;

@@ -7,7 +7,6 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
-#include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/SymbolTable.h"
 
 #include "SageDialect.h.inc"

@@ -42,8 +42,8 @@ struct BufferSlice {
 };
 
 struct WorkspaceLayout {
-  int64_t padded_q = 0;  // tokens_q rounded up to block_q
-  int64_t padded_kv = 0; // tokens_kv rounded up to block_kv
+  int64_t padded_q = 0;      // tokens_q rounded up to block_q
+  int64_t padded_kv = 0;     // tokens_kv rounded up to block_kv
   int64_t q_scale_count = 0; // scales per (batch, head) of Q
   int64_t k_scale_count = 0; // scales per (batch, head) of K
   BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean;
