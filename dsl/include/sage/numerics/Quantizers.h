@@ -7,6 +7,11 @@
 //   e4m3/e5m2: cvt.rn.satfinite (round half to even, clamp to the largest finite, NaN stays NaN)
 //   e2m1:      round half to even onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}, saturating
 // A group whose amax is 0 gets scale 0 and inverse 0: all codes are 0, nothing is NaN.
+// NaN and edge choices (the f16/bf16/e4m3/e5m2/int8 ones match an H100's cvt on all 2^32 floats):
+//   f16/bf16: any NaN -> 0x7fff; e4m3/e5m2: any NaN -> 0x7f (sign dropped); int8/int4: NaN -> 0;
+//   e2m1: NaN -> +6 (0x7); ue4m3: negative, -0 and NaN -> 0x00. Zero keeps its sign where the
+//   format has one (e4m3(-0) = 0x80). Decoders reject bits outside the format (e2m1 >= 16,
+//   ue4m3 >= 0x80) with std::invalid_argument.
 #pragma once
 
 #include <cstdint>
@@ -45,9 +50,12 @@ struct SymmetricScale {
   float inverse = 0.0f; // quantize:   code = round(x * inverse)
 };
 
-// amax / qmax and qmax / amax in f32, 0/0 for an all-zero group.
+// amax / qmax and qmax / amax in f32, 0/0 for an all-zero group. Throws std::invalid_argument unless
+// amax >= 0 (inf allowed: scale inf, inverse 0) and qmax is finite and positive.
 SymmetricScale symmetricScale(float amax, float qmax);
 
+// Group quantizers: amax = max |x| in f32 (a NaN never wins, like max.f32), then symmetricScale, then
+// code = convert(x * inverse). `codes` must be as long as `values` (else std::invalid_argument).
 // Quantizes `values` with one symmetric scale to int8 ([-127, 127]); returns the scale.
 float quantizeInt8(std::span<const float> values, std::span<int8_t> codes);
 // Same with qmax 7 for int4 codes stored one per byte.
@@ -59,6 +67,9 @@ float quantizeE5m2(std::span<const float> values, std::span<uint8_t> codes);
 // NVFP4 microscaling of one row: groups of 16 values share a UE4M3 scale (amax / 6 rounded to
 // UE4M3, after dividing by `global_scale`); codes are E2M1 bit patterns, one per byte.
 // Dequantize: x ~= e2m1(code) * ue4m3(scale) * global_scale.
+// Exact f32 steps per group: v = x / global_scale; scale_code = ue4m3(max|v| / 6); s = ue4m3 value;
+// inverse = s > 0 ? 1 / s : 0; code = e2m1(v * inverse). The last group may hold fewer than 16 values;
+// scale_codes holds ceil(n / 16) entries. global_scale must be finite and positive.
 void quantizeNvfp4Row(std::span<const float> values, float global_scale, std::span<uint8_t> codes,
                       std::span<uint8_t> scale_codes);
 
