@@ -23,9 +23,12 @@ namespace {
 
 std::string joinMessages(const std::vector<Diagnostic> &diagnostics) {
   std::string text;
-  for (const Diagnostic &diagnostic : diagnostics)
-    text += (text.empty() ? "" : "\n") + diagnostic.text();
-  return text.empty() ? "invalid sage program" : text;
+  for (const Diagnostic &diagnostic : diagnostics) {
+    if (!text.empty())
+      text.push_back('\n');
+    text.append(diagnostic.text());
+  }
+  return text.empty() ? std::string("invalid sage program") : text;
 }
 
 std::string locationText(mlir::Location location) {
