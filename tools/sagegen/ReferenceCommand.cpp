@@ -7,6 +7,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -92,8 +93,11 @@ void run(const ReferenceOptions &options) {
   fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} k_bias={} seed={}\n", options.batch,
              options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
              causal ? "yes" : "no", options.k_bias, options.seed);
-  fmt::print("{:<12} {:>10} {:>9} {:>10} {:>13} {:>9}\n", "variant", "cos_sim", "rel_l1", "rmse", "lse_max_err",
-             "seconds");
+  size_t name_width = 12;
+  for (const AttentionVariant &variant : variants)
+    name_width = std::max(name_width, variant.name.size());
+  fmt::print("{:<{}} {:>10} {:>9} {:>10} {:>13} {:>9}\n", "variant", name_width, "cos_sim", "rel_l1", "rmse",
+             "lse_max_err", "seconds");
   for (const AttentionVariant &variant : variants) {
     if ((variant.mask.kind == MaskKind::causal) != causal)
       throw UserError("--ir/--preset: all variants must share one mask");
@@ -105,8 +109,8 @@ void run(const ReferenceOptions &options) {
     for (size_t i = 0; i < exact.lse.size(); ++i)
       if (std::isfinite(exact.lse[i]))
         lse_error = std::max(lse_error, std::fabs(exact.lse[i] - result.lse[i]));
-    fmt::print("{:<12} {:>10.6f} {:>9.4f} {:>10.2e} {:>13} {:>9.2f}\n", variant.name, metrics.cosine_similarity,
-               metrics.relative_l1, metrics.rmse,
+    fmt::print("{:<{}} {:>10.6f} {:>9.4f} {:>10.2e} {:>13} {:>9.2f}\n", variant.name, name_width,
+               metrics.cosine_similarity, metrics.relative_l1, metrics.rmse,
                variant.epilogue.write_lse ? fmt::format("{:.2e}", lse_error) : std::string("-"), seconds);
   }
 }
