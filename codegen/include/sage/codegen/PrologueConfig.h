@@ -1,0 +1,76 @@
+// What a variant asks of the quantization prologue, validated and reduced to the facts the code generator
+// needs (internal to the prologue generator; PrologueGenerator.h is the public interface).
+#pragma once
+
+#include "sage/codegen/PrologueGenerator.h"
+#include "sage/ir/AttentionVariant.h"
+#include "sage/schedules/InputType.h"
+
+#include <string>
+#include <vector>
+
+namespace sage::codegen {
+
+// psi_Q or psi_K: symmetric codes with one f32 scale per group of tokens.
+struct TokenQuantizerConfig {
+  ElementType dtype = ElementType::int8; // int8 or e4m3
+  Granularity granularity = Granularity::per_block;
+  int tile_tokens = 0;     // b_q or b_kv: the attention tile whose groups these are
+  int group_tokens = 0;    // per_block / per_warp / per_thread: tokens per group (resolved, divides the tile)
+  int groups_per_tile = 0; // scales per attention tile (1 for per_tensor, whose scale covers the whole sequence)
+
+  bool perTensor() const { return granularity == Granularity::per_tensor; }
+  float codeMax() const { return dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
+};
+
+// What the prologue writes for V.
+enum class VOutput : uint8_t {
+  none,       // f16 P.V on an f16, unsmoothed V: the attention kernel reads V in place
+  f16_values, // f16 P.V on a bf16 or smoothed V: v_values
+  codes,      // int8 or e4m3 P.V: per-channel scales and transposed codes
+};
+
+struct PrologueConfig {
+  std::string variant_name;
+  schedules::InputType input = schedules::InputType::f16;
+  int head_dim = 128;
+  int block_q = 128;
+  int block_kv = 64;
+  TokenQuantizerConfig q, k;
+  bool fold_q_scale = false; // x = Q * q_prescale before psi_Q
+  bool smooth_q = false;     // Q minus its block mean (SageAttention2)
+  bool smooth_k = false;     // gamma(K) = K - mean(K) over the sequence
+  bool smooth_v = false;     // V minus its sequence mean
+  VOutput v_output = VOutput::none;
+  ElementType v_dtype = ElementType::f16; // int8 or e4m3 when v_output == codes
+  PrologueTunables tunables;              // resolved: no zero (derived) fields left
+  int statistics_ctas_per_tensor = 256;   // tunables.statistics_target_ctas shared by K's and V's statistics
+
+  // Column statistics that must be reduced over the whole sequence before the tensor can be quantized.
+  bool kStatistics() const { return smooth_k || k.perTensor(); }
+  bool kMinMax() const { return k.perTensor(); }
+  bool vStatistics() const { return smooth_v || v_output == VOutput::codes; }
+  bool vMinMax() const { return v_output == VOutput::codes; }
+  float vCodeMax() const { return v_dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
+  bool usesE4m3() const {
+    return q.dtype == ElementType::e4m3 || k.dtype == ElementType::e4m3 ||
+           (v_output == VOutput::codes && v_dtype == ElementType::e4m3);
+  }
+  PrologueGeometry geometry() const;
+};
+
+// Throws std::invalid_argument naming the offending field when the prologue cannot serve the variant.
+PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::InputType input, int head_dim,
+                                  const PrologueTunables &tunables);
+
+// One launch of the plan: its entry point, what it does, and its roles in blockIdx.x order.
+struct PlannedLaunch {
+  std::string entry_point;
+  std::string name;
+  std::vector<PrologueRole> roles;
+};
+
+// The launches, in order (see PrologueGenerator.h for why there are several).
+std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config);
+
+} // namespace sage::codegen

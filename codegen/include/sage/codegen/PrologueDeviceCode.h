@@ -1,0 +1,48 @@
+// The text of a generated prologue kernel, section by section (internal to the prologue generator).
+//
+// A kernel source is, in this order: a header comment, KernelAbi.h, the generation-time constants, the basic
+// helpers (geometry, f32 scale arithmetic, conversions, loads), the code packers, the psi_Q / psi_K structs,
+// the shared-memory budgets, the tile library, the statistics scratch, the role functions its launch needs,
+// and the __global__ entry that finds its role from blockIdx.x.
+#pragma once
+
+#include "sage/codegen/PrologueConfig.h"
+
+#include <string>
+#include <vector>
+
+namespace sage::codegen::prologue {
+
+// ---- PrologueDeviceLibrary.cpp ----
+// constexpr shapes and tunables.
+std::string emitConstants(const PrologueConfig &config);
+// Shared-memory bytes of each role (after the quantizer structs); `roles` picks this launch's kSharedBytes.
+std::string emitSharedBudgets(const std::vector<PrologueRole> &roles);
+// Geometry helpers mirrored by prologueRoleCtas, f32 scale arithmetic, input conversions and loads.
+std::string emitBasicHelpers(const PrologueConfig &config);
+// int8 codes, and e4m3 codes (hardware cvt on sm_89+, encodeE4m3Software below that) when the variant has any.
+std::string emitCodeHelpers(const PrologueConfig &config);
+// `unsigned encodeE4m3Software(float)`: cvt.rn.satfinite.e4m3 in integer arithmetic (for sm_80/sm_86).
+std::string emitE4m3SoftwareEncoder();
+// Token tiles in registers, row/CTA reductions, column folds, the generic tile quantizer.
+std::string emitTileLibrary();
+// struct QQuantizer / KQuantizer: tile, groups, qmax, group of a row, code packing.
+// `blocks_per_tile` attention tiles (b_q or b_kv tokens) make one CTA's tile.
+std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &quantizer, const char *tile_constant,
+                               int blocks_per_tile, const char *what);
+// Where launch 1 leaves the per-slice column statistics (inside k_codes) and how launch 2 finds them; with
+// `with_reduction` also the column reduction that launch 1 runs.
+std::string emitStatisticsScratch(const PrologueConfig &config, bool with_reduction);
+
+// ---- PrologueRoleSources.cpp ----
+// Device functions shared by several roles (QBlock, KBlock, combineVStatistics), as the roles need them.
+std::string emitRoleSupport(const PrologueConfig &config, const std::vector<PrologueRole> &roles);
+// `static __device__ void NAME(const SagePrologueParams &params, long long cta, unsigned char *shared)`.
+std::string emitRoleFunction(PrologueRole role, const PrologueConfig &config);
+std::string roleFunctionName(PrologueRole role, const PrologueConfig &config);
+// Device expression of the role's CTA count in terms of `params.size` (mirrors prologueRoleCtas).
+std::string roleCtaCountExpression(PrologueRole role);
+// One line saying what the role does, for comments and PrologueKernel::grid_rule.
+std::string roleSummary(PrologueRole role, const PrologueConfig &config);
+
+} // namespace sage::codegen::prologue

@@ -1,0 +1,99 @@
+// The quantization prologue's kernel generator: from a variant, the CUDA sources of the few launches that read
+// Q, K and V and fill the workspace described by sage/schedules/WorkspaceLayout.h.
+//
+//   PrologueSource prologue = PrologueGenerator::generate(variant, InputType::bf16, 128);
+//   for (size_t i = 0; i < prologue.kernels.size(); ++i)      // launch in order, on one stream,
+//     launch(prologue.kernels[i], prologueGrid(prologue, i, shape), params);  // all with the same params
+//
+// Every kernel takes one SagePrologueParams by value (KernelAbi.h) and uses blockDim = (block_threads, 1, 1);
+// gridDim.x comes from prologueGrid (PrologueLaunch.h), which adds up the CTA counts of the kernel's roles.
+//
+// Why several launches: mean(K) (and V's per-channel amax) must be known before K (V) is quantized, and a
+// launch boundary is the only grid-wide barrier. Column statistics are reduced per slice of tokens in the
+// first launch (while psi_Q runs), combined per head in the second, and the second read of K quantizes it in
+// the third (V, which needs only its own statistics, is converted or quantized in the second). Partial statistics
+// live in the k_codes buffer until K's codes overwrite them, so no extra workspace and no zero-initialisation is
+// needed. A per-tensor scale adds a fourth launch: its amax waits in the scale slot while the codes are written.
+// Variants with nothing to reduce over the sequence get a single launch. planPrologueLaunches
+// (PrologueConfig.h) decides.
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+#include "sage/schedules/InputType.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sage::codegen {
+
+// Tunables of the prologue: performance only, never the results (the sum order of the means aside). Zero
+// means "derived". The defaults come from H100 measurements at 16k tokens x hidden 2048.
+struct PrologueTunables {
+  int threads = 0;                       // threads per CTA (power of two, 64..1024); 0: derived from the tiles
+  int statistics_target_ctas = 256;      // column-statistics CTAs of launch 1 to aim for, K's and V's together
+  int statistics_min_slice_tokens = 512; // tokens a column-statistics CTA reduces at least (>= 16)
+  int max_statistics_slices = 32;        // slices per head at most: every V tile re-reads all of a head's slices
+  int statistics_unroll = 8;             // independent 16-byte loads in flight per thread while reducing columns
+  int v_tile_tokens = 0;                 // tokens of one V tile (128, 256 or 512); 0: max(128, 16384 / head_dim)
+  int k_blocks_per_tile = 0;             // KV blocks one psi_K CTA quantizes; 0: about 32 KiB of K per CTA
+  bool operator==(const PrologueTunables &) const = default;
+};
+
+// What one range of a launch's CTAs does. A kernel's CTAs are its roles' ranges, in order, along blockIdx.x.
+enum class PrologueRole : uint8_t {
+  k_column_statistics, // per (batch, kv head, slice): per-channel sum (mean(K)) and/or min/max (per-tensor psi_K)
+  v_column_statistics, // per (batch, kv head, slice): per-channel sum (mean(V)) and/or min/max (per-channel psi_V)
+  q_block_statistics,  // per (batch, q head, Q block): Q block amax for a per-tensor psi_Q (and q_mean)
+  q_block_quantize,    // per (batch, q head, Q block): psi_Q -> q_codes, q_scales (+ q_mean)
+  k_block_quantize,    // per (batch, kv head, k_blocks_per_tile KV blocks): phi_K = psi_K o gamma -> k_codes, k_scales
+  v_tile_convert,      // per (batch, kv head, V tile): V (- mean(V)) rounded to f16 -> v_values
+  v_tile_quantize,     // per (batch, kv head, V tile): per-channel psi_V, transposed -> v_codes (+ v_scales, v_mean)
+  k_combine,           // per (batch, kv head): the slices' sums -> k_mean; per-tensor K amax
+  q_combine,           // per (batch, q head): the blocks' amax -> the per-tensor Q amax
+  finalize_q_scales,   // ceil(batch * heads_q / threads): per-tensor amax -> scale = amax / qmax
+  finalize_k_scales,   // ceil(batch * heads_kv / threads): the same for K
+};
+
+std::string_view nameOf(PrologueRole role);
+
+// Everything the grid computation needs besides the problem shape.
+struct PrologueGeometry {
+  int head_dim = 128;
+  int block_q = 128;
+  int block_kv = 64;
+  int threads = 256;
+  int statistics_ctas_per_tensor = 256; // resolved from statistics_target_ctas
+  int statistics_min_slice_tokens = 512;
+  int max_statistics_slices = 32;
+  int v_tile_tokens = 128;
+  int k_blocks_per_tile = 1;
+};
+
+struct PrologueKernel {
+  std::string name;                // what the launch does, for logs and `sagegen explain`
+  std::string entry_point;         // the extern "C" __global__ function
+  std::string source;              // one self-contained CUDA C++ translation unit (no includes) for NVRTC
+  int block_threads = 256;         // blockDim = (block_threads, 1, 1)
+  int dynamic_shared_bytes = 0;    // all shared memory is static
+  std::vector<PrologueRole> roles; // CTA ranges along blockIdx.x, in this order
+  std::string grid_rule;           // gridDim.x in words (prologueGrid computes it)
+};
+
+struct PrologueSource {
+  std::string variant_name;
+  schedules::InputType input = schedules::InputType::f16;
+  PrologueGeometry geometry;
+  std::vector<PrologueKernel> kernels; // launch in this order on one stream, all with the same SagePrologueParams
+};
+
+class PrologueGenerator {
+public:
+  // Throws std::invalid_argument naming the field when the variant asks for something the prologue does not
+  // produce (int4/FP4 codes, microscales, a V that is neither f16 nor per-channel int8/e4m3, ...).
+  static PrologueSource generate(const AttentionVariant &variant, schedules::InputType input, int head_dim,
+                                 const PrologueTunables &tunables = {});
+};
+
+} // namespace sage::codegen

@@ -1,0 +1,268 @@
+// Validation of a variant for the quantization prologue, and the launch plan.
+#include "sage/codegen/PrologueConfig.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace sage::codegen {
+namespace {
+
+void require(bool condition, const std::string &message) {
+  if (!condition)
+    throw std::invalid_argument(message);
+}
+
+// The dialect's spellings, local so that codegen does not link the MLIR-based sage_ir for a few names.
+std::string dtypeName(ElementType type) {
+  constexpr const char *kNames[] = {"f32", "f16", "bf16", "int8", "int4", "e4m3", "e5m2", "e2m1"};
+  return kNames[static_cast<int>(type)];
+}
+
+std::string granularityName(Granularity granularity) {
+  constexpr const char *kNames[] = {"none",     "per_tensor", "per_token",   "per_block",
+                                    "per_warp", "per_thread", "per_channel", "microscale_1x16"};
+  return kNames[static_cast<int>(granularity)];
+}
+
+std::string scopeName(SmoothScope scope) {
+  constexpr const char *kNames[] = {"none", "sequence", "block"};
+  return kNames[static_cast<int>(scope)];
+}
+
+bool isPowerOfTwo(int value) { return value > 0 && (value & (value - 1)) == 0; }
+
+int nextPowerOfTwo(int value) {
+  int power = 1;
+  while (power < value)
+    power *= 2;
+  return power;
+}
+
+TokenQuantizerConfig tokenQuantizer(const QuantizerSpec &spec, int tile_tokens, const std::string &field) {
+  require(spec.dtype == ElementType::int8 || spec.dtype == ElementType::e4m3,
+          field + ".dtype: the prologue writes int8 or e4m3 codes, got " + dtypeName(spec.dtype));
+  require(spec.scale_type == ScaleType::f32 && !spec.two_level && spec.static_scale <= 0.0,
+          field + ": the prologue computes one dynamic f32 scale per group (no ue4m3, two-level or static scales)");
+  TokenQuantizerConfig config;
+  config.dtype = spec.dtype;
+  config.granularity = spec.granularity;
+  config.tile_tokens = tile_tokens;
+  switch (spec.granularity) {
+  case Granularity::per_tensor:
+    config.groups_per_tile = 1;
+    break;
+  case Granularity::per_token:
+    config.groups_per_tile = tile_tokens;
+    break;
+  case Granularity::per_block:
+  case Granularity::per_warp:
+  case Granularity::per_thread: {
+    config.group_tokens = spec.group_tokens > 0 ? spec.group_tokens : tile_tokens;
+    require(tile_tokens % config.group_tokens == 0, field + ".group_tokens " + std::to_string(config.group_tokens) +
+                                                        " must divide the " + std::to_string(tile_tokens) +
+                                                        "-token tile");
+    const bool interleaved = spec.granularity == Granularity::per_thread;
+    require(!interleaved || config.group_tokens % 8 == 0,
+            field + ".group_tokens: per_thread interleaves tokens by 8, so it must be a multiple of 8, got " +
+                std::to_string(config.group_tokens));
+    config.groups_per_tile = tile_tokens / config.group_tokens * (interleaved ? 8 : 1);
+    break;
+  }
+  default:
+    throw std::invalid_argument(field +
+                                ".granularity: expected per_tensor, per_token, per_block, per_warp or "
+                                "per_thread, got " +
+                                granularityName(spec.granularity));
+  }
+  return config;
+}
+
+void validateTunables(const PrologueTunables &tunables, int head_dim) {
+  require(tunables.threads == 0 ||
+              (isPowerOfTwo(tunables.threads) && tunables.threads >= 64 && tunables.threads <= 1024),
+          "tunables.threads: expected 0 (derived) or a power of two from 64 to 1024, got " +
+              std::to_string(tunables.threads));
+  require(tunables.statistics_target_ctas >= 1,
+          "tunables.statistics_target_ctas: expected >= 1, got " + std::to_string(tunables.statistics_target_ctas));
+  require(tunables.statistics_min_slice_tokens >= 16,
+          "tunables.statistics_min_slice_tokens: expected at least 16 (the slices' statistics live in k_codes), got " +
+              std::to_string(tunables.statistics_min_slice_tokens));
+  require(tunables.max_statistics_slices >= 1 && tunables.max_statistics_slices <= 64,
+          "tunables.max_statistics_slices: expected 1 to 64, got " + std::to_string(tunables.max_statistics_slices));
+  require(tunables.statistics_unroll >= 1 && tunables.statistics_unroll <= 16,
+          "tunables.statistics_unroll: expected 1 to 16, got " + std::to_string(tunables.statistics_unroll));
+  const int v_tile = tunables.v_tile_tokens;
+  require(v_tile == 0 || v_tile == 128 || v_tile == 256 || v_tile == 512,
+          "tunables.v_tile_tokens: expected 0 (derived), 128, 256 or 512, got " + std::to_string(v_tile));
+  require(head_dim * v_tile <= 32768, "tunables.v_tile_tokens: a transposed " + std::to_string(v_tile) + " x " +
+                                          std::to_string(head_dim) + " V tile exceeds 32 KiB of shared memory");
+  require(tunables.k_blocks_per_tile >= 0 && tunables.k_blocks_per_tile <= 16,
+          "tunables.k_blocks_per_tile: expected 0 (derived) to 16, got " + std::to_string(tunables.k_blocks_per_tile));
+}
+
+} // namespace
+
+std::string_view nameOf(PrologueRole role) {
+  switch (role) {
+  case PrologueRole::k_column_statistics:
+    return "k_column_statistics";
+  case PrologueRole::v_column_statistics:
+    return "v_column_statistics";
+  case PrologueRole::q_block_statistics:
+    return "q_block_statistics";
+  case PrologueRole::q_block_quantize:
+    return "q_block_quantize";
+  case PrologueRole::k_block_quantize:
+    return "k_block_quantize";
+  case PrologueRole::v_tile_convert:
+    return "v_tile_convert";
+  case PrologueRole::v_tile_quantize:
+    return "v_tile_quantize";
+  case PrologueRole::k_combine:
+    return "k_combine";
+  case PrologueRole::q_combine:
+    return "q_combine";
+  case PrologueRole::finalize_q_scales:
+    return "finalize_q_scales";
+  case PrologueRole::finalize_k_scales:
+    return "finalize_k_scales";
+  }
+  return "unknown";
+}
+
+PrologueGeometry PrologueConfig::geometry() const {
+  PrologueGeometry geometry;
+  geometry.head_dim = head_dim;
+  geometry.block_q = block_q;
+  geometry.block_kv = block_kv;
+  geometry.threads = tunables.threads;
+  geometry.statistics_ctas_per_tensor = statistics_ctas_per_tensor;
+  geometry.statistics_min_slice_tokens = tunables.statistics_min_slice_tokens;
+  geometry.max_statistics_slices = tunables.max_statistics_slices;
+  geometry.v_tile_tokens = tunables.v_tile_tokens;
+  geometry.k_blocks_per_tile = tunables.k_blocks_per_tile;
+  return geometry;
+}
+
+PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::InputType input, int head_dim,
+                                  const PrologueTunables &tunables) {
+  require(head_dim == variant.head_dim, "head_dim: " + std::to_string(head_dim) +
+                                            " does not match the variant's head_dim " +
+                                            std::to_string(variant.head_dim));
+  // A row of d channels is d/8 16-byte vectors, one per lane of a power-of-two group within a warp.
+  require(head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256,
+          "head_dim: the prologue supports 16, 32, 64, 128 and 256, got " + std::to_string(head_dim));
+  require(variant.block_q > 0 && variant.block_q % 16 == 0,
+          "variant.block_q: expected a positive multiple of 16, got " + std::to_string(variant.block_q));
+  require(variant.block_kv > 0 && variant.block_kv % 16 == 0,
+          "variant.block_kv: expected a positive multiple of 16, got " + std::to_string(variant.block_kv));
+  validateTunables(tunables, head_dim);
+
+  PrologueConfig config;
+  config.variant_name = variant.name;
+  config.input = input;
+  config.head_dim = head_dim;
+  config.block_q = variant.block_q;
+  config.block_kv = variant.block_kv;
+  config.q = tokenQuantizer(variant.q, variant.block_q, "q");
+  config.k = tokenQuantizer(variant.k, variant.block_kv, "k");
+  require(!variant.k.fold_softmax_scale, "k.fold_softmax_scale: only Q folds the softmax scale");
+  config.fold_q_scale = variant.q.fold_softmax_scale;
+
+  require(variant.smooth_q == SmoothScope::none || variant.smooth_q == SmoothScope::block,
+          "smooth_q: expected none or block, got " + scopeName(variant.smooth_q));
+  require(variant.smooth_k == SmoothScope::none || variant.smooth_k == SmoothScope::sequence,
+          "smooth_k: expected none or sequence, got " + scopeName(variant.smooth_k));
+  require(variant.smooth_v == SmoothScope::none || variant.smooth_v == SmoothScope::sequence,
+          "smooth_v: expected none or sequence, got " + scopeName(variant.smooth_v));
+  config.smooth_q = variant.smooth_q == SmoothScope::block;
+  config.smooth_k = variant.smooth_k == SmoothScope::sequence;
+  config.smooth_v = variant.smooth_v == SmoothScope::sequence;
+
+  const QuantizerSpec &v = variant.v;
+  if (v.granularity == Granularity::none && v.static_scale <= 0.0) {
+    require(v.dtype == ElementType::f16,
+            "v.dtype: an unquantized V must be f16 for the prologue (P.V in f16), got " + dtypeName(v.dtype));
+    const bool convert = input == schedules::InputType::bf16 || config.smooth_v;
+    config.v_output = convert ? VOutput::f16_values : VOutput::none;
+  } else {
+    require(v.granularity == Granularity::per_channel,
+            "v.granularity: expected per_channel (or none for f16), got " + granularityName(v.granularity));
+    require(v.dtype == ElementType::int8 || v.dtype == ElementType::e4m3,
+            "v.dtype: per-channel V codes must be int8 or e4m3, got " + dtypeName(v.dtype));
+    require(v.scale_type == ScaleType::f32 && !v.two_level && v.static_scale <= 0.0,
+            "v: the prologue computes one dynamic f32 scale per channel");
+    config.v_output = VOutput::codes;
+    config.v_dtype = v.dtype;
+  }
+
+  config.tunables = tunables;
+  PrologueTunables &resolved = config.tunables;
+  if (resolved.v_tile_tokens == 0) // about 32 KiB of V per CTA, at least 128 tokens (the transpose's swizzle)
+    resolved.v_tile_tokens = std::max(128, 16384 / head_dim);
+  if (resolved.k_blocks_per_tile == 0) // about 32 KiB of K per CTA
+    resolved.k_blocks_per_tile = std::clamp(16384 / (variant.block_kv * head_dim), 1, 4);
+  // Launch 1's statistics CTAs are shared by the tensors that need them. Fewer slices per tensor also make the
+  // combine in every V tile of launch 2 cheaper.
+  const int statistics_tensors = (config.kStatistics() ? 1 : 0) + (config.vStatistics() ? 1 : 0);
+  config.statistics_ctas_per_tensor = std::max(1, resolved.statistics_target_ctas / std::max(1, statistics_tensors));
+  if (resolved.threads == 0) {
+    // About 8 vectors (64 values) of the largest tile per thread: enough loads in flight, few registers.
+    const int tile_tokens =
+        std::max({variant.block_q, variant.block_kv * resolved.k_blocks_per_tile, resolved.v_tile_tokens});
+    resolved.threads = std::clamp(nextPowerOfTwo(tile_tokens * head_dim / 8 / 8), 256, 1024);
+  }
+  return config;
+}
+
+std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
+  using Role = PrologueRole;
+  const bool k_statistics = config.kStatistics();
+  const bool v_statistics = config.vStatistics();
+  const bool q_per_tensor = config.q.perTensor();
+  // K is quantized in the first launch only when nothing needs the k_codes buffer as scratch.
+  const bool k_in_first = !k_statistics && !v_statistics;
+
+  std::vector<Role> first, combine, second_read, finalize;
+  // Long column reductions first, so that they start early and psi_Q fills the machine around them.
+  if (k_statistics)
+    first.push_back(Role::k_column_statistics);
+  if (v_statistics)
+    first.push_back(Role::v_column_statistics);
+  first.push_back(q_per_tensor ? Role::q_block_statistics : Role::q_block_quantize);
+  if (config.v_output == VOutput::f16_values && !config.smooth_v)
+    first.push_back(Role::v_tile_convert);
+  if (k_in_first)
+    first.push_back(Role::k_block_quantize);
+
+  if (k_statistics)
+    combine.push_back(Role::k_combine);
+  if (q_per_tensor)
+    combine.push_back(Role::q_combine);
+  if (v_statistics)
+    combine.push_back(config.v_output == VOutput::codes ? Role::v_tile_quantize : Role::v_tile_convert);
+
+  if (!k_in_first)
+    second_read.push_back(Role::k_block_quantize);
+  if (q_per_tensor)
+    second_read.push_back(Role::q_block_quantize);
+
+  if (q_per_tensor)
+    finalize.push_back(Role::finalize_q_scales);
+  if (config.k.perTensor())
+    finalize.push_back(Role::finalize_k_scales);
+
+  std::vector<PlannedLaunch> launches;
+  launches.push_back({"sage_prologue_read_inputs", "first read of Q, K and V", std::move(first)});
+  if (!combine.empty())
+    launches.push_back({"sage_prologue_combine_statistics", "combine column statistics", std::move(combine)});
+  if (!second_read.empty())
+    launches.push_back({"sage_prologue_quantize_after_statistics", "second read: quantize with the statistics",
+                        std::move(second_read)});
+  if (!finalize.empty())
+    launches.push_back({"sage_prologue_finalize_scales", "per-tensor scales", std::move(finalize)});
+  return launches;
+}
+
+} // namespace sage::codegen

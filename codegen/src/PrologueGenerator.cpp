@@ -1,0 +1,188 @@
+// Assembles the prologue's kernels: one self-contained CUDA source per planned launch.
+#include "sage/codegen/PrologueGenerator.h"
+
+#include "sage/codegen/KernelAbiSource.h"
+#include "sage/codegen/PrologueConfig.h"
+#include "sage/codegen/PrologueDeviceCode.h"
+
+#include <algorithm>
+#include <string>
+
+namespace sage::codegen {
+namespace {
+
+using namespace prologue;
+
+bool has(const std::vector<PrologueRole> &roles, PrologueRole role) {
+  return std::find(roles.begin(), roles.end(), role) != roles.end();
+}
+
+// `text` as comment lines of at most 118 columns; continuation lines are indented two more spaces.
+std::string commentLines(const std::string &prefix, const std::string &text) {
+  constexpr size_t kWidth = 118;
+  std::string lines, line = prefix;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos)
+      end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (line.size() + word.size() + 1 > kWidth && line.size() > prefix.size() + 2) {
+      lines += line + "\n";
+      line = prefix + "  ";
+    }
+    if (line.size() > prefix.size() && line.back() != ' ')
+      line += ' ';
+    line += word;
+    start = end + 1;
+  }
+  return lines + line + "\n";
+}
+
+std::string describeQuantizer(const TokenQuantizerConfig &quantizer) {
+  std::string text = quantizer.dtype == ElementType::e4m3 ? "e4m3 " : "int8 ";
+  switch (quantizer.granularity) {
+  case Granularity::per_tensor:
+    return text + "per_tensor";
+  case Granularity::per_token:
+    return text + "per_token";
+  case Granularity::per_block:
+    return text + "per_block (" + std::to_string(quantizer.group_tokens) + " tokens per scale)";
+  case Granularity::per_warp:
+    return text + "per_warp (" + std::to_string(quantizer.group_tokens) + " tokens per scale)";
+  default:
+    return text + "per_thread (" + std::to_string(quantizer.group_tokens) + "-token groups, interleaved by 8)";
+  }
+}
+
+std::string describeVariant(const PrologueConfig &config) {
+  const std::string input = config.input == schedules::InputType::bf16 ? "bf16" : "f16";
+  std::string text =
+      commentLines("// ", "Variant \"" + config.variant_name + "\" (IR v" + std::to_string(kIrVersion) +
+                              "): Q, K, V in " + input + ", head_dim " + std::to_string(config.head_dim) + ", b_q " +
+                              std::to_string(config.block_q) + ", b_kv " + std::to_string(config.block_kv) + ".");
+  std::string q = "psi_Q: " + describeQuantizer(config.q) + " of ";
+  q += config.fold_q_scale ? "Q * 1/sqrt(d) * log2(e) (softmax scale folded in, paper 4.6)" : "Q";
+  q += config.smooth_q ? ", minus the mean of each Q block (Q smoothing)" : "";
+  text += commentLines("//   ", q);
+  if (config.smooth_k)
+    text +=
+        commentLines("//   ", "phi_K = psi_K o gamma: gamma(K) = K - mean(K) over the sequence (paper 4.2); psi_K: " +
+                                  describeQuantizer(config.k));
+  else
+    text += commentLines("//   ", "psi_K: " + describeQuantizer(config.k) + " of K");
+  switch (config.v_output) {
+  case VOutput::none:
+    text += "//   V: f16 P.V reads the caller's f16 V in place (nothing to write)\n";
+    break;
+  case VOutput::f16_values:
+    text +=
+        std::string("//   V: f16 P.V on ") + (config.smooth_v ? "V - mean(V)" : "V") + " rounded to f16 (v_values)\n";
+    break;
+  case VOutput::codes:
+    text += std::string("//   psi_V: per-channel ") + (config.v_dtype == ElementType::e4m3 ? "e4m3" : "int8") + " of " +
+            (config.smooth_v ? "V - mean(V)" : "V") + ", codes transposed (paper 4.3)\n";
+    break;
+  }
+  return text;
+}
+
+std::string gridRule(const PrologueConfig &config, const std::vector<PrologueRole> &roles) {
+  std::string rule = "gridDim.x = ";
+  for (size_t i = 0; i < roles.size(); ++i)
+    rule += (i ? " + " : "") + roleSummary(roles[i], config);
+  if (has(roles, PrologueRole::k_column_statistics) || has(roles, PrologueRole::v_column_statistics))
+    rule += "; slices = min(max(1, ceil(" + std::to_string(config.statistics_ctas_per_tensor) +
+            " / (batch * heads_kv))), ceil(tokens_kv / " + std::to_string(config.tunables.statistics_min_slice_tokens) +
+            "), " + std::to_string(config.tunables.max_statistics_slices) + ")";
+  return rule;
+}
+
+std::string header(const PrologueConfig &config, const std::vector<PlannedLaunch> &plan, size_t index) {
+  std::string text = "// sagegen quantization prologue, launch " + std::to_string(index + 1) + " of " +
+                     std::to_string(plan.size()) + ": " + plan[index].entry_point + ". Generated code.\n";
+  text += describeVariant(config);
+  text += "// Launches, in order on one stream, all with the same SagePrologueParams:\n";
+  for (size_t i = 0; i < plan.size(); ++i) {
+    text += "//   " + std::to_string(i + 1) + ". " + plan[i].entry_point + " (" + plan[i].name + "):\n";
+    for (PrologueRole role : plan[i].roles)
+      text += commentLines("//        ", roleSummary(role, config));
+  }
+  text += commentLines("// ", "This launch: blockDim.x = kThreads, " + gridRule(config, plan[index].roles) + ".");
+  return text;
+}
+
+std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
+  std::string text = "\n// ---- The launch: each CTA finds its role from blockIdx.x ----\n";
+  text += "extern \"C\" __global__ void __launch_bounds__(kThreads)\n" + launch.entry_point +
+          "(const __grid_constant__ SagePrologueParams params) {\n";
+  text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
+  text += "  long long cta = blockIdx.x;\n";
+  for (size_t i = 0; i < launch.roles.size(); ++i) {
+    const PrologueRole role = launch.roles[i];
+    const std::string count = std::string(nameOf(role)) + "_ctas";
+    text += commentLines("  // ", roleSummary(role, config));
+    std::string declaration = "  const long long " + count + " = " + roleCtaCountExpression(role) + ";\n";
+    if (declaration.size() > 121)
+      declaration = "  const long long " + count + " =\n      " + roleCtaCountExpression(role) + ";\n";
+    text += declaration;
+    text += "  if (cta < " + count + ")\n    return " + roleFunctionName(role, config) + "(params, cta, shared);\n";
+    if (i + 1 < launch.roles.size())
+      text += "  cta -= " + count + ";\n";
+  }
+  text += "}\n";
+  return text;
+}
+
+PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<PlannedLaunch> &plan, size_t index) {
+  const PlannedLaunch &launch = plan[index];
+  const std::vector<PrologueRole> &roles = launch.roles;
+  const bool column_reduction =
+      has(roles, PrologueRole::k_column_statistics) || has(roles, PrologueRole::v_column_statistics);
+  const bool reads_statistics = has(roles, PrologueRole::k_combine) || has(roles, PrologueRole::v_tile_quantize) ||
+                                (has(roles, PrologueRole::v_tile_convert) && config.smooth_v);
+
+  std::string source = header(config, plan, index);
+  source += "\n";
+  source += kernelAbiSource();
+  source += "\n";
+  source += emitConstants(config);
+  source += emitBasicHelpers(config);
+  source += emitCodeHelpers(config);
+  source += emitTokenQuantizer("QQuantizer", config.q, "kBlockQ", 1, "psi_Q");
+  source += emitTokenQuantizer("KQuantizer", config.k, "kKTileTokens", config.tunables.k_blocks_per_tile, "psi_K");
+  source += emitSharedBudgets(roles);
+  source += emitTileLibrary();
+  if (column_reduction || reads_statistics)
+    source += emitStatisticsScratch(config, column_reduction);
+  source += emitRoleSupport(config, roles);
+  for (PrologueRole role : roles)
+    source += emitRoleFunction(role, config);
+  source += entry(config, launch);
+
+  PrologueKernel kernel;
+  kernel.name = launch.name;
+  kernel.entry_point = launch.entry_point;
+  kernel.source = std::move(source);
+  kernel.block_threads = config.tunables.threads;
+  kernel.roles = roles;
+  kernel.grid_rule = gridRule(config, roles);
+  return kernel;
+}
+
+} // namespace
+
+PrologueSource PrologueGenerator::generate(const AttentionVariant &variant, schedules::InputType input, int head_dim,
+                                           const PrologueTunables &tunables) {
+  const PrologueConfig config = makePrologueConfig(variant, input, head_dim, tunables);
+  const std::vector<PlannedLaunch> plan = planPrologueLaunches(config);
+  PrologueSource prologue;
+  prologue.variant_name = variant.name;
+  prologue.input = input;
+  prologue.geometry = config.geometry();
+  for (size_t index = 0; index < plan.size(); ++index)
+    prologue.kernels.push_back(emitKernel(config, plan, index));
+  return prologue;
+}
+
+} // namespace sage::codegen

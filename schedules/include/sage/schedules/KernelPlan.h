@@ -1,0 +1,111 @@
+// What a schedule decides for one (variant, arch, input type): everything codegen needs to write the kernel,
+// and nothing about how the text looks. A plan is plain data; Sm80Schedule::plan() builds it.
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+#include "sage/schedules/GpuArch.h"
+#include "sage/schedules/InputType.h"
+#include "sage/schedules/Tunables.h"
+#include "sage/schedules/WorkspaceLayout.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace sage::schedules {
+
+// One warp-level mma.sync instruction: D[m x n] = A[m x k] * B[k x n] + C, A row-major, B column-major.
+struct MmaShape {
+  int m = 16, n = 8, k = 16;
+  ElementType a = ElementType::f16;
+  ElementType b = ElementType::f16;
+  AccumulatorType accumulator = AccumulatorType::f32;
+  bool operator==(const MmaShape &) const = default;
+};
+
+// How O += P.V is computed (the four families of the SageAttention kernels).
+enum class PvPath : uint8_t {
+  f16_accumulate_f16, // f16 P x f16 V into an f16 accumulator (SageAttn-T/B), optionally flushed into f32
+  f16_accumulate_f32, // f16 P x f16 V into an f32 accumulator (the exact preset on the GPU)
+  int8_per_block,     // int8 P (static scale) x int8 V^T (per channel) -> s32 per KV block, added into f32
+  e4m3_accumulate_f32 // e4m3 P (static scale) x e4m3 V^T (per channel) into f32, optionally two-level
+};
+
+// Where the attention kernel reads V from.
+enum class ValueSource : uint8_t {
+  input,            // the caller's f16 V in place (params.v with params.v_strides)
+  workspace_values, // f16 copy written by the prologue (converted from bf16 and/or smoothed): offsets.v_values
+  workspace_codes,  // int8/e4m3 codes, transposed [d, padded_kv]: offsets.v_codes
+};
+
+// Which scale group a token of Q or K uses, mirroring scaleGroupOfToken: group(t) = (t / tokens_per_group) *
+// interleave + t % interleave. per_tensor has tokens_per_group 0 (a single group).
+struct ScaleIndexing {
+  bool used = false;            // false: Q/K are not quantized (no scales)
+  int64_t tokens_per_group = 0; // 1 for per_token, group_tokens for per_block/per_warp/per_thread
+  int interleave = 1;           // 8 for per_thread (tokens t, t+8, ... of a tile share a scale)
+  int64_t groupOf(int64_t token) const;
+  bool operator==(const ScaleIndexing &) const = default;
+};
+
+// One shared-memory buffer: `rows` rows of `row_bytes` bytes, XOR-swizzled in 16-byte chunks.
+struct SharedRegion {
+  int offset = 0; // bytes from the start of its owner (the CTA's buffer for q, the stage for k/v/k_scales)
+  int bytes = 0;
+  int rows = 0;
+  int row_bytes = 0;
+};
+
+struct SharedMemoryLayout {
+  SharedRegion q;        // Q_i codes, loaded once per CTA
+  SharedRegion k;        // K_j codes, one per stage
+  SharedRegion v;        // V_j (f16 [b_kv, d]) or V_j^T codes ([d, b_kv]), one per stage
+  SharedRegion k_scales; // K_j's scales when they vary inside a KV block (0 bytes otherwise), one per stage
+  int stage_offset = 0;  // where stage 0 starts
+  int stage_bytes = 0;   // stage s starts at stage_offset + s * stage_bytes
+  int stages = 0;
+  int total_bytes = 0; // the kernel's dynamic shared memory
+};
+
+// One CTA per (Q block, q head, batch): grid = (ceil(tokens_q / block_q), heads_q, batch).
+struct GridMapping {
+  int block_q = 128;
+  bool reverse_q_blocks = false; // causal: the longest rows (last Q blocks) are scheduled first
+  std::array<int64_t, 3> gridFor(const ProblemShape &shape) const;
+  std::string description() const;
+};
+
+struct KernelPlan {
+  std::string schedule;
+  GpuArch arch = GpuArch::sm80;
+  InputType input = InputType::f16;
+  Tunables tunables;
+  int head_dim = 128;
+
+  int threads = 0;            // warps * 32
+  int rows_per_warp = 0;      // block_q / warps
+  int row_tiles_per_warp = 0; // rows_per_warp / 16: m16 tiles each warp owns
+
+  ElementType qk_operand = ElementType::int8; // element type of q_codes / k_codes in the workspace
+  MmaShape qk_mma;
+  MmaShape pv_mma;
+  PvPath pv_path = PvPath::f16_accumulate_f16;
+  ValueSource v_source = ValueSource::input;
+  ElementType v_operand = ElementType::f16; // element type of V as the mma reads it
+  // 8-bit P.V: the columns of S are a permutation of the KV tokens chosen so that the S accumulator fragment of
+  // m16n8k32 (2 consecutive columns per thread) becomes the A fragment of the next m16n8k32 (4 consecutive k).
+  bool interleave_kv_tokens = false;
+
+  ScaleIndexing q_scales;
+  ScaleIndexing k_scales;
+  int k_scales_per_block = 0; // distinct K scales in one KV block (1: a scalar per block, 0: unquantized)
+
+  SharedMemoryLayout shared;
+  int min_blocks_per_multiprocessor = 1; // __launch_bounds__ occupancy target
+  GridMapping grid;
+};
+
+// Element size in bytes of a storage type (int4/e2m1 are packed, so they report 1 for a pair).
+int bytesOf(ElementType type);
+
+} // namespace sage::schedules

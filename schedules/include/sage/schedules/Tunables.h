@@ -1,0 +1,32 @@
+// The knobs of a schedule that do not change what is computed, only how fast: tile sizes, warps, and the
+// depth of the cp.async pipeline. They are part of every kernel's cache key (tunablesText).
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sage::schedules {
+
+struct Tunables {
+  int block_q = 128; // Q rows per CTA (the paper's b_q)
+  int block_kv = 64; // K/V tokens per main-loop step (b_kv)
+  int warps = 4;     // warps per CTA; they split the Q rows
+  int stages = 3;    // K/V tiles in flight in the cp.async pipeline (shared-memory buffers)
+  bool operator==(const Tunables &) const = default;
+};
+
+// The paper's Table 12 (head_dim 64: 4 warps, 3 stages, 4 when causal; head_dim 128: 8 warps, 3 stages, 5 when
+// causal) with the variant's own b_q and b_kv. Other head dims get the head_dim 128 row.
+Tunables defaultTunables(const AttentionVariant &variant);
+
+// "block_q=128,block_kv=64,warps=8,stages=3": canonical, for cache keys and logs.
+std::string tunablesText(const Tunables &tunables);
+
+// Parses tunablesText's form; every field is optional and starts from `base`. Throws std::invalid_argument naming
+// the field on malformed text.
+Tunables parseTunables(std::string_view text, const Tunables &base);
+
+} // namespace sage::schedules

@@ -1,0 +1,39 @@
+#include "sage/schedules/KernelPlan.h"
+
+namespace sage::schedules {
+
+int64_t ScaleIndexing::groupOf(int64_t token) const {
+  if (!used || tokens_per_group == 0)
+    return 0;
+  return token / tokens_per_group * interleave + token % interleave;
+}
+
+std::array<int64_t, 3> GridMapping::gridFor(const ProblemShape &shape) const {
+  return {(shape.tokens_q + block_q - 1) / block_q, shape.heads_q, shape.batch};
+}
+
+std::string GridMapping::description() const {
+  std::string text = "grid = (ceil(tokens_q / " + std::to_string(block_q) + "), heads_q, batch); block x = Q block";
+  if (reverse_q_blocks)
+    text += " counted from the last (causal: longest rows first)";
+  return text;
+}
+
+int bytesOf(ElementType type) {
+  switch (type) {
+  case ElementType::f32:
+    return 4;
+  case ElementType::f16:
+  case ElementType::bf16:
+    return 2;
+  case ElementType::int8:
+  case ElementType::int4:
+  case ElementType::e4m3:
+  case ElementType::e5m2:
+  case ElementType::e2m1:
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace sage::schedules

@@ -1,0 +1,437 @@
+// The sm80 mma.sync schedule: what it supports and how it tiles a variant.
+#include "sage/schedules/Sm80Schedule.h"
+
+#include "sage/schedules/GpuLimits.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace sage::schedules {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kMmaRows = 16;         // every mma.sync shape used here is m16
+constexpr int kKvTokenQuantum = 32;  // the k extent of the 8-bit P.V mma: b_kv must be a multiple
+constexpr int kMaxRowsPerWarp = 64;  // beyond this the S and O fragments no longer fit in registers
+constexpr int kMaxBlockKv = 128;     // S of one warp (rows x b_kv f32) must stay in registers
+constexpr int kMinStages = 2;        // one tile computing, one loading
+constexpr int kMinDefaultStages = 3; // default plans keep at least this deep a pipeline for occupancy
+constexpr int kMaxStages = 6;
+constexpr int kRegionAlignment = 128; // keeps every swizzled tile on a 128-byte bank line
+constexpr int kTargetBlocksPerMultiprocessor = 2;
+// Addresses, indices and loop state on top of the fragments. Calibrated on H100 (sage-b d128, 8 warps): two CTAs
+// per SM at 128 registers (a few spills) ran at 441 TOPS against 380 TOPS for one CTA at 168 registers.
+constexpr int kBaseRegisters = 32;
+
+std::string typeName(ElementType type) {
+  switch (type) {
+  case ElementType::f32:
+    return "f32";
+  case ElementType::f16:
+    return "f16";
+  case ElementType::bf16:
+    return "bf16";
+  case ElementType::int8:
+    return "int8";
+  case ElementType::int4:
+    return "int4";
+  case ElementType::e4m3:
+    return "e4m3";
+  case ElementType::e5m2:
+    return "e5m2";
+  case ElementType::e2m1:
+    return "e2m1";
+  }
+  return "?";
+}
+
+std::string granularityName(Granularity granularity) {
+  switch (granularity) {
+  case Granularity::none:
+    return "none";
+  case Granularity::per_tensor:
+    return "per_tensor";
+  case Granularity::per_token:
+    return "per_token";
+  case Granularity::per_block:
+    return "per_block";
+  case Granularity::per_warp:
+    return "per_warp";
+  case Granularity::per_thread:
+    return "per_thread";
+  case Granularity::per_channel:
+    return "per_channel";
+  case Granularity::microscale_1x16:
+    return "microscale_1x16";
+  }
+  return "?";
+}
+
+bool isFloatCast(const QuantizerSpec &spec) {
+  return !spec.quantized() &&
+         (spec.dtype == ElementType::f16 || spec.dtype == ElementType::bf16 || spec.dtype == ElementType::f32);
+}
+
+// Q or K quantized to int8 codes with one f32 scale per group of tokens.
+SupportResult checkQkQuantizer(const QuantizerSpec &spec, std::string_view role, int block_tokens) {
+  const std::string who(role);
+  if (spec.dtype != ElementType::int8)
+    return SupportResult::no(who + " codes are " + typeName(spec.dtype) +
+                             ": the sm80 schedule multiplies int8 codes (m16n8k32 s8) or unquantized f16/bf16/f32");
+  if (spec.scale_type != ScaleType::f32 || spec.two_level)
+    return SupportResult::no(who + ": ue4m3 and two-level scales (microscaling) are not in the sm80 schedule");
+  if (spec.static_scale > 0.0)
+    return SupportResult::no(who + ": a static scale is only supported for P");
+  switch (spec.granularity) {
+  case Granularity::per_tensor:
+  case Granularity::per_token:
+    return SupportResult::yes();
+  case Granularity::per_block:
+  case Granularity::per_warp:
+  case Granularity::per_thread:
+    break;
+  default:
+    return SupportResult::no(who + " granularity " + granularityName(spec.granularity) +
+                             " is not a token grouping the sm80 schedule supports");
+  }
+  const int group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens; // 0: the whole tile
+  if (spec.group_tokens < 0)
+    return SupportResult::no(who + ": group_tokens must be >= 0 (0: the tile), got " +
+                             std::to_string(spec.group_tokens));
+  if (spec.granularity == Granularity::per_thread && group % 8 != 0)
+    return SupportResult::no(who +
+                             ": per_thread groups interleave tokens by 8, so group_tokens must be a multiple "
+                             "of 8 (got " +
+                             std::to_string(group) + ")");
+  if (role == "K" && group % block_tokens != 0 && block_tokens % group != 0)
+    return SupportResult::no("K: group_tokens " + std::to_string(group) + " must divide or be a multiple of block_kv " +
+                             std::to_string(block_tokens));
+  return SupportResult::yes();
+}
+
+SupportResult checkQk(const AttentionVariant &variant) {
+  if (variant.smooth_q != SmoothScope::none)
+    return SupportResult::no("Q smoothing (SageAttention2) adds mean(Q_block).K^T to S; the sm80 schedule does not "
+                             "implement it yet");
+  if (variant.smooth_k == SmoothScope::block)
+    return SupportResult::no("K smoothing per block is not supported (only over the sequence)");
+  const bool float_q = isFloatCast(variant.q), float_k = isFloatCast(variant.k);
+  if (float_q != float_k)
+    return SupportResult::no("Q and K must both be quantized (int8) or both unquantized");
+  if (float_q) {
+    if (variant.qk.accumulator != AccumulatorType::f32)
+      return SupportResult::no("unquantized Q.K^T accumulates in f32 on the GPU");
+    return SupportResult::yes();
+  }
+  if (SupportResult q = checkQkQuantizer(variant.q, "Q", variant.block_q); !q)
+    return q;
+  if (SupportResult k = checkQkQuantizer(variant.k, "K", variant.block_kv); !k)
+    return k;
+  if (variant.qk.accumulator != AccumulatorType::s32)
+    return SupportResult::no("int8 Q.K^T accumulates in s32 (mma m16n8k32 s8.s8.s32)");
+  return SupportResult::yes();
+}
+
+bool staticallyScaled(const QuantizerSpec &spec) {
+  return spec.static_scale > 0.0 && !spec.two_level && spec.scale_type == ScaleType::f32 &&
+         (spec.granularity == Granularity::per_tensor || spec.granularity == Granularity::none);
+}
+
+bool perChannel(const QuantizerSpec &spec, ElementType dtype) {
+  return spec.dtype == dtype && spec.granularity == Granularity::per_channel && spec.scale_type == ScaleType::f32 &&
+         !spec.two_level && spec.static_scale <= 0.0;
+}
+
+SupportResult checkPv(const AttentionVariant &variant, GpuArch arch) {
+  const QuantizerSpec &p = variant.p, &v = variant.v;
+  const AccumulationKind accumulation = variant.accumulation.kind;
+  const bool two_level =
+      accumulation == AccumulationKind::f16_then_f32 || accumulation == AccumulationKind::f32_two_level;
+  if (two_level && variant.accumulation.flush_period <= 0)
+    return SupportResult::no("two-level accumulation needs a positive flush_period");
+  if (variant.smooth_v == SmoothScope::block)
+    return SupportResult::no("V smoothing per block is not supported (only over the sequence)");
+
+  if (!p.quantized() && !v.quantized()) {
+    if (p.dtype == ElementType::bf16 || v.dtype == ElementType::bf16)
+      return SupportResult::no("bf16 P.V is not in the sm80 schedule (P and V are f16 on the GPU)");
+    if (p.dtype == ElementType::f16 && v.dtype == ElementType::f16) {
+      if (variant.pv.accumulator == AccumulatorType::f16 &&
+          (accumulation == AccumulationKind::f16 || accumulation == AccumulationKind::f16_then_f32))
+        return SupportResult::yes();
+      if (variant.pv.accumulator == AccumulatorType::f32 && accumulation == AccumulationKind::f32)
+        return SupportResult::yes();
+      return SupportResult::no("f16 P.V: expected an f16 accumulator (accumulation f16 or f16_then_f32) or an f32 "
+                               "accumulator (accumulation f32)");
+    }
+    if (p.dtype == ElementType::f32 && v.dtype == ElementType::f32) {
+      // The exact preset: P is rounded to f16 on the GPU (there is no f32 mma); accumulation stays f32.
+      if (variant.pv.accumulator == AccumulatorType::f32 && accumulation == AccumulationKind::f32)
+        return SupportResult::yes();
+      return SupportResult::no("f32 P.V runs as f16 x f16 with an f32 accumulator: accumulation must be f32");
+    }
+    return SupportResult::no("P.V with P " + typeName(p.dtype) + " and V " + typeName(v.dtype) +
+                             " is not supported (expected both f16 or both f32)");
+  }
+  if (p.dtype == ElementType::int8 && v.dtype == ElementType::int8) {
+    if (!staticallyScaled(p))
+      return SupportResult::no("int8 P needs a static scale (e.g. 1/127): dynamic P scales are not supported");
+    if (!perChannel(v, ElementType::int8))
+      return SupportResult::no("int8 V must be quantized per_channel with f32 scales");
+    if (variant.pv.accumulator != AccumulatorType::s32 || accumulation != AccumulationKind::f32)
+      return SupportResult::no("int8 P.V accumulates in s32 per KV block, then in f32 (accumulation f32)");
+    return SupportResult::yes();
+  }
+  if (p.dtype == ElementType::e4m3 && v.dtype == ElementType::e4m3) {
+    if (!hasFp8MmaSync(arch))
+      return SupportResult::no("e4m3 P.V needs mma.sync m16n8k32 e4m3 (sm_89 or newer); " +
+                               std::string(archName(arch)) + " has none");
+    if (!staticallyScaled(p))
+      return SupportResult::no("e4m3 P needs a static scale (e.g. 1/448): dynamic P scales are not supported");
+    if (!perChannel(v, ElementType::e4m3))
+      return SupportResult::no("e4m3 V must be quantized per_channel with f32 scales");
+    if (variant.pv.accumulator != AccumulatorType::f32 ||
+        (accumulation != AccumulationKind::f32 && accumulation != AccumulationKind::f32_two_level))
+      return SupportResult::no("e4m3 P.V accumulates in f32 (accumulation f32 or f32_two_level)");
+    return SupportResult::yes();
+  }
+  if (p.dtype == ElementType::e2m1 || v.dtype == ElementType::e2m1 || p.granularity == Granularity::microscale_1x16 ||
+      v.granularity == Granularity::microscale_1x16)
+    return SupportResult::no("FP4 microscaled P.V (e2m1, 1x16 ue4m3 scales) needs the block-scaled mma of sm_100a/"
+                             "sm_120a: not the sm80 schedule");
+  return SupportResult::no("P.V with P " + typeName(p.dtype) + " and V " + typeName(v.dtype) +
+                           " is not supported (expected f16/f16, f32/f32, int8/int8 or e4m3/e4m3)");
+}
+
+// A multiple of the 8-bit P.V's k (32) whose V^T rows are a power-of-two number of 16-byte chunks.
+bool validBlockKv(int block_kv) {
+  return block_kv == kKvTokenQuantum || block_kv == 2 * kKvTokenQuantum || block_kv == kMaxBlockKv;
+}
+
+void require(bool condition, const std::string &message) {
+  if (!condition)
+    throw std::invalid_argument(message);
+}
+
+void validateTunables(const Tunables &tunables, const AttentionVariant &variant) {
+  // cp.async copies advance whole 8-row swizzle groups per pass, which 128+ threads guarantee for every tile.
+  require(tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 16,
+          "tunables.warps: expected 4, 8 or 16, got " + std::to_string(tunables.warps));
+  require(tunables.block_q > 0 && tunables.block_q % (kMmaRows * tunables.warps) == 0,
+          "tunables.block_q: expected a positive multiple of 16 * warps (" + std::to_string(kMmaRows * tunables.warps) +
+              "), got " + std::to_string(tunables.block_q));
+  require(tunables.block_q / tunables.warps <= kMaxRowsPerWarp,
+          "tunables.block_q: at most " + std::to_string(kMaxRowsPerWarp) + " rows per warp, got " +
+              std::to_string(tunables.block_q / tunables.warps));
+  require(validBlockKv(tunables.block_kv),
+          "tunables.block_kv: expected 32, 64 or 128, got " + std::to_string(tunables.block_kv));
+  // The prologue pads Q and K/V to the variant's blocks: a schedule block must tile that padding exactly.
+  require(variant.block_q % tunables.block_q == 0,
+          "tunables.block_q: must divide the variant's block_q " + std::to_string(variant.block_q) +
+              " (the workspace pads Q to it), got " + std::to_string(tunables.block_q));
+  require(variant.block_kv % tunables.block_kv == 0,
+          "tunables.block_kv: must divide the variant's block_kv " + std::to_string(variant.block_kv) +
+              " (the workspace pads K and V to it), got " + std::to_string(tunables.block_kv));
+  require(tunables.stages >= kMinStages && tunables.stages <= kMaxStages,
+          "tunables.stages: expected " + std::to_string(kMinStages) + ".." + std::to_string(kMaxStages) + ", got " +
+              std::to_string(tunables.stages));
+  if (variant.mask.kind == MaskKind::block_sparse)
+    require(tunables.block_q == variant.block_q && tunables.block_kv == variant.block_kv,
+            "tunables.block_q/block_kv: a block_sparse variant's block mask is in units of its own blocks (" +
+                std::to_string(variant.block_q) + "x" + std::to_string(variant.block_kv) + ")");
+  if (variant.k.quantized() && variant.k.granularity != Granularity::per_tensor &&
+      variant.k.granularity != Granularity::per_token) {
+    const int group = variant.k.group_tokens > 0 ? variant.k.group_tokens : variant.block_kv;
+    require(group % tunables.block_kv == 0 || tunables.block_kv % group == 0,
+            "tunables.block_kv: must divide or be a multiple of K's group_tokens " + std::to_string(group));
+  }
+}
+
+// `block_tokens`: the variant's tile, which a group_tokens of 0 stands for.
+ScaleIndexing scaleIndexingOf(const QuantizerSpec &spec, int block_tokens) {
+  ScaleIndexing indexing;
+  indexing.used = spec.quantized();
+  if (!indexing.used)
+    return indexing;
+  switch (spec.granularity) {
+  case Granularity::per_token:
+    indexing.tokens_per_group = 1;
+    break;
+  case Granularity::per_block:
+  case Granularity::per_warp:
+    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
+    break;
+  case Granularity::per_thread:
+    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
+    indexing.interleave = 8;
+    break;
+  default:
+    indexing.tokens_per_group = 0; // per_tensor: one scale
+    break;
+  }
+  return indexing;
+}
+
+int alignUp(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+SharedRegion region(int offset, int rows, int row_bytes) {
+  return {offset, alignUp(rows * row_bytes, kRegionAlignment), rows, row_bytes};
+}
+
+SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
+  const Tunables &t = plan.tunables;
+  const int qk_row_bytes = plan.head_dim * bytesOf(plan.qk_operand);
+  SharedMemoryLayout layout;
+  layout.q = region(0, t.block_q, qk_row_bytes);
+  layout.k = region(0, t.block_kv, qk_row_bytes);
+  if (plan.v_source == ValueSource::workspace_codes) // V^T: rows are channels, b_kv one-byte codes each
+    layout.v = region(layout.k.bytes, plan.head_dim, t.block_kv);
+  else
+    layout.v = region(layout.k.bytes, t.block_kv, plan.head_dim * bytesOf(ElementType::f16));
+  const int staged_scales = plan.k_scales_per_block > 1 ? plan.k_scales_per_block : 0;
+  layout.k_scales = region(layout.v.offset + layout.v.bytes, staged_scales > 0 ? 1 : 0, staged_scales * 4);
+  layout.stage_offset = layout.q.bytes;
+  layout.stage_bytes = layout.k.bytes + layout.v.bytes + layout.k_scales.bytes;
+  layout.stages = stages;
+  layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes;
+  return layout;
+}
+
+// A coarse count of the live 32-bit registers per thread, to decide whether two CTAs per SM can hold them.
+int estimateRegisters(const KernelPlan &plan) {
+  const int rows = plan.rows_per_warp, d = plan.head_dim, kv = plan.tunables.block_kv;
+  int output = rows * d / kWarpSize; // one f32 per (row, channel) spread over the warp
+  if (plan.pv_path == PvPath::f16_accumulate_f16)
+    output /= 2;
+  const int scores = rows * kv / kWarpSize;
+  const int q_fragment = rows * d * bytesOf(plan.qk_operand) / (kWarpSize * 4);
+  const int p_fragment = rows * kv * bytesOf(plan.pv_mma.a) / (kWarpSize * 4);
+  return kBaseRegisters + output + scores + q_fragment + p_fragment;
+}
+
+int outputAccumulatorRegisters(const KernelPlan &plan, const AttentionVariant &variant) {
+  // Two-level accumulation keeps a second, f32 copy of O.
+  const bool two_level = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+                         variant.accumulation.kind == AccumulationKind::f32_two_level;
+  return two_level ? plan.rows_per_warp * plan.head_dim / kWarpSize : 0;
+}
+
+} // namespace
+
+SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType) {
+  if (variant.version != kIrVersion)
+    return SupportResult::no("variant IR version " + std::to_string(variant.version) + ", this schedule reads " +
+                             std::to_string(kIrVersion));
+  if (!hasInt8MmaSync(arch))
+    return SupportResult::no(std::string(archName(arch)) + " has no mma.sync");
+  if (variant.head_dim != 64 && variant.head_dim != 128)
+    return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
+                             ": the sm80 schedule has tiles for head_dim 64 and 128 only");
+  if (!validBlockKv(variant.block_kv))
+    return SupportResult::no("block_kv " + std::to_string(variant.block_kv) + ": expected 32, 64 or 128");
+  if (variant.block_q % kMmaRows != 0 || variant.block_q <= 0)
+    return SupportResult::no("block_q " + std::to_string(variant.block_q) + ": expected a multiple of 16");
+  if (SupportResult qk = checkQk(variant); !qk)
+    return qk;
+  return checkPv(variant, arch);
+}
+
+KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, InputType input,
+                              std::optional<Tunables> tunables) {
+  if (SupportResult support = supports(variant, arch, input); !support)
+    throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
+                                ": unsupported by " + std::string(kName) + ": " + support.reason);
+  const bool explicit_tunables = tunables.has_value();
+  Tunables chosen = tunables.value_or(defaultTunables(variant));
+  if (!explicit_tunables) // small Q blocks: fewer warps rather than fewer than 16 rows per warp
+    chosen.warps = std::max(1, std::min(chosen.warps, chosen.block_q / kMmaRows));
+  validateTunables(chosen, variant);
+
+  KernelPlan plan;
+  plan.schedule = std::string(kName);
+  plan.arch = arch;
+  plan.input = input;
+  plan.tunables = chosen;
+  plan.head_dim = variant.head_dim;
+  plan.threads = chosen.warps * kWarpSize;
+  plan.rows_per_warp = chosen.block_q / chosen.warps;
+  plan.row_tiles_per_warp = plan.rows_per_warp / kMmaRows;
+
+  // Q.K^T: int8 codes, or unquantized Q/K stored in the input's own type by the prologue.
+  const bool quantized_qk = variant.q.quantized();
+  plan.qk_operand = quantized_qk ? ElementType::int8 : (input == InputType::f16 ? ElementType::f16 : ElementType::bf16);
+  plan.qk_mma = quantized_qk ? MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32}
+                             : MmaShape{16, 8, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
+  plan.q_scales = scaleIndexingOf(variant.q, variant.block_q);
+  plan.k_scales = scaleIndexingOf(variant.k, variant.block_kv);
+  if (plan.k_scales.used)
+    plan.k_scales_per_block =
+        static_cast<int>(plan.k_scales.groupOf(chosen.block_kv - 1) - plan.k_scales.groupOf(0) + 1);
+
+  // P.V
+  if (variant.p.dtype == ElementType::int8) {
+    plan.pv_path = PvPath::int8_per_block;
+    plan.pv_mma = {16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32};
+    plan.v_operand = ElementType::int8;
+  } else if (variant.p.dtype == ElementType::e4m3) {
+    plan.pv_path = PvPath::e4m3_accumulate_f32;
+    plan.pv_mma = {16, 8, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32};
+    plan.v_operand = ElementType::e4m3;
+  } else if (variant.pv.accumulator == AccumulatorType::f16) {
+    plan.pv_path = PvPath::f16_accumulate_f16;
+    plan.pv_mma = {16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f16};
+    plan.v_operand = ElementType::f16;
+  } else {
+    plan.pv_path = PvPath::f16_accumulate_f32;
+    plan.pv_mma = {16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
+    plan.v_operand = ElementType::f16;
+  }
+  plan.interleave_kv_tokens = bytesOf(plan.pv_mma.a) == 1;
+  if (plan.interleave_kv_tokens)
+    plan.v_source = ValueSource::workspace_codes;
+  else if (input == InputType::f16 && variant.smooth_v == SmoothScope::none)
+    plan.v_source = ValueSource::input;
+  else
+    plan.v_source = ValueSource::workspace_values;
+
+  // Shared memory: default tunables give up pipeline depth before they give up fitting the arch.
+  const GpuLimits limits = gpuLimits(arch);
+  int stages = chosen.stages;
+  plan.shared = layoutSharedMemory(plan, stages);
+  while (!explicit_tunables && stages > kMinStages &&
+         plan.shared.total_bytes > limits.max_dynamic_shared_bytes_per_block)
+    plan.shared = layoutSharedMemory(plan, --stages);
+  plan.tunables.stages = stages;
+  require(plan.shared.total_bytes <= limits.max_dynamic_shared_bytes_per_block,
+          "tunables.stages: " + std::to_string(stages) + " stages need " + std::to_string(plan.shared.total_bytes) +
+              " bytes of shared memory; " + std::string(archName(arch)) + " allows " +
+              std::to_string(limits.max_dynamic_shared_bytes_per_block) + " per block");
+
+  // Occupancy: two CTAs per SM when threads and the register estimate allow it. Default plans then also trim the
+  // pipeline (not below kMinDefaultStages) until two CTAs' shared memory fits: on H100, sage-b d128 causal ran at
+  // 387 TOPS with Table 12's 5 stages (one CTA per SM) against ~440 TOPS for two CTAs with 3-4 stages.
+  const int by_threads = limits.max_threads_per_multiprocessor / plan.threads;
+  const int registers = estimateRegisters(plan) + outputAccumulatorRegisters(plan, variant);
+  const int by_registers = limits.registers_per_multiprocessor / (plan.threads * registers);
+  const auto blocksByShared = [&](const SharedMemoryLayout &shared) {
+    return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block);
+  };
+  if (!explicit_tunables && std::min(by_threads, by_registers) >= kTargetBlocksPerMultiprocessor)
+    for (int trimmed = stages - 1;
+         blocksByShared(plan.shared) < kTargetBlocksPerMultiprocessor && trimmed >= kMinDefaultStages; --trimmed) {
+      const SharedMemoryLayout shorter = layoutSharedMemory(plan, trimmed);
+      if (blocksByShared(shorter) >= kTargetBlocksPerMultiprocessor) {
+        plan.shared = shorter;
+        plan.tunables.stages = trimmed;
+      }
+    }
+  plan.min_blocks_per_multiprocessor =
+      std::max(1, std::min({kTargetBlocksPerMultiprocessor, blocksByShared(plan.shared), by_threads, by_registers}));
+
+  plan.grid.block_q = chosen.block_q;
+  plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
+  return plan;
+}
+
+} // namespace sage::schedules

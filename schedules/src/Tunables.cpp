@@ -1,0 +1,60 @@
+#include "sage/schedules/Tunables.h"
+
+#include <charconv>
+#include <stdexcept>
+
+namespace sage::schedules {
+
+Tunables defaultTunables(const AttentionVariant &variant) {
+  const bool causal = variant.mask.kind == MaskKind::causal;
+  Tunables tunables;
+  tunables.block_q = variant.block_q;
+  tunables.block_kv = variant.block_kv;
+  if (variant.head_dim <= 64) {
+    tunables.warps = 4;
+    tunables.stages = causal ? 4 : 3;
+  } else {
+    tunables.warps = 8;
+    tunables.stages = causal ? 5 : 3;
+  }
+  return tunables;
+}
+
+std::string tunablesText(const Tunables &tunables) {
+  return "block_q=" + std::to_string(tunables.block_q) + ",block_kv=" + std::to_string(tunables.block_kv) +
+         ",warps=" + std::to_string(tunables.warps) + ",stages=" + std::to_string(tunables.stages);
+}
+
+Tunables parseTunables(std::string_view text, const Tunables &base) {
+  Tunables tunables = base;
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (item.empty())
+      continue;
+    size_t equals = item.find('=');
+    if (equals == std::string_view::npos)
+      throw std::invalid_argument("tunables: expected name=value, got '" + std::string(item) + "'");
+    std::string_view name = item.substr(0, equals), value_text = item.substr(equals + 1);
+    int value = 0;
+    auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
+    if (error != std::errc() || end != value_text.data() + value_text.size())
+      throw std::invalid_argument("tunables: " + std::string(name) + " expects an integer, got '" +
+                                  std::string(value_text) + "'");
+    if (name == "block_q")
+      tunables.block_q = value;
+    else if (name == "block_kv")
+      tunables.block_kv = value;
+    else if (name == "warps")
+      tunables.warps = value;
+    else if (name == "stages")
+      tunables.stages = value;
+    else
+      throw std::invalid_argument("tunables: unknown name '" + std::string(name) +
+                                  "' (expected block_q, block_kv, warps or stages)");
+  }
+  return tunables;
+}
+
+} // namespace sage::schedules

@@ -1,0 +1,195 @@
+// Sizes and offsets of the prologue's workspace (see WorkspaceLayout.h for the buffers' meaning).
+//
+// Buffers are laid out in this order, each at a 256-byte aligned offset:
+//   q_codes, k_codes, v_codes, q_scales, k_scales, v_scales, k_mean, q_mean, v_mean, v_values.
+// v_values comes last on purpose: the layout does not know the input type, so it is reserved whenever P.V
+// runs in f16, although the prologue writes it only for bf16 inputs or a smoothed V. A caller that knows its
+// V is f16 and unsmoothed may size the workspace to v_values.offset instead of total_bytes.
+#include "sage/schedules/WorkspaceLayout.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace sage::schedules {
+namespace {
+
+constexpr size_t kBufferAlignment = 256;
+
+void require(bool condition, const std::string &message) {
+  if (!condition)
+    throw std::invalid_argument(message);
+}
+
+// The dialect's spellings, local so that sage_schedules need not link the MLIR-based sage_ir for two names.
+std::string granularityName(Granularity granularity) {
+  constexpr const char *kNames[] = {"none",     "per_tensor", "per_token",   "per_block",
+                                    "per_warp", "per_thread", "per_channel", "microscale_1x16"};
+  return kNames[static_cast<int>(granularity)];
+}
+
+std::string dtypeName(ElementType type) {
+  constexpr const char *kNames[] = {"f32", "f16", "bf16", "int8", "int4", "e4m3", "e5m2", "e2m1"};
+  return kNames[static_cast<int>(type)];
+}
+
+bool isByteCode(ElementType type) {
+  return type == ElementType::int8 || type == ElementType::e4m3 || type == ElementType::e5m2;
+}
+
+int64_t roundUp(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Tokens sharing one scale for the grouped granularities; 0 in the spec means the whole tile.
+int64_t groupTokens(const QuantizerSpec &spec, int64_t block_tokens) {
+  const int64_t group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
+  require(block_tokens % group == 0, "group_tokens " + std::to_string(group) + " of a " +
+                                         granularityName(spec.granularity) + " quantizer must divide the " +
+                                         std::to_string(block_tokens) + "-token tile");
+  if (spec.granularity == Granularity::per_thread)
+    require(group % 8 == 0,
+            "per_thread interleaves tokens by 8: group_tokens must be a multiple of 8, got " + std::to_string(group));
+  return group;
+}
+
+void requireTokenGranularity(const QuantizerSpec &spec, const char *function) {
+  const Granularity granularity = spec.granularity;
+  require(granularity != Granularity::per_channel && granularity != Granularity::microscale_1x16,
+          std::string(function) + ": granularity '" + granularityName(granularity) +
+              "' does not group tokens (expected none, per_tensor, per_token, per_block, per_warp or per_thread)");
+}
+
+// Quantized Q, K and V are stored one code per byte.
+void requireByteCodes(const QuantizerSpec &spec, const char *operand) {
+  require(isByteCode(spec.dtype),
+          std::string(operand) + ": the workspace holds 8-bit codes (int8, e4m3, e5m2), got " + dtypeName(spec.dtype));
+}
+
+void validateShape(const AttentionVariant &variant, const ProblemShape &shape) {
+  require(shape.batch > 0, "shape.batch must be positive, got " + std::to_string(shape.batch));
+  require(shape.heads_q > 0, "shape.heads_q must be positive, got " + std::to_string(shape.heads_q));
+  require(shape.heads_kv > 0 && shape.heads_q % shape.heads_kv == 0,
+          "shape.heads_kv must be positive and divide heads_q (" + std::to_string(shape.heads_q) + "), got " +
+              std::to_string(shape.heads_kv));
+  require(shape.tokens_q > 0, "shape.tokens_q must be positive, got " + std::to_string(shape.tokens_q));
+  require(shape.tokens_kv > 0, "shape.tokens_kv must be positive, got " + std::to_string(shape.tokens_kv));
+  require(shape.head_dim == variant.head_dim, "shape.head_dim " + std::to_string(shape.head_dim) +
+                                                  " does not match the variant's head_dim " +
+                                                  std::to_string(variant.head_dim));
+  require(variant.block_q > 0 && variant.block_kv > 0, "variant: block_q and block_kv must be positive, got " +
+                                                           std::to_string(variant.block_q) + " and " +
+                                                           std::to_string(variant.block_kv));
+}
+
+// Appends buffers at aligned offsets.
+class Allocator {
+public:
+  BufferSlice take(size_t bytes) {
+    BufferSlice slice{end_, bytes};
+    end_ += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    return slice;
+  }
+  size_t end() const { return end_; }
+
+private:
+  size_t end_ = 0;
+};
+
+size_t bytes(int64_t count, size_t element_bytes) { return static_cast<size_t>(count) * element_bytes; }
+
+} // namespace
+
+int64_t groupsPerBlock(const QuantizerSpec &spec, int64_t block_tokens) {
+  require(block_tokens > 0, "groupsPerBlock: block_tokens must be positive, got " + std::to_string(block_tokens));
+  requireTokenGranularity(spec, "groupsPerBlock");
+  switch (spec.granularity) {
+  case Granularity::none:
+    return 0;
+  case Granularity::per_tensor:
+    return 1;
+  case Granularity::per_token:
+    return block_tokens;
+  case Granularity::per_block:
+  case Granularity::per_warp:
+    return block_tokens / groupTokens(spec, block_tokens);
+  case Granularity::per_thread:
+    return block_tokens / groupTokens(spec, block_tokens) * 8;
+  default:
+    return 0; // rejected above
+  }
+}
+
+int64_t scaleGroupOfToken(const QuantizerSpec &spec, int64_t block_tokens, int64_t token) {
+  require(block_tokens > 0, "scaleGroupOfToken: block_tokens must be positive, got " + std::to_string(block_tokens));
+  require(token >= 0, "scaleGroupOfToken: token must be >= 0, got " + std::to_string(token));
+  requireTokenGranularity(spec, "scaleGroupOfToken");
+  switch (spec.granularity) {
+  case Granularity::none:
+    throw std::invalid_argument("scaleGroupOfToken: granularity 'none' has no scales");
+  case Granularity::per_tensor:
+    return 0;
+  case Granularity::per_token:
+    return token;
+  case Granularity::per_block:
+  case Granularity::per_warp:
+    return token / groupTokens(spec, block_tokens);
+  case Granularity::per_thread: {
+    // The rows an mma thread group owns: tokens t, t + 8, t + 16, ... of one group share a scale.
+    const int64_t group = groupTokens(spec, block_tokens);
+    return token / group * 8 + token % 8;
+  }
+  default:
+    return 0; // rejected above
+  }
+}
+
+WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape) {
+  validateShape(variant, shape);
+  requireTokenGranularity(variant.q, "q quantizer");
+  requireTokenGranularity(variant.k, "k quantizer");
+  const bool q_quantized = variant.q.granularity != Granularity::none;
+  const bool k_quantized = variant.k.granularity != Granularity::none;
+  if (q_quantized)
+    requireByteCodes(variant.q, "q quantizer");
+  if (k_quantized)
+    requireByteCodes(variant.k, "k quantizer");
+  const bool v_quantized = variant.v.granularity == Granularity::per_channel;
+  if (v_quantized)
+    requireByteCodes(variant.v, "v quantizer");
+  else
+    require(variant.v.granularity == Granularity::none,
+            "v quantizer: expected per_channel or none (a cast), got '" + granularityName(variant.v.granularity) + "'");
+
+  WorkspaceLayout layout;
+  layout.padded_q = roundUp(shape.tokens_q, variant.block_q);
+  layout.padded_kv = roundUp(shape.tokens_kv, variant.block_kv);
+  const int64_t q_blocks = layout.padded_q / variant.block_q;
+  const int64_t kv_blocks = layout.padded_kv / variant.block_kv;
+  const auto scaleCount = [](const QuantizerSpec &spec, int64_t blocks, int64_t block_tokens) -> int64_t {
+    if (spec.granularity == Granularity::per_tensor)
+      return 1;
+    return blocks * groupsPerBlock(spec, block_tokens);
+  };
+  layout.q_scale_count = scaleCount(variant.q, q_blocks, variant.block_q);
+  layout.k_scale_count = scaleCount(variant.k, kv_blocks, variant.block_kv);
+
+  const int64_t d = shape.head_dim;
+  const int64_t q_heads = shape.batch * shape.heads_q;
+  const int64_t kv_heads = shape.batch * shape.heads_kv;
+  const bool f16_v = variant.v.granularity == Granularity::none && variant.v.dtype == ElementType::f16;
+
+  Allocator allocator;
+  layout.q_codes = allocator.take(q_quantized ? bytes(q_heads * layout.padded_q * d, 1) : 0);
+  layout.k_codes = allocator.take(k_quantized ? bytes(kv_heads * layout.padded_kv * d, 1) : 0);
+  layout.v_codes = allocator.take(v_quantized ? bytes(kv_heads * d * layout.padded_kv, 1) : 0);
+  layout.q_scales = allocator.take(bytes(q_heads * layout.q_scale_count, sizeof(float)));
+  layout.k_scales = allocator.take(bytes(kv_heads * layout.k_scale_count, sizeof(float)));
+  layout.v_scales = allocator.take(v_quantized ? bytes(kv_heads * d, sizeof(float)) : 0);
+  layout.k_mean = allocator.take(variant.smooth_k == SmoothScope::sequence ? bytes(kv_heads * d, sizeof(float)) : 0);
+  layout.q_mean =
+      allocator.take(variant.smooth_q == SmoothScope::block ? bytes(q_heads * q_blocks * d, sizeof(float)) : 0);
+  layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes(kv_heads * d, sizeof(float)) : 0);
+  layout.v_values = allocator.take(f16_v ? bytes(kv_heads * layout.padded_kv * d, sizeof(uint16_t)) : 0);
+  layout.total_bytes = allocator.end();
+  return layout;
+}
+
+} // namespace sage::schedules

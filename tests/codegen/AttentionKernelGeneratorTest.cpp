@@ -1,0 +1,144 @@
+// The attention kernel generator: what the text contains for each family of variants, and its launch facts.
+#include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/schedules/Sm80Schedule.h"
+
+#include "TestVariants.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+using namespace sage;
+using namespace sage::codegen;
+using namespace sage::schedules;
+
+namespace {
+
+KernelSource generate(const AttentionVariant &variant, GpuArch arch = GpuArch::sm90a,
+                      InputType input = InputType::f16) {
+  return AttentionKernelGenerator::generate(variant, Sm80Schedule::plan(variant, arch, input));
+}
+
+bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+} // namespace
+
+TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's steps in comments") {
+  const AttentionVariant variant = test::presetVariant("sage-b", 128);
+  const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16);
+  const KernelSource kernel = AttentionKernelGenerator::generate(variant, plan);
+  CHECK(kernel.name == "sage_attention_sage_b_d128_f16_sm_90a");
+  CHECK(kernel.entry_point == kernel.name);
+  CHECK(kernel.block_dim == std::array<int, 3>{256, 1, 1});
+  CHECK(kernel.dynamic_shared_bytes == plan.shared.total_bytes);
+  CHECK(kernel.arch == GpuArch::sm90a);
+  CHECK(kernel.grid.block_q == 128);
+  CHECK(kernel.grid_description == plan.grid.description());
+
+  const std::string &source = kernel.source;
+  CHECK(contains(source, "struct SageAttentionParams"));
+  CHECK(contains(source, "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocessor)\n" +
+                             kernel.entry_point + "(const SageAttentionParams params)"));
+  CHECK(contains(source, "constexpr int kHeadDim = 128;"));
+  CHECK(contains(source, "constexpr int kBlockQ = 128;"));
+  CHECK(contains(source, "constexpr int kBlockKv = 64;"));
+  CHECK(contains(source, "constexpr int kWarps = 8;"));
+  CHECK(contains(source, "constexpr int kStages = 3;"));
+  for (const char *step : {"S_i^j", "m_i^j", "P~_i^j", "l_i^j", "O_i^j"})
+    CHECK(contains(source, step));
+  for (const char *name :
+       {"q_fragment", "k_fragment", "score_accumulator", "p_fragment", "v_fragment", "o_accumulator"})
+    CHECK(contains(source, name));
+  CHECK(contains(source, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
+  CHECK(contains(source, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16"));
+  CHECK(contains(source, "ldmatrix_x4_trans(v_fragment"));
+  CHECK(contains(source, "cp.async.cg.shared.global"));
+  CHECK(contains(source, "ex2.approx.ftz.f32"));
+  CHECK(contains(source, "process_kv_block<false>"));
+  CHECK(contains(source, "process_kv_block<true>"));
+  CHECK_FALSE(contains(source, "@"));        // every template placeholder was filled
+  CHECK_FALSE(contains(source, "#include")); // self-contained for NVRTC
+  CHECK(std::count(source.begin(), source.end(), '{') == std::count(source.begin(), source.end(), '}'));
+  CHECK_FALSE(contains(source, "write_lse(")); // no LSE unless the variant asks
+}
+
+TEST_CASE("causal kernels skip blocks after the diagonal and start with the longest rows") {
+  const KernelSource kernel = generate(test::presetVariant("sage-t", 64, MaskKind::causal));
+  CHECK(kernel.name == "sage_attention_sage_t_d64_causal_f16_sm_90a");
+  CHECK(contains(kernel.source, "constexpr bool kCausal = true;"));
+  CHECK(contains(kernel.source, "constexpr bool kReverseQBlocks = true;"));
+  CHECK(contains(kernel.source, "diagonal_limit"));
+  // per-token K scales vary inside a block: they travel with K through shared memory
+  CHECK(contains(kernel.source, "cp_async_4("));
+  CHECK(contains(kernel.source, "constexpr int kKScalesPerBlock = 64;"));
+}
+
+TEST_CASE("8-bit P.V: interleaved S columns, transposed V codes, dequantized per channel at the end") {
+  const std::string vb = generate(test::presetVariant("sage-vb", 128)).source;
+  CHECK(contains(vb, "pack_s8x4("));
+  CHECK(contains(vb, "constexpr float kProbabilityCodeScale = 127.0f;"));
+  CHECK(contains(vb, "16h + 4c + 2s + b"));
+  CHECK(contains(vb, "v_scales[channel] * kProbabilityScale"));
+  CHECK_FALSE(contains(vb, "ldmatrix_x4_trans"));
+
+  const std::string fp8 = generate(test::presetVariant("sage2-fp8", 128), GpuArch::sm89).source;
+  CHECK(contains(fp8, "pack_e4m3x4("));
+  CHECK(contains(fp8, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
+  CHECK(contains(fp8, "constexpr int kFlushPeriod = 4;"));
+  CHECK(contains(fp8, "flush_accumulator(state.o_flushed, state.o_accumulator)"));
+  CHECK(contains(fp8, "constexpr int kQScaleTokensPerGroup = 32;"));
+}
+
+TEST_CASE("exact: Q.K^T in the input's type with the softmax scale applied in the kernel, bf16 output") {
+  const std::string exact = generate(test::presetVariant("exact", 64), GpuArch::sm80, InputType::bf16).source;
+  CHECK(contains(exact, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+  CHECK(contains(exact, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+  CHECK(contains(exact, "params.softmax_scale * kLog2e"));
+  CHECK(contains(exact, "pack_bf16x2(low, high)"));
+  CHECK(contains(exact, "params.offsets.v_values")); // bf16 V is converted to f16 by the prologue
+}
+
+TEST_CASE("LSE: written when asked, with the K-smoothing correction") {
+  const std::string source = generate(test::presetVariant("sage-b", 128, MaskKind::none, true)).source;
+  CHECK(contains(source, "write_lse("));
+  CHECK(contains(source, "q_dot_k_mean("));
+  CHECK(contains(source, "params.offsets.k_mean"));
+  const std::string exact = generate(test::presetVariant("exact", 128, MaskKind::none, true)).source;
+  CHECK(contains(exact, "write_lse("));
+  CHECK_FALSE(contains(exact, "q_dot_k_mean(")); // K is not smoothed
+}
+
+TEST_CASE("V smoothing and block-sparse masks") {
+  AttentionVariant smoothed = test::presetVariant("sage-b", 64);
+  smoothed.smooth_v = SmoothScope::sequence;
+  const std::string source = generate(smoothed).source;
+  CHECK(contains(source, "v_mean[channel]"));
+  CHECK(contains(source, "params.offsets.v_values"));
+
+  const KernelSource sparse = generate(test::presetVariant("sage-b", 128, MaskKind::block_sparse));
+  CHECK(sparse.name == "sage_attention_sage_b_d128_block_sparse_f16_sm_90a");
+  CHECK(contains(sparse.source, "kept_blocks[block] == 0"));
+}
+
+TEST_CASE("a plan that does not belong to the variant is refused") {
+  const AttentionVariant variant = test::presetVariant("sage-b", 128);
+  const KernelPlan plan = Sm80Schedule::plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);
+  CHECK_THROWS_WITH_AS(AttentionKernelGenerator::generate(variant, plan), doctest::Contains("plan.head_dim"),
+                       std::invalid_argument);
+  KernelPlan foreign = Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16);
+  foreign.schedule = "sm90.wgmma";
+  CHECK_THROWS_WITH_AS(AttentionKernelGenerator::generate(variant, foreign), doctest::Contains("plan.schedule"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(AttentionKernelGenerator::generate(
+                           variant, Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16), InputType::bf16),
+                       doctest::Contains("input"), std::invalid_argument);
+}
+
+TEST_CASE("kernel names are C identifiers") {
+  AttentionVariant variant = test::presetVariant("sage-b", 64);
+  variant.name = "My Variant (v2)!";
+  const KernelSource kernel = generate(variant, GpuArch::sm86);
+  CHECK(kernel.name == "sage_attention_my_variant_v2_d64_f16_sm_86");
+}

@@ -1,0 +1,121 @@
+// Every preset x head_dim {64, 128} x mask {none, causal} x input {f16, bf16} x arch {sm_80, sm_89, sm_90a} is
+// generated and compiled to a cubin with NVRTC (libnvrtc directly: no GPU or driver needed). ptxas' report
+// (--ptxas-options=-v, in the NVRTC log) gives the registers and spills of each kernel.
+#include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/schedules/Sm80Schedule.h"
+
+#include "TestVariants.h"
+
+#include <doctest/doctest.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace sage;
+using namespace sage::codegen;
+using namespace sage::schedules;
+
+namespace {
+
+// Spills the fastest measured configurations accept (sage-b d128 at 128 registers: ~100 bytes).
+constexpr int kSpillBudgetBytes = 256;
+
+struct Case {
+  std::string preset;
+  int head_dim;
+  MaskKind mask;
+  InputType input;
+  GpuArch arch;
+};
+
+struct Outcome {
+  std::string name;
+  bool compiled = false;
+  std::string log;
+  int registers = -1, spill_store_bytes = -1;
+  size_t cubin_bytes = 0;
+};
+
+Outcome compile(const Case &item) {
+  AttentionVariant variant = test::presetVariant(item.preset, item.head_dim, item.mask, true);
+  const KernelSource kernel =
+      AttentionKernelGenerator::generate(variant, Sm80Schedule::plan(variant, item.arch, item.input));
+  Outcome outcome;
+  outcome.name = kernel.name;
+  nvrtcProgram program = nullptr;
+  if (nvrtcCreateProgram(&program, kernel.source.c_str(), (kernel.name + ".cu").c_str(), 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    outcome.log = "nvrtcCreateProgram failed";
+    return outcome;
+  }
+  const std::string arch = "--gpu-architecture=" + std::string(archName(item.arch));
+  const char *options[] = {arch.c_str(), "-std=c++17", "--ptxas-options=-v"};
+  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  outcome.log.resize(log_size);
+  if (log_size > 0)
+    nvrtcGetProgramLog(program, outcome.log.data());
+  outcome.compiled = result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &outcome.cubin_bytes) == NVRTC_SUCCESS;
+  nvrtcDestroyProgram(&program);
+  std::smatch match;
+  if (std::regex_search(outcome.log, match, std::regex(R"(Used (\d+) registers)")))
+    outcome.registers = std::stoi(match[1]);
+  if (std::regex_search(outcome.log, match, std::regex(R"((\d+) bytes spill stores)")))
+    outcome.spill_store_bytes = std::stoi(match[1]);
+  return outcome;
+}
+
+} // namespace
+
+TEST_CASE("every preset compiles for sm_80, sm_89 and sm_90a within the spill budget") {
+  std::vector<Case> cases;
+  for (const std::string &preset : test::presetNames())
+    for (int head_dim : {64, 128})
+      for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+        for (InputType input : {InputType::f16, InputType::bf16})
+          for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a}) {
+            const AttentionVariant variant = test::presetVariant(preset, head_dim, mask);
+            const SupportResult support = Sm80Schedule::supports(variant, arch, input);
+            if (!support) { // only FP8 P.V on sm_80 is expected here
+              CHECK(preset == "sage2-fp8");
+              CHECK(arch == GpuArch::sm80);
+              continue;
+            }
+            cases.push_back({preset, head_dim, mask, input, arch});
+          }
+  REQUIRE(cases.size() == 6 * 2 * 2 * 2 * 3 - 2 * 2 * 2);
+
+  std::vector<Outcome> outcomes(cases.size());
+  std::atomic<size_t> next{0};
+  const unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (unsigned worker = 0; worker < workers; ++worker)
+    threads.emplace_back([&] {
+      for (size_t index = next++; index < cases.size(); index = next++)
+        outcomes[index] = compile(cases[index]);
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+
+  for (size_t index = 0; index < cases.size(); ++index) {
+    const Outcome &outcome = outcomes[index];
+    CAPTURE(outcome.name);
+    CAPTURE(archName(cases[index].arch));
+    INFO(outcome.log);
+    CHECK(outcome.compiled);
+    CHECK(outcome.cubin_bytes > 0);
+    CHECK(outcome.registers > 0);
+    CHECK(outcome.spill_store_bytes >= 0);
+    CHECK(outcome.spill_store_bytes <= kSpillBudgetBytes);
+    std::printf("%-52s %-7s registers %3d spill stores %3d bytes\n", outcome.name.c_str(),
+                std::string(archName(cases[index].arch)).c_str(), outcome.registers, outcome.spill_store_bytes);
+  }
+}

@@ -1,0 +1,80 @@
+// Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89 and sm_90a, for each
+// variant kind x head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
+#include "PrologueTestVariants.h"
+#include "sage/codegen/PrologueGenerator.h"
+
+#include <doctest/doctest.h>
+#include <nvrtc.h>
+
+#include <string>
+#include <vector>
+
+using namespace sage;
+
+namespace {
+
+struct CompileResult {
+  bool ok = false;
+  std::string log;
+  size_t cubin_bytes = 0;
+};
+
+CompileResult compileWithNvrtc(const codegen::PrologueKernel &kernel, const char *arch) {
+  CompileResult result;
+  nvrtcProgram program = nullptr;
+  if (nvrtcCreateProgram(&program, kernel.source.c_str(), (kernel.entry_point + ".cu").c_str(), 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    result.log = "nvrtcCreateProgram failed";
+    return result;
+  }
+  const std::string arch_option = std::string("--gpu-architecture=") + arch;
+  const char *options[] = {arch_option.c_str(), "--std=c++17"};
+  const nvrtcResult compiled = nvrtcCompileProgram(program, 2, options);
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  result.log.resize(log_size);
+  if (log_size > 0)
+    nvrtcGetProgramLog(program, result.log.data());
+  while (!result.log.empty() && (result.log.back() == '\0' || result.log.back() == '\n'))
+    result.log.pop_back();
+  if (compiled == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &result.cubin_bytes) == NVRTC_SUCCESS)
+    result.ok = true;
+  nvrtcDestroyProgram(&program);
+  return result;
+}
+
+// One test case per architecture, so that CTest can run them in parallel (see CMakeLists.txt).
+void compileEveryVariantKind(const char *arch) {
+  int compiled = 0;
+  for (const prologue_test::VariantKind &kind : prologue_test::variantKinds())
+    for (int head_dim : {64, 128})
+      for (schedules::InputType input : {schedules::InputType::f16, schedules::InputType::bf16}) {
+        const AttentionVariant variant = prologue_test::makeVariant(kind, head_dim);
+        const codegen::PrologueSource prologue = codegen::PrologueGenerator::generate(variant, input, head_dim);
+        REQUIRE(!prologue.kernels.empty());
+        for (const codegen::PrologueKernel &kernel : prologue.kernels) {
+          const std::string input_name = input == schedules::InputType::bf16 ? "bf16" : "f16";
+          const std::string arch_name = arch;
+          CAPTURE(kind.name);
+          CAPTURE(head_dim);
+          CAPTURE(input_name);
+          CAPTURE(kernel.entry_point);
+          CAPTURE(arch_name);
+          const CompileResult result = compileWithNvrtc(kernel, arch);
+          INFO(result.log);
+          CHECK(result.ok);
+          CHECK(result.log.empty()); // no warnings either
+          CHECK(result.cubin_bytes > 0);
+          CHECK(kernel.source.find(kernel.entry_point + "(const __grid_constant__ SagePrologueParams params)") !=
+                std::string::npos);
+          ++compiled;
+        }
+      }
+  MESSAGE("compiled " << compiled << " prologue kernels for " << std::string(arch));
+}
+
+} // namespace
+
+TEST_CASE("prologue kernels compile for sm_80") { compileEveryVariantKind("sm_80"); }
+TEST_CASE("prologue kernels compile for sm_89") { compileEveryVariantKind("sm_89"); }
+TEST_CASE("prologue kernels compile for sm_90a") { compileEveryVariantKind("sm_90a"); }

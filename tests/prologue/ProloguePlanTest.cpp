@@ -1,0 +1,246 @@
+// The prologue generator's plan: which launches and roles each variant gets, each launch's grid (hand-computed),
+// the parameters block, what the generated text says, and the errors for what the prologue cannot do.
+#include "PrologueTestVariants.h"
+#include "sage/codegen/PrologueGenerator.h"
+#include "sage/codegen/PrologueLaunch.h"
+#include "sage/schedules/WorkspaceLayout.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace sage;
+using codegen::PrologueRole;
+using codegen::PrologueSource;
+using prologue_test::VariantKind;
+using prologue_test::VKind;
+using schedules::InputType;
+
+namespace {
+
+VariantKind kindNamed(const std::string &name) {
+  for (const VariantKind &kind : prologue_test::variantKinds())
+    if (kind.name == name)
+      return kind;
+  throw std::logic_error("no variant kind " + name);
+}
+
+PrologueSource generate(const std::string &kind, InputType input = InputType::f16, int head_dim = 64) {
+  return codegen::PrologueGenerator::generate(prologue_test::makeVariant(kindNamed(kind), head_dim), input, head_dim);
+}
+
+std::vector<std::vector<PrologueRole>> rolesOf(const PrologueSource &prologue) {
+  std::vector<std::vector<PrologueRole>> roles;
+  for (const codegen::PrologueKernel &kernel : prologue.kernels)
+    roles.push_back(kernel.roles);
+  return roles;
+}
+
+schedules::ProblemShape shapeOf(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv,
+                                int64_t head_dim) {
+  schedules::ProblemShape shape;
+  shape.batch = batch;
+  shape.heads_q = heads_q;
+  shape.heads_kv = heads_kv;
+  shape.tokens_q = tokens_q;
+  shape.tokens_kv = tokens_kv;
+  shape.head_dim = head_dim;
+  return shape;
+}
+
+std::vector<unsigned> gridsOf(const PrologueSource &prologue, const schedules::ProblemShape &shape) {
+  std::vector<unsigned> grids;
+  for (const codegen::LaunchGrid &grid : codegen::prologueGrids(prologue, shape)) {
+    CHECK(grid.y == 1);
+    CHECK(grid.z == 1);
+    grids.push_back(grid.x);
+  }
+  return grids;
+}
+
+using Role = PrologueRole;
+
+} // namespace
+
+TEST_CASE("launch plans: statistics first, combined next, the second read of K last") {
+  // SageAttn-B, f16 input: mean(K) needs the whole sequence; V is read in place.
+  CHECK(rolesOf(generate("per_block_smooth_k_f16_v")) ==
+        std::vector<std::vector<Role>>{
+            {Role::k_column_statistics, Role::q_block_quantize}, {Role::k_combine}, {Role::k_block_quantize}});
+  // bf16 input: V is converted to f16 in the first read.
+  CHECK(rolesOf(generate("per_block_smooth_k_f16_v", InputType::bf16)) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize, Role::v_tile_convert},
+                                       {Role::k_combine},
+                                       {Role::k_block_quantize}});
+  // Nothing to reduce over the sequence: one launch.
+  CHECK(rolesOf(generate("per_block_unsmoothed_f16_v")) ==
+        std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::k_block_quantize}});
+  // Per-channel V: its amax is reduced with mean(K); V is quantized in the combine launch.
+  CHECK(rolesOf(generate("per_token_smooth_k_int8_v")) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
+                                       {Role::k_combine, Role::v_tile_quantize},
+                                       {Role::k_block_quantize}});
+  // Smoothed f16 V is converted once mean(V) is known.
+  CHECK(rolesOf(generate("per_block_smooth_qkv_f16_v")) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
+                                       {Role::k_combine, Role::v_tile_convert},
+                                       {Role::k_block_quantize}});
+  // Per-tensor scales: amax first, codes on a second read, scales last.
+  CHECK(rolesOf(generate("per_tensor_smooth_qk_int8_v")) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_statistics},
+                                       {Role::k_combine, Role::q_combine, Role::v_tile_quantize},
+                                       {Role::k_block_quantize, Role::q_block_quantize},
+                                       {Role::finalize_q_scales, Role::finalize_k_scales}});
+}
+
+TEST_CASE("grids: the sum of the roles' CTA counts (hand-computed)") {
+  // b = 2, h_q = 4, h_kv = 2, 300 Q and 333 KV tokens, d = 64: 8 Q heads x 3 Q blocks, 4 KV heads x 6 KV blocks.
+  const schedules::ProblemShape small = shapeOf(2, 4, 2, 300, 333, 64);
+  const PrologueSource sage_b = generate("per_block_smooth_k_f16_v");
+  // slices = min(ceil(256 / 4), ceil(333 / 512), 32) = 1: 4 statistics CTAs + 24 Q blocks; 4 combines; K tiles of
+  // 4 blocks (32 KiB at d = 64): ceil(6 / 4) = 2 per head -> 8.
+  CHECK(gridsOf(sage_b, small) == std::vector<unsigned>{28, 4, 8});
+  // 16k tokens, hidden 2048, d = 128: 16 heads, slices = min(ceil(256 / 16), ceil(16384 / 512), 32) = 16.
+  const PrologueSource sage_b_128 = generate("per_block_smooth_k_f16_v", InputType::f16, 128);
+  const schedules::ProblemShape big = shapeOf(1, 16, 16, 16384, 16384, 128);
+  // 16 * 16 statistics + 16 * 128 Q blocks; 16 combines; K tiles of 2 blocks: 16 * 128.
+  CHECK(gridsOf(sage_b_128, big) == std::vector<unsigned>{2304, 16, 2048});
+  // K and V statistics share the target: 128 CTAs each, slices = 8. V tiles of 128 tokens: 16 * 128.
+  const PrologueSource int8_v = generate("per_token_smooth_k_int8_v", InputType::f16, 128);
+  CHECK(gridsOf(int8_v, big) == std::vector<unsigned>{128 + 128 + 2048, 16 + 2048, 2048});
+  // Per-tensor: finalize covers ceil(8 / 256) + ceil(4 / 256) CTAs.
+  const PrologueSource per_tensor = generate("per_tensor_smooth_qk_int8_v");
+  // V tiles of 256 tokens at d = 64: ceil(384 / 256) = 2 per head.
+  CHECK(gridsOf(per_tensor, small) == std::vector<unsigned>{4 + 4 + 24, 4 + 8 + 8, 8 + 24, 2});
+  CHECK_THROWS_AS(codegen::prologueGrid(sage_b, 3, small), std::invalid_argument);
+  CHECK_THROWS_AS(codegen::prologueGrids(sage_b, shapeOf(2, 4, 3, 300, 333, 64)), std::invalid_argument);
+  CHECK_THROWS_AS(codegen::prologueGrids(sage_b, shapeOf(2, 4, 2, 300, 333, 128)), std::invalid_argument);
+}
+
+TEST_CASE("column statistics always fit in the k_codes buffer they borrow") {
+  // At most 16 bytes per channel and slice (K and V sums, minima and maxima): slices * 16 <= padded_kv.
+  for (VariantKind kind : prologue_test::variantKinds())
+    for (int block_kv : {16, 64, 128})
+      for (int64_t tokens_kv : {1, 15, 16, 17, 100, 511, 513, 4097, 70000}) {
+        kind.k_group_tokens = 0; // the tile, whatever its size
+        const AttentionVariant variant = prologue_test::makeVariant(kind, 64, 128, block_kv);
+        const PrologueSource prologue = codegen::PrologueGenerator::generate(variant, InputType::bf16, 64);
+        const schedules::ProblemShape shape = shapeOf(1, 1, 1, 10, tokens_kv, 64);
+        const int64_t slices = codegen::prologueRoleCtas(PrologueRole::k_column_statistics, prologue.geometry, shape);
+        const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape);
+        CAPTURE(kind.name);
+        CAPTURE(block_kv);
+        CAPTURE(tokens_kv);
+        CHECK(slices >= 1);
+        CHECK(slices * 16 * 64 <= static_cast<int64_t>(layout.k_codes.bytes));
+      }
+}
+
+TEST_CASE("the generated text names the algorithm's steps and uses exact f32 operations") {
+  const PrologueSource prologue = generate("per_block_smooth_kv_int8_v", InputType::bf16, 128);
+  REQUIRE(prologue.kernels.size() == 3);
+  std::string all;
+  for (const codegen::PrologueKernel &kernel : prologue.kernels) {
+    CHECK(kernel.block_threads == 256);
+    CHECK(kernel.dynamic_shared_bytes == 0);
+    CHECK(kernel.source.rfind("// sagegen quantization prologue, launch ", 0) == 0);
+    CHECK(kernel.source.find("struct SagePrologueParams") != std::string::npos); // KernelAbi.h pasted in
+    CHECK(kernel.source.find("extern \"C\" __global__") != std::string::npos);
+    CHECK(kernel.source.find("#include") == std::string::npos); // self-contained for NVRTC
+    CHECK(kernel.grid_rule.rfind("gridDim.x = ", 0) == 0);
+    all += kernel.source;
+  }
+  CHECK(prologue.kernels[0].entry_point == "sage_prologue_read_inputs");
+  CHECK(prologue.kernels[1].entry_point == "sage_prologue_combine_statistics");
+  CHECK(prologue.kernels[2].entry_point == "sage_prologue_quantize_after_statistics");
+  CHECK(all.find("gamma(K) = K - mean(K)") != std::string::npos);
+  CHECK(all.find("psi_Q") != std::string::npos);
+  CHECK(all.find("per-channel psi_V") != std::string::npos);
+  CHECK(all.find("__fdiv_rn(amax, code_max), __fdiv_rn(code_max, amax)") != std::string::npos);
+  CHECK(all.find("cvt.rni.sat.s32.f32") != std::string::npos);
+  CHECK(all.find("fmaf(") == std::string::npos);
+  CHECK(all.find("fma.") == std::string::npos);
+  CHECK(all.find("__fdividef") == std::string::npos);
+  // e4m3 codes carry their software fallback for GPUs without the conversion.
+  const PrologueSource e4m3 = generate("per_warp_smooth_k_e4m3_v");
+  CHECK(e4m3.kernels[1].source.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
+  CHECK(e4m3.kernels[1].source.find("encodeE4m3Software") != std::string::npos);
+}
+
+TEST_CASE("prologueQPrescale: the folded softmax scale, rounded once to f32") {
+  AttentionVariant variant = prologue_test::makeVariant(kindNamed("per_block_smooth_k_f16_v"), 128);
+  CHECK(codegen::prologueQPrescale(variant) == static_cast<float>(1.0 / std::sqrt(128.0) * 1.4426950408889634074));
+  variant.exp2_softmax = false;
+  CHECK(codegen::prologueQPrescale(variant) == static_cast<float>(1.0 / std::sqrt(128.0)));
+  variant.q.fold_softmax_scale = false;
+  CHECK(codegen::prologueQPrescale(variant) == 1.0f);
+}
+
+TEST_CASE("makePrologueParams: sizes and offsets from the layout; misaligned tensors are rejected") {
+  const AttentionVariant variant = prologue_test::makeVariant(kindNamed("per_block_smooth_qkv_f16_v"), 64);
+  const schedules::ProblemShape shape = shapeOf(2, 4, 2, 300, 333, 64);
+  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape);
+  alignas(256) static unsigned char workspace[256];
+  alignas(16) static unsigned short data[16];
+  const codegen::PrologueTensor tensor{data, {4 * 300 * 64, 300 * 64, 64}};
+  const SagePrologueParams params =
+      codegen::makePrologueParams(variant, shape, layout, tensor, tensor, tensor, workspace);
+  CHECK(params.size.heads_q == 4);
+  CHECK(params.size.padded_q == 384);
+  CHECK(params.size.padded_kv == 384);
+  CHECK(params.size.q_scale_count == 3);
+  CHECK(params.size.k_scale_count == 6);
+  CHECK(params.offsets.k_codes == layout.k_codes.offset);
+  CHECK(params.offsets.q_mean == layout.q_mean.offset);
+  CHECK(params.offsets.v_values == layout.v_values.offset);
+  CHECK(params.q_prescale == codegen::prologueQPrescale(variant));
+  CHECK(params.q_strides.token == 64);
+
+  const codegen::PrologueTensor misaligned{data + 1, tensor.strides};
+  CHECK_THROWS_WITH_AS(codegen::makePrologueParams(variant, shape, layout, misaligned, tensor, tensor, workspace),
+                       doctest::Contains("q: data must be 16-byte aligned"), std::invalid_argument);
+  const codegen::PrologueTensor odd_stride{data, {4 * 300 * 64, 300 * 64, 68}};
+  CHECK_THROWS_WITH_AS(codegen::makePrologueParams(variant, shape, layout, tensor, odd_stride, tensor, workspace),
+                       doctest::Contains("k: strides must be multiples of 8"), std::invalid_argument);
+}
+
+TEST_CASE("the generator names what it cannot do") {
+  const AttentionVariant base = prologue_test::makeVariant(kindNamed("per_block_smooth_k_f16_v"), 64);
+  const auto rejects = [](const AttentionVariant &variant, const char *needle, int head_dim = 64,
+                          const codegen::PrologueTunables &tunables = {}) {
+    CHECK_THROWS_WITH_AS(codegen::PrologueGenerator::generate(variant, InputType::f16, head_dim, tunables),
+                         doctest::Contains(needle), std::invalid_argument);
+  };
+  rejects(base, "head_dim: 128 does not match", 128);
+  AttentionVariant variant = base;
+  variant.head_dim = 96;
+  rejects(variant, "head_dim: the prologue supports", 96);
+  variant = base;
+  variant.q.dtype = ElementType::int4;
+  rejects(variant, "q.dtype");
+  variant = base;
+  variant.k.granularity = Granularity::microscale_1x16;
+  rejects(variant, "k.granularity");
+  variant = base;
+  variant.q.group_tokens = 48;
+  rejects(variant, "q.group_tokens 48 must divide");
+  variant = base;
+  variant.smooth_k = SmoothScope::block;
+  rejects(variant, "smooth_k");
+  variant = base;
+  variant.v.dtype = ElementType::f32;
+  rejects(variant, "v.dtype");
+  variant = base;
+  variant.v = prologue_test::tokenQuantizer(ElementType::int8, Granularity::per_token, 0);
+  rejects(variant, "v.granularity");
+  codegen::PrologueTunables tunables;
+  tunables.threads = 100;
+  rejects(base, "tunables.threads", 64, tunables);
+  tunables = {};
+  tunables.v_tile_tokens = 64;
+  rejects(base, "tunables.v_tile_tokens", 64, tunables);
+}

@@ -1,0 +1,176 @@
+// sage::schedules::WorkspaceLayout: scale groups and the workspace's sizes, offsets and alignment, against
+// values computed by hand in the comments.
+#include "sage/schedules/WorkspaceLayout.h"
+#include "PrologueTestVariants.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+using namespace sage;
+using namespace sage::schedules;
+using prologue_test::VariantKind;
+using prologue_test::VKind;
+
+namespace {
+
+QuantizerSpec spec(Granularity granularity, int group_tokens = 0) {
+  return prologue_test::tokenQuantizer(ElementType::int8, granularity, group_tokens);
+}
+
+// b = 2, h_q = 4, h_kv = 2 (GQA), 300 Q tokens, 333 KV tokens, d = 64.
+ProblemShape smallShape() {
+  ProblemShape shape;
+  shape.batch = 2;
+  shape.heads_q = 4;
+  shape.heads_kv = 2;
+  shape.tokens_q = 300;
+  shape.tokens_kv = 333;
+  shape.head_dim = 64;
+  return shape;
+}
+
+AttentionVariant variantOf(Granularity granularity, int q_group, int k_group, bool smooth_q, bool smooth_k,
+                           bool smooth_v, VKind v) {
+  return prologue_test::makeVariant(
+      VariantKind{"layout", ElementType::int8, granularity, q_group, k_group, smooth_q, smooth_k, smooth_v, v}, 64);
+}
+
+std::vector<BufferSlice> slicesOf(const WorkspaceLayout &layout) {
+  return {layout.q_codes, layout.q_scales, layout.k_codes, layout.k_scales, layout.k_mean,
+          layout.q_mean,  layout.v_values, layout.v_codes, layout.v_scales, layout.v_mean};
+}
+
+// Every buffer 256-byte aligned, inside total_bytes, and no two used buffers overlap.
+void checkAlignedAndDisjoint(const WorkspaceLayout &layout) {
+  std::vector<BufferSlice> used;
+  for (const BufferSlice &slice : slicesOf(layout)) {
+    CHECK(slice.offset % 256 == 0);
+    CHECK(slice.offset + slice.bytes <= layout.total_bytes);
+    if (slice.bytes > 0)
+      used.push_back(slice);
+  }
+  std::sort(used.begin(), used.end(), [](const BufferSlice &a, const BufferSlice &b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < used.size(); ++i)
+    CHECK(used[i - 1].offset + used[i - 1].bytes <= used[i].offset);
+  CHECK(layout.total_bytes % 256 == 0);
+}
+
+} // namespace
+
+TEST_CASE("groupsPerBlock: scales per quantization block for each granularity") {
+  CHECK(groupsPerBlock(spec(Granularity::none), 128) == 0);
+  CHECK(groupsPerBlock(spec(Granularity::per_tensor), 128) == 1);
+  CHECK(groupsPerBlock(spec(Granularity::per_token), 64) == 64);
+  CHECK(groupsPerBlock(spec(Granularity::per_block, 128), 128) == 1);
+  CHECK(groupsPerBlock(spec(Granularity::per_block, 0), 64) == 1); // 0: the whole tile
+  CHECK(groupsPerBlock(spec(Granularity::per_warp, 32), 128) == 4);
+  CHECK(groupsPerBlock(spec(Granularity::per_thread, 32), 128) == 32); // 4 groups x 8 interleaved rows
+  CHECK(groupsPerBlock(spec(Granularity::per_thread, 64), 64) == 8);
+  CHECK_THROWS_AS(groupsPerBlock(spec(Granularity::per_block, 48), 128), std::invalid_argument); // 48 !| 128
+  CHECK_THROWS_AS(groupsPerBlock(spec(Granularity::per_thread, 4), 128), std::invalid_argument); // 4 % 8 != 0
+  CHECK_THROWS_AS(groupsPerBlock(spec(Granularity::per_channel), 128), std::invalid_argument);
+  CHECK_THROWS_AS(groupsPerBlock(spec(Granularity::per_token), 0), std::invalid_argument);
+}
+
+TEST_CASE("scaleGroupOfToken: the scale of a token within the sequence") {
+  CHECK(scaleGroupOfToken(spec(Granularity::per_tensor), 128, 999) == 0);
+  CHECK(scaleGroupOfToken(spec(Granularity::per_token), 128, 77) == 77);
+  CHECK(scaleGroupOfToken(spec(Granularity::per_block, 64), 64, 130) == 2); // 130 / 64
+  CHECK(scaleGroupOfToken(spec(Granularity::per_warp, 32), 128, 100) == 3); // 100 / 32
+  CHECK(scaleGroupOfToken(spec(Granularity::per_block, 0), 128, 300) == 2); // the tile: 300 / 128
+  // per_thread, 32-token groups: tokens t, t + 8, t + 16, t + 24 of a group share a scale.
+  const QuantizerSpec interleaved = spec(Granularity::per_thread, 32);
+  CHECK(scaleGroupOfToken(interleaved, 128, 0) == 0);
+  CHECK(scaleGroupOfToken(interleaved, 128, 8) == 0);
+  CHECK(scaleGroupOfToken(interleaved, 128, 9) == 1);
+  CHECK(scaleGroupOfToken(interleaved, 128, 31) == 7);
+  CHECK(scaleGroupOfToken(interleaved, 128, 32) == 8);   // second group
+  CHECK(scaleGroupOfToken(interleaved, 128, 45) == 13);  // 1 * 8 + 45 % 8
+  CHECK(scaleGroupOfToken(interleaved, 128, 200) == 48); // 200 / 32 = 6 -> 6 * 8 + 200 % 8 = 48
+  CHECK_THROWS_AS(scaleGroupOfToken(spec(Granularity::none), 128, 0), std::invalid_argument);
+  CHECK_THROWS_AS(scaleGroupOfToken(spec(Granularity::per_token), 128, -1), std::invalid_argument);
+}
+
+TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes and offsets)") {
+  const WorkspaceLayout layout =
+      computeWorkspaceLayout(variantOf(Granularity::per_block, 0, 0, false, true, false, VKind::f16), smallShape());
+  CHECK(layout.padded_q == 384);  // 300 -> 3 blocks of 128
+  CHECK(layout.padded_kv == 384); // 333 -> 6 blocks of 64
+  CHECK(layout.q_scale_count == 3);
+  CHECK(layout.k_scale_count == 6);
+  CHECK(layout.q_codes.offset == 0);
+  CHECK(layout.q_codes.bytes == 196608); // 2 * 4 * 384 * 64
+  CHECK(layout.k_codes.offset == 196608);
+  CHECK(layout.k_codes.bytes == 98304); // 2 * 2 * 384 * 64
+  CHECK(layout.v_codes.bytes == 0);
+  CHECK(layout.q_scales.offset == 294912);
+  CHECK(layout.q_scales.bytes == 96); // 2 * 4 * 3 floats
+  CHECK(layout.k_scales.offset == 295168);
+  CHECK(layout.k_scales.bytes == 96); // 2 * 2 * 6 floats
+  CHECK(layout.v_scales.bytes == 0);
+  CHECK(layout.k_mean.offset == 295424);
+  CHECK(layout.k_mean.bytes == 1024); // 2 * 2 * 64 floats
+  CHECK(layout.q_mean.bytes == 0);
+  CHECK(layout.v_mean.bytes == 0);
+  // v_values is reserved for every f16 P.V (the layout does not know the input type) and comes last.
+  CHECK(layout.v_values.offset == 296448);
+  CHECK(layout.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
+  CHECK(layout.total_bytes == 493056);
+  checkAlignedAndDisjoint(layout);
+}
+
+TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing means and V codes") {
+  const ProblemShape shape = smallShape();
+  struct Expected {
+    Granularity granularity;
+    int q_group, k_group;
+    int64_t q_scales, k_scales; // per (batch, head)
+  };
+  const Expected cases[] = {
+      {Granularity::per_token, 0, 0, 384, 384},  // one per padded token
+      {Granularity::per_block, 0, 0, 3, 6},      // one per block
+      {Granularity::per_warp, 32, 64, 12, 6},    // 3 blocks x 4 warps; 6 blocks x 1
+      {Granularity::per_thread, 32, 64, 96, 48}, // 3 x (4 x 8); 6 x (1 x 8)
+      {Granularity::per_tensor, 0, 0, 1, 1},     // the whole sequence
+  };
+  for (const Expected &expected : cases) {
+    CAPTURE(static_cast<int>(expected.granularity));
+    const WorkspaceLayout layout = computeWorkspaceLayout(
+        variantOf(expected.granularity, expected.q_group, expected.k_group, true, true, true, VKind::int8), shape);
+    CHECK(layout.q_scale_count == expected.q_scales);
+    CHECK(layout.k_scale_count == expected.k_scales);
+    CHECK(layout.q_scales.bytes == static_cast<size_t>(8 * expected.q_scales * 4));
+    CHECK(layout.k_scales.bytes == static_cast<size_t>(4 * expected.k_scales * 4));
+    CHECK(layout.q_mean.bytes == 6144);   // 2 * 4 heads * 3 blocks * 64 floats
+    CHECK(layout.k_mean.bytes == 1024);   // 2 * 2 * 64 floats
+    CHECK(layout.v_mean.bytes == 1024);   // 2 * 2 * 64 floats
+    CHECK(layout.v_codes.bytes == 98304); // 2 * 2 * 64 channels * 384 padded tokens
+    CHECK(layout.v_scales.bytes == 1024); // 2 * 2 * 64 floats
+    CHECK(layout.v_values.bytes == 0);    // int8 V needs no f16 copy
+    checkAlignedAndDisjoint(layout);
+  }
+}
+
+TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay out, naming them") {
+  const AttentionVariant variant = variantOf(Granularity::per_block, 0, 0, false, true, false, VKind::f16);
+  ProblemShape shape = smallShape();
+  shape.head_dim = 128;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape), doctest::Contains("head_dim"), std::invalid_argument);
+  shape = smallShape();
+  shape.heads_kv = 3; // does not divide 4
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape), doctest::Contains("heads_kv"), std::invalid_argument);
+  shape = smallShape();
+  shape.tokens_kv = 0;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape), doctest::Contains("tokens_kv"), std::invalid_argument);
+  AttentionVariant int4 = variant;
+  int4.q.dtype = ElementType::int4;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(int4, smallShape()), doctest::Contains("q quantizer"),
+                       std::invalid_argument);
+  AttentionVariant per_token_v = variant;
+  per_token_v.v = spec(Granularity::per_token);
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(per_token_v, smallShape()), doctest::Contains("v quantizer"),
+                       std::invalid_argument);
+}

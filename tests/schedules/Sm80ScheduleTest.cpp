@@ -1,0 +1,256 @@
+// The sm80 mma.sync schedule: what it supports (with reasons) and the plans it makes.
+#include "sage/schedules/Sm80Schedule.h"
+#include "sage/schedules/GpuLimits.h"
+#include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/WorkspaceLayout.h"
+
+#include "../codegen/TestVariants.h"
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+
+using namespace sage;
+using namespace sage::schedules;
+
+namespace {
+
+const GpuArch kArchs[] = {GpuArch::sm80, GpuArch::sm86, GpuArch::sm89, GpuArch::sm90a};
+
+std::string reasonFor(const AttentionVariant &variant, GpuArch arch = GpuArch::sm90a) {
+  SupportResult result = Sm80Schedule::supports(variant, arch, InputType::f16);
+  CHECK_FALSE(result.supported);
+  return result.reason;
+}
+
+} // namespace
+
+TEST_CASE("every preset is supported at head_dim 64 and 128; FP8 P.V only from sm_89") {
+  for (const std::string &name : test::presetNames())
+    for (int head_dim : {64, 128})
+      for (GpuArch arch : kArchs)
+        for (InputType input : {InputType::f16, InputType::bf16}) {
+          CAPTURE(name);
+          CAPTURE(head_dim);
+          CAPTURE(archName(arch));
+          const SupportResult result = Sm80Schedule::supports(test::presetVariant(name, head_dim), arch, input);
+          const bool needs_fp8 = name == "sage2-fp8";
+          CHECK(result.supported == (!needs_fp8 || hasFp8MmaSync(arch)));
+          if (!result.supported)
+            CHECK(result.reason.find("sm_89") != std::string::npos);
+          else
+            CHECK(result.reason.empty());
+        }
+}
+
+TEST_CASE("unsupported variants say why") {
+  CHECK(reasonFor(test::presetVariant("sage-b", 96)).find("head_dim 96") != std::string::npos);
+  AttentionVariant wide_kv = test::presetVariant("sage-b");
+  wide_kv.block_kv = wide_kv.k.group_tokens = 96;
+  CHECK(reasonFor(wide_kv).find("block_kv 96") != std::string::npos);
+
+  AttentionVariant int4 = test::presetVariant("sage-b");
+  int4.q.dtype = int4.k.dtype = ElementType::int4;
+  CHECK(reasonFor(int4).find("int4") != std::string::npos);
+
+  AttentionVariant fp4 = test::presetVariant("sage-b");
+  fp4.p = test::quantizer(ElementType::e2m1, Granularity::microscale_1x16);
+  fp4.p.scale_type = ScaleType::ue4m3;
+  fp4.v = fp4.p;
+  CHECK(reasonFor(fp4).find("FP4") != std::string::npos);
+
+  AttentionVariant smooth_q = test::presetVariant("sage-b");
+  smooth_q.smooth_q = SmoothScope::block;
+  CHECK(reasonFor(smooth_q).find("Q smoothing") != std::string::npos);
+
+  AttentionVariant bf16_pv = test::presetVariant("sage-b");
+  bf16_pv.p = bf16_pv.v = test::cast(ElementType::bf16);
+  CHECK(reasonFor(bf16_pv).find("bf16 P.V") != std::string::npos);
+
+  AttentionVariant dynamic_p = test::presetVariant("sage-vb");
+  dynamic_p.p.static_scale = 0.0;
+  CHECK(reasonFor(dynamic_p).find("static scale") != std::string::npos);
+
+  AttentionVariant no_flush = test::presetVariant("sage2-fp8");
+  no_flush.accumulation.flush_period = 0;
+  CHECK(reasonFor(no_flush).find("flush_period") != std::string::npos);
+
+  AttentionVariant mixed = test::presetVariant("sage-b");
+  mixed.k = test::cast(ElementType::f16);
+  CHECK(reasonFor(mixed).find("both be quantized") != std::string::npos);
+
+  AttentionVariant odd_k_group = test::presetVariant("sage-b");
+  odd_k_group.k.group_tokens = 48;
+  CHECK(reasonFor(odd_k_group).find("block_kv") != std::string::npos);
+}
+
+TEST_CASE("plan throws the support reason for an unsupported variant") {
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(test::presetVariant("sage2-fp8"), GpuArch::sm80, InputType::f16),
+                       doctest::Contains("sm_89"), std::invalid_argument);
+}
+
+TEST_CASE("sage-b d128: Table 12 tiles, int8 Q.K^T, f16 P.V with an f16 accumulator") {
+  const AttentionVariant variant = test::presetVariant("sage-b", 128);
+  const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16);
+  CHECK(plan.schedule == Sm80Schedule::kName);
+  CHECK(plan.tunables == Tunables{128, 64, 8, 3});
+  CHECK(plan.threads == 256);
+  CHECK(plan.rows_per_warp == 16);
+  CHECK(plan.row_tiles_per_warp == 1);
+  CHECK(plan.qk_operand == ElementType::int8);
+  CHECK(plan.qk_mma == MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+  CHECK(plan.pv_mma == MmaShape{16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f16});
+  CHECK(plan.pv_path == PvPath::f16_accumulate_f16);
+  CHECK(plan.v_source == ValueSource::input);
+  CHECK_FALSE(plan.interleave_kv_tokens);
+  CHECK(plan.k_scales_per_block == 1);
+  // Q 128 x 128 int8, then 3 stages of K 64 x 128 int8 + V 64 x 128 f16
+  CHECK(plan.shared.q.bytes == 128 * 128);
+  CHECK(plan.shared.k.bytes == 64 * 128);
+  CHECK(plan.shared.v.bytes == 64 * 128 * 2);
+  CHECK(plan.shared.total_bytes == 128 * 128 + 3 * (64 * 128 + 64 * 256));
+}
+
+TEST_CASE("V's source follows the input type and V smoothing") {
+  AttentionVariant variant = test::presetVariant("sage-t", 64);
+  CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16).v_source == ValueSource::input);
+  CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::bf16).v_source == ValueSource::workspace_values);
+  variant.smooth_v = SmoothScope::sequence;
+  CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16).v_source == ValueSource::workspace_values);
+}
+
+TEST_CASE("8-bit P.V reads transposed V codes and interleaves S's columns") {
+  const KernelPlan vb = Sm80Schedule::plan(test::presetVariant("sage-vb", 128), GpuArch::sm80, InputType::f16);
+  CHECK(vb.pv_path == PvPath::int8_per_block);
+  CHECK(vb.pv_mma == MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+  CHECK(vb.v_source == ValueSource::workspace_codes);
+  CHECK(vb.interleave_kv_tokens);
+  CHECK(vb.shared.v.rows == 128);     // one row per channel
+  CHECK(vb.shared.v.row_bytes == 64); // b_kv one-byte codes
+
+  const KernelPlan fp8 = Sm80Schedule::plan(test::presetVariant("sage2-fp8", 64), GpuArch::sm89, InputType::bf16);
+  CHECK(fp8.pv_path == PvPath::e4m3_accumulate_f32);
+  CHECK(fp8.pv_mma == MmaShape{16, 8, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
+  CHECK(fp8.interleave_kv_tokens);
+}
+
+TEST_CASE("exact runs Q.K^T in the input's type and P.V in f16 with f32 accumulation") {
+  const KernelPlan plan = Sm80Schedule::plan(test::presetVariant("exact", 64), GpuArch::sm80, InputType::bf16);
+  CHECK(plan.qk_operand == ElementType::bf16);
+  CHECK(plan.qk_mma == MmaShape{16, 8, 16, ElementType::bf16, ElementType::bf16, AccumulatorType::f32});
+  CHECK(plan.pv_path == PvPath::f16_accumulate_f32);
+  CHECK_FALSE(plan.q_scales.used);
+  CHECK(plan.k_scales_per_block == 0);
+  CHECK(plan.shared.q.row_bytes == 64 * 2);
+}
+
+TEST_CASE("default plans fit every arch's shared memory, giving up pipeline stages first") {
+  for (const std::string &name : test::presetNames())
+    for (int head_dim : {64, 128})
+      for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+        for (GpuArch arch : kArchs) {
+          const AttentionVariant variant = test::presetVariant(name, head_dim, mask);
+          if (!Sm80Schedule::supports(variant, arch, InputType::f16))
+            continue;
+          CAPTURE(name);
+          CAPTURE(head_dim);
+          CAPTURE(archName(arch));
+          const KernelPlan plan = Sm80Schedule::plan(variant, arch, InputType::f16);
+          const SharedMemoryLayout &shared = plan.shared;
+          CHECK(shared.total_bytes <= gpuLimits(arch).max_dynamic_shared_bytes_per_block);
+          CHECK(plan.tunables.stages >= 2);
+          CHECK(plan.tunables.stages <= defaultTunables(variant).stages);
+          CHECK(shared.total_bytes == shared.stage_offset + shared.stages * shared.stage_bytes);
+          CHECK(shared.q.offset + shared.q.bytes <= shared.stage_offset);
+          CHECK(shared.k.offset + shared.k.bytes <= shared.v.offset);
+          CHECK(shared.v.offset + shared.v.bytes <= shared.stage_bytes);
+          CHECK(shared.stage_bytes % 128 == 0);
+          CHECK(plan.min_blocks_per_multiprocessor >= 1);
+        }
+  // exact d128 (f16 Q/K tiles) needs fewer stages on the 99 KiB archs than on sm_90a
+  const AttentionVariant exact = test::presetVariant("exact", 128, MaskKind::causal);
+  CHECK(Sm80Schedule::plan(exact, GpuArch::sm86, InputType::f16).tunables.stages <
+        Sm80Schedule::plan(exact, GpuArch::sm90a, InputType::f16).tunables.stages);
+}
+
+TEST_CASE("explicit tunables are validated, naming the tunable") {
+  const AttentionVariant variant = test::presetVariant("sage-b", 128);
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{96, 64, 4, 3}),
+                       doctest::Contains("tunables.block_q"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 48, 8, 3}),
+                       doctest::Contains("tunables.block_kv"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 2, 3}),
+                       doctest::Contains("tunables.warps"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 9}),
+                       doctest::Contains("tunables.stages"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm86, InputType::f16, Tunables{128, 64, 8, 5}),
+                       doctest::Contains("shared memory"), std::invalid_argument);
+  const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 4});
+  CHECK(plan.rows_per_warp == 16);
+  CHECK(plan.tunables.stages == 4);
+  CHECK(plan.grid.block_q == 64);
+
+  AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);
+  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(sparse, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 3}),
+                       doctest::Contains("block_sparse"), std::invalid_argument);
+}
+
+TEST_CASE("scale groups match the workspace's scaleGroupOfToken") {
+  AttentionVariant per_thread = test::presetVariant("sage-b", 128);
+  per_thread.q.granularity = per_thread.k.granularity = Granularity::per_thread;
+  per_thread.q.group_tokens = 32;
+  per_thread.k.group_tokens = 64;
+  for (const AttentionVariant &variant :
+       {test::presetVariant("sage-t"), test::presetVariant("sage-b"), test::presetVariant("sage2-fp8"), per_thread}) {
+    CAPTURE(variant.name);
+    const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm89, InputType::f16);
+    for (int64_t token = 0; token < 1000; ++token) {
+      CHECK(plan.q_scales.groupOf(token) == scaleGroupOfToken(variant.q, variant.block_q, token));
+      CHECK(plan.k_scales.groupOf(token) == scaleGroupOfToken(variant.k, variant.block_kv, token));
+    }
+  }
+  CHECK(Sm80Schedule::plan(test::presetVariant("sage-t"), GpuArch::sm80, InputType::f16).k_scales_per_block == 64);
+  CHECK(Sm80Schedule::plan(per_thread, GpuArch::sm80, InputType::f16).k_scales_per_block == 8);
+}
+
+TEST_CASE("one CTA per (Q block, head, batch); causal schedules the longest rows first") {
+  const KernelPlan plain = Sm80Schedule::plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);
+  const ProblemShape shape{2, 4, 2, 300, 700, 64};
+  CHECK(plain.grid.gridFor(shape) == std::array<int64_t, 3>{3, 4, 2});
+  CHECK_FALSE(plain.grid.reverse_q_blocks);
+  const KernelPlan causal =
+      Sm80Schedule::plan(test::presetVariant("sage-b", 64, MaskKind::causal), GpuArch::sm80, InputType::f16);
+  CHECK(causal.grid.reverse_q_blocks);
+  CHECK(causal.grid.description().find("longest rows first") != std::string::npos);
+}
+
+TEST_CASE("the registry picks the sm80 schedule or lists every schedule's reason") {
+  const std::vector<ScheduleVerdict> verdicts =
+      scheduleVerdicts(test::presetVariant("sage-b"), GpuArch::sm90a, InputType::f16);
+  REQUIRE(verdicts.size() == 1);
+  CHECK(verdicts[0].schedule == Sm80Schedule::kName);
+  CHECK(verdicts[0].support.supported);
+  CHECK(planBestSchedule(test::presetVariant("sage-b"), GpuArch::sm90a, InputType::f16).schedule ==
+        Sm80Schedule::kName);
+  CHECK_THROWS_WITH_AS(planBestSchedule(test::presetVariant("sage-b", 96), GpuArch::sm90a, InputType::f16),
+                       doctest::Contains("sm80.mma_sync: head_dim 96"), std::invalid_argument);
+}
+
+TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {
+  // Table 12 asks 5 stages for d128 causal; on sm_90a 4 stages let two CTAs share an SM.
+  const KernelPlan causal =
+      Sm80Schedule::plan(test::presetVariant("sage-b", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
+  CHECK(causal.tunables.stages == 4);
+  CHECK(causal.min_blocks_per_multiprocessor == 2);
+  // An explicit pipeline depth is kept as given.
+  const KernelPlan explicit_depth = Sm80Schedule::plan(test::presetVariant("sage-b", 128, MaskKind::causal),
+                                                       GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 5});
+  CHECK(explicit_depth.tunables.stages == 5);
+  CHECK(explicit_depth.min_blocks_per_multiprocessor == 1);
+  // f32 accumulators do not leave registers for two CTAs of 8 warps: the table's depth stays.
+  const KernelPlan vb =
+      Sm80Schedule::plan(test::presetVariant("sage-vb", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
+  CHECK(vb.tunables.stages == 5);
+  CHECK(vb.min_blocks_per_multiprocessor == 1);
+}

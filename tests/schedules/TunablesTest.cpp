@@ -1,0 +1,56 @@
+// Tunables: the paper's Table 12 defaults and the canonical text form used in cache keys.
+#include "sage/schedules/Tunables.h"
+
+#include "../codegen/TestVariants.h"
+
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+
+using namespace sage;
+using namespace sage::schedules;
+
+TEST_CASE("defaults follow Table 12 of the SageAttention paper") {
+  struct Row {
+    int head_dim;
+    MaskKind mask;
+    int warps, stages;
+  };
+  for (Row row : {Row{64, MaskKind::none, 4, 3}, Row{64, MaskKind::causal, 4, 4}, Row{128, MaskKind::none, 8, 3},
+                  Row{128, MaskKind::causal, 8, 5}}) {
+    CAPTURE(row.head_dim);
+    CAPTURE(static_cast<int>(row.mask));
+    const Tunables tunables = defaultTunables(test::presetVariant("sage-b", row.head_dim, row.mask));
+    CHECK(tunables.warps == row.warps);
+    CHECK(tunables.stages == row.stages);
+    CHECK(tunables.block_q == 128);
+    CHECK(tunables.block_kv == 64);
+  }
+}
+
+TEST_CASE("the variant's own tiles are the default tiles") {
+  AttentionVariant variant = test::presetVariant("sage-b", 64);
+  variant.block_q = 64;
+  variant.block_kv = 32;
+  const Tunables tunables = defaultTunables(variant);
+  CHECK(tunables.block_q == 64);
+  CHECK(tunables.block_kv == 32);
+}
+
+TEST_CASE("tunables text is canonical and parses back") {
+  const Tunables tunables{128, 64, 8, 4};
+  CHECK(tunablesText(tunables) == "block_q=128,block_kv=64,warps=8,stages=4");
+  CHECK(parseTunables(tunablesText(tunables), Tunables{}) == tunables);
+  const Tunables partial = parseTunables("stages=2", tunables);
+  CHECK(partial.stages == 2);
+  CHECK(partial.warps == 8);
+}
+
+TEST_CASE("malformed tunables text names the problem") {
+  CHECK_THROWS_WITH_AS(parseTunables("warps=four", Tunables{}), doctest::Contains("warps expects an integer"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("threads=4", Tunables{}), doctest::Contains("unknown name 'threads'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("warps", Tunables{}), doctest::Contains("expected name=value"),
+                       std::invalid_argument);
+}
