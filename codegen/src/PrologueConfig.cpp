@@ -1,6 +1,8 @@
 // Validation of a variant for the quantization prologue, and the launch plan.
 #include "sage/codegen/PrologueConfig.h"
 
+#include "sage/ir/AttentionVariant.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -13,22 +15,11 @@ void require(bool condition, const std::string &message) {
     throw std::invalid_argument(message);
 }
 
-// The dialect's spellings, local so that codegen does not link the MLIR-based sage_ir for a few names.
-std::string dtypeName(ElementType type) {
-  constexpr const char *kNames[] = {"f32", "f16", "bf16", "int8", "int4", "e4m3", "e5m2", "e2m1"};
-  return kNames[static_cast<int>(type)];
-}
+std::string dtypeName(ElementType type) { return std::string(nameOf(type)); }
 
-std::string granularityName(Granularity granularity) {
-  constexpr const char *kNames[] = {"none",     "per_tensor", "per_token",   "per_block",
-                                    "per_warp", "per_thread", "per_channel", "microscale_1x16"};
-  return kNames[static_cast<int>(granularity)];
-}
+std::string granularityName(Granularity granularity) { return std::string(nameOf(granularity)); }
 
-std::string scopeName(SmoothScope scope) {
-  constexpr const char *kNames[] = {"none", "sequence", "block"};
-  return kNames[static_cast<int>(scope)];
-}
+std::string scopeName(SmoothScope scope) { return std::string(nameOf(scope)); }
 
 bool isPowerOfTwo(int value) { return value > 0 && (value & (value - 1)) == 0; }
 

@@ -3,6 +3,8 @@
 
 #include "sage/schedules/GpuLimits.h"
 
+#include "sage/ir/AttentionVariant.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -24,49 +26,9 @@ constexpr int kTargetBlocksPerMultiprocessor = 2;
 // per SM at 128 registers (a few spills) ran at 441 TOPS against 380 TOPS for one CTA at 168 registers.
 constexpr int kBaseRegisters = 32;
 
-std::string typeName(ElementType type) {
-  switch (type) {
-  case ElementType::f32:
-    return "f32";
-  case ElementType::f16:
-    return "f16";
-  case ElementType::bf16:
-    return "bf16";
-  case ElementType::int8:
-    return "int8";
-  case ElementType::int4:
-    return "int4";
-  case ElementType::e4m3:
-    return "e4m3";
-  case ElementType::e5m2:
-    return "e5m2";
-  case ElementType::e2m1:
-    return "e2m1";
-  }
-  return "?";
-}
+std::string typeName(ElementType type) { return std::string(nameOf(type)); }
 
-std::string granularityName(Granularity granularity) {
-  switch (granularity) {
-  case Granularity::none:
-    return "none";
-  case Granularity::per_tensor:
-    return "per_tensor";
-  case Granularity::per_token:
-    return "per_token";
-  case Granularity::per_block:
-    return "per_block";
-  case Granularity::per_warp:
-    return "per_warp";
-  case Granularity::per_thread:
-    return "per_thread";
-  case Granularity::per_channel:
-    return "per_channel";
-  case Granularity::microscale_1x16:
-    return "microscale_1x16";
-  }
-  return "?";
-}
+std::string granularityName(Granularity granularity) { return std::string(nameOf(granularity)); }
 
 bool isFloatCast(const QuantizerSpec &spec) {
   return !spec.quantized() &&

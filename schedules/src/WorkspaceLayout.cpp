@@ -7,6 +7,8 @@
 // V is f16 and unsmoothed may size the workspace to v_values.offset instead of total_bytes.
 #include "sage/schedules/WorkspaceLayout.h"
 
+#include "sage/ir/AttentionVariant.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -20,17 +22,9 @@ void require(bool condition, const std::string &message) {
     throw std::invalid_argument(message);
 }
 
-// The dialect's spellings, local so that sage_schedules need not link the MLIR-based sage_ir for two names.
-std::string granularityName(Granularity granularity) {
-  constexpr const char *kNames[] = {"none",     "per_tensor", "per_token",   "per_block",
-                                    "per_warp", "per_thread", "per_channel", "microscale_1x16"};
-  return kNames[static_cast<int>(granularity)];
-}
+std::string granularityName(Granularity granularity) { return std::string(nameOf(granularity)); }
 
-std::string dtypeName(ElementType type) {
-  constexpr const char *kNames[] = {"f32", "f16", "bf16", "int8", "int4", "e4m3", "e5m2", "e2m1"};
-  return kNames[static_cast<int>(type)];
-}
+std::string dtypeName(ElementType type) { return std::string(nameOf(type)); }
 
 bool isByteCode(ElementType type) {
   return type == ElementType::int8 || type == ElementType::e4m3 || type == ElementType::e5m2;
