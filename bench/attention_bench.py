@@ -1,6 +1,6 @@
 """Speed of sagegen kernels against PyTorch SDPA (flash and cuDNN backends), measured in one run.
 
-Shapes as the issue fixes them: 16k tokens per call, hidden 2048 (batch = 16384 / N, heads = 2048 / d),
+Shapes as the issue fixes them: 16k tokens per call, hidden 2048 (batch = 16384 / N, at least 1, heads = 2048 / d),
 fp16, HND. TOPS = 4 * b * h * N^2 * d (halved when causal) over the full call, quantization included.
 The quantization prologue is also timed alone. Prints one table; --json writes the rows.
 """
@@ -66,7 +66,7 @@ def main():
         kernels = {}
         for causal in map(int, args.causal.split(",")):
             for tokens in map(int, args.tokens.split(",")):
-                batch, heads = 16384 // tokens, 2048 // dim
+                batch, heads = max(1, 16384 // tokens), 2048 // dim
                 q, k, v = (torch.randn(batch, heads, tokens, dim, dtype=torch.float16, device="cuda")
                            for _ in range(3))
                 row = {"d": dim, "causal": bool(causal), "N": tokens, "batch": batch, "heads": heads}
@@ -89,6 +89,9 @@ def main():
                 print(line, flush=True)
                 rows.append(row)
                 del q, k, v
+    print("JIT (first construction of each kernel; [built N ms] = NVRTC compile time, [disk]/[memory] = cache hit):")
+    for attention in kernels.values():
+        print("  " + attention.describe())
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

@@ -1,0 +1,63 @@
+// One attention variant made runnable: its schedule plan, its prologue and attention kernels compiled with
+// NVRTC through the kernel cache, and launches on a caller's stream with a caller's workspace.
+#pragma once
+
+#include "sage/codegen/KernelAbi.h"
+#include "sage/ir/AttentionVariant.h"
+#include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/KernelCache.h"
+#include "sage/schedules/GpuArch.h"
+#include "sage/schedules/InputType.h"
+#include "sage/schedules/Tunables.h"
+#include "sage/schedules/WorkspaceLayout.h"
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace sage::runtime {
+
+struct AttentionRunnerOptions {
+  schedules::InputType input = schedules::InputType::f16;
+  std::optional<schedules::GpuArch> arch;      // default: the current device's
+  std::optional<schedules::Tunables> tunables; // default: the schedule's
+  std::string ir_fingerprint;                  // the IR part of the cache key (ir::Program::fingerprint)
+  KernelCache *cache = nullptr;                // default: a process-wide cache on $SAGEGEN_CACHE_DIR
+};
+
+struct AttentionTensors {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  SageTensorStrides q_strides{}, k_strides{}, v_strides{};
+  void *o = nullptr;
+  SageTensorStrides o_strides{};
+  float *lse = nullptr;                      // [b, h_q, n_q], or null
+  const unsigned char *block_mask = nullptr; // [b, h_q, q_blocks, kv_blocks], or null
+};
+
+enum class RunPhase { all, prologue, attention };
+
+class AttentionRunner {
+public:
+  // Plans and compiles (or finds in the cache) every kernel. Throws std::invalid_argument when no schedule
+  // supports the variant (the message has each schedule's reason), CompileError, or CudaError.
+  AttentionRunner(const AttentionVariant &variant, AttentionRunnerOptions options);
+  ~AttentionRunner();
+  AttentionRunner(const AttentionRunner &) = delete;
+  AttentionRunner &operator=(const AttentionRunner &) = delete;
+
+  size_t workspaceBytes(const schedules::ProblemShape &shape) const;
+  // Validates shapes and pointers (std::invalid_argument naming the argument), then launches on `stream`.
+  void run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
+           size_t workspace_bytes, driver::Stream stream, RunPhase phase = RunPhase::all) const;
+
+  const AttentionVariant &variant() const;
+  // Schedule, arch, tunables and every kernel with where it came from (memory/disk/built) and its compile time.
+  std::string describe() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+} // namespace sage::runtime

@@ -1,0 +1,218 @@
+// Plan -> generate -> compile (cached) -> load, once per variant; then cheap launches.
+#include "sage/runtime/AttentionRunner.h"
+
+#include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/codegen/PrologueGenerator.h"
+#include "sage/codegen/PrologueLaunch.h"
+#include "sage/runtime/CudaError.h"
+#include "sage/runtime/LoadedKernel.h"
+#include "sage/runtime/ModuleRegistry.h"
+#include "sage/runtime/NvrtcCompiler.h"
+#include "sage/runtime/Sha256.h"
+#include "sage/schedules/ScheduleRegistry.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace sage::runtime {
+namespace {
+
+constexpr int kDefaultSharedMemoryLimit = 48 * 1024;
+
+void require(bool condition, const std::string &message) {
+  if (!condition)
+    throw std::invalid_argument(message);
+}
+
+KernelCache &processCache() {
+  static KernelCache cache;
+  return cache;
+}
+
+ModuleRegistry &processModules() {
+  static ModuleRegistry registry;
+  return registry;
+}
+
+schedules::GpuArch currentArch() {
+  const CudaDriver &driver = CudaDriver::instance();
+  if (!driver.available())
+    throw CudaError("cuInit", 0, "no CUDA driver or device: " + driver.status().reason);
+  driver.ensureContext();
+  ComputeCapability capability = driver.computeCapability(driver.currentDevice());
+  return schedules::archFromComputeCapability(capability.major, capability.minor);
+}
+
+struct CompiledKernel {
+  std::string name;
+  LoadedKernel kernel;
+  driver::Dim3 block;
+  unsigned dynamic_shared_bytes = 0;
+  CacheSource source = CacheSource::built;
+  double compile_milliseconds = 0.0;
+};
+
+} // namespace
+
+struct AttentionRunner::State {
+  AttentionVariant variant;
+  AttentionRunnerOptions options;
+  schedules::GpuArch arch = schedules::GpuArch::sm80;
+  schedules::KernelPlan plan;
+  codegen::PrologueSource prologue;
+  codegen::KernelSource attention;
+  std::vector<CompiledKernel> prologue_kernels;
+  CompiledKernel attention_kernel;
+
+  CompiledKernel compile(const std::string &name, const std::string &entry_point, const std::string &source,
+                         driver::Dim3 block, int dynamic_shared_bytes) {
+    KernelKey key;
+    key.ir_hash = options.ir_fingerprint;
+    key.schedule = plan.schedule;
+    key.tunables = schedules::tunablesText(plan.tunables);
+    key.head_dim = variant.head_dim;
+    key.causal = variant.mask.kind == MaskKind::causal;
+    key.dtypes = fmt::format("qkv={},o={}", schedules::nameOf(options.input), schedules::nameOf(options.input));
+    key.layout = "strided"; // HND and NHD are launch-time strides, not compile-time choices
+    key.arch = std::string(schedules::archName(arch));
+    key.compiler_version = nvrtcVersion();
+    key.sagegen_version = sagegenVersion();
+    // The source's own hash makes the key exact even for variants built without an IR fingerprint.
+    key.extra = entry_point + ";source-sha256=" + sha256Hex(source);
+
+    CompiledKernel compiled;
+    compiled.name = name;
+    CacheResult result = (options.cache ? *options.cache : processCache()).getOrBuild(key, [&] {
+      const auto start = std::chrono::steady_clock::now();
+      CompileRequest request;
+      request.key = name + " [" + key.digest().substr(0, 16) + "]";
+      request.source = source;
+      request.source_name = name + ".cu";
+      request.options.arch = key.arch;
+      ByteBuffer image = NvrtcCompiler().compileCubin(request).image;
+      compiled.compile_milliseconds =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      return image;
+    });
+    compiled.source = result.source;
+    std::shared_ptr<const LoadedModule> module = processModules().getOrLoad(result.digest, *result.image);
+    compiled.kernel = module->kernel(entry_point);
+    if (dynamic_shared_bytes > kDefaultSharedMemoryLimit)
+      compiled.kernel.setMaxDynamicSharedMemory(dynamic_shared_bytes);
+    compiled.block = block;
+    compiled.dynamic_shared_bytes = static_cast<unsigned>(dynamic_shared_bytes);
+    return compiled;
+  }
+};
+
+AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
+    : state_(std::make_unique<State>()) {
+  State &state = *state_;
+  state.variant = variant;
+  state.options = std::move(options);
+  state.arch = state.options.arch ? *state.options.arch : currentArch();
+  state.plan = schedules::planBestSchedule(variant, state.arch, state.options.input, state.options.tunables);
+  state.attention = codegen::AttentionKernelGenerator::generate(variant, state.plan, state.options.input);
+  state.prologue = codegen::PrologueGenerator::generate(variant, state.options.input, variant.head_dim);
+
+  for (const codegen::PrologueKernel &kernel : state.prologue.kernels)
+    state.prologue_kernels.push_back(state.compile(kernel.name, kernel.entry_point, kernel.source,
+                                                   {static_cast<unsigned>(kernel.block_threads), 1, 1},
+                                                   kernel.dynamic_shared_bytes));
+  const auto &block = state.attention.block_dim;
+  state.attention_kernel =
+      state.compile(state.attention.name, state.attention.entry_point, state.attention.source,
+                    {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
+                    state.attention.dynamic_shared_bytes);
+}
+
+AttentionRunner::~AttentionRunner() = default;
+
+const AttentionVariant &AttentionRunner::variant() const { return state_->variant; }
+
+size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
+  return schedules::computeWorkspaceLayout(state_->variant, shape).total_bytes;
+}
+
+void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
+                          size_t workspace_bytes, driver::Stream stream, RunPhase phase) const {
+  const State &state = *state_;
+  require(shape.batch > 0 && shape.heads_q > 0 && shape.heads_kv > 0 && shape.tokens_q > 0 && shape.tokens_kv > 0,
+          "shape: batch, heads_q, heads_kv, tokens_q and tokens_kv must be positive");
+  require(shape.heads_q % shape.heads_kv == 0,
+          fmt::format("shape: heads_q ({}) must be a multiple of heads_kv ({})", shape.heads_q, shape.heads_kv));
+  require(shape.head_dim == state.variant.head_dim,
+          fmt::format("shape: head_dim {} does not match the kernel's {}", shape.head_dim, state.variant.head_dim));
+  require(tensors.q && tensors.k && tensors.v && tensors.o, "q, k, v, o: device pointers must not be null");
+  require(reinterpret_cast<uintptr_t>(tensors.o) % 4 == 0 && tensors.o_strides.token % 2 == 0,
+          "o: must be 4-byte aligned with even strides");
+  require(state.variant.mask.kind != MaskKind::block_sparse || tensors.block_mask,
+          "block_mask: the variant is block_sparse and needs a block mask");
+  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(state.variant, shape);
+  require(workspace && reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
+          "workspace: must be a non-null, 256-byte aligned device pointer");
+  require(workspace_bytes >= layout.total_bytes,
+          fmt::format("workspace: {} bytes given, {} needed", workspace_bytes, layout.total_bytes));
+
+  if (phase != RunPhase::attention) {
+    // psi_Q, gamma(K) and psi_K, psi_V: fill the workspace (makePrologueParams checks Q/K/V alignment)
+    const SagePrologueParams params = codegen::makePrologueParams(
+        state.variant, shape, layout, {tensors.q, tensors.q_strides}, {tensors.k, tensors.k_strides},
+        {tensors.v, tensors.v_strides}, static_cast<unsigned char *>(workspace));
+    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(state.prologue, shape);
+    for (size_t i = 0; i < state.prologue_kernels.size(); ++i) {
+      const CompiledKernel &kernel = state.prologue_kernels[i];
+      kernel.kernel.launch(params,
+                           {{grids[i].x, grids[i].y, grids[i].z}, kernel.block, kernel.dynamic_shared_bytes, stream});
+    }
+  }
+  if (phase == RunPhase::prologue)
+    return;
+
+  SageAttentionParams params{};
+  params.workspace = static_cast<const unsigned char *>(workspace);
+  params.offsets = {layout.q_codes.offset,  layout.q_scales.offset, layout.k_codes.offset,  layout.k_scales.offset,
+                    layout.k_mean.offset,   layout.q_mean.offset,   layout.v_values.offset, layout.v_codes.offset,
+                    layout.v_scales.offset, layout.v_mean.offset};
+  params.v = tensors.v;
+  params.v_strides = tensors.v_strides;
+  params.o = tensors.o;
+  params.o_strides = tensors.o_strides;
+  params.lse = tensors.lse;
+  params.block_mask = tensors.block_mask;
+  params.size = {static_cast<int>(shape.batch),         static_cast<int>(shape.heads_q),
+                 static_cast<int>(shape.heads_kv),      static_cast<int>(shape.tokens_q),
+                 static_cast<int>(shape.tokens_kv),     static_cast<int>(layout.padded_q),
+                 static_cast<int>(layout.padded_kv),    static_cast<int>(layout.q_scale_count),
+                 static_cast<int>(layout.k_scale_count)};
+  params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(state.variant.head_dim)));
+  const auto grid = state.attention.grid.gridFor(shape);
+  const CompiledKernel &kernel = state.attention_kernel;
+  kernel.kernel.launch(
+      params, {{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
+               kernel.block,
+               kernel.dynamic_shared_bytes,
+               stream});
+}
+
+std::string AttentionRunner::describe() const {
+  const State &state = *state_;
+  std::string text = fmt::format("{} on {} with {} ({}):", state.variant.name, schedules::archName(state.arch),
+                                 state.plan.schedule, schedules::tunablesText(state.plan.tunables));
+  auto add = [&](const CompiledKernel &kernel) {
+    text += fmt::format(" {} [{}{}]", kernel.name, cacheSourceName(kernel.source),
+                        kernel.source == CacheSource::built ? fmt::format(" {:.0f} ms", kernel.compile_milliseconds)
+                                                            : std::string());
+  };
+  for (const CompiledKernel &kernel : state.prologue_kernels)
+    add(kernel);
+  add(state.attention_kernel);
+  return text;
+}
+
+} // namespace sage::runtime

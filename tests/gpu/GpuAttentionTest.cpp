@@ -1,0 +1,209 @@
+// Kernels on the GPU against the CPU reference of the same variant (same quantizers), and against exact
+// attention. Skipped, with a message, where no GPU is present. Prints one line per case for the GPU check.
+#include "sage/dsl/Presets.h"
+#include "sage/numerics/Quantizers.h"
+#include "sage/reference/Metrics.h"
+#include "sage/reference/Reference.h"
+#include "sage/runtime/AttentionRunner.h"
+#include "sage/runtime/CudaDriver.h"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace sage;
+using namespace sage::reference;
+
+namespace {
+
+bool skipWithoutGpu() {
+  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
+  if (driver.available())
+    return false;
+  static bool reported = false;
+  if (!reported)
+    std::printf("gpu_attention_test: SKIPPED, no GPU: %s\n", driver.status().reason.c_str());
+  reported = true;
+  return true;
+}
+
+struct Case {
+  const char *preset;
+  int head_dim;
+  bool causal;
+  StorageType storage;
+  Layout layout;
+  int64_t heads_q, heads_kv, tokens_q, tokens_kv;
+  double k_bias;
+  double max_rel_l1_vs_reference; // how far the kernel may sit from the reference of the same variant
+};
+
+// A device copy of a host tensor in its storage layout, as 16-bit values.
+struct DeviceTensor {
+  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
+  runtime::driver::DevicePointer pointer = 0;
+  size_t bytes = 0;
+  DeviceTensor(const HostTensor &tensor) : bytes(tensor.values().size() * 2) {
+    std::vector<uint16_t> bits(tensor.values().size());
+    for (size_t i = 0; i < bits.size(); ++i)
+      bits[i] = tensor.storage() == StorageType::bf16 ? numerics::floatToBfloat16Bits(tensor.values()[i])
+                                                      : numerics::floatToHalfBits(tensor.values()[i]);
+    pointer = driver.allocate(bytes);
+    driver.copyToDevice(pointer, bits.data(), bytes);
+  }
+  explicit DeviceTensor(size_t size_bytes) : bytes(size_bytes) {
+    pointer = driver.allocate(bytes);
+    driver.fillBytes(pointer, 0xff, bytes); // NaN patterns: anything the kernel forgets to write shows up
+  }
+  ~DeviceTensor() { driver.free(pointer); }
+  void *get() const { return reinterpret_cast<void *>(pointer); }
+};
+
+SageTensorStrides stridesOf(const HostTensor &tensor) {
+  const int64_t d = tensor.dim();
+  if (tensor.layout() == Layout::hnd)
+    return {tensor.heads() * tensor.tokens() * d, tensor.tokens() * d, d};
+  return {tensor.heads() * tensor.tokens() * d, d, tensor.heads() * d};
+}
+
+void runCase(const Case &c) {
+  const MaskKind mask = c.causal ? MaskKind::causal : MaskKind::none;
+  ir::Program program = dsl::preset(c.preset, c.head_dim, mask)->lse().build();
+  const AttentionVariant variant = program.variant();
+  const HostTensor q = randomTensor(1, c.heads_q, c.tokens_q, c.head_dim, c.storage, c.layout, {101});
+  const HostTensor k = randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, c.storage, c.layout, {102, 0, 1, c.k_bias});
+  const HostTensor v = randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, c.storage, c.layout, {103});
+  const AttentionResult expected = runReference(variant, q, k, v);
+  const AttentionResult exact = exactAttention(q, k, v, c.causal);
+
+  runtime::AttentionRunnerOptions options;
+  options.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+  options.ir_fingerprint = program.fingerprint();
+  runtime::AttentionRunner runner(variant, options);
+  const schedules::ProblemShape shape{1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv, c.head_dim};
+
+  DeviceTensor q_device(q), k_device(k), v_device(v);
+  HostTensor o_host(1, c.heads_q, c.tokens_q, c.head_dim, c.storage, c.layout);
+  DeviceTensor o_device(o_host.values().size() * 2);
+  DeviceTensor lse_device(static_cast<size_t>(c.heads_q * c.tokens_q) * sizeof(float));
+  DeviceTensor workspace(runner.workspaceBytes(shape));
+  runtime::AttentionTensors tensors;
+  tensors.q = q_device.get();
+  tensors.k = k_device.get();
+  tensors.v = v_device.get();
+  tensors.o = o_device.get();
+  tensors.q_strides = stridesOf(q);
+  tensors.k_strides = stridesOf(k);
+  tensors.v_strides = stridesOf(v);
+  tensors.o_strides = stridesOf(o_host);
+  tensors.lse = static_cast<float *>(lse_device.get());
+  runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
+  runtime::CudaDriver::instance().synchronizeContext();
+
+  std::vector<uint16_t> o_bits(o_host.values().size());
+  runtime::CudaDriver::instance().copyToHost(o_bits.data(), o_device.pointer, o_device.bytes);
+  std::vector<float> lse(static_cast<size_t>(c.heads_q * c.tokens_q));
+  runtime::CudaDriver::instance().copyToHost(lse.data(), lse_device.pointer, lse_device.bytes);
+  std::vector<double> output(expected.output.size());
+  for (int64_t h = 0; h < c.heads_q; ++h)
+    for (int64_t t = 0; t < c.tokens_q; ++t)
+      for (int64_t d = 0; d < c.head_dim; ++d) {
+        const uint16_t bits = o_bits[o_host.offset(0, h, t, d)];
+        output[(h * c.tokens_q + t) * c.head_dim + d] =
+            c.storage == StorageType::bf16 ? numerics::bfloat16BitsToFloat(bits) : numerics::halfBitsToFloat(bits);
+      }
+  double lse_error = 0.0;
+  for (size_t i = 0; i < lse.size(); ++i)
+    if (std::isfinite(expected.lse[i]))
+      lse_error = std::max(lse_error, std::fabs(lse[i] - expected.lse[i]));
+
+  const AccuracyMetrics vs_reference = compareOutputs(expected.output, output);
+  const AccuracyMetrics vs_exact = compareOutputs(exact.output, output);
+  const AccuracyMetrics reference_vs_exact = compareOutputs(exact.output, expected.output);
+  std::printf("gpu_attention_test: %-9s d%-3d %-6s %-4s %s h%lld/%lld n%lld/%lld bias%-3g | vs reference cos %.6f "
+              "rel-L1 %.4f | vs exact cos %.6f rel-L1 %.4f (reference %.4f) | lse err %.2e\n",
+              c.preset, c.head_dim, c.causal ? "causal" : "full", nameOf(c.storage).data(), nameOf(c.layout).data(),
+              static_cast<long long>(c.heads_q), static_cast<long long>(c.heads_kv), static_cast<long long>(c.tokens_q),
+              static_cast<long long>(c.tokens_kv), c.k_bias, vs_reference.cosine_similarity, vs_reference.relative_l1,
+              vs_exact.cosine_similarity, vs_exact.relative_l1, reference_vs_exact.relative_l1, lse_error);
+  CHECK(vs_reference.relative_l1 <= c.max_rel_l1_vs_reference);
+  CHECK(vs_reference.cosine_similarity >= 0.999);
+  // The kernel is no less accurate than its own reference, up to f16 rounding of O.
+  CHECK(vs_exact.relative_l1 <= 1.25 * reference_vs_exact.relative_l1 + 0.004);
+  if (c.k_bias == 0.0)
+    CHECK(lse_error < 0.05);
+}
+
+} // namespace
+
+TEST_CASE("kernels match the CPU reference of their variant") {
+  if (skipWithoutGpu())
+    return;
+  // Bounds vs the reference: the f16 accumulator and P rounding see different summation orders on the GPU
+  // (and ex2.approx); 8-bit P moves a few codes across rounding boundaries.
+  const Case cases[] = {
+      {"sage-b", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.01},
+      {"sage-b", 128, true, StorageType::f16, Layout::hnd, 2, 1, 200, 333, 0.0, 0.01},
+      {"sage-b", 64, false, StorageType::bf16, Layout::nhd, 4, 2, 256, 256, 0.0, 0.015},
+      {"sage-b", 128, false, StorageType::f16, Layout::hnd, 2, 2, 512, 512, 20.0, 0.01},
+      {"sage-t", 64, true, StorageType::f16, Layout::nhd, 4, 2, 384, 384, 0.0, 0.01},
+      {"sage-t", 128, false, StorageType::f16, Layout::hnd, 2, 2, 190, 450, 0.0, 0.01},
+      {"sage-vb", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.02},
+      {"sage-vt", 64, true, StorageType::f16, Layout::hnd, 2, 2, 256, 256, 0.0, 0.02},
+      {"sage2-fp8", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04},
+      {"sage2-fp8", 64, true, StorageType::bf16, Layout::hnd, 2, 1, 256, 256, 0.0, 0.04},
+  };
+  for (const Case &c : cases) {
+    const std::string name = std::string(c.preset) + (c.causal ? " causal" : "");
+    CAPTURE(name);
+    CAPTURE(c.head_dim);
+    runCase(c);
+  }
+}
+
+TEST_CASE("host time of a warm call") {
+  if (skipWithoutGpu())
+    return;
+  ir::Program program = dsl::preset("sage-b", 128)->build();
+  runtime::AttentionRunnerOptions options;
+  options.ir_fingerprint = program.fingerprint();
+  runtime::AttentionRunner runner(program.variant(), options);
+  const schedules::ProblemShape shape{1, 1, 1, 128, 128, 128};
+  const HostTensor q = randomTensor(1, 1, 128, 128, StorageType::f16, Layout::hnd, {1});
+  DeviceTensor q_device(q), k_device(q), v_device(q), o_device(q.values().size() * 2);
+  DeviceTensor workspace(runner.workspaceBytes(shape));
+  runtime::AttentionTensors tensors;
+  tensors.q = q_device.get();
+  tensors.k = k_device.get();
+  tensors.v = v_device.get();
+  tensors.o = o_device.get();
+  tensors.q_strides = tensors.k_strides = tensors.v_strides = tensors.o_strides = stridesOf(q);
+  runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
+  runtime::CudaDriver::instance().synchronizeContext();
+  constexpr int kCalls = 200; // few enough that the launch queue never fills
+  const auto start = std::chrono::steady_clock::now();
+  for (int call = 0; call < kCalls; ++call)
+    runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
+  const double microseconds =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kCalls;
+  runtime::CudaDriver::instance().synchronizeContext();
+  std::printf("gpu_attention_test: warm call host time %.2f us (%s)\n", microseconds, runner.describe().c_str());
+}
+
+TEST_CASE("bad launches name the argument") {
+  if (skipWithoutGpu())
+    return;
+  runtime::AttentionRunner runner(dsl::preset("sage-b", 64)->describe(), {});
+  runtime::AttentionTensors tensors;
+  CHECK_THROWS_WITH_AS(runner.run({1, 3, 2, 64, 64, 64}, tensors, nullptr, 0, nullptr),
+                       doctest::Contains("heads_q (3) must be a multiple of heads_kv (2)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runner.run({1, 2, 2, 64, 64, 128}, tensors, nullptr, 0, nullptr),
+                       doctest::Contains("head_dim 128 does not match"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runner.run({1, 2, 2, 64, 64, 64}, tensors, nullptr, 0, nullptr),
+                       doctest::Contains("must not be null"), std::invalid_argument);
+}
