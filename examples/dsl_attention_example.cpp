@@ -2,11 +2,10 @@
 // CPU reference. Exit code 0 when it matches (or when there is no GPU, which it says), 1 otherwise.
 //
 //   build/examples/dsl_attention_example [tokens]
-#include "sage/dsl/Attention.h"
+#include "sage/sage.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Reference.h"
-#include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
 
 #include <cstdio>
