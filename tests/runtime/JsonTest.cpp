@@ -1,0 +1,72 @@
+#include "sage/runtime/Json.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using sage::runtime::JsonError;
+using sage::runtime::JsonValue;
+using sage::runtime::parseJson;
+using sage::runtime::writeJson;
+
+TEST_CASE("a document round-trips through write and parse, keys in insertion order") {
+  JsonValue root = JsonValue::object();
+  root.set("zeta", 1);
+  root.set("alpha", "text with \"quotes\", \\ and \n");
+  JsonValue list = JsonValue::array();
+  list.push(1.5);
+  list.push(-3);
+  list.push(true);
+  list.push(nullptr);
+  root.set("list", list);
+  root.set("empty", JsonValue::object());
+  std::string text = writeJson(root);
+  CHECK(text.find("zeta") < text.find("alpha"));
+  JsonValue again = parseJson(text);
+  CHECK(again == root);
+  CHECK(writeJson(again) == text);
+  CHECK(writeJson(parseJson(writeJson(root, 0)), 0) == writeJson(root, 0));
+}
+
+TEST_CASE("numbers: integers print without a fraction, doubles read back exactly") {
+  CHECK(writeJson(JsonValue(232448)) == "232448");
+  CHECK(writeJson(JsonValue(-7)) == "-7");
+  double third = 1.0 / 3.0;
+  CHECK(parseJson(writeJson(JsonValue(third))).asNumber() == third);
+  CHECK(parseJson("1e3").asInteger() == 1000);
+  CHECK(parseJson("-0.25").asNumber() == -0.25);
+  CHECK_THROWS_AS(parseJson("2.5").asInteger("tunables.warps"), JsonError);
+  CHECK_THROWS_AS(writeJson(JsonValue(1.0 / 0.0 - 1.0 / 0.0)), JsonError);
+}
+
+TEST_CASE("strings: escapes and \\u sequences, including surrogate pairs") {
+  CHECK(parseJson(R"("a\tb\u00e9\ud83d\ude00")").asString() == "a\tb\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK(writeJson(JsonValue(std::string("\x01"))) == "\"\\u0001\"");
+}
+
+TEST_CASE("set replaces in place, find and at look members up") {
+  JsonValue root = parseJson(R"({"a": 1, "b": 2})");
+  root.set("a", 5);
+  CHECK(writeJson(root, 0) == R"({"a": 5, "b": 2})");
+  CHECK(root.find("missing") == nullptr);
+  CHECK(root.at("b").asInteger() == 2);
+  CHECK_THROWS_WITH_AS(root.at("missing"), "missing key \"missing\"", JsonError);
+}
+
+TEST_CASE("wrong kinds name what was read") {
+  JsonValue root = parseJson(R"({"warps": "eight"})");
+  CHECK_THROWS_WITH_AS(root.at("warps").asInteger("tunables.warps"),
+                       "tunables.warps: expected a number, found a string", JsonError);
+}
+
+TEST_CASE("malformed text fails with line and column") {
+  CHECK_THROWS_WITH_AS(parseJson("{\n  \"a\": 1,\n  \"b\" 2\n}"), "line 3, column 7: expected ':'", JsonError);
+  CHECK_THROWS_AS(parseJson(""), JsonError);
+  CHECK_THROWS_AS(parseJson("[1, 2"), JsonError);
+  CHECK_THROWS_AS(parseJson("{} extra"), JsonError);
+  CHECK_THROWS_AS(parseJson(R"({"a": 1, "a": 2})"), JsonError);
+  CHECK_THROWS_AS(parseJson("01"), JsonError);
+  CHECK_THROWS_AS(parseJson("\"unterminated"), JsonError);
+  CHECK_THROWS_AS(parseJson(std::string(300, '[') + std::string(300, ']')), JsonError);
+  CHECK_THROWS_AS(parseJson("tru"), JsonError);
+}
