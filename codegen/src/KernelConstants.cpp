@@ -90,8 +90,6 @@ std::string logConstants(const KernelContext &context) {
     text += "constexpr float kLog2e = 1.44269504088896341f;\n";
   if (context.variant.epilogue.write_lse)
     text += "constexpr float kLn2 = 0.693147180559945309f;\n";
-  if (context.lse_correction)
-    text += "constexpr int kQkStepElements = kQkStepBytes / kQkOperandBytes; // Q elements one Q.K^T mma consumes\n";
   return text;
 }
 

@@ -328,22 +328,18 @@ std::string lse(const KernelContext &context) {
   std::string text = "  if (params.lse) {\n"
                      "    float correction[kRowTiles][2];\n";
   if (context.lse_correction) {
-    // psi_Q^-1(Q^) carries the prologue's folded factor: divide it out, then apply 1/sqrt(d).
-    std::string factor;
-    if (!context.variant.q.fold_softmax_scale)
-      factor = "params.softmax_scale";
-    else
-      factor = context.variant.exp2_softmax ? "kLn2 /* = 1 / log2(e): Q carried 1/sqrt(d) log2(e) */"
-                                            : "1.0f /* Q carried 1/sqrt(d) */";
     text += "    const float *k_mean = reinterpret_cast<const float *>(workspace + params.offsets.k_mean) + "
             "kv_head_index * kHeadDim;\n"
-            "    q_dot_k_mean(correction, state.q_fragment, k_mean, position.quad_lane);\n"
+            "    const unsigned short *q_input = static_cast<const unsigned short *>(params.q) +\n"
+            "                                    batch * params.q_strides.batch + head * params.q_strides.head;\n"
+            "    q_dot_k_mean(correction, q_input, params.q_strides.token, k_mean, position.first_row, "
+            "size.tokens_q,\n"
+            "                 position.quad_lane);\n"
             "#pragma unroll\n"
             "    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)\n"
             "#pragma unroll\n"
             "      for (int half = 0; half < 2; ++half)\n"
-            "        correction[row_tile][half] *= state.q_row_scale[row_tile][half] * " +
-            factor + ";\n";
+            "        correction[row_tile][half] *= params.softmax_scale; // natural-log units: / sqrt(d)\n";
   } else {
     text += "#pragma unroll\n"
             "    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)\n"

@@ -79,53 +79,40 @@ constexpr std::string_view kAddValueMean =
 )";
 
 constexpr std::string_view kQDotKMean =
-    R"(// ---- Epilogue: q . mean(K) per row, from the Q codes still in registers ----
-// K was smoothed (K - mean(K)), which shifted every score of row i by q_i . mean(K); the LSE adds it back. The
-// kernel only has Q's codes: it uses psi_Q^-1(Q^) = code * delta_Q (the prologue's folded scale is divided out by
-// the caller of this function), i.e. the quantized query.
+    R"(// ---- Epilogue: q . mean(K) per row, from the caller's Q ----
+// K was smoothed (K - mean(K)), which shifted every score of row i by q_i . mean(K) / sqrt(d); the LSE adds it
+// back. It is read from the caller's Q, not from Q's codes: the quantization error of q would be multiplied by
+// mean(K), which can be large (a per-channel bias of K is exactly what smoothing removes).
 @DECODE@
-__device__ __forceinline__ void q_dot_k_mean(float (&dot)[kRowTiles][2],
-                                             const unsigned (&q_fragment)[kRowTiles][kQkSteps][4],
-                                             const float *k_mean, int quad_lane) {
-  constexpr int kElementsPerRegister = 4 / kQkOperandBytes;
+__device__ __forceinline__ void q_dot_k_mean(float (&dot)[kRowTiles][2], const unsigned short *q, long long q_row_stride,
+                                             const float *k_mean, int first_row, int tokens_q, int quad_lane) {
 #pragma unroll
   for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+      const int row = first_row + row_tile * kMmaRows + half * kRowHalf;
       float sum = 0.0f;
-#pragma unroll
-      for (int step = 0; step < kQkSteps; ++step)
-#pragma unroll
-        for (int k_half = 0; k_half < 2; ++k_half) { // A registers: (g, k low), (g + 8, k low), (g, k high), ...
-          const unsigned word = q_fragment[row_tile][step][k_half * 2 + half];
-#pragma unroll
-          for (int element = 0; element < kElementsPerRegister; ++element) {
-            const int channel = step * kQkStepElements + k_half * (kQkStepElements / 2) +
-                                quad_lane * kElementsPerRegister + element;
-            sum += decode_q_element(word, element) * k_mean[channel];
-          }
-        }
-      dot[row_tile][half] = quad_sum(sum);
+      if (row < tokens_q) { // the four lanes of a quad share the row and split its channels
+        const unsigned short *q_row = q + row * q_row_stride;
+        for (int channel = quad_lane; channel < kHeadDim; channel += 4)
+          sum += decode_input_element(q_row[channel]) * k_mean[channel];
+      }
+      dot[row_tile][half] = quad_sum(sum); // every lane takes part in the shuffle
     }
 }
 
 )";
 
-constexpr std::string_view kDecodeInt8 =
-    R"(__device__ __forceinline__ float decode_q_element(unsigned word, int element) {
-  return static_cast<float>(static_cast<int>(word << (24 - 8 * element)) >> 24); // sign-extended int8 code
-})";
-
 constexpr std::string_view kDecodeF16 =
-    R"(__device__ __forceinline__ float decode_q_element(unsigned word, int element) {
-  float low, high;
-  unpack_f16x2(word, low, high);
-  return element == 0 ? low : high;
+    R"(__device__ __forceinline__ float decode_input_element(unsigned short bits) {
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
+  return value;
 })";
 
 constexpr std::string_view kDecodeBf16 =
-    R"(__device__ __forceinline__ float decode_q_element(unsigned word, int element) {
-  return __uint_as_float(element == 0 ? word << 16 : word & 0xffff0000u); // bf16 is the top half of an f32
+    R"(__device__ __forceinline__ float decode_input_element(unsigned short bits) {
+  return __uint_as_float(static_cast<unsigned>(bits) << 16); // bf16 is the top half of an f32
 })";
 
 constexpr std::string_view kWriteLse =
@@ -184,9 +171,7 @@ std::string emitEpilogueSteps(const KernelContext &context) {
                                     {"PACK_OUTPUT", bf16_output ? "pack_bf16x2" : "pack_f16x2"}});
   if (context.variant.epilogue.write_lse) {
     if (context.lse_correction) {
-      std::string_view decode = plan.qk_operand == ElementType::int8  ? kDecodeInt8
-                                : plan.qk_operand == ElementType::f16 ? kDecodeF16
-                                                                      : kDecodeBf16;
+      std::string_view decode = plan.input == schedules::InputType::bf16 ? kDecodeBf16 : kDecodeF16;
       text += substitute(kQDotKMean, {{"DECODE", std::string(decode)}});
     }
     text += substitute(kWriteLse, {{"CORRECTION_NOTE", context.lse_correction ? " + q . mean(K) / sqrt(d)" : ""}});

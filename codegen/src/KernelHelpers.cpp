@@ -134,8 +134,6 @@ std::string emitInstructionWrappers(const KernelContext &context) {
   if (plan.pv_path == PvPath::f16_accumulate_f16) {
     text += emitScaleF16x2Function();
     text += emitUnpackF16x2Function();
-  } else if (plan.qk_operand == ElementType::f16 && context.lse_correction) {
-    text += emitUnpackF16x2Function();
   }
   if (plan.pv_path == PvPath::int8_per_block)
     text += emitPackS8x4Function();

@@ -135,8 +135,9 @@ void runCase(const Case &c) {
   CHECK(vs_reference.cosine_similarity >= 0.999);
   // The kernel is no less accurate than its own reference, up to f16 rounding of O.
   CHECK(vs_exact.relative_l1 <= 1.25 * reference_vs_exact.relative_l1 + 0.004);
-  if (c.k_bias == 0.0)
-    CHECK(lse_error < 0.05);
+  // Same quantizers as the reference: the LSE differs by f32 sums, ex2.approx and the max-finding order only
+  // (measured 1e-3 to 2.2e-3 on an H100); the K-smoothing correction uses the caller's Q, so a K bias adds nothing.
+  CHECK(lse_error < 0.01);
 }
 
 } // namespace

@@ -35,6 +35,8 @@ struct SagePrologueParams {
 struct SageAttentionParams {
   const unsigned char *workspace;
   struct SageWorkspaceOffsets offsets;
+  const void *q; // the caller's Q, read by the LSE's K-smoothing correction (q . mean(K)), else unused
+  struct SageTensorStrides q_strides;
   const void *v; // the caller's V, used when the variant reads f16 V in place
   struct SageTensorStrides v_strides;
   void *o; // output, same dtype as the input
