@@ -111,15 +111,18 @@ SagePrologueParams makePrologueParams(const AttentionVariant &variant, const sch
   require(shape.batch <= kIntMax && shape.heads_q <= kIntMax && layout.padded_q <= kIntMax &&
               layout.padded_kv <= kIntMax && layout.q_scale_count <= kIntMax && layout.k_scale_count <= kIntMax,
           "shape: sizes must fit the kernels' 32-bit counts");
+  // Runs on every call: messages are built only when a check fails.
   const auto checkTensor = [](const PrologueTensor &tensor, const char *name) {
-    require(tensor.data != nullptr, std::string(name) + ": null data pointer");
-    require(reinterpret_cast<uintptr_t>(tensor.data) % 16 == 0,
-            std::string(name) + ": data must be 16-byte aligned (the prologue reads 8 elements at a time)");
+    if (tensor.data == nullptr)
+      throw std::invalid_argument(std::string(name) + ": null data pointer");
+    if (reinterpret_cast<uintptr_t>(tensor.data) % 16 != 0)
+      throw std::invalid_argument(std::string(name) +
+                                  ": data must be 16-byte aligned (the prologue reads 8 elements at a time)");
     const SageTensorStrides &strides = tensor.strides;
-    require(strides.batch % 8 == 0 && strides.head % 8 == 0 && strides.token % 8 == 0,
-            std::string(name) + ": strides must be multiples of 8 elements, got batch " +
-                std::to_string(strides.batch) + ", head " + std::to_string(strides.head) + ", token " +
-                std::to_string(strides.token));
+    if (strides.batch % 8 != 0 || strides.head % 8 != 0 || strides.token % 8 != 0)
+      throw std::invalid_argument(std::string(name) + ": strides must be multiples of 8 elements, got batch " +
+                                  std::to_string(strides.batch) + ", head " + std::to_string(strides.head) +
+                                  ", token " + std::to_string(strides.token));
   };
   checkTensor(q, "q");
   checkTensor(k, "k");

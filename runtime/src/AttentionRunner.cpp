@@ -13,9 +13,12 @@
 
 #include <fmt/core.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -23,11 +26,6 @@ namespace sage::runtime {
 namespace {
 
 constexpr int kDefaultSharedMemoryLimit = 48 * 1024;
-
-void require(bool condition, const std::string &message) {
-  if (!condition)
-    throw std::invalid_argument(message);
-}
 
 KernelCache &processCache() {
   static KernelCache cache;
@@ -46,6 +44,20 @@ schedules::GpuArch currentArch() {
   driver.ensureContext();
   ComputeCapability capability = driver.computeCapability(driver.currentDevice());
   return schedules::archFromComputeCapability(capability.major, capability.minor);
+}
+
+// What run() derives from the problem shape alone, kept for the last shape seen: repeated calls with one shape
+// (the common case) skip the layout and grid computations.
+struct ShapePlan {
+  schedules::ProblemShape shape;
+  schedules::WorkspaceLayout layout;
+  std::vector<codegen::LaunchGrid> prologue_grids;
+  std::array<int64_t, 3> attention_grid{};
+};
+
+bool sameShape(const schedules::ProblemShape &a, const schedules::ProblemShape &b) {
+  return a.batch == b.batch && a.heads_q == b.heads_q && a.heads_kv == b.heads_kv && a.tokens_q == b.tokens_q &&
+         a.tokens_kv == b.tokens_kv && a.head_dim == b.head_dim;
 }
 
 struct CompiledKernel {
@@ -68,6 +80,24 @@ struct AttentionRunner::State {
   codegen::KernelSource attention;
   std::vector<CompiledKernel> prologue_kernels;
   CompiledKernel attention_kernel;
+  mutable std::mutex shape_plan_mutex;
+  mutable std::shared_ptr<const ShapePlan> last_shape_plan;
+
+  std::shared_ptr<const ShapePlan> planFor(const schedules::ProblemShape &shape) const {
+    {
+      std::lock_guard<std::mutex> lock(shape_plan_mutex);
+      if (last_shape_plan && sameShape(last_shape_plan->shape, shape))
+        return last_shape_plan;
+    }
+    auto plan = std::make_shared<ShapePlan>();
+    plan->shape = shape;
+    plan->layout = schedules::computeWorkspaceLayout(variant, shape);
+    plan->prologue_grids = codegen::prologueGrids(prologue, shape);
+    plan->attention_grid = attention.grid.gridFor(shape);
+    std::lock_guard<std::mutex> lock(shape_plan_mutex);
+    last_shape_plan = plan;
+    return plan;
+  }
 
   CompiledKernel compile(const std::string &name, const std::string &entry_point, const std::string &source,
                          driver::Dim3 block, int dynamic_shared_bytes) {
@@ -142,29 +172,35 @@ size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) con
 void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
                           size_t workspace_bytes, driver::Stream stream, RunPhase phase) const {
   const State &state = *state_;
-  require(shape.batch > 0 && shape.heads_q > 0 && shape.heads_kv > 0 && shape.tokens_q > 0 && shape.tokens_kv > 0,
-          "shape: batch, heads_q, heads_kv, tokens_q and tokens_kv must be positive");
-  require(shape.heads_q % shape.heads_kv == 0,
-          fmt::format("shape: heads_q ({}) must be a multiple of heads_kv ({})", shape.heads_q, shape.heads_kv));
-  require(shape.head_dim == state.variant.head_dim,
-          fmt::format("shape: head_dim {} does not match the kernel's {}", shape.head_dim, state.variant.head_dim));
-  require(tensors.q && tensors.k && tensors.v && tensors.o, "q, k, v, o: device pointers must not be null");
-  require(reinterpret_cast<uintptr_t>(tensors.o) % 4 == 0 && tensors.o_strides.token % 2 == 0,
-          "o: must be 4-byte aligned with even strides");
-  require(state.variant.mask.kind != MaskKind::block_sparse || tensors.block_mask,
-          "block_mask: the variant is block_sparse and needs a block mask");
-  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(state.variant, shape);
-  require(workspace && reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
-          "workspace: must be a non-null, 256-byte aligned device pointer");
-  require(workspace_bytes >= layout.total_bytes,
-          fmt::format("workspace: {} bytes given, {} needed", workspace_bytes, layout.total_bytes));
+  // The hot path: every check is a comparison; messages are built only when one fails.
+  if (shape.batch <= 0 || shape.heads_q <= 0 || shape.heads_kv <= 0 || shape.tokens_q <= 0 || shape.tokens_kv <= 0)
+    throw std::invalid_argument("shape: batch, heads_q, heads_kv, tokens_q and tokens_kv must be positive");
+  if (shape.heads_q % shape.heads_kv != 0)
+    throw std::invalid_argument(
+        fmt::format("shape: heads_q ({}) must be a multiple of heads_kv ({})", shape.heads_q, shape.heads_kv));
+  if (shape.head_dim != state.variant.head_dim)
+    throw std::invalid_argument(
+        fmt::format("shape: head_dim {} does not match the kernel's {}", shape.head_dim, state.variant.head_dim));
+  if (!tensors.q || !tensors.k || !tensors.v || !tensors.o)
+    throw std::invalid_argument("q, k, v, o: device pointers must not be null");
+  if (reinterpret_cast<uintptr_t>(tensors.o) % 4 != 0 || tensors.o_strides.token % 2 != 0)
+    throw std::invalid_argument("o: must be 4-byte aligned with even strides");
+  if (state.variant.mask.kind == MaskKind::block_sparse && !tensors.block_mask)
+    throw std::invalid_argument("block_mask: the variant is block_sparse and needs a block mask");
+  const std::shared_ptr<const ShapePlan> shape_plan = state.planFor(shape);
+  const schedules::WorkspaceLayout &layout = shape_plan->layout;
+  if (!workspace || reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+    throw std::invalid_argument("workspace: must be a non-null, 256-byte aligned device pointer");
+  if (workspace_bytes < layout.total_bytes)
+    throw std::invalid_argument(
+        fmt::format("workspace: {} bytes given, {} needed", workspace_bytes, layout.total_bytes));
 
   if (phase != RunPhase::attention) {
     // psi_Q, gamma(K) and psi_K, psi_V: fill the workspace (makePrologueParams checks Q/K/V alignment)
     const SagePrologueParams params = codegen::makePrologueParams(
         state.variant, shape, layout, {tensors.q, tensors.q_strides}, {tensors.k, tensors.k_strides},
         {tensors.v, tensors.v_strides}, static_cast<unsigned char *>(workspace));
-    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(state.prologue, shape);
+    const std::vector<codegen::LaunchGrid> &grids = shape_plan->prologue_grids;
     for (size_t i = 0; i < state.prologue_kernels.size(); ++i) {
       const CompiledKernel &kernel = state.prologue_kernels[i];
       kernel.kernel.launch(params,
@@ -179,6 +215,8 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   params.offsets = {layout.q_codes.offset,  layout.q_scales.offset, layout.k_codes.offset,  layout.k_scales.offset,
                     layout.k_mean.offset,   layout.q_mean.offset,   layout.v_values.offset, layout.v_codes.offset,
                     layout.v_scales.offset, layout.v_mean.offset};
+  params.q = tensors.q;
+  params.q_strides = tensors.q_strides;
   params.v = tensors.v;
   params.v_strides = tensors.v_strides;
   params.o = tensors.o;
@@ -191,7 +229,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
                  static_cast<int>(layout.padded_kv),    static_cast<int>(layout.q_scale_count),
                  static_cast<int>(layout.k_scale_count)};
   params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(state.variant.head_dim)));
-  const auto grid = state.attention.grid.gridFor(shape);
+  const auto &grid = shape_plan->attention_grid;
   const CompiledKernel &kernel = state.attention_kernel;
   kernel.kernel.launch(
       params, {{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
