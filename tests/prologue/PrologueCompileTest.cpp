@@ -1,5 +1,5 @@
-// Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89 and sm_90a, for each
-// variant kind x head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
+// Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89, sm_90a, sm_100a and sm_120a,
+// for each variant kind x head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
 #include "PrologueTestVariants.h"
 #include "sage/codegen/PrologueGenerator.h"
 
@@ -78,3 +78,5 @@ void compileEveryVariantKind(const char *arch) {
 TEST_CASE("prologue kernels compile for sm_80") { compileEveryVariantKind("sm_80"); }
 TEST_CASE("prologue kernels compile for sm_89") { compileEveryVariantKind("sm_89"); }
 TEST_CASE("prologue kernels compile for sm_90a") { compileEveryVariantKind("sm_90a"); }
+TEST_CASE("prologue kernels compile for sm_100a") { compileEveryVariantKind("sm_100a"); }
+TEST_CASE("prologue kernels compile for sm_120a") { compileEveryVariantKind("sm_120a"); }
