@@ -31,7 +31,7 @@ TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's ste
   const KernelSource kernel = AttentionKernelGenerator::generate(variant, plan);
   CHECK(kernel.name == "sage_attention_sage_b_d128_f16_sm_90a");
   CHECK(kernel.entry_point == kernel.name);
-  CHECK(kernel.block_dim == std::array<int, 3>{256, 1, 1});
+  CHECK(kernel.block_dim == std::array<int, 3>{128, 1, 1});
   CHECK(kernel.dynamic_shared_bytes == plan.shared.total_bytes);
   CHECK(kernel.arch == GpuArch::sm90a);
   CHECK(kernel.grid.block_q == 128);
@@ -44,8 +44,8 @@ TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's ste
   CHECK(contains(source, "constexpr int kHeadDim = 128;"));
   CHECK(contains(source, "constexpr int kBlockQ = 128;"));
   CHECK(contains(source, "constexpr int kBlockKv = 64;"));
-  CHECK(contains(source, "constexpr int kWarps = 8;"));
-  CHECK(contains(source, "constexpr int kStages = 3;"));
+  CHECK(contains(source, "constexpr int kWarps = 4;"));
+  CHECK(contains(source, "constexpr int kStages = 2;"));
   for (const char *step : {"S_i^j", "m_i^j", "P~_i^j", "l_i^j", "O_i^j"})
     CHECK(contains(source, step));
   for (const char *name :

@@ -16,7 +16,8 @@ using namespace sage::schedules;
 
 namespace {
 
-const GpuArch kArchs[] = {GpuArch::sm80, GpuArch::sm86, GpuArch::sm89, GpuArch::sm90a};
+const GpuArch kArchs[] = {GpuArch::sm80,  GpuArch::sm86,   GpuArch::sm89,
+                          GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a};
 
 std::string reasonFor(const AttentionVariant &variant, GpuArch arch = GpuArch::sm90a) {
   SupportResult result = Sm80Schedule::supports(variant, arch, InputType::f16);
@@ -90,14 +91,14 @@ TEST_CASE("plan throws the support reason for an unsupported variant") {
                        doctest::Contains("sm_89"), std::invalid_argument);
 }
 
-TEST_CASE("sage-b d128: Table 12 tiles, int8 Q.K^T, f16 P.V with an f16 accumulator") {
+TEST_CASE("sage-b d128: 128 x 64 tiles on 4 warps, int8 Q.K^T, f16 P.V with an f16 accumulator") {
   const AttentionVariant variant = test::presetVariant("sage-b", 128);
   const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16);
   CHECK(plan.schedule == Sm80Schedule::kName);
-  CHECK(plan.tunables == Tunables{128, 64, 8, 3});
-  CHECK(plan.threads == 256);
-  CHECK(plan.rows_per_warp == 16);
-  CHECK(plan.row_tiles_per_warp == 1);
+  CHECK(plan.tunables == Tunables{128, 64, 4, 2});
+  CHECK(plan.threads == 128);
+  CHECK(plan.rows_per_warp == 32);
+  CHECK(plan.row_tiles_per_warp == 2);
   CHECK(plan.qk_operand == ElementType::int8);
   CHECK(plan.qk_mma == MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
   CHECK(plan.pv_mma == MmaShape{16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f16});
@@ -105,11 +106,11 @@ TEST_CASE("sage-b d128: Table 12 tiles, int8 Q.K^T, f16 P.V with an f16 accumula
   CHECK(plan.v_source == ValueSource::input);
   CHECK_FALSE(plan.interleave_kv_tokens);
   CHECK(plan.k_scales_per_block == 1);
-  // Q 128 x 128 int8, then 3 stages of K 64 x 128 int8 + V 64 x 128 f16
+  // Q 128 x 128 int8, then 2 stages of K 64 x 128 int8 + V 64 x 128 f16
   CHECK(plan.shared.q.bytes == 128 * 128);
   CHECK(plan.shared.k.bytes == 64 * 128);
   CHECK(plan.shared.v.bytes == 64 * 128 * 2);
-  CHECK(plan.shared.total_bytes == 128 * 128 + 3 * (64 * 128 + 64 * 256));
+  CHECK(plan.shared.total_bytes == 128 * 128 + 2 * (64 * 128 + 64 * 256));
 }
 
 TEST_CASE("V's source follows the input type and V smoothing") {
@@ -238,10 +239,10 @@ TEST_CASE("the registry picks the sm80 schedule or lists every schedule's reason
 }
 
 TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {
-  // Table 12 asks 5 stages for d128 causal; on sm_90a 4 stages let two CTAs share an SM.
+  // Table 12 asks 4 stages for d64 causal; on sm_86's 100 KiB of shared memory 3 stages let two CTAs share an SM.
   const KernelPlan causal =
-      Sm80Schedule::plan(test::presetVariant("sage-b", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
-  CHECK(causal.tunables.stages == 4);
+      Sm80Schedule::plan(test::presetVariant("sage-b", 64, MaskKind::causal), GpuArch::sm86, InputType::f16);
+  CHECK(causal.tunables.stages == 3);
   CHECK(causal.min_blocks_per_multiprocessor == 2);
   // An explicit pipeline depth is kept as given.
   const KernelPlan explicit_depth = Sm80Schedule::plan(test::presetVariant("sage-b", 128, MaskKind::causal),
