@@ -52,14 +52,20 @@ def main():
     parser.add_argument("--dims", default="64,128")
     parser.add_argument("--tokens", default="512,1024,2048,4096,8192,16384,32768")
     parser.add_argument("--causal", default="0,1")
+    parser.add_argument("--tunables", default="",
+                        help="';'-separated tunables to measure besides the defaults, e.g. 'warps=4;stages=2'")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
-    presets = args.presets.split(",")
+    # Columns: each preset with its default tunables, then with each alternative.
+    configs = [(preset, None) for preset in args.presets.split(",")]
+    configs += [(preset, tunables) for preset in args.presets.split(",")
+                for tunables in args.tunables.split(";") if tunables]
     torch.manual_seed(0)
     rows = []
     header = f"{'d':>4} {'causal':>6} {'N':>6} {'flash':>7} {'cudnn':>7}"
-    for preset in presets:
-        header += f" {preset:>10} {'x flash':>8} {'x cudnn':>8} {'prolog us':>9}"
+    for preset, tunables in configs:
+        label = preset if tunables is None else f"[{tunables}]"
+        header += f" {label:>10} {'x flash':>8} {'x cudnn':>8} {'prolog us':>9}"
     print("TOPS (fp16, 16k tokens x hidden 2048 per call, " + torch.cuda.get_device_name() + ")")
     print(header)
     for dim in map(int, args.dims.split(",")):
@@ -75,15 +81,16 @@ def main():
                 row["cudnn"] = tops(batch, heads, tokens, dim, causal,
                                     time_ms(lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, bool(causal))))
                 line = f"{dim:>4} {causal:>6} {tokens:>6} {row['flash']:>7.1f} {row['cudnn']:>7.1f}"
-                for preset in presets:
-                    key = (preset, causal)
+                for preset, tunables in configs:
+                    key = (preset, tunables, causal)
                     if key not in kernels:
-                        kernels[key] = sagegen.Attention(preset, head_dim=dim, causal=bool(causal))
+                        kernels[key] = sagegen.Attention(preset, head_dim=dim, causal=bool(causal), tunables=tunables)
                     attention = kernels[key]
                     full = time_ms(lambda: attention(q, k, v))
                     prologue = time_ms(lambda: attention(q, k, v, phase=sagegen.PHASE_PROLOGUE))
                     value = tops(batch, heads, tokens, dim, causal, full)
-                    row[preset] = {"tops": value, "ms": full, "prologue_us": prologue * 1e3}
+                    row[preset if tunables is None else f"{preset}[{tunables}]"] = {
+                        "tops": value, "ms": full, "prologue_us": prologue * 1e3}
                     line += (f" {value:>10.1f} {value / row['flash']:>8.2f} {value / row['cudnn']:>8.2f}"
                              f" {prologue * 1e3:>9.1f}")
                 print(line, flush=True)

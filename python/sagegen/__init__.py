@@ -44,6 +44,9 @@ def _load():
     library.sage_version.restype = ctypes.c_char_p
     library.sage_attention_create_preset.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                                      ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    library.sage_attention_create_preset_tuned.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                          ctypes.c_char_p, ctypes.c_char_p,
+                                                          ctypes.POINTER(ctypes.c_void_p)]
     library.sage_attention_create_ir.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
     library.sage_attention_destroy.argtypes = [ctypes.c_void_p]
     library.sage_attention_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Shape),
@@ -91,13 +94,14 @@ def _heads_tokens(tensor, layout):
 class Attention:
     """One compiled variant. Call it with q, k, v (f16/bf16 CUDA tensors, HND or NHD)."""
 
-    def __init__(self, preset="sage-b", head_dim=128, causal=False, lse=False, dtype="f16", ir=None):
+    def __init__(self, preset="sage-b", head_dim=128, causal=False, lse=False, dtype="f16", ir=None, tunables=None):
         handle = ctypes.c_void_p()
         if ir is not None:
             _check(library().sage_attention_create_ir(ir.encode(), dtype.encode(), ctypes.byref(handle)))
         else:
-            _check(library().sage_attention_create_preset(preset.encode(), head_dim, int(causal), int(lse),
-                                                          dtype.encode(), ctypes.byref(handle)))
+            _check(library().sage_attention_create_preset_tuned(preset.encode(), head_dim, int(causal), int(lse),
+                                                                dtype.encode(), (tunables or "").encode(),
+                                                                ctypes.byref(handle)))
         self._handle = handle
         self.write_lse = lse
         self._workspace = None

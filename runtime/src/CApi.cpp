@@ -59,10 +59,18 @@ sage::schedules::InputType inputTypeOf(const char *dtype) {
   throw std::invalid_argument("dtype: expected \"f16\" or \"bf16\", got \"" + text + "\"");
 }
 
-sage_status create(const sage::ir::Program &program, const char *dtype, sage_attention_t *out) {
+sage_status create(const sage::ir::Program &program, const char *dtype, const char *tunables, sage_attention_t *out) {
   sage::runtime::AttentionRunnerOptions options;
   options.input = inputTypeOf(dtype);
   options.ir_fingerprint = program.fingerprint();
+  if (tunables && *tunables) {
+    const sage::AttentionVariant variant = program.variant();
+    try {
+      options.tunables = sage::schedules::parseTunables(tunables, sage::schedules::defaultTunables(variant));
+    } catch (const std::invalid_argument &error) {
+      throw std::invalid_argument(std::string("tunables: ") + error.what());
+    }
+  }
   auto handle = std::make_unique<sage_attention>();
   handle->runner = std::make_unique<sage::runtime::AttentionRunner>(program.variant(), options);
   *out = handle.release();
@@ -89,6 +97,11 @@ const char *sage_version(void) { return sage::runtime::sagegenVersion(); }
 
 sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse, const char *dtype,
                                          sage_attention_t *out) {
+  return sage_attention_create_preset_tuned(preset, head_dim, causal, write_lse, dtype, nullptr, out);
+}
+
+sage_status sage_attention_create_preset_tuned(const char *preset, int head_dim, int causal, int write_lse,
+                                               const char *dtype, const char *tunables, sage_attention_t *out) {
   return guarded([&] {
     if (!out)
       throw std::invalid_argument("out: must not be null");
@@ -97,7 +110,7 @@ sage_status sage_attention_create_preset(const char *preset, int head_dim, int c
     if (!builder)
       throw std::invalid_argument("preset: unknown preset '" + name + "'");
     builder->lse(write_lse != 0);
-    create(builder->build(), dtype, out);
+    create(builder->build(), dtype, tunables, out);
   });
 }
 
@@ -105,7 +118,7 @@ sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sag
   return guarded([&] {
     if (!out || !ir_text)
       throw std::invalid_argument("ir_text, out: must not be null");
-    create(sage::ir::Program::parse(ir_text, "<sage_attention_create_ir>"), dtype, out);
+    create(sage::ir::Program::parse(ir_text, "<sage_attention_create_ir>"), dtype, nullptr, out);
   });
 }
 

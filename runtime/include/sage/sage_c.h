@@ -45,6 +45,10 @@ const char *sage_version(void);
 /* dtype: "f16" or "bf16" (the storage type of Q, K, V and O). */
 sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse, const char *dtype,
                                          sage_attention_t *out);
+/* As above, with the schedule's tunables set explicitly: "warps=4,stages=3" (the form `sagegen` prints; fields
+ * left out keep their defaults; NULL or "" = all defaults). */
+sage_status sage_attention_create_preset_tuned(const char *preset, int head_dim, int causal, int write_lse,
+                                               const char *dtype, const char *tunables, sage_attention_t *out);
 sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sage_attention_t *out);
 void sage_attention_destroy(sage_attention_t attention);
 
