@@ -10,14 +10,15 @@ Tunables defaultTunables(const AttentionVariant &variant) {
   Tunables tunables;
   tunables.block_q = variant.block_q;
   tunables.block_kv = variant.block_kv;
-  const bool f16_accumulator = variant.pv.accumulator == AccumulatorType::f16;
+  // Measured on an H100 (bench/attention_bench.py, 2026-11-23), d128: 4 warps x 32 rows and a 2-stage pipeline beat
+  // Table 12's 8 warps / 3 (5 causal) stages by 5-25% for sage-b (f16 P.V) and 10-20% for sage-vb (int8 P.V) at
+  // N = 1k..32k, causal or not; e4m3 P.V (sage2-fp8) ran ~35% slower that way and keeps Table 12's row, as do
+  // variants not measured (unquantized Q.K^T).
+  const bool measured_four_warps = isInteger(variant.qk.a) && variant.pv.a != ElementType::e4m3;
   if (variant.head_dim <= 64) {
     tunables.warps = 4;
     tunables.stages = causal ? 4 : 3;
-  } else if (f16_accumulator) {
-    // Measured on an H100 for sage-b (bench/attention_bench.py, 2026-11-23): 4 warps x 32 rows and a 2-stage
-    // pipeline beat Table 12's 8 warps / 3 (5 causal) stages by 5-25% at every N from 1k to 32k, causal or not.
-    // An f16 accumulator leaves the registers for 32 rows per warp; f32 accumulators keep Table 12's row.
+  } else if (measured_four_warps) {
     tunables.warps = 4;
     tunables.stages = 2;
   } else {

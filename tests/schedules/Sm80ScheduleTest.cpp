@@ -250,8 +250,9 @@ TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {
   CHECK(explicit_depth.tunables.stages == 5);
   CHECK(explicit_depth.min_blocks_per_multiprocessor == 1);
   // f32 accumulators do not leave registers for two CTAs of 8 warps: the table's depth stays.
-  const KernelPlan vb =
-      Sm80Schedule::plan(test::presetVariant("sage-vb", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
-  CHECK(vb.tunables.stages == 5);
-  CHECK(vb.min_blocks_per_multiprocessor == 1);
+  const KernelPlan fp8 =
+      Sm80Schedule::plan(test::presetVariant("sage2-fp8", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
+  CHECK(fp8.tunables.warps == 8);
+  CHECK(fp8.tunables.stages == 5);
+  CHECK(fp8.min_blocks_per_multiprocessor == 1);
 }

@@ -19,8 +19,8 @@ struct Tunables {
 };
 
 // The paper's Table 12 (head_dim 64: 4 warps, 3 stages, 4 when causal; head_dim 128: 8 warps, 3 stages, 5 when
-// causal), except head_dim 128 with an f16 P.V accumulator: 4 warps and 2 stages, measured faster on an H100
-// (see Tunables.cpp). The variant's own b_q and b_kv. Other head dims get the head_dim 128 rows.
+// causal), except head_dim 128 with integer Q.K^T and f16 or int8 P.V: 4 warps and 2 stages, measured faster on an
+// H100 (see Tunables.cpp). The variant's own b_q and b_kv. Other head dims get the head_dim 128 rows.
 Tunables defaultTunables(const AttentionVariant &variant);
 
 // "block_q=128,block_kv=64,warps=8,stages=3": canonical, for cache keys and logs.
