@@ -165,6 +165,8 @@ AttentionRunner::~AttentionRunner() = default;
 
 const AttentionVariant &AttentionRunner::variant() const { return state_->variant; }
 
+size_t AttentionRunner::launchCount() const { return state_->prologue_kernels.size() + 1; }
+
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
   return schedules::computeWorkspaceLayout(state_->variant, shape).total_bytes;
 }

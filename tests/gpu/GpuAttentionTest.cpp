@@ -6,6 +6,9 @@
 #include "sage/reference/Reference.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/LoadedKernel.h"
+#include "sage/runtime/NvrtcCompiler.h"
+#include "sage/schedules/GpuArch.h"
 
 #include <doctest/doctest.h>
 
@@ -193,7 +196,33 @@ TEST_CASE("host time of a warm call") {
   const double microseconds =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kCalls;
   runtime::CudaDriver::instance().synchronizeContext();
-  std::printf("gpu_attention_test: warm call host time %.2f us (%s)\n", microseconds, runner.describe().c_str());
+
+  // The baseline: the same number of launches of an empty kernel taking a parameter block of the same size, so the
+  // difference is what sagegen itself adds to a call (checks, the cached shape plan, parameter packing).
+  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
+  const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
+  runtime::CompileRequest request;
+  request.key = "empty launch baseline";
+  request.source = "struct Block { unsigned long long words[" + std::to_string(sizeof(SageAttentionParams) / 8) +
+                   "]; };\nextern \"C\" __global__ void empty(const Block) {}\n";
+  request.options.arch =
+      std::string(schedules::archName(schedules::archFromComputeCapability(capability.major, capability.minor)));
+  const runtime::CompileResult compiled = runtime::NvrtcCompiler().compileCubin(request);
+  const std::shared_ptr<runtime::LoadedModule> module = runtime::LoadedModule::load(compiled.image);
+  const runtime::LoadedKernel empty = module->kernel("empty");
+  struct Block {
+    unsigned long long words[sizeof(SageAttentionParams) / 8];
+  } block{};
+  const int launches_per_call = static_cast<int>(runner.launchCount());
+  const auto baseline_start = std::chrono::steady_clock::now();
+  for (int call = 0; call < kCalls; ++call)
+    for (int launch = 0; launch < launches_per_call; ++launch)
+      empty.launch(block, {.grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 0, .stream = nullptr});
+  const double baseline =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - baseline_start).count() / kCalls;
+  runtime::CudaDriver::instance().synchronizeContext();
+  std::printf("gpu_attention_test: warm call host time %.2f us = %d bare launches %.2f us + sagegen %.2f us (%s)\n",
+              microseconds, launches_per_call, baseline, microseconds - baseline, runner.describe().c_str());
 }
 
 TEST_CASE("bad launches name the argument") {

@@ -54,6 +54,8 @@ public:
   const AttentionVariant &variant() const;
   // Schedule, arch, tunables and every kernel with where it came from (memory/disk/built) and its compile time.
   std::string describe() const;
+  // Kernel launches of one RunPhase::all call (the prologue's and the attention kernel).
+  size_t launchCount() const;
 
 private:
   struct State;
