@@ -136,7 +136,7 @@ AttentionRunner::~AttentionRunner() = default;
 const AttentionVariant &AttentionRunner::variant() const { return state_->variant; }
 
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
-  return schedules::computeWorkspaceLayout(state_->variant, shape).total_bytes;
+  return schedules::computeWorkspaceLayout(state_->variant, shape, state_->options.input).total_bytes;
 }
 
 void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
@@ -153,7 +153,8 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
           "o: must be 4-byte aligned with even strides");
   require(state.variant.mask.kind != MaskKind::block_sparse || tensors.block_mask,
           "block_mask: the variant is block_sparse and needs a block mask");
-  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(state.variant, shape);
+  const schedules::WorkspaceLayout layout =
+      schedules::computeWorkspaceLayout(state.variant, shape, state.options.input);
   require(workspace && reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
           "workspace: must be a non-null, 256-byte aligned device pointer");
   require(workspace_bytes >= layout.total_bytes,
