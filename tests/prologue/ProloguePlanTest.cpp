@@ -1,6 +1,7 @@
 // The prologue generator's plan: which launches and roles each variant gets, each launch's grid (hand-computed),
 // the parameters block, what the generated text says, and the errors for what the prologue cannot do.
 #include "PrologueTestVariants.h"
+#include "sage/codegen/PrologueConfig.h"
 #include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
 #include "sage/dsl/Presets.h"
@@ -96,6 +97,32 @@ TEST_CASE("launch plans: statistics first, combined next, the second read of K l
                                        {Role::k_combine, Role::q_combine, Role::v_tile_quantize},
                                        {Role::k_block_quantize, Role::q_block_quantize},
                                        {Role::finalize_q_scales, Role::finalize_k_scales}});
+}
+
+TEST_CASE("makePrologueConfig: an unquantized Q/K is a cast to the input type; an f32 V takes the f16 P.V") {
+  const AttentionVariant exact = dsl::preset("exact", 128)->describe();
+  for (InputType input : {InputType::f16, InputType::bf16}) {
+    const codegen::PrologueConfig config = codegen::makePrologueConfig(exact, input, 128, {});
+    const ElementType stored = input == InputType::bf16 ? ElementType::bf16 : ElementType::f16;
+    for (const codegen::TokenQuantizerConfig *quantizer : {&config.q, &config.k}) {
+      CHECK(quantizer->cast());
+      CHECK_FALSE(quantizer->perTensor());
+      CHECK(quantizer->dtype == stored);
+      CHECK(quantizer->groups_per_tile == 0);
+    }
+    CHECK_FALSE(config.fold_q_scale);
+    CHECK_FALSE(config.kStatistics());
+    CHECK_FALSE(config.vStatistics());
+    CHECK_FALSE(config.usesE4m3());
+    CHECK(config.v_output == (input == InputType::bf16 ? codegen::VOutput::f16_values : codegen::VOutput::none));
+  }
+  // The quantized presets are unchanged: sage-b's Q and K are int8 codes, one scale per block.
+  const codegen::PrologueConfig sage_b =
+      codegen::makePrologueConfig(dsl::preset("sage-b", 64)->describe(), InputType::bf16, 64, {});
+  CHECK_FALSE(sage_b.q.cast());
+  CHECK(sage_b.q.dtype == ElementType::int8);
+  CHECK(sage_b.q.groups_per_tile == 1);
+  CHECK(sage_b.fold_q_scale);
 }
 
 TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes in the launches that quantize") {
