@@ -30,15 +30,26 @@ int nextPowerOfTwo(int value) {
   return power;
 }
 
-TokenQuantizerConfig tokenQuantizer(const QuantizerSpec &spec, int tile_tokens, const std::string &field) {
+TokenQuantizerConfig tokenQuantizer(const QuantizerSpec &spec, int tile_tokens, schedules::InputType input,
+                                    const std::string &field) {
+  TokenQuantizerConfig config;
+  config.granularity = spec.granularity;
+  config.tile_tokens = tile_tokens;
+  if (spec.granularity == Granularity::none) {
+    // Unquantized: the attention kernel multiplies Q and K in the input type (f32 is rounded to it on the GPU).
+    require(spec.dtype == ElementType::f16 || spec.dtype == ElementType::bf16 || spec.dtype == ElementType::f32,
+            field + ".dtype: an unquantized (granularity none) operand is a cast of f16, bf16 or f32, got " +
+                dtypeName(spec.dtype));
+    require(spec.static_scale <= 0.0 && !spec.two_level,
+            field + ": an unquantized (granularity none) operand has no static or two-level scale");
+    config.dtype = input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16;
+    return config;
+  }
   require(spec.dtype == ElementType::int8 || spec.dtype == ElementType::e4m3,
           field + ".dtype: the prologue writes int8 or e4m3 codes, got " + dtypeName(spec.dtype));
   require(spec.scale_type == ScaleType::f32 && !spec.two_level && spec.static_scale <= 0.0,
           field + ": the prologue computes one dynamic f32 scale per group (no ue4m3, two-level or static scales)");
-  TokenQuantizerConfig config;
   config.dtype = spec.dtype;
-  config.granularity = spec.granularity;
-  config.tile_tokens = tile_tokens;
   switch (spec.granularity) {
   case Granularity::per_tensor:
     config.groups_per_tile = 1;
@@ -62,8 +73,8 @@ TokenQuantizerConfig tokenQuantizer(const QuantizerSpec &spec, int tile_tokens, 
   }
   default:
     throw std::invalid_argument(field +
-                                ".granularity: expected per_tensor, per_token, per_block, per_warp or "
-                                "per_thread, got " +
+                                ".granularity: expected none (a cast), per_tensor, per_token, per_block, "
+                                "per_warp or per_thread, got " +
                                 granularityName(spec.granularity));
   }
   return config;
@@ -156,8 +167,8 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
   config.head_dim = head_dim;
   config.block_q = variant.block_q;
   config.block_kv = variant.block_kv;
-  config.q = tokenQuantizer(variant.q, variant.block_q, "q");
-  config.k = tokenQuantizer(variant.k, variant.block_kv, "k");
+  config.q = tokenQuantizer(variant.q, variant.block_q, input, "q");
+  config.k = tokenQuantizer(variant.k, variant.block_kv, input, "k");
   require(!variant.k.fold_softmax_scale, "k.fold_softmax_scale: only Q folds the softmax scale");
   config.fold_q_scale = variant.q.fold_softmax_scale;
 
@@ -173,8 +184,9 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
 
   const QuantizerSpec &v = variant.v;
   if (v.granularity == Granularity::none && v.static_scale <= 0.0) {
-    require(v.dtype == ElementType::f16,
-            "v.dtype: an unquantized V must be f16 for the prologue (P.V in f16), got " + dtypeName(v.dtype));
+    // f32 too: the GPU has no f32 mma, so an f32 V (the exact preset) runs through the f16 P.V.
+    require(v.dtype == ElementType::f16 || v.dtype == ElementType::f32,
+            "v.dtype: an unquantized V must be f16 or f32 for the prologue (P.V in f16), got " + dtypeName(v.dtype));
     const bool convert = input == schedules::InputType::bf16 || config.smooth_v;
     config.v_output = convert ? VOutput::f16_values : VOutput::none;
   } else {

@@ -163,6 +163,12 @@ __device__ __forceinline__ float inputToFloat(unsigned bits) { return __uint_as_
 __device__ __forceinline__ unsigned short floatToInput(float value) {
   return (unsigned short)(__float_as_uint(value) >> 16);
 }
+// Round to nearest even bf16: the cast that stands in for psi_Q / psi_K when they do not quantize.
+__device__ __forceinline__ unsigned short roundToInput(float value) {
+  unsigned short bits;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+  return bits;
+}
 )cuda";
   else
     text += R"cuda(
@@ -174,6 +180,8 @@ __device__ __forceinline__ float inputToFloat(unsigned bits) {
 }
 // Exact on the values it is used for: minima and maxima of the input itself, and infinities.
 __device__ __forceinline__ unsigned short floatToInput(float value) { return floatToHalfBits(value); }
+// Round to nearest even f16: the cast that stands in for psi_Q / psi_K when they do not quantize.
+__device__ __forceinline__ unsigned short roundToInput(float value) { return floatToHalfBits(value); }
 )cuda";
   text += R"cuda(
 // ---- Global memory: 16-byte vectors of 8 input elements, read through the read-only path ----
@@ -402,6 +410,26 @@ __device__ __forceinline__ void storeTileCodes(const Values &values, unsigned ch
   }
 }
 
+// The cast of one tile (an unquantized Q or K): every x rounded to the input type, one 16-byte store per thread
+// and row, to `values` [kTileTokens x kHeadDim]; rows past the sequence hold x = 0; rows from `stored_rows` on
+// lie past the padded sequence and are not stored.
+template <class Quantizer, class Values>
+__device__ __forceinline__ void storeTileValues(const Values &values, unsigned short *out, int stored_rows) {
+  using Tile = TokenTile<Quantizer::kTileTokens>;
+#pragma unroll
+  for (int pass = 0; pass < Tile::kPasses; ++pass) {
+    const int row = Tile::row(pass);
+    if (!Tile::inTile(pass) || row >= stored_rows)
+      continue;
+    unsigned words[4];
+#pragma unroll
+    for (int pair = 0; pair < 4; ++pair)
+      words[pair] = (unsigned)roundToInput(values(pass, 2 * pair)) |
+                    (unsigned)roundToInput(values(pass, 2 * pair + 1)) << 16;
+    *(uint4 *)(out + (long long)row * kHeadDim + Tile::channel()) = uint4{words[0], words[1], words[2], words[3]};
+  }
+}
+
 // psi on one tile with one scale per group of rows: the amax of every group, scale = amax / qmax and
 // inverse = qmax / amax per group (the first `stored_groups` scales to `scales`), then the codes of the first
 // `stored_rows` rows. values(pass, j) is the f32 x.
@@ -443,6 +471,17 @@ __device__ __forceinline__ void quantizeTile(const Values &values, unsigned char
 
 std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &quantizer, const char *tile_constant,
                                int blocks_per_tile, const char *what) {
+  if (quantizer.cast()) {
+    std::string text = "\n// " + std::string(what) + ": none (the operand is not quantized): values rounded to " +
+                       std::string(nameOf(quantizer.dtype)) + ", 2 bytes each, no scales.\n";
+    text += "[[maybe_unused]] constexpr int " + std::string(name) + "Groups = 0;\n";
+    text += "struct " + std::string(name) + " {\n";
+    text += "  static constexpr int kTileTokens = " + std::string(tile_constant) + "; // tokens one CTA casts\n";
+    text += "  static constexpr int kGroupsPerTile = 0;\n";
+    text += "  static constexpr int kGroupsPerBlock = 0;\n";
+    text += "};\n";
+    return text;
+  }
   const bool e4m3 = quantizer.dtype == ElementType::e4m3;
   std::string granularity;
   std::string group_of_row;

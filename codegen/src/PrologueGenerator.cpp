@@ -40,6 +40,8 @@ std::string commentLines(const std::string &prefix, const std::string &text) {
 }
 
 std::string describeQuantizer(const TokenQuantizerConfig &quantizer) {
+  if (quantizer.cast())
+    return "none: not quantized, rounded to " + std::string(nameOf(quantizer.dtype)) + " (2 bytes per value)";
   std::string text = quantizer.dtype == ElementType::e4m3 ? "e4m3 " : "int8 ";
   switch (quantizer.granularity) {
   case Granularity::per_tensor:

@@ -222,7 +222,28 @@ const char *qCodesOfBlock = R"cuda(  unsigned char *codes =
       params.workspace + params.offsets.q_codes + (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
 )cuda";
 
+// The cast that stands in for psi_Q or psi_K when the operand is not quantized (granularity none).
+std::string castNote(const PrologueConfig &config) {
+  return config.input == schedules::InputType::bf16 ? "rounded to bf16" : "rounded to f16";
+}
+
+std::string castQBlock(const PrologueConfig &config) {
+  std::string comment = "// Launch 1: Q is not quantized: x " + castNote(config) +
+                        " (round to nearest even) into q_codes [b, h_q, padded_q, d], 2 bytes\n// per value, "
+                        "padded rows 0";
+  comment += config.smooth_q ? " (and q_mean).\n" : ".\n";
+  return qBlockHead(comment, "quantizeQBlock") +
+         R"cuda(  unsigned short *values = (unsigned short *)(params.workspace + params.offsets.q_codes) +
+                           (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
+  loadQBlock(q, params, head, block, shared, true);
+  storeTileValues<QQuantizer>(q, values, kBlockQ);
+}
+)cuda";
+}
+
 std::string quantizeQBlock(const PrologueConfig &config) {
+  if (config.q.cast())
+    return castQBlock(config);
   if (config.q.perTensor())
     return qBlockHead(
                "// Launch 3: psi_Q with a per-tensor scale, on the second read of a Q block: the codes use the "
@@ -262,11 +283,18 @@ std::string measureQBlock(const PrologueConfig &config) {
 
 std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   std::string comment = "// Launch " + std::string(after_statistics ? "3" : "1") + ": ";
-  comment += config.smooth_k ? "phi_K = psi_K o gamma" : "psi_K";
-  comment += " on kKBlocksPerTile KV blocks: k_codes [b, h_kv, padded_kv, d] (padded rows 0)";
-  comment += config.k.perTensor()
-                 ? ";\n// the per-tensor scale's amax comes from launch 2 and launch 4 stores the scale.\n"
-                 : " and the\n// blocks' k_scales.\n";
+  if (config.k.cast()) {
+    comment += "K is not quantized: ";
+    comment += config.smooth_k ? "gamma(K) = K - mean(K)" : "K";
+    comment += " on kKBlocksPerTile KV blocks, " + castNote(config) +
+               " (round to nearest\n// even) into k_codes [b, h_kv, padded_kv, d], 2 bytes per value, padded rows 0.\n";
+  } else {
+    comment += config.smooth_k ? "phi_K = psi_K o gamma" : "psi_K";
+    comment += " on kKBlocksPerTile KV blocks: k_codes [b, h_kv, padded_kv, d] (padded rows 0)";
+    comment += config.k.perTensor()
+                   ? ";\n// the per-tensor scale's amax comes from launch 2 and launch 4 stores the scale.\n"
+                   : " and the\n// blocks' k_scales.\n";
+  }
   std::string text = functionHead(comment, "quantizeKTile");
   text += R"cuda(  const int tiles = (int)ceilDiv(params.size.padded_kv / kBlockKv, kKBlocksPerTile);
   const long long head = cta / tiles; // batch index * heads_kv + KV head index
@@ -285,6 +313,13 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
 #pragma unroll
   for (int j = 0; j < kVectorElements; ++j)
     k.mean[j] = k_mean[j];
+)cuda";
+  if (config.k.cast())
+    return text + R"cuda(  (void)shared;
+  unsigned short *values =
+      (unsigned short *)(params.workspace + params.offsets.k_codes) + (head * params.size.padded_kv + first) * kHeadDim;
+  storeTileValues<KQuantizer>(k, values, stored_rows);
+}
 )cuda";
   text += R"cuda(  unsigned char *codes =
       params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * kHeadDim;
@@ -626,11 +661,16 @@ std::string roleSummary(PrologueRole role, const PrologueConfig &config) {
   case PrologueRole::q_block_statistics:
     return "per-tensor psi_Q: amax of each Q block (batch * heads_q * ceil(tokens_q / b_q) CTAs)";
   case PrologueRole::q_block_quantize:
-    return "psi_Q per Q block (batch * heads_q * ceil(tokens_q / b_q) CTAs)";
+    return std::string(config.q.cast() ? "Q cast to the input type" : "psi_Q") +
+           " per Q block (batch * heads_q * ceil(tokens_q / b_q) CTAs)";
   case PrologueRole::k_block_quantize:
-    return std::string(config.smooth_k ? "phi_K = psi_K o gamma" : "psi_K") + " per " +
-           std::to_string(config.tunables.k_blocks_per_tile) + " KV block(s) (batch * heads_kv * ceil(tokens_kv / (" +
-           std::to_string(config.tunables.k_blocks_per_tile) + " * b_kv)) CTAs)";
+    return std::string(config.k.cast()
+                           ? (config.smooth_k ? "gamma(K) cast to the input type" : "K cast to the input type")
+                       : config.smooth_k ? "phi_K = psi_K o gamma"
+                                         : "psi_K") +
+           " per " + std::to_string(config.tunables.k_blocks_per_tile) +
+           " KV block(s) (batch * heads_kv * ceil(tokens_kv / (" + std::to_string(config.tunables.k_blocks_per_tile) +
+           " * b_kv)) CTAs)";
   case PrologueRole::v_tile_convert:
     return std::string(config.smooth_v ? "V - mean(V)" : "V") +
            " to f16 per V tile (batch * heads_kv * ceil(padded_kv / " + std::to_string(config.tunables.v_tile_tokens) +

@@ -91,7 +91,7 @@ struct AttentionRunner::State {
     }
     auto plan = std::make_shared<ShapePlan>();
     plan->shape = shape;
-    plan->layout = schedules::computeWorkspaceLayout(variant, shape);
+    plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
     plan->prologue_grids = codegen::prologueGrids(prologue, shape);
     plan->attention_grid = attention.grid.gridFor(shape);
     std::lock_guard<std::mutex> lock(shape_plan_mutex);
@@ -168,7 +168,7 @@ const AttentionVariant &AttentionRunner::variant() const { return state_->varian
 size_t AttentionRunner::launchCount() const { return state_->prologue_kernels.size() + 1; }
 
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
-  return schedules::computeWorkspaceLayout(state_->variant, shape).total_bytes;
+  return schedules::computeWorkspaceLayout(state_->variant, shape, state_->options.input).total_bytes;
 }
 
 void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,

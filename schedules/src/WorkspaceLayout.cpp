@@ -2,9 +2,8 @@
 //
 // Buffers are laid out in this order, each at a 256-byte aligned offset:
 //   q_codes, k_codes, v_codes, q_scales, k_scales, v_scales, k_mean, q_mean, v_mean, v_values.
-// v_values comes last on purpose: the layout does not know the input type, so it is reserved whenever P.V
-// runs in f16, although the prologue writes it only for bf16 inputs or a smoothed V. A caller that knows its
-// V is f16 and unsmoothed may size the workspace to v_values.offset instead of total_bytes.
+// Only what the prologue writes for the variant and the input type is reserved: v_values only for an f16 P.V on
+// a bf16 input or a smoothed V (an f16, unsmoothed V is read in place).
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include "sage/ir/AttentionVariant.h"
@@ -55,6 +54,23 @@ void requireTokenGranularity(const QuantizerSpec &spec, const char *function) {
 void requireByteCodes(const QuantizerSpec &spec, const char *operand) {
   require(isByteCode(spec.dtype),
           std::string(operand) + ": the workspace holds 8-bit codes (int8, e4m3, e5m2), got " + dtypeName(spec.dtype));
+}
+
+bool isFloatCast(const QuantizerSpec &spec) {
+  return spec.static_scale <= 0.0 &&
+         (spec.dtype == ElementType::f16 || spec.dtype == ElementType::bf16 || spec.dtype == ElementType::f32);
+}
+
+// An unquantized Q or K is a cast: copied in the input type (2 bytes per element).
+void requireTokenOperand(const QuantizerSpec &spec, const char *operand) {
+  requireTokenGranularity(spec, operand);
+  if (spec.granularity != Granularity::none)
+    requireByteCodes(spec, operand);
+  else
+    require(isFloatCast(spec), std::string(operand) +
+                                   ": granularity none is a cast, stored in the input type: expected dtype f16, "
+                                   "bf16 or f32 without a static scale, got " +
+                                   dtypeName(spec.dtype));
 }
 
 void validateShape(const AttentionVariant &variant, const ProblemShape &shape) {
@@ -135,22 +151,23 @@ int64_t scaleGroupOfToken(const QuantizerSpec &spec, int64_t block_tokens, int64
   }
 }
 
-WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape) {
+int64_t workspaceOperandBytes(const QuantizerSpec &spec) { return spec.granularity == Granularity::none ? 2 : 1; }
+
+WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape, InputType input) {
   validateShape(variant, shape);
-  requireTokenGranularity(variant.q, "q quantizer");
-  requireTokenGranularity(variant.k, "k quantizer");
-  const bool q_quantized = variant.q.granularity != Granularity::none;
-  const bool k_quantized = variant.k.granularity != Granularity::none;
-  if (q_quantized)
-    requireByteCodes(variant.q, "q quantizer");
-  if (k_quantized)
-    requireByteCodes(variant.k, "k quantizer");
+  requireTokenOperand(variant.q, "q quantizer");
+  requireTokenOperand(variant.k, "k quantizer");
   const bool v_quantized = variant.v.granularity == Granularity::per_channel;
   if (v_quantized)
     requireByteCodes(variant.v, "v quantizer");
   else
-    require(variant.v.granularity == Granularity::none,
-            "v quantizer: expected per_channel or none (a cast), got '" + granularityName(variant.v.granularity) + "'");
+    require(variant.v.granularity == Granularity::none &&
+                (variant.v.dtype == ElementType::f16 || variant.v.dtype == ElementType::f32),
+            "v quantizer: expected per_channel codes or an f16/f32 cast (an f16 P.V), got " +
+                dtypeName(variant.v.dtype) + " '" + granularityName(variant.v.granularity) + "'");
+  // An unquantized V (f16, or f32 rounded to f16 on the GPU) feeds an f16 P.V: the prologue writes an f16 copy
+  // only when the caller's V is not f16 already or is smoothed.
+  const bool v_copy = !v_quantized && (input == InputType::bf16 || variant.smooth_v == SmoothScope::sequence);
 
   WorkspaceLayout layout;
   layout.padded_q = roundUp(shape.tokens_q, variant.block_q);
@@ -168,11 +185,10 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   const int64_t d = shape.head_dim;
   const int64_t q_heads = shape.batch * shape.heads_q;
   const int64_t kv_heads = shape.batch * shape.heads_kv;
-  const bool f16_v = variant.v.granularity == Granularity::none && variant.v.dtype == ElementType::f16;
 
   Allocator allocator;
-  layout.q_codes = allocator.take(q_quantized ? bytes(q_heads * layout.padded_q * d, 1) : 0);
-  layout.k_codes = allocator.take(k_quantized ? bytes(kv_heads * layout.padded_kv * d, 1) : 0);
+  layout.q_codes = allocator.take(bytes(q_heads * layout.padded_q * d, workspaceOperandBytes(variant.q)));
+  layout.k_codes = allocator.take(bytes(kv_heads * layout.padded_kv * d, workspaceOperandBytes(variant.k)));
   layout.v_codes = allocator.take(v_quantized ? bytes(kv_heads * d * layout.padded_kv, 1) : 0);
   layout.q_scales = allocator.take(bytes(q_heads * layout.q_scale_count, sizeof(float)));
   layout.k_scales = allocator.take(bytes(kv_heads * layout.k_scale_count, sizeof(float)));
@@ -181,7 +197,7 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   layout.q_mean =
       allocator.take(variant.smooth_q == SmoothScope::block ? bytes(q_heads * q_blocks * d, sizeof(float)) : 0);
   layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes(kv_heads * d, sizeof(float)) : 0);
-  layout.v_values = allocator.take(f16_v ? bytes(kv_heads * layout.padded_kv * d, sizeof(uint16_t)) : 0);
+  layout.v_values = allocator.take(v_copy ? bytes(kv_heads * layout.padded_kv * d, sizeof(uint16_t)) : 0);
   layout.total_bytes = allocator.end();
   return layout;
 }

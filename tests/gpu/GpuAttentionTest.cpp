@@ -44,6 +44,8 @@ struct Case {
   int64_t heads_q, heads_kv, tokens_q, tokens_kv;
   double k_bias;
   double max_rel_l1_vs_reference; // how far the kernel may sit from the reference of the same variant
+  double min_cosine_vs_reference;
+  double max_lse_error; // largest |LSE - reference LSE| over the rows; < 0: not checked
 };
 
 // A device copy of a host tensor in its storage layout, as 16-bit values.
@@ -135,12 +137,11 @@ void runCase(const Case &c) {
               static_cast<long long>(c.tokens_kv), c.k_bias, vs_reference.cosine_similarity, vs_reference.relative_l1,
               vs_exact.cosine_similarity, vs_exact.relative_l1, reference_vs_exact.relative_l1, lse_error);
   CHECK(vs_reference.relative_l1 <= c.max_rel_l1_vs_reference);
-  CHECK(vs_reference.cosine_similarity >= 0.999);
-  // The kernel is no less accurate than its own reference, up to f16 rounding of O.
+  CHECK(vs_reference.cosine_similarity >= c.min_cosine_vs_reference);
+  // The kernel is no less accurate than its own reference, up to the rounding of O (bf16 O: ~1.4e-3 rel-L1).
   CHECK(vs_exact.relative_l1 <= 1.25 * reference_vs_exact.relative_l1 + 0.004);
-  // Same quantizers as the reference: the LSE differs by f32 sums, ex2.approx and the max-finding order only
-  // (measured 1e-3 to 2.2e-3 on an H100); the K-smoothing correction uses the caller's Q, so a K bias adds nothing.
-  CHECK(lse_error < 0.01);
+  if (c.max_lse_error >= 0.0)
+    CHECK(lse_error <= c.max_lse_error);
 }
 
 } // namespace
@@ -149,18 +150,39 @@ TEST_CASE("kernels match the CPU reference of their variant") {
   if (skipWithoutGpu())
     return;
   // Bounds vs the reference: the f16 accumulator and P rounding see different summation orders on the GPU
-  // (and ex2.approx); 8-bit P moves a few codes across rounding boundaries.
+  // (and ex2.approx); 8-bit P moves a few codes across rounding boundaries. Same quantizers as the reference, so the
+  // LSE differs by f32 sums, ex2.approx and the max-finding order only (measured below 1e-5 on an H100); the
+  // K-smoothing correction reads the caller's Q, so a K bias adds nothing: bound 0.01.
+  //
+  // exact: the reference is f64 attention, so "reference error" is 0 and the bound is the GPU's own rounding,
+  // derived here (N(0,1) data, fairly flat softmax over a few hundred tokens). Q.K^T multiplies the f16/bf16
+  // inputs exactly with f32 accumulation (~1e-6 relative), and ex2.approx is within 2 f32 ulp: negligible. P is
+  // rounded to f16 (relative error uniform in +-2^-11 of its binade: RMS ~2e-4) and, the errors of different
+  // tokens being independent, O inherits about that relative error. O is then rounded to the output type: a mean
+  // relative error of ulp / 4 (ulp / |x| averages 2^-10 x 0.72 for f16, 2^-7 x 0.72 for bf16), so ~1.8e-4 (f16)
+  // and ~1.4e-3 (bf16). A bf16 V is converted to f16 exactly (7 mantissa bits fit in 10). Expected rel-L1:
+  // ~4e-4 (f16), ~1.6e-3 (bf16); bounds 5x and 3x that. 1 - cos is about half the squared RMS relative
+  // error: ~1e-7 (f16) and ~3e-6 (bf16) against bounds of 1e-5 and 1e-4. The LSE is m + log2(l) in f32 from f32
+  // S: ~1e-5 absolute at |LSE| ~ 10, bounded by 1e-3; with no smoothing a K bias changes nothing there.
   const Case cases[] = {
-      {"sage-b", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.01},
-      {"sage-b", 128, true, StorageType::f16, Layout::hnd, 2, 1, 200, 333, 0.0, 0.01},
-      {"sage-b", 64, false, StorageType::bf16, Layout::nhd, 4, 2, 256, 256, 0.0, 0.015},
-      {"sage-b", 128, false, StorageType::f16, Layout::hnd, 2, 2, 512, 512, 20.0, 0.01},
-      {"sage-t", 64, true, StorageType::f16, Layout::nhd, 4, 2, 384, 384, 0.0, 0.01},
-      {"sage-t", 128, false, StorageType::f16, Layout::hnd, 2, 2, 190, 450, 0.0, 0.01},
-      {"sage-vb", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.02},
-      {"sage-vt", 64, true, StorageType::f16, Layout::hnd, 2, 2, 256, 256, 0.0, 0.02},
-      {"sage2-fp8", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04},
-      {"sage2-fp8", 64, true, StorageType::bf16, Layout::hnd, 2, 1, 256, 256, 0.0, 0.04},
+      {"sage-b", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.01, 0.999, 0.01},
+      {"sage-b", 128, true, StorageType::f16, Layout::hnd, 2, 1, 200, 333, 0.0, 0.01, 0.999, 0.01},
+      {"sage-b", 64, false, StorageType::bf16, Layout::nhd, 4, 2, 256, 256, 0.0, 0.015, 0.999, 0.01},
+      {"sage-b", 128, false, StorageType::f16, Layout::hnd, 2, 2, 512, 512, 20.0, 0.01, 0.999, 0.01},
+      {"sage-t", 64, true, StorageType::f16, Layout::nhd, 4, 2, 384, 384, 0.0, 0.01, 0.999, 0.01},
+      {"sage-t", 128, false, StorageType::f16, Layout::hnd, 2, 2, 190, 450, 0.0, 0.01, 0.999, 0.01},
+      {"sage-vb", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.02, 0.999, 0.01},
+      {"sage-vt", 64, true, StorageType::f16, Layout::hnd, 2, 2, 256, 256, 0.0, 0.02, 0.999, 0.01},
+      {"sage2-fp8", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04, 0.999, 0.01},
+      {"sage2-fp8", 64, true, StorageType::bf16, Layout::hnd, 2, 1, 256, 256, 0.0, 0.04, 0.999, 0.01},
+      {"exact", 64, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.002, 0.99999, 1e-3},
+      {"exact", 64, true, StorageType::f16, Layout::nhd, 4, 2, 256, 384, 0.0, 0.002, 0.99999, 1e-3},
+      {"exact", 128, false, StorageType::f16, Layout::nhd, 2, 1, 190, 450, 8.0, 0.002, 0.99999, 1e-3},
+      {"exact", 128, true, StorageType::f16, Layout::hnd, 2, 2, 333, 333, 0.0, 0.002, 0.99999, 1e-3},
+      {"exact", 64, false, StorageType::bf16, Layout::nhd, 4, 2, 256, 256, 0.0, 0.005, 0.9999, 1e-3},
+      {"exact", 64, true, StorageType::bf16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.005, 0.9999, 1e-3},
+      {"exact", 128, false, StorageType::bf16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.005, 0.9999, 1e-3},
+      {"exact", 128, true, StorageType::bf16, Layout::nhd, 2, 1, 200, 333, 0.0, 0.005, 0.9999, 1e-3},
   };
   for (const Case &c : cases) {
     const std::string name = std::string(c.preset) + (c.causal ? " causal" : "");

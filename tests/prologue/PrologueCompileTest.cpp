@@ -1,7 +1,9 @@
 // Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89, sm_90a, sm_100a and sm_120a,
-// for each variant kind x head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
+// for each hand-built variant kind and every DSL preset (exact included: its Q and K are cast, not quantized) x
+// head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
 #include "PrologueTestVariants.h"
 #include "sage/codegen/PrologueGenerator.h"
+#include "sage/dsl/Presets.h"
 
 #include <doctest/doctest.h>
 #include <nvrtc.h>
@@ -43,19 +45,30 @@ CompileResult compileWithNvrtc(const codegen::PrologueKernel &kernel, const char
   return result;
 }
 
+// The hand-built kinds, then the presets, at one head_dim.
+std::vector<AttentionVariant> variantsToCompile(int head_dim) {
+  std::vector<AttentionVariant> variants;
+  for (const prologue_test::VariantKind &kind : prologue_test::variantKinds())
+    variants.push_back(prologue_test::makeVariant(kind, head_dim));
+  for (const dsl::PresetInfo &info : dsl::presets())
+    variants.push_back(dsl::preset(info.name, head_dim)->describe());
+  return variants;
+}
+
 // One test case per architecture, so that CTest can run them in parallel (see CMakeLists.txt).
 void compileEveryVariantKind(const char *arch) {
   int compiled = 0;
-  for (const prologue_test::VariantKind &kind : prologue_test::variantKinds())
-    for (int head_dim : {64, 128})
+  bool exact_seen = false;
+  for (int head_dim : {64, 128})
+    for (const AttentionVariant &variant : variantsToCompile(head_dim))
       for (schedules::InputType input : {schedules::InputType::f16, schedules::InputType::bf16}) {
-        const AttentionVariant variant = prologue_test::makeVariant(kind, head_dim);
+        exact_seen = exact_seen || variant.name == "exact";
         const codegen::PrologueSource prologue = codegen::PrologueGenerator::generate(variant, input, head_dim);
         REQUIRE(!prologue.kernels.empty());
         for (const codegen::PrologueKernel &kernel : prologue.kernels) {
           const std::string input_name = input == schedules::InputType::bf16 ? "bf16" : "f16";
           const std::string arch_name = arch;
-          CAPTURE(kind.name);
+          CAPTURE(variant.name);
           CAPTURE(head_dim);
           CAPTURE(input_name);
           CAPTURE(kernel.entry_point);
@@ -70,6 +83,7 @@ void compileEveryVariantKind(const char *arch) {
           ++compiled;
         }
       }
+  CHECK(exact_seen); // the unquantized preset is compiled, not skipped
   MESSAGE("compiled " << compiled << " prologue kernels for " << std::string(arch));
 }
 

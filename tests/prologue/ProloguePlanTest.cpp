@@ -1,8 +1,10 @@
 // The prologue generator's plan: which launches and roles each variant gets, each launch's grid (hand-computed),
 // the parameters block, what the generated text says, and the errors for what the prologue cannot do.
 #include "PrologueTestVariants.h"
+#include "sage/codegen/PrologueConfig.h"
 #include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
+#include "sage/dsl/Presets.h"
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include <doctest/doctest.h>
@@ -97,6 +99,69 @@ TEST_CASE("launch plans: statistics first, combined next, the second read of K l
                                        {Role::finalize_q_scales, Role::finalize_k_scales}});
 }
 
+TEST_CASE("makePrologueConfig: an unquantized Q/K is a cast to the input type; an f32 V takes the f16 P.V") {
+  const AttentionVariant exact = dsl::preset("exact", 128)->describe();
+  for (InputType input : {InputType::f16, InputType::bf16}) {
+    const codegen::PrologueConfig config = codegen::makePrologueConfig(exact, input, 128, {});
+    const ElementType stored = input == InputType::bf16 ? ElementType::bf16 : ElementType::f16;
+    for (const codegen::TokenQuantizerConfig *quantizer : {&config.q, &config.k}) {
+      CHECK(quantizer->cast());
+      CHECK_FALSE(quantizer->perTensor());
+      CHECK(quantizer->dtype == stored);
+      CHECK(quantizer->groups_per_tile == 0);
+    }
+    CHECK_FALSE(config.fold_q_scale);
+    CHECK_FALSE(config.kStatistics());
+    CHECK_FALSE(config.vStatistics());
+    CHECK_FALSE(config.usesE4m3());
+    CHECK(config.v_output == (input == InputType::bf16 ? codegen::VOutput::f16_values : codegen::VOutput::none));
+  }
+  // The quantized presets are unchanged: sage-b's Q and K are int8 codes, one scale per block.
+  const codegen::PrologueConfig sage_b =
+      codegen::makePrologueConfig(dsl::preset("sage-b", 64)->describe(), InputType::bf16, 64, {});
+  CHECK_FALSE(sage_b.q.cast());
+  CHECK(sage_b.q.dtype == ElementType::int8);
+  CHECK(sage_b.q.groups_per_tile == 1);
+  CHECK(sage_b.fold_q_scale);
+}
+
+TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes in the launches that quantize") {
+  const auto exact = [](InputType input, int head_dim = 64) {
+    return codegen::PrologueGenerator::generate(dsl::preset("exact", head_dim)->describe(), input, head_dim);
+  };
+  // Nothing to reduce over the sequence: one launch casts Q and K (and converts a bf16 V to f16).
+  CHECK(rolesOf(exact(InputType::f16)) ==
+        std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::k_block_quantize}});
+  CHECK(rolesOf(exact(InputType::bf16)) ==
+        std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::v_tile_convert, Role::k_block_quantize}});
+  const std::string f16 = exact(InputType::f16).kernels[0].source;
+  CHECK(f16.find("storeTileValues<QQuantizer>(q, values, kBlockQ);") != std::string::npos);
+  CHECK(f16.find("storeTileValues<KQuantizer>(k, values, stored_rows);") != std::string::npos);
+  CHECK(f16.find("roundToInput(float value) { return floatToHalfBits(value); }") != std::string::npos);
+  CHECK(f16.find("quantizeTile<") == std::string::npos); // no scales are computed
+  CHECK(f16.find("q.prescale") == std::string::npos);    // exact leaves the softmax scale to the kernel
+  CHECK(f16.find("params.offsets.q_scales") == std::string::npos);
+  CHECK(f16.find("params.offsets.k_scales") == std::string::npos);
+  const std::string bf16 = exact(InputType::bf16, 128).kernels[0].source;
+  CHECK(bf16.find("cvt.rn.bf16.f32") != std::string::npos); // round to nearest even, not the truncating floatToInput
+  CHECK(bf16.find("psi_Q: none (the operand is not quantized): values rounded to bf16") != std::string::npos);
+
+  // A cast Q that folds the softmax scale multiplies in f32 before rounding; a smoothed cast K is K - mean(K).
+  const PrologueSource folded = generate("unquantized_folded_smooth_k_f16_v");
+  CHECK(rolesOf(folded) == std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize},
+                                                          {Role::k_combine},
+                                                          {Role::k_block_quantize}});
+  CHECK(folded.kernels[0].source.find("__fmul_rn(tile.element(pass, j), prescale)") != std::string::npos);
+  CHECK(folded.kernels[2].source.find("__fsub_rn(tile.element(pass, j), mean[j])") != std::string::npos);
+  CHECK(folded.kernels[2].source.find("storeTileValues<KQuantizer>") != std::string::npos);
+
+  // The grid is that of the quantized variants: 24 Q blocks and 4 KV heads x ceil(6 / 4) K tiles; a bf16 V adds
+  // 4 KV heads x ceil(384 / 256) V tiles.
+  const schedules::ProblemShape small = shapeOf(2, 4, 2, 300, 333, 64);
+  CHECK(gridsOf(exact(InputType::f16), small) == std::vector<unsigned>{24 + 8});
+  CHECK(gridsOf(exact(InputType::bf16), small) == std::vector<unsigned>{24 + 8 + 8});
+}
+
 TEST_CASE("grids: the sum of the roles' CTA counts (hand-computed)") {
   // b = 2, h_q = 4, h_kv = 2, 300 Q and 333 KV tokens, d = 64: 8 Q heads x 3 Q blocks, 4 KV heads x 6 KV blocks.
   const schedules::ProblemShape small = shapeOf(2, 4, 2, 300, 333, 64);
@@ -131,7 +196,7 @@ TEST_CASE("column statistics always fit in the k_codes buffer they borrow") {
         const PrologueSource prologue = codegen::PrologueGenerator::generate(variant, InputType::bf16, 64);
         const schedules::ProblemShape shape = shapeOf(1, 1, 1, 10, tokens_kv, 64);
         const int64_t slices = codegen::prologueRoleCtas(PrologueRole::k_column_statistics, prologue.geometry, shape);
-        const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape);
+        const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, InputType::bf16);
         CAPTURE(kind.name);
         CAPTURE(block_kv);
         CAPTURE(tokens_kv);
@@ -183,7 +248,7 @@ TEST_CASE("prologueQPrescale: the folded softmax scale, rounded once to f32") {
 TEST_CASE("makePrologueParams: sizes and offsets from the layout; misaligned tensors are rejected") {
   const AttentionVariant variant = prologue_test::makeVariant(kindNamed("per_block_smooth_qkv_f16_v"), 64);
   const schedules::ProblemShape shape = shapeOf(2, 4, 2, 300, 333, 64);
-  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape);
+  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, InputType::f16);
   alignas(256) static unsigned char workspace[256];
   alignas(16) static unsigned short data[16];
   const codegen::PrologueTensor tensor{data, {4 * 300 * 64, 300 * 64, 64}};
@@ -232,8 +297,15 @@ TEST_CASE("the generator names what it cannot do") {
   variant.smooth_k = SmoothScope::block;
   rejects(variant, "smooth_k");
   variant = base;
-  variant.v.dtype = ElementType::f32;
+  variant.v.dtype = ElementType::bf16; // P.V runs in f16: an unquantized V is f16 or f32
   rejects(variant, "v.dtype");
+  variant = base;
+  variant.q = prologue_test::tokenQuantizer(ElementType::int8, Granularity::none, 0);
+  rejects(variant, "q.dtype: an unquantized (granularity none) operand is a cast");
+  variant = base;
+  variant.k = prologue_test::tokenQuantizer(ElementType::f32, Granularity::none, 0);
+  variant.k.static_scale = 0.5;
+  rejects(variant, "k: an unquantized (granularity none) operand has no static");
   variant = base;
   variant.v = prologue_test::tokenQuantizer(ElementType::int8, Granularity::per_token, 0);
   rejects(variant, "v.granularity");

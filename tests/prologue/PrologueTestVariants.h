@@ -1,5 +1,6 @@
 // Attention variants for the prologue tests, built by hand (no DSL, no MLIR): every quantizer granularity,
-// with and without Q/K/V smoothing, and each kind of V (f16 in place or converted, int8, e4m3).
+// unquantized Q/K (granularity none: a cast), with and without Q/K/V smoothing, and each kind of V (f16 in
+// place or converted, int8, e4m3). The DSL's presets are tested as well, where the tests link the DSL.
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"
@@ -45,7 +46,8 @@ inline AttentionVariant makeVariant(const VariantKind &kind, int head_dim, int b
   variant.q.fold_softmax_scale = true;
   variant.k = tokenQuantizer(kind.qk_dtype, kind.granularity,
                              grouped ? (kind.k_group_tokens ? kind.k_group_tokens : block_kv) : 0);
-  variant.qk = {kind.qk_dtype, kind.qk_dtype, AccumulatorType::s32};
+  const bool unquantized = kind.granularity == Granularity::none;
+  variant.qk = {kind.qk_dtype, kind.qk_dtype, unquantized ? AccumulatorType::f32 : AccumulatorType::s32};
   switch (kind.v) {
   case VKind::f16:
     variant.p = tokenQuantizer(ElementType::f16, Granularity::none, 0);
@@ -85,6 +87,9 @@ inline std::vector<VariantKind> variantKinds() {
       {"per_tensor_smooth_qk_int8_v", ElementType::int8, G::per_tensor, 0, 0, true, true, false, VKind::int8},
       {"per_tensor_unsmoothed_f16_v", ElementType::int8, G::per_tensor, 0, 0, false, false, false, VKind::f16},
       {"e4m3_qk_per_block_smooth_kv_e4m3_v", ElementType::e4m3, G::per_block, 0, 0, false, true, true, VKind::e4m3},
+      // Unquantized Q and K, copied in the input type: with the softmax scale folded into Q and K smoothed (the
+      // exact preset, neither, comes from the DSL).
+      {"unquantized_folded_smooth_k_f16_v", ElementType::f32, G::none, 0, 0, false, true, false, VKind::f16},
   };
 }
 

@@ -2,6 +2,7 @@
 // values computed by hand in the comments.
 #include "sage/schedules/WorkspaceLayout.h"
 #include "PrologueTestVariants.h"
+#include "sage/dsl/Presets.h"
 
 #include <doctest/doctest.h>
 
@@ -95,8 +96,8 @@ TEST_CASE("scaleGroupOfToken: the scale of a token within the sequence") {
 }
 
 TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes and offsets)") {
-  const WorkspaceLayout layout =
-      computeWorkspaceLayout(variantOf(Granularity::per_block, 0, 0, false, true, false, VKind::f16), smallShape());
+  const AttentionVariant sage_b = variantOf(Granularity::per_block, 0, 0, false, true, false, VKind::f16);
+  const WorkspaceLayout layout = computeWorkspaceLayout(sage_b, smallShape(), InputType::f16);
   CHECK(layout.padded_q == 384);  // 300 -> 3 blocks of 128
   CHECK(layout.padded_kv == 384); // 333 -> 6 blocks of 64
   CHECK(layout.q_scale_count == 3);
@@ -115,11 +116,59 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   CHECK(layout.k_mean.bytes == 1024); // 2 * 2 * 64 floats
   CHECK(layout.q_mean.bytes == 0);
   CHECK(layout.v_mean.bytes == 0);
-  // v_values is reserved for every f16 P.V (the layout does not know the input type) and comes last.
-  CHECK(layout.v_values.offset == 296448);
-  CHECK(layout.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
-  CHECK(layout.total_bytes == 493056);
+  // An f16, unsmoothed V is read in place: no f16 copy.
+  CHECK(layout.v_values.bytes == 0);
+  CHECK(layout.total_bytes == 296448);
   checkAlignedAndDisjoint(layout);
+
+  // A bf16 input adds the prologue's f16 copy of V, last; nothing else moves.
+  const WorkspaceLayout bf16 = computeWorkspaceLayout(sage_b, smallShape(), InputType::bf16);
+  CHECK(bf16.k_mean.offset == layout.k_mean.offset);
+  CHECK(bf16.v_values.offset == 296448);
+  CHECK(bf16.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
+  CHECK(bf16.total_bytes == 493056);
+  checkAlignedAndDisjoint(bf16);
+
+  // A smoothed f16 V is copied too (V - mean(V), rounded to f16).
+  const AttentionVariant smooth_v = variantOf(Granularity::per_block, 0, 0, false, true, true, VKind::f16);
+  CHECK(computeWorkspaceLayout(smooth_v, smallShape(), InputType::f16).v_values.bytes == 196608);
+}
+
+TEST_CASE("computeWorkspaceLayout: the exact preset stores Q and K in the input type (hand-computed)") {
+  const AttentionVariant exact = dsl::preset("exact", 64)->describe(); // b_q 128, b_kv 64, nothing quantized
+  CHECK(workspaceOperandBytes(exact.q) == 2);
+  CHECK(workspaceOperandBytes(exact.k) == 2);
+  CHECK(workspaceOperandBytes(spec(Granularity::per_block)) == 1);
+  for (InputType input : {InputType::f16, InputType::bf16}) {
+    const std::string input_name(nameOf(input));
+    CAPTURE(input_name);
+    const WorkspaceLayout layout = computeWorkspaceLayout(exact, smallShape(), input);
+    CHECK(layout.padded_q == 384);
+    CHECK(layout.padded_kv == 384);
+    CHECK(layout.q_scale_count == 0);
+    CHECK(layout.k_scale_count == 0);
+    CHECK(layout.q_codes.offset == 0);
+    CHECK(layout.q_codes.bytes == 393216); // 2 * 4 heads * 384 * 64 * 2 bytes
+    CHECK(layout.k_codes.offset == 393216);
+    CHECK(layout.k_codes.bytes == 196608); // 2 * 2 heads * 384 * 64 * 2 bytes
+    for (const BufferSlice &unused : {layout.q_scales, layout.k_scales, layout.k_mean, layout.q_mean, layout.v_codes,
+                                      layout.v_scales, layout.v_mean})
+      CHECK(unused.bytes == 0);
+    // exact's f32 V runs through the f16 P.V: copied to f16 only from a bf16 input.
+    CHECK(layout.v_values.offset == 589824);
+    CHECK(layout.v_values.bytes == (input == InputType::bf16 ? 196608u : 0u));
+    CHECK(layout.total_bytes == (input == InputType::bf16 ? 786432u : 589824u));
+    checkAlignedAndDisjoint(layout);
+  }
+  // Row bytes are head_dim x 2 at d = 128 as well, with 37 KV tokens padded to one block of 64.
+  const AttentionVariant exact_128 = dsl::preset("exact", 128)->describe();
+  ProblemShape shape = smallShape();
+  shape.head_dim = 128;
+  shape.tokens_kv = 37;
+  const WorkspaceLayout layout = computeWorkspaceLayout(exact_128, shape, InputType::f16);
+  CHECK(layout.padded_kv == 64);
+  CHECK(layout.q_codes.bytes == static_cast<size_t>(8 * 384 * 128 * 2));
+  CHECK(layout.k_codes.bytes == static_cast<size_t>(4 * 64 * 128 * 2));
 }
 
 TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing means and V codes") {
@@ -139,7 +188,8 @@ TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing 
   for (const Expected &expected : cases) {
     CAPTURE(static_cast<int>(expected.granularity));
     const WorkspaceLayout layout = computeWorkspaceLayout(
-        variantOf(expected.granularity, expected.q_group, expected.k_group, true, true, true, VKind::int8), shape);
+        variantOf(expected.granularity, expected.q_group, expected.k_group, true, true, true, VKind::int8), shape,
+        InputType::bf16);
     CHECK(layout.q_scale_count == expected.q_scales);
     CHECK(layout.k_scale_count == expected.k_scales);
     CHECK(layout.q_scales.bytes == static_cast<size_t>(8 * expected.q_scales * 4));
@@ -158,19 +208,32 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
   const AttentionVariant variant = variantOf(Granularity::per_block, 0, 0, false, true, false, VKind::f16);
   ProblemShape shape = smallShape();
   shape.head_dim = 128;
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape), doctest::Contains("head_dim"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("head_dim"),
+                       std::invalid_argument);
   shape = smallShape();
   shape.heads_kv = 3; // does not divide 4
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape), doctest::Contains("heads_kv"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("heads_kv"),
+                       std::invalid_argument);
   shape = smallShape();
   shape.tokens_kv = 0;
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape), doctest::Contains("tokens_kv"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("tokens_kv"),
+                       std::invalid_argument);
   AttentionVariant int4 = variant;
   int4.q.dtype = ElementType::int4;
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(int4, smallShape()), doctest::Contains("q quantizer"),
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(int4, smallShape(), InputType::f16), doctest::Contains("q quantizer"),
                        std::invalid_argument);
   AttentionVariant per_token_v = variant;
   per_token_v.v = spec(Granularity::per_token);
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(per_token_v, smallShape()), doctest::Contains("v quantizer"),
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(per_token_v, smallShape(), InputType::f16),
+                       doctest::Contains("v quantizer"), std::invalid_argument);
+  // An unquantized Q or K is a cast of a float type, stored in the input type; an unquantized V feeds an f16 P.V.
+  AttentionVariant int8_cast = variant;
+  int8_cast.k = prologue_test::tokenQuantizer(ElementType::int8, Granularity::none, 0);
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(int8_cast, smallShape(), InputType::f16),
+                       doctest::Contains("k quantizer: granularity none is a cast"), std::invalid_argument);
+  AttentionVariant bf16_v = variant;
+  bf16_v.v = prologue_test::tokenQuantizer(ElementType::bf16, Granularity::none, 0);
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(bf16_v, smallShape(), InputType::bf16),
+                       doctest::Contains("v quantizer: expected per_channel codes or an f16/f32 cast"),
                        std::invalid_argument);
 }

@@ -52,6 +52,8 @@ sage_status sage_attention_create_preset_tuned(const char *preset, int head_dim,
 sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sage_attention_t *out);
 void sage_attention_destroy(sage_attention_t attention);
 
+/* Workspace bytes for this shape; they depend on the dtype given at creation too (a bf16 input needs an f16 copy
+ * of V for an f16 P.V). */
 sage_status sage_attention_workspace_bytes(sage_attention_t attention, const sage_shape *shape, size_t *bytes);
 
 /* lse: float [batch, heads_q, tokens_q] or NULL; block_mask: uint8 [batch, heads_q, q_blocks, kv_blocks] or NULL.

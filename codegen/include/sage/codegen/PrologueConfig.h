@@ -11,15 +11,17 @@
 
 namespace sage::codegen {
 
-// psi_Q or psi_K: symmetric codes with one f32 scale per group of tokens.
+// psi_Q or psi_K: symmetric codes with one f32 scale per group of tokens, or (granularity none) a cast: the
+// values rounded to the input type, 2 bytes each, no scales.
 struct TokenQuantizerConfig {
-  ElementType dtype = ElementType::int8; // int8 or e4m3
+  ElementType dtype = ElementType::int8; // int8 or e4m3 codes; f16 or bf16 (the input type) for a cast
   Granularity granularity = Granularity::per_block;
   int tile_tokens = 0;     // b_q or b_kv: the attention tile whose groups these are
   int group_tokens = 0;    // per_block / per_warp / per_thread: tokens per group (resolved, divides the tile)
   int groups_per_tile = 0; // scales per attention tile (1 for per_tensor, whose scale covers the whole sequence)
 
   bool perTensor() const { return granularity == Granularity::per_tensor; }
+  bool cast() const { return granularity == Granularity::none; }
   float codeMax() const { return dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
 };
 

@@ -46,8 +46,9 @@ enum class PrologueRole : uint8_t {
   k_column_statistics, // per (batch, kv head, slice): per-channel sum (mean(K)) and/or min/max (per-tensor psi_K)
   v_column_statistics, // per (batch, kv head, slice): per-channel sum (mean(V)) and/or min/max (per-channel psi_V)
   q_block_statistics,  // per (batch, q head, Q block): Q block amax for a per-tensor psi_Q (and q_mean)
-  q_block_quantize,    // per (batch, q head, Q block): psi_Q -> q_codes, q_scales (+ q_mean)
+  q_block_quantize,    // per (batch, q head, Q block): psi_Q -> q_codes, q_scales (+ q_mean); unquantized: a cast
   k_block_quantize,    // per (batch, kv head, k_blocks_per_tile KV blocks): phi_K = psi_K o gamma -> k_codes, k_scales
+                       // (unquantized K: gamma(K) or K rounded to the input type -> k_codes, 2 bytes per value)
   v_tile_convert,      // per (batch, kv head, V tile): V (- mean(V)) rounded to f16 -> v_values
   v_tile_quantize,     // per (batch, kv head, V tile): per-channel psi_V, transposed -> v_codes (+ v_scales, v_mean)
   k_combine,           // per (batch, kv head): the slices' sums -> k_mean; per-tensor K amax
@@ -91,7 +92,8 @@ struct PrologueSource {
 class PrologueGenerator {
 public:
   // Throws std::invalid_argument naming the field when the variant asks for something the prologue does not
-  // produce (int4/FP4 codes, microscales, a V that is neither f16 nor per-channel int8/e4m3, ...).
+  // produce (int4/FP4 codes, microscales, a V that is neither f16/f32 nor per-channel int8/e4m3, ...). An
+  // unquantized Q or K (granularity none, f16/bf16/f32) is cast to `input`.
   static PrologueSource generate(const AttentionVariant &variant, schedules::InputType input, int head_dim,
                                  const PrologueTunables &tunables = {});
 };

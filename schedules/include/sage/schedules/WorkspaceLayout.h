@@ -1,26 +1,31 @@
 // The contract between the quantization prologue kernel and the attention kernel: what the
 // prologue writes into the caller's workspace, where, and in which layout.
 //
-// Logical shapes: Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d]. Inputs may be HND or NHD with
-// arbitrary outer strides (the last dim is contiguous). The prologue writes compact, padded,
+// Logical shapes: Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d]. Inputs are f16 or bf16 (the InputType),
+// HND or NHD with arbitrary outer strides (the last dim is contiguous). The prologue writes compact, padded,
 // head-major (HND) buffers, so the attention kernel only ever reads one layout:
 //
-//   q_codes   int8/e4m3  [b, h_q,  padded_q,  d]      token-major, padded rows are 0
+//   q_codes   int8/e4m3  [b, h_q,  padded_q,  d]      token-major, padded rows are 0; an unquantized Q
+//             (granularity none) is stored in the input type instead (2 bytes, times the folded
+//             softmax scale when Q folds it), with the same row order and zero padding
 //   q_scales  f32        [b, h_q,  q_scale_count]     one per quantization group (see groupsPerBlock)
-//   k_codes   int8/e4m3  [b, h_kv, padded_kv, d]      K after smoothing (K - mean_k), padded rows 0
+//   k_codes   int8/e4m3  [b, h_kv, padded_kv, d]      K after smoothing (K - mean_k), padded rows 0; an
+//             unquantized K is stored in the input type (2 bytes), like Q
 //   k_scales  f32        [b, h_kv, k_scale_count]
 //   k_mean    f32        [b, h_kv, d]                 mean of K over tokens (LSE correction)
 //   q_mean    f32        [b, h_q,  q_blocks, d]       Q block means, only when Q is smoothed
-//   v_values  f16        [b, h_kv, padded_kv, d]      only when V is not f16 already or is smoothed
+//   v_values  f16        [b, h_kv, padded_kv, d]      f16 P.V on a bf16 input or a smoothed V only
 //   v_codes   int8/e4m3  [b, h_kv, d, padded_kv]      transposed (channel-major) for the mma B operand
 //   v_scales  f32        [b, h_kv, d]                 per-channel V scale
 //   v_mean    f32        [b, h_kv, d]                 mean of V over tokens, when V is smoothed
 //
-// Every buffer starts at a 256-byte aligned offset. Sizes depend on (b, heads, n_q, n_kv) only
-// through the formulas below, so a caller can size the workspace before any kernel exists.
+// A buffer the variant and input type do not use has 0 bytes. Every buffer starts at a 256-byte aligned
+// offset. Sizes depend on (b, heads, n_q, n_kv) only through the formulas below, so a caller can size the
+// workspace before any kernel exists.
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"
+#include "sage/schedules/InputType.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -59,6 +64,11 @@ int64_t groupsPerBlock(const QuantizerSpec &spec, int64_t block_tokens);
 // Index of the scale group of token `token` (0-based within the sequence) under `spec`.
 int64_t scaleGroupOfToken(const QuantizerSpec &spec, int64_t block_tokens, int64_t token);
 
-WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape);
+// Bytes per element of Q's (or K's) copy in the workspace: 1 for 8-bit codes, 2 for an unquantized operand
+// (granularity none), which the prologue stores in the input type.
+int64_t workspaceOperandBytes(const QuantizerSpec &spec);
+
+// What the prologue writes for this variant, its Q, K and V being of type `input`.
+WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape, InputType input);
 
 } // namespace sage::schedules
