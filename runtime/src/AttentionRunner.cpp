@@ -48,6 +48,20 @@ schedules::GpuArch currentArch() {
   return schedules::archFromComputeCapability(capability.major, capability.minor);
 }
 
+// The database at TuningDatabase::defaultPath(), read at the first runner without explicit tunables. A corrupt file
+// is reported once and ignored (`sagegen tune` moves it aside when it next writes).
+std::shared_ptr<const TuningDatabase> processTuningDatabase() {
+  static const std::shared_ptr<const TuningDatabase> database = [] {
+    try {
+      return std::make_shared<const TuningDatabase>(TuningDatabase::read(TuningDatabase::defaultPath()));
+    } catch (const TuningDatabaseError &error) {
+      fmt::print(stderr, "sagegen: warning: ignoring the tuning database: {}\n", error.what());
+      return std::make_shared<const TuningDatabase>();
+    }
+  }();
+  return database;
+}
+
 struct CompiledKernel {
   std::string name;
   LoadedKernel kernel;
@@ -68,6 +82,52 @@ struct AttentionRunner::State {
   codegen::KernelSource attention;
   std::vector<CompiledKernel> prologue_kernels;
   CompiledKernel attention_kernel;
+  bool load_modules = true;    // false: compile into the cache only (no GPU)
+  std::string tunables_origin; // where plan.tunables came from, for describe()
+
+  // Without explicit tunables: the tuning database's entry for this GPU and problem, when the schedule accepts it.
+  void planWithTuning() {
+    if (options.tunables || !load_modules) {
+      plan = schedules::planBestSchedule(variant, arch, options.input, options.tunables);
+      tunables_origin = options.tunables ? "given" : "schedule defaults";
+      return;
+    }
+    const std::shared_ptr<const TuningDatabase> database = options.tuning ? options.tuning : processTuningDatabase();
+    TuningQuery query;
+    query.device = currentTuningDevice(std::string(schedules::archName(arch)));
+    query.variant_names = {variant.name, options.ir_fingerprint};
+    query.head_dim = variant.head_dim;
+    query.causal = variant.mask.kind == MaskKind::causal;
+    query.input = std::string(schedules::nameOf(options.input));
+    query.tokens_hint = options.tokens_hint;
+    tunables_origin = "schedule defaults";
+    if (std::optional<TuningEntry> entry = database->lookup(query)) {
+      try {
+        const schedules::Tunables tuned = schedules::parseTunables(entry->tunables, schedules::Tunables{});
+        plan = schedules::planBestSchedule(variant, arch, options.input, tuned);
+        tunables_origin = fmt::format("tuned for N={} on {}", entry->tokens, query.device.gpu);
+        return;
+      } catch (const std::invalid_argument &error) {
+        tunables_origin = fmt::format("schedule defaults; the tuned {} was refused: {}", entry->tunables, error.what());
+      }
+    }
+    plan = schedules::planBestSchedule(variant, arch, options.input);
+  }
+
+  void build() {
+    planWithTuning();
+    attention = codegen::AttentionKernelGenerator::generate(variant, plan, options.input);
+    prologue = codegen::PrologueGenerator::generate(variant, options.input, variant.head_dim);
+    for (const codegen::PrologueKernel &kernel : prologue.kernels)
+      prologue_kernels.push_back(compile(kernel.name, kernel.entry_point, kernel.source,
+                                         {static_cast<unsigned>(kernel.block_threads), 1, 1},
+                                         kernel.dynamic_shared_bytes));
+    const auto &block = attention.block_dim;
+    attention_kernel =
+        compile(attention.name, attention.entry_point, attention.source,
+                {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
+                attention.dynamic_shared_bytes);
+  }
 
   CompiledKernel compile(const std::string &name, const std::string &entry_point, const std::string &source,
                          driver::Dim3 block, int dynamic_shared_bytes) {
@@ -100,6 +160,8 @@ struct AttentionRunner::State {
       return image;
     });
     compiled.source = result.source;
+    if (!load_modules)
+      return compiled;
     std::shared_ptr<const LoadedModule> module = processModules().getOrLoad(result.digest, *result.image);
     compiled.kernel = module->kernel(entry_point);
     if (dynamic_shared_bytes > kDefaultSharedMemoryLimit)
@@ -116,19 +178,17 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   state.variant = variant;
   state.options = std::move(options);
   state.arch = state.options.arch ? *state.options.arch : currentArch();
-  state.plan = schedules::planBestSchedule(variant, state.arch, state.options.input, state.options.tunables);
-  state.attention = codegen::AttentionKernelGenerator::generate(variant, state.plan, state.options.input);
-  state.prologue = codegen::PrologueGenerator::generate(variant, state.options.input, variant.head_dim);
+  state.build();
+}
 
-  for (const codegen::PrologueKernel &kernel : state.prologue.kernels)
-    state.prologue_kernels.push_back(state.compile(kernel.name, kernel.entry_point, kernel.source,
-                                                   {static_cast<unsigned>(kernel.block_threads), 1, 1},
-                                                   kernel.dynamic_shared_bytes));
-  const auto &block = state.attention.block_dim;
-  state.attention_kernel =
-      state.compile(state.attention.name, state.attention.entry_point, state.attention.source,
-                    {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
-                    state.attention.dynamic_shared_bytes);
+void AttentionRunner::compileKernels(const AttentionVariant &variant, const AttentionRunnerOptions &options) {
+  require(options.arch.has_value(), "compileKernels: options.arch must be set (there may be no GPU to ask)");
+  State state;
+  state.variant = variant;
+  state.options = options;
+  state.arch = *options.arch;
+  state.load_modules = false;
+  state.build();
 }
 
 AttentionRunner::~AttentionRunner() = default;
@@ -202,8 +262,9 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
 
 std::string AttentionRunner::describe() const {
   const State &state = *state_;
-  std::string text = fmt::format("{} on {} with {} ({}):", state.variant.name, schedules::archName(state.arch),
-                                 state.plan.schedule, schedules::tunablesText(state.plan.tunables));
+  std::string text =
+      fmt::format("{} on {} with {} ({}; {}):", state.variant.name, schedules::archName(state.arch),
+                  state.plan.schedule, schedules::tunablesText(state.plan.tunables), state.tunables_origin);
   auto add = [&](const CompiledKernel &kernel) {
     text += fmt::format(" {} [{}{}]", kernel.name, cacheSourceName(kernel.source),
                         kernel.source == CacheSource::built ? fmt::format(" {:.0f} ms", kernel.compile_milliseconds)
