@@ -93,6 +93,11 @@ struct AttentionRunner::State {
       return;
     }
     const std::shared_ptr<const TuningDatabase> database = options.tuning ? options.tuning : processTuningDatabase();
+    tunables_origin = "schedule defaults";
+    if (database->empty()) {
+      plan = schedules::planBestSchedule(variant, arch, options.input);
+      return;
+    }
     TuningQuery query;
     query.device = currentTuningDevice(std::string(schedules::archName(arch)));
     query.variant_names = {variant.name, options.ir_fingerprint};
@@ -100,7 +105,6 @@ struct AttentionRunner::State {
     query.causal = variant.mask.kind == MaskKind::causal;
     query.input = std::string(schedules::nameOf(options.input));
     query.tokens_hint = options.tokens_hint;
-    tunables_origin = "schedule defaults";
     if (std::optional<TuningEntry> entry = database->lookup(query)) {
       try {
         const schedules::Tunables tuned = schedules::parseTunables(entry->tunables, schedules::Tunables{});
