@@ -60,6 +60,20 @@ bool sameShape(const schedules::ProblemShape &a, const schedules::ProblemShape &
          a.tokens_kv == b.tokens_kv && a.head_dim == b.head_dim;
 }
 
+// The database at TuningDatabase::defaultPath(), read at the first runner without explicit tunables. A corrupt file
+// is reported once and ignored (`sagegen tune` moves it aside when it next writes).
+std::shared_ptr<const TuningDatabase> processTuningDatabase() {
+  static const std::shared_ptr<const TuningDatabase> database = [] {
+    try {
+      return std::make_shared<const TuningDatabase>(TuningDatabase::read(TuningDatabase::defaultPath()));
+    } catch (const TuningDatabaseError &error) {
+      fmt::print(stderr, "sagegen: warning: ignoring the tuning database: {}\n", error.what());
+      return std::make_shared<const TuningDatabase>();
+    }
+  }();
+  return database;
+}
+
 struct CompiledKernel {
   std::string name;
   LoadedKernel kernel;
@@ -89,14 +103,65 @@ struct AttentionRunner::State {
       if (last_shape_plan && sameShape(last_shape_plan->shape, shape))
         return last_shape_plan;
     }
-    auto plan = std::make_shared<ShapePlan>();
-    plan->shape = shape;
-    plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
-    plan->prologue_grids = codegen::prologueGrids(prologue, shape);
-    plan->attention_grid = attention.grid.gridFor(shape);
+    auto shape_plan = std::make_shared<ShapePlan>();
+    shape_plan->shape = shape;
+    shape_plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
+    shape_plan->prologue_grids = codegen::prologueGrids(prologue, shape);
+    shape_plan->attention_grid = attention.grid.gridFor(shape);
     std::lock_guard<std::mutex> lock(shape_plan_mutex);
-    last_shape_plan = plan;
-    return plan;
+    last_shape_plan = shape_plan;
+    return shape_plan;
+  }
+
+  bool load_modules = true;    // false: compile into the cache only (no GPU)
+  std::string tunables_origin; // where plan.tunables came from, for describe()
+
+  // Without explicit tunables: the tuning database's entry for this GPU and problem, when the schedule accepts it.
+  void planWithTuning() {
+    if (options.tunables || !load_modules) {
+      plan = schedules::planBestSchedule(variant, arch, options.input, options.tunables);
+      tunables_origin = options.tunables ? "given" : "schedule defaults";
+      return;
+    }
+    const std::shared_ptr<const TuningDatabase> database = options.tuning ? options.tuning : processTuningDatabase();
+    tunables_origin = "schedule defaults";
+    if (database->empty()) {
+      plan = schedules::planBestSchedule(variant, arch, options.input);
+      return;
+    }
+    TuningQuery query;
+    query.device = currentTuningDevice(std::string(schedules::archName(arch)));
+    query.variant_names = {variant.name, options.ir_fingerprint};
+    query.head_dim = variant.head_dim;
+    query.causal = variant.mask.kind == MaskKind::causal;
+    query.input = std::string(schedules::nameOf(options.input));
+    query.tokens_hint = options.tokens_hint;
+    if (std::optional<TuningEntry> entry = database->lookup(query)) {
+      try {
+        const schedules::Tunables tuned = schedules::parseTunables(entry->tunables, schedules::Tunables{});
+        plan = schedules::planBestSchedule(variant, arch, options.input, tuned);
+        tunables_origin = fmt::format("tuned for N={} on {}", entry->tokens, query.device.gpu);
+        return;
+      } catch (const std::invalid_argument &error) {
+        tunables_origin = fmt::format("schedule defaults; the tuned {} was refused: {}", entry->tunables, error.what());
+      }
+    }
+    plan = schedules::planBestSchedule(variant, arch, options.input);
+  }
+
+  void build() {
+    planWithTuning();
+    attention = codegen::AttentionKernelGenerator::generate(variant, plan, options.input);
+    prologue = codegen::PrologueGenerator::generate(variant, options.input, variant.head_dim);
+    for (const codegen::PrologueKernel &kernel : prologue.kernels)
+      prologue_kernels.push_back(compile(kernel.name, kernel.entry_point, kernel.source,
+                                         {static_cast<unsigned>(kernel.block_threads), 1, 1},
+                                         kernel.dynamic_shared_bytes));
+    const auto &block = attention.block_dim;
+    attention_kernel =
+        compile(attention.name, attention.entry_point, attention.source,
+                {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
+                attention.dynamic_shared_bytes);
   }
 
   CompiledKernel compile(const std::string &name, const std::string &entry_point, const std::string &source,
@@ -130,6 +195,8 @@ struct AttentionRunner::State {
       return image;
     });
     compiled.source = result.source;
+    if (!load_modules)
+      return compiled;
     std::shared_ptr<const LoadedModule> module = processModules().getOrLoad(result.digest, *result.image);
     compiled.kernel = module->kernel(entry_point);
     if (dynamic_shared_bytes > kDefaultSharedMemoryLimit)
@@ -146,19 +213,18 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   state.variant = variant;
   state.options = std::move(options);
   state.arch = state.options.arch ? *state.options.arch : currentArch();
-  state.plan = schedules::planBestSchedule(variant, state.arch, state.options.input, state.options.tunables);
-  state.attention = codegen::AttentionKernelGenerator::generate(variant, state.plan, state.options.input);
-  state.prologue = codegen::PrologueGenerator::generate(variant, state.options.input, variant.head_dim);
+  state.build();
+}
 
-  for (const codegen::PrologueKernel &kernel : state.prologue.kernels)
-    state.prologue_kernels.push_back(state.compile(kernel.name, kernel.entry_point, kernel.source,
-                                                   {static_cast<unsigned>(kernel.block_threads), 1, 1},
-                                                   kernel.dynamic_shared_bytes));
-  const auto &block = state.attention.block_dim;
-  state.attention_kernel =
-      state.compile(state.attention.name, state.attention.entry_point, state.attention.source,
-                    {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
-                    state.attention.dynamic_shared_bytes);
+void AttentionRunner::compileKernels(const AttentionVariant &variant, const AttentionRunnerOptions &options) {
+  if (!options.arch)
+    throw std::invalid_argument("compileKernels: options.arch must be set (there may be no GPU to ask)");
+  State state;
+  state.variant = variant;
+  state.options = options;
+  state.arch = *options.arch;
+  state.load_modules = false;
+  state.build();
 }
 
 AttentionRunner::~AttentionRunner() = default;
@@ -242,8 +308,9 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
 
 std::string AttentionRunner::describe() const {
   const State &state = *state_;
-  std::string text = fmt::format("{} on {} with {} ({}):", state.variant.name, schedules::archName(state.arch),
-                                 state.plan.schedule, schedules::tunablesText(state.plan.tunables));
+  std::string text =
+      fmt::format("{} on {} with {} ({}; {}):", state.variant.name, schedules::archName(state.arch),
+                  state.plan.schedule, schedules::tunablesText(state.plan.tunables), state.tunables_origin);
   auto add = [&](const CompiledKernel &kernel) {
     text += fmt::format(" {} [{}{}]", kernel.name, cacheSourceName(kernel.source),
                         kernel.source == CacheSource::built ? fmt::format(" {:.0f} ms", kernel.compile_milliseconds)

@@ -64,6 +64,11 @@ struct CudaDriver::EntryPoints {
   Result (*launch_kernel)(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
                           unsigned block_y, unsigned block_z, unsigned shared_bytes, Stream stream, void **parameters,
                           void **extra) = nullptr;
+  Result (*event_create)(Event *event, unsigned flags) = nullptr;
+  Result (*event_destroy)(Event event) = nullptr;
+  Result (*event_record)(Event event, Stream stream) = nullptr;
+  Result (*event_synchronize)(Event event) = nullptr;
+  Result (*event_elapsed_time)(float *milliseconds, Event start, Event end) = nullptr;
   Result (*memory_allocate)(DevicePointer *pointer, std::size_t bytes) = nullptr;
   Result (*memory_free)(DevicePointer pointer) = nullptr;
   Result (*copy_host_to_device)(DevicePointer destination, const void *source, std::size_t bytes) = nullptr;
@@ -103,6 +108,16 @@ const char *resolveEntryPoints(void *library, CudaDriver::EntryPoints &points) {
   bind("cuFuncSetAttribute", points.function_set_attribute);
   bind("cuFuncGetAttribute", points.function_get_attribute);
   bind("cuLaunchKernel", points.launch_kernel);
+  bind("cuEventCreate", points.event_create);
+  bind("cuEventDestroy_v2", points.event_destroy);
+  bind("cuEventRecord", points.event_record);
+  bind("cuEventSynchronize", points.event_synchronize);
+  // cuda.h maps cuEventElapsedTime to _v2 from CUDA 12.8; older drivers only have the first version (same type).
+  points.event_elapsed_time = reinterpret_cast<decltype(points.event_elapsed_time)>(
+      dlsym(library, "cuEventElapsedTime_v2") ? dlsym(library, "cuEventElapsedTime_v2")
+                                              : dlsym(library, "cuEventElapsedTime"));
+  if (points.event_elapsed_time == nullptr && missing == nullptr)
+    missing = "cuEventElapsedTime";
   bind("cuMemAlloc_v2", points.memory_allocate);
   bind("cuMemFree_v2", points.memory_free);
   bind("cuMemcpyHtoD_v2", points.copy_host_to_device);
@@ -279,6 +294,30 @@ void CudaDriver::launchKernel(Function function, Dim3 grid, Dim3 block, unsigned
             .launch_kernel(function, grid.x, grid.y, grid.z, block.x, block.y, block.z, dynamic_shared_bytes, stream,
                            arguments, nullptr),
         "cuLaunchKernel");
+}
+
+Event CudaDriver::createEvent() const {
+  Event event = nullptr;
+  check(entryPoints("cuEventCreate").event_create(&event, 0), "cuEventCreate"); // 0: CU_EVENT_DEFAULT, timed
+  return event;
+}
+
+Result CudaDriver::destroyEvent(Event event) const noexcept {
+  return entry_points_ && event ? entry_points_->event_destroy(event) : 0;
+}
+
+void CudaDriver::recordEvent(Event event, Stream stream) const {
+  check(entryPoints("cuEventRecord").event_record(event, stream), "cuEventRecord");
+}
+
+void CudaDriver::synchronizeEvent(Event event) const {
+  check(entryPoints("cuEventSynchronize").event_synchronize(event), "cuEventSynchronize");
+}
+
+float CudaDriver::elapsedMilliseconds(Event start, Event end) const {
+  float milliseconds = 0.0f;
+  check(entryPoints("cuEventElapsedTime").event_elapsed_time(&milliseconds, start, end), "cuEventElapsedTime");
+  return milliseconds;
 }
 
 DevicePointer CudaDriver::allocate(std::size_t bytes) const {

@@ -305,7 +305,7 @@ KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
                                 ": unsupported by " + std::string(kName) + ": " + support.reason);
   const bool explicit_tunables = tunables.has_value();
-  Tunables chosen = tunables.value_or(defaultTunables(variant));
+  Tunables chosen = tunables.value_or(defaultTunables(variant, arch));
   if (!explicit_tunables) // small Q blocks: fewer warps rather than fewer than 16 rows per warp
     chosen.warps = std::max(1, std::min(chosen.warps, chosen.block_q / kMmaRows));
   validateTunables(chosen, variant);

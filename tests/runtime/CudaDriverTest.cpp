@@ -64,3 +64,26 @@ TEST_CASE("the process-wide driver: unavailable with a reason, or a device to qu
     CHECK(std::string(error.what()).find("CUDA_ERROR_") != std::string::npos);
   }
 }
+
+TEST_CASE("events time the work between two records") {
+  const CudaDriver &driver = CudaDriver::instance();
+  if (!driver.available()) {
+    CHECK_THROWS_AS(driver.createEvent(), CudaError);
+    CHECK(driver.destroyEvent(nullptr) == 0);
+    return;
+  }
+  driver.ensureContext();
+  driver::Event start = driver.createEvent(), end = driver.createEvent();
+  const size_t bytes = 64 << 20;
+  driver::DevicePointer buffer = driver.allocate(bytes);
+  driver.recordEvent(start, nullptr);
+  driver.fillBytes(buffer, 0, bytes);
+  driver.recordEvent(end, nullptr);
+  driver.synchronizeEvent(end);
+  const float milliseconds = driver.elapsedMilliseconds(start, end);
+  CHECK(milliseconds > 0.0f);
+  CHECK(milliseconds < 1000.0f);
+  driver.free(buffer);
+  CHECK(driver.destroyEvent(start) == 0);
+  CHECK(driver.destroyEvent(end) == 0);
+}

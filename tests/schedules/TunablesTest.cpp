@@ -11,26 +11,34 @@
 using namespace sage;
 using namespace sage::schedules;
 
-TEST_CASE("defaults: Table 12 of the SageAttention paper, the H100-measured row for d=128 int8 Q.K^T") {
+TEST_CASE("defaults: Table 12 of the SageAttention paper, and the H100-measured row for d=128 int8 Q.K^T on sm_90a") {
   struct Row {
     const char *preset;
     int head_dim;
     MaskKind mask;
-    int warps, stages;
+    int warps, stages; // Table 12, and on every arch but sm_90a
+    int sm90_warps, sm90_stages;
   };
-  for (Row row : {Row{"sage-b", 64, MaskKind::none, 4, 3}, Row{"sage-b", 64, MaskKind::causal, 4, 4},
-                  Row{"sage-b", 128, MaskKind::none, 4, 2}, Row{"sage-b", 128, MaskKind::causal, 4, 2},
-                  Row{"sage-vb", 128, MaskKind::none, 4, 2}, Row{"sage-vt", 128, MaskKind::causal, 4, 2},
-                  Row{"sage2-fp8", 128, MaskKind::none, 8, 3}, Row{"sage2-fp8", 128, MaskKind::causal, 8, 5},
-                  Row{"sage2-fp8", 64, MaskKind::causal, 4, 4}, Row{"exact", 128, MaskKind::none, 8, 3}}) {
+  for (Row row :
+       {Row{"sage-b", 64, MaskKind::none, 4, 3, 4, 3}, Row{"sage-b", 64, MaskKind::causal, 4, 4, 4, 4},
+        Row{"sage-b", 128, MaskKind::none, 8, 3, 4, 2}, Row{"sage-b", 128, MaskKind::causal, 8, 5, 4, 2},
+        Row{"sage-vb", 128, MaskKind::none, 8, 3, 4, 2}, Row{"sage-vt", 128, MaskKind::causal, 8, 5, 4, 2},
+        Row{"sage2-fp8", 128, MaskKind::none, 8, 3, 8, 3}, Row{"sage2-fp8", 128, MaskKind::causal, 8, 5, 8, 5},
+        Row{"sage2-fp8", 64, MaskKind::causal, 4, 4, 4, 4}, Row{"exact", 128, MaskKind::none, 8, 3, 8, 3}}) {
     CAPTURE(row.preset);
     CAPTURE(row.head_dim);
     CAPTURE(static_cast<int>(row.mask));
-    const Tunables tunables = defaultTunables(test::presetVariant(row.preset, row.head_dim, row.mask));
-    CHECK(tunables.warps == row.warps);
-    CHECK(tunables.stages == row.stages);
-    CHECK(tunables.block_q == 128);
-    CHECK(tunables.block_kv == 64);
+    const AttentionVariant variant = test::presetVariant(row.preset, row.head_dim, row.mask);
+    for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a}) {
+      CAPTURE(archName(arch));
+      const Tunables tunables = defaultTunables(variant, arch);
+      const bool sm90 = arch == GpuArch::sm90a;
+      CHECK(tunables.warps == (sm90 ? row.sm90_warps : row.warps));
+      CHECK(tunables.stages == (sm90 ? row.sm90_stages : row.stages));
+      CHECK(tunables.block_q == 128);
+      CHECK(tunables.block_kv == 64);
+    }
+    CHECK(defaultTunables(variant) == defaultTunables(variant, GpuArch::sm80)); // the table's row
   }
 }
 

@@ -20,5 +20,7 @@ CommandAction addListCommand(CLI::App &app);
 CommandAction addIrCommand(CLI::App &app);
 CommandAction addCheckCommand(CLI::App &app);
 CommandAction addReferenceCommand(CLI::App &app);
+CommandAction addTuneCommand(CLI::App &app);
+CommandAction addSelectCommand(CLI::App &app);
 
 } // namespace sage::tool

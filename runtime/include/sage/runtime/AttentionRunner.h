@@ -6,12 +6,14 @@
 #include "sage/ir/AttentionVariant.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/KernelCache.h"
+#include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
 #include "sage/schedules/Tunables.h"
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,10 +22,12 @@ namespace sage::runtime {
 
 struct AttentionRunnerOptions {
   schedules::InputType input = schedules::InputType::f16;
-  std::optional<schedules::GpuArch> arch;      // default: the current device's
-  std::optional<schedules::Tunables> tunables; // default: the schedule's
-  std::string ir_fingerprint;                  // the IR part of the cache key (ir::Program::fingerprint)
-  KernelCache *cache = nullptr;                // default: a process-wide cache on $SAGEGEN_CACHE_DIR
+  std::optional<schedules::GpuArch> arch;       // default: the current device's
+  std::optional<schedules::Tunables> tunables;  // default: the tuning database's for this GPU, else the schedule's
+  std::string ir_fingerprint;                   // the IR part of the cache key (ir::Program::fingerprint)
+  KernelCache *cache = nullptr;                 // default: a process-wide cache on $SAGEGEN_CACHE_DIR
+  std::shared_ptr<const TuningDatabase> tuning; // default: TuningDatabase::defaultPath(), read once per process
+  int64_t tokens_hint = 0;                      // the N to pick a tuned entry for (0: the entry with the largest N)
 };
 
 struct AttentionTensors {
@@ -42,6 +46,9 @@ public:
   // Plans and compiles (or finds in the cache) every kernel. Throws std::invalid_argument when no schedule
   // supports the variant (the message has each schedule's reason), CompileError, or CudaError.
   AttentionRunner(const AttentionVariant &variant, AttentionRunnerOptions options);
+  // Plans and compiles every kernel into the cache without loading them: no GPU needed (options.arch must be set),
+  // safe to call from several threads (`sagegen tune` compiles its candidates this way).
+  static void compileKernels(const AttentionVariant &variant, const AttentionRunnerOptions &options);
   ~AttentionRunner();
   AttentionRunner(const AttentionRunner &) = delete;
   AttentionRunner &operator=(const AttentionRunner &) = delete;
@@ -52,7 +59,8 @@ public:
            size_t workspace_bytes, driver::Stream stream, RunPhase phase = RunPhase::all) const;
 
   const AttentionVariant &variant() const;
-  // Schedule, arch, tunables and every kernel with where it came from (memory/disk/built) and its compile time.
+  // Schedule, arch, tunables (and whether they came from the caller, the tuning database or the schedule's
+  // defaults) and every kernel with where it came from (memory/disk/built) and its compile time.
   std::string describe() const;
   // Kernel launches of one RunPhase::all call (the prologue's and the attention kernel).
   size_t launchCount() const;

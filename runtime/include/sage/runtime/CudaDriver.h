@@ -14,6 +14,7 @@ struct CUctx_st;
 struct CUmod_st;
 struct CUfunc_st;
 struct CUstream_st;
+struct CUevent_st;
 
 namespace sage::runtime {
 
@@ -25,6 +26,7 @@ using Context = CUctx_st *;
 using Module = CUmod_st *;
 using Function = CUfunc_st *;
 using Stream = CUstream_st *;
+using Event = CUevent_st *;
 using DevicePointer = unsigned long long; // CUdeviceptr
 
 // Values of CUdevice_attribute (checked against cuda.h at build time where it exists).
@@ -102,6 +104,13 @@ public:
   int functionAttribute(driver::Function function, driver::FunctionAttribute attribute) const;
   void launchKernel(driver::Function function, driver::Dim3 grid, driver::Dim3 block, unsigned dynamic_shared_bytes,
                     driver::Stream stream, void **arguments) const;
+
+  // Events time work on a stream (cuEventElapsedTime's resolution is about half a microsecond).
+  driver::Event createEvent() const;
+  driver::Result destroyEvent(driver::Event event) const noexcept;
+  void recordEvent(driver::Event event, driver::Stream stream) const;
+  void synchronizeEvent(driver::Event event) const;
+  float elapsedMilliseconds(driver::Event start, driver::Event end) const;
 
   driver::DevicePointer allocate(std::size_t bytes) const;
   driver::Result free(driver::DevicePointer pointer) const noexcept;

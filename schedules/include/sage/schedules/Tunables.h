@@ -3,6 +3,7 @@
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"
+#include "sage/schedules/GpuArch.h"
 
 #include <optional>
 #include <string>
@@ -19,9 +20,12 @@ struct Tunables {
 };
 
 // The paper's Table 12 (head_dim 64: 4 warps, 3 stages, 4 when causal; head_dim 128: 8 warps, 3 stages, 5 when
-// causal), except head_dim 128 with integer Q.K^T and f16 or int8 P.V: 4 warps and 2 stages, measured faster on an
-// H100 (see Tunables.cpp). The variant's own b_q and b_kv. Other head dims get the head_dim 128 rows.
+// causal) with the variant's own b_q and b_kv. Other head dims get the head_dim 128 row.
 Tunables defaultTunables(const AttentionVariant &variant);
+
+// The schedule's defaults on `arch`: Table 12, except where measurements say otherwise (sm_90a, head_dim 128 with
+// integer Q.K^T and f16/int8 P.V: 4 warps and 2 stages; see Tunables.cpp). A tuning database entry overrides these.
+Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch);
 
 // "block_q=128,block_kv=64,warps=8,stages=3": canonical, for cache keys and logs.
 std::string tunablesText(const Tunables &tunables);

@@ -1,0 +1,250 @@
+// The tuning database file: schema, validation, lookup and the locked, atomic merge.
+#include "sage/runtime/TuningDatabase.h"
+
+#include "CacheFiles.h"
+#include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/KernelCache.h"
+#include "sage/runtime/KernelKey.h"
+
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <system_error>
+
+namespace sage::runtime {
+namespace {
+
+constexpr std::string_view kFormat = "sagegen-tuning-db";
+constexpr int kFormatVersion = 1;
+
+const JsonValue &member(const JsonValue &object, std::string_view key, const std::string &where) {
+  const JsonValue *value = object.find(key);
+  if (!value)
+    throw JsonError(where + ": missing \"" + std::string(key) + "\"");
+  return *value;
+}
+
+std::string stringField(const JsonValue &object, std::string_view key, const std::string &where) {
+  const std::string what = where + "." + std::string(key);
+  const std::string &text = member(object, key, where).asString(what);
+  if (text.empty())
+    throw JsonError(what + ": must not be empty");
+  return text;
+}
+
+double positiveNumber(const JsonValue &object, std::string_view key, const std::string &where) {
+  const std::string what = where + "." + std::string(key);
+  const double value = member(object, key, where).asNumber(what);
+  if (!(value > 0.0) || !std::isfinite(value))
+    throw JsonError(what + ": expected a positive number of milliseconds");
+  return value;
+}
+
+TuningEntry entryFromJson(const JsonValue &json, const std::string &where) {
+  json.asObject(where);
+  TuningEntry entry;
+  entry.variant = stringField(json, "variant", where);
+  entry.head_dim = static_cast<int>(member(json, "head_dim", where).asInteger(where + ".head_dim"));
+  entry.causal = member(json, "causal", where).asBool(where + ".causal");
+  entry.input = stringField(json, "input", where);
+  if (entry.input != "f16" && entry.input != "bf16")
+    throw JsonError(where + ".input: expected \"f16\" or \"bf16\", got \"" + entry.input + "\"");
+  entry.tokens = member(json, "tokens", where).asInteger(where + ".tokens");
+  if (entry.head_dim <= 0 || entry.tokens <= 0)
+    throw JsonError(where + ": head_dim and tokens must be positive");
+  entry.tunables = stringField(json, "tunables", where);
+  entry.milliseconds = positiveNumber(json, "milliseconds", where);
+  entry.default_milliseconds = positiveNumber(json, "default_milliseconds", where);
+  entry.date = stringField(json, "date", where);
+  return entry;
+}
+
+JsonValue entryToJson(const TuningEntry &entry) {
+  JsonValue json = JsonValue::object();
+  json.set("variant", entry.variant);
+  json.set("head_dim", entry.head_dim);
+  json.set("causal", entry.causal);
+  json.set("input", entry.input);
+  json.set("tokens", static_cast<long long>(entry.tokens));
+  json.set("tunables", entry.tunables);
+  json.set("milliseconds", entry.milliseconds);
+  json.set("default_milliseconds", entry.default_milliseconds);
+  json.set("date", entry.date);
+  return json;
+}
+
+} // namespace
+
+bool TuningEntry::sameKey(const TuningEntry &other) const {
+  return variant == other.variant && head_dim == other.head_dim && causal == other.causal && input == other.input &&
+         tokens == other.tokens;
+}
+
+std::filesystem::path TuningDatabase::defaultPath() {
+  if (const char *path = std::getenv("SAGEGEN_TUNING_DB"); path && *path)
+    return path;
+  const std::filesystem::path cache = KernelCache::defaultCacheDirectory();
+  return cache.empty() ? cache : cache / "tuning.json";
+}
+
+TuningDatabase TuningDatabase::fromJson(const JsonValue &json, std::string_view source) {
+  const std::string file(source);
+  try {
+    json.asObject("the database");
+    const JsonValue *format = json.find("format");
+    if (!format || !format->isString() || format->asString() != kFormat)
+      throw JsonError("\"format\": expected \"" + std::string(kFormat) + "\"");
+    const int64_t version = member(json, "version", "the database").asInteger("version");
+    if (version != kFormatVersion)
+      throw JsonError(
+          fmt::format("\"version\": this sagegen reads version {}, the file has {}", kFormatVersion, version));
+    TuningDatabase database;
+    const JsonValue::Array &devices = member(json, "devices", "the database").asArray("devices");
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const std::string where = fmt::format("devices[{}]", i);
+      devices[i].asObject(where);
+      TuningGroup group;
+      group.device.gpu = stringField(devices[i], "gpu", where);
+      group.device.arch = stringField(devices[i], "arch", where);
+      group.device.sagegen_version = stringField(devices[i], "sagegen_version", where);
+      const JsonValue::Array &entries = member(devices[i], "entries", where).asArray(where + ".entries");
+      for (size_t e = 0; e < entries.size(); ++e)
+        database.put(group.device, entryFromJson(entries[e], fmt::format("{}.entries[{}]", where, e)));
+      if (entries.empty())
+        database.groups_.push_back(std::move(group));
+    }
+    return database;
+  } catch (const JsonError &error) {
+    throw TuningDatabaseError(file + ": " + error.what());
+  }
+}
+
+TuningDatabase TuningDatabase::read(const std::filesystem::path &path) {
+  if (path.empty())
+    return {};
+  cache_files::ReadResult file = cache_files::readWholeFile(path);
+  if (file.outcome == cache_files::ReadOutcome::missing)
+    return {};
+  if (file.outcome == cache_files::ReadOutcome::failed)
+    throw TuningDatabaseError(path.string() + ": " + file.error);
+  JsonValue json;
+  try {
+    json = parseJson(std::string_view(reinterpret_cast<const char *>(file.bytes.data()), file.bytes.size()));
+  } catch (const JsonError &error) {
+    throw TuningDatabaseError(path.string() + ": " + error.what());
+  }
+  return fromJson(json, path.string());
+}
+
+JsonValue TuningDatabase::toJson() const {
+  JsonValue json = JsonValue::object();
+  json.set("format", kFormat);
+  json.set("version", kFormatVersion);
+  JsonValue devices = JsonValue::array();
+  for (const TuningGroup &group : groups_) {
+    JsonValue device = JsonValue::object();
+    device.set("gpu", group.device.gpu);
+    device.set("arch", group.device.arch);
+    device.set("sagegen_version", group.device.sagegen_version);
+    JsonValue entries = JsonValue::array();
+    for (const TuningEntry &entry : group.entries)
+      entries.push(entryToJson(entry));
+    device.set("entries", std::move(entries));
+    devices.push(std::move(device));
+  }
+  json.set("devices", std::move(devices));
+  return json;
+}
+
+void TuningDatabase::put(const TuningDevice &device, TuningEntry entry) {
+  for (TuningGroup &group : groups_) {
+    if (!(group.device == device))
+      continue;
+    for (TuningEntry &existing : group.entries)
+      if (existing.sameKey(entry)) {
+        existing = std::move(entry);
+        return;
+      }
+    group.entries.push_back(std::move(entry));
+    return;
+  }
+  groups_.push_back({device, {std::move(entry)}});
+}
+
+std::optional<TuningEntry> TuningDatabase::lookup(const TuningQuery &query) const {
+  const TuningEntry *best = nullptr;
+  auto named = [&](const std::string &variant) {
+    for (const std::string &name : query.variant_names)
+      if (!name.empty() && name == variant)
+        return true;
+    return false;
+  };
+  auto better = [&](const TuningEntry &candidate) {
+    if (!best)
+      return true;
+    if (query.tokens_hint <= 0)
+      return candidate.tokens > best->tokens;
+    const int64_t distance = std::llabs(candidate.tokens - query.tokens_hint);
+    const int64_t best_distance = std::llabs(best->tokens - query.tokens_hint);
+    return distance < best_distance || (distance == best_distance && candidate.tokens > best->tokens);
+  };
+  for (const TuningGroup &group : groups_) {
+    if (!(group.device == query.device))
+      continue;
+    for (const TuningEntry &entry : group.entries)
+      if (named(entry.variant) && entry.head_dim == query.head_dim && entry.causal == query.causal &&
+          entry.input == query.input && better(entry))
+        best = &entry;
+  }
+  return best ? std::optional<TuningEntry>(*best) : std::nullopt;
+}
+
+void TuningDatabase::store(const std::filesystem::path &path, const TuningDevice &device,
+                           const std::vector<TuningEntry> &entries, std::vector<std::string> &warnings) {
+  if (path.empty())
+    throw TuningDatabaseError("no tuning database path: set $SAGEGEN_TUNING_DB, $SAGEGEN_CACHE_DIR or $HOME");
+  if (path.has_parent_path())
+    if (std::optional<std::string> error = cache_files::prepareWritableDirectory(path.parent_path()))
+      throw TuningDatabaseError(path.string() + ": " + *error);
+  cache_files::ExclusiveFileLock lock(path.string() + ".lock");
+  if (!lock.locked())
+    throw TuningDatabaseError(path.string() + ": cannot lock: " + lock.error());
+  TuningDatabase database;
+  try {
+    database = read(path);
+  } catch (const TuningDatabaseError &error) {
+    const std::filesystem::path aside = path.string() + ".corrupt";
+    std::error_code code;
+    std::filesystem::rename(path, aside, code);
+    if (code)
+      throw TuningDatabaseError(std::string(error.what()) + "; and it cannot be moved aside to " + aside.string() +
+                                ": " + code.message());
+    warnings.push_back(std::string(error.what()) + "; moved it to " + aside.string() + " and started a new database");
+  }
+  for (const TuningEntry &entry : entries)
+    database.put(device, entry);
+  const std::string text = writeJson(database.toJson()) + "\n";
+  if (std::optional<std::string> error = cache_files::writeFileAtomically(path, bytesOf(text)))
+    throw TuningDatabaseError(path.string() + ": " + *error);
+}
+
+TuningDevice currentTuningDevice(const std::string &arch) {
+  const CudaDriver &driver = CudaDriver::instance();
+  driver.ensureContext();
+  return {driver.deviceName(driver.currentDevice()), arch, sagegenVersion()};
+}
+
+std::string utcTimestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+} // namespace sage::runtime
