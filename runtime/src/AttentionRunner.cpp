@@ -1,21 +1,23 @@
 // Plan -> generate -> compile (cached) -> load, once per variant; then cheap launches.
 #include "sage/runtime/AttentionRunner.h"
 
-#include "sage/codegen/AttentionKernelGenerator.h"
-#include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
+#include "sage/runtime/AotKernelDirectory.h"
+#include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
 #include "sage/runtime/NvrtcCompiler.h"
-#include "sage/runtime/Sha256.h"
-#include "sage/schedules/ScheduleRegistry.h"
 
 #include <fmt/core.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -37,6 +39,17 @@ KernelCache &processCache() {
 ModuleRegistry &processModules() {
   static ModuleRegistry registry;
   return registry;
+}
+
+// One AotKernelDirectory per directory and process: its manifest is read (and any problem reported) once.
+std::shared_ptr<const AotKernelDirectory> processAotDirectory(const std::filesystem::path &directory) {
+  static std::mutex mutex;
+  static std::map<std::filesystem::path, std::shared_ptr<const AotKernelDirectory>> directories;
+  std::lock_guard lock(mutex);
+  std::shared_ptr<const AotKernelDirectory> &slot = directories[directory];
+  if (!slot)
+    slot = std::make_shared<const AotKernelDirectory>(directory);
+  return slot;
 }
 
 schedules::GpuArch currentArch() {
@@ -63,49 +76,56 @@ struct AttentionRunner::State {
   AttentionVariant variant;
   AttentionRunnerOptions options;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
-  schedules::KernelPlan plan;
-  codegen::PrologueSource prologue;
-  codegen::KernelSource attention;
+  AttentionKernelSet kernels;
+  std::shared_ptr<const AotKernelDirectory> aot;
   std::vector<CompiledKernel> prologue_kernels;
   CompiledKernel attention_kernel;
 
-  CompiledKernel compile(const std::string &name, const std::string &entry_point, const std::string &source,
-                         driver::Dim3 block, int dynamic_shared_bytes) {
-    KernelKey key;
-    key.ir_hash = options.ir_fingerprint;
-    key.schedule = plan.schedule;
-    key.tunables = schedules::tunablesText(plan.tunables);
-    key.head_dim = variant.head_dim;
-    key.causal = variant.mask.kind == MaskKind::causal;
-    key.dtypes = fmt::format("qkv={},o={}", schedules::nameOf(options.input), schedules::nameOf(options.input));
-    key.layout = "strided"; // HND and NHD are launch-time strides, not compile-time choices
-    key.arch = std::string(schedules::archName(arch));
-    key.compiler_version = nvrtcVersion();
-    key.sagegen_version = sagegenVersion();
-    // The source's own hash makes the key exact even for variants built without an IR fingerprint.
-    key.extra = entry_point + ";source-sha256=" + sha256Hex(source);
-
+  // The AOT directory's cubin when it has a valid one for `kernel`, else the cache's (built on a miss).
+  CompiledKernel compile(const GeneratedKernel &kernel) {
     CompiledKernel compiled;
-    compiled.name = name;
-    CacheResult result = (options.cache ? *options.cache : processCache()).getOrBuild(key, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      CompileRequest request;
-      request.key = name + " [" + key.digest().substr(0, 16) + "]";
-      request.source = source;
-      request.source_name = name + ".cu";
-      request.options.arch = key.arch;
-      ByteBuffer image = NvrtcCompiler().compileCubin(request).image;
-      compiled.compile_milliseconds =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      return image;
-    });
-    compiled.source = result.source;
-    std::shared_ptr<const LoadedModule> module = processModules().getOrLoad(result.digest, *result.image);
-    compiled.kernel = module->kernel(entry_point);
-    if (dynamic_shared_bytes > kDefaultSharedMemoryLimit)
-      compiled.kernel.setMaxDynamicSharedMemory(dynamic_shared_bytes);
-    compiled.block = block;
-    compiled.dynamic_shared_bytes = static_cast<unsigned>(dynamic_shared_bytes);
+    compiled.name = kernel.name;
+    std::shared_ptr<const ByteBuffer> image;
+    const std::string digest = kernel.key.digest();
+    if (aot) {
+      AotLookup found = aot->find(kernel.key);
+      if (found.outcome == AotLookupOutcome::found) {
+        image = std::make_shared<const ByteBuffer>(std::move(found.image));
+        compiled.source = CacheSource::aot;
+      }
+    }
+    std::shared_ptr<const LoadedModule> module;
+    if (image) {
+      try {
+        module = processModules().getOrLoad(digest, *image);
+      } catch (const CudaError &error) {
+        // Checked before loading, but the driver has the last word: compile it instead, as for any rejected image.
+        std::fprintf(stderr, "warning: sagegen AOT kernels: the driver rejected %s (%s); compiling it instead\n",
+                     kernel.entry_point.c_str(), error.what());
+        image.reset();
+      }
+    }
+    if (!image) {
+      CacheResult result = (options.cache ? *options.cache : processCache()).getOrBuild(kernel.key, [&] {
+        const auto start = std::chrono::steady_clock::now();
+        CompileRequest request;
+        request.key = kernel.name + " [" + digest.substr(0, 16) + "]";
+        request.source = kernel.source;
+        request.source_name = kernel.name + ".cu";
+        request.options.arch = kernel.key.arch;
+        ByteBuffer built = NvrtcCompiler().compileCubin(request).image;
+        compiled.compile_milliseconds =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        return built;
+      });
+      compiled.source = result.source;
+      module = processModules().getOrLoad(result.digest, *result.image);
+    }
+    compiled.kernel = module->kernel(kernel.entry_point);
+    if (kernel.dynamic_shared_bytes > kDefaultSharedMemoryLimit)
+      compiled.kernel.setMaxDynamicSharedMemory(kernel.dynamic_shared_bytes);
+    compiled.block = {kernel.block[0], kernel.block[1], kernel.block[2]};
+    compiled.dynamic_shared_bytes = static_cast<unsigned>(kernel.dynamic_shared_bytes);
     return compiled;
   }
 };
@@ -116,19 +136,23 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   state.variant = variant;
   state.options = std::move(options);
   state.arch = state.options.arch ? *state.options.arch : currentArch();
-  state.plan = schedules::planBestSchedule(variant, state.arch, state.options.input, state.options.tunables);
-  state.attention = codegen::AttentionKernelGenerator::generate(variant, state.plan, state.options.input);
-  state.prologue = codegen::PrologueGenerator::generate(variant, state.options.input, variant.head_dim);
+  AttentionKernelRequest request;
+  request.input = state.options.input;
+  request.arch = state.arch;
+  request.tunables = state.options.tunables;
+  request.ir_fingerprint = state.options.ir_fingerprint;
+  state.kernels = generateAttentionKernels(variant, request);
+  std::filesystem::path aot_directory =
+      state.options.aot_directory.empty() ? AotKernelDirectory::defaultDirectory() : state.options.aot_directory;
+  if (!aot_directory.empty())
+    state.aot = processAotDirectory(aot_directory);
 
-  for (const codegen::PrologueKernel &kernel : state.prologue.kernels)
-    state.prologue_kernels.push_back(state.compile(kernel.name, kernel.entry_point, kernel.source,
-                                                   {static_cast<unsigned>(kernel.block_threads), 1, 1},
-                                                   kernel.dynamic_shared_bytes));
-  const auto &block = state.attention.block_dim;
-  state.attention_kernel =
-      state.compile(state.attention.name, state.attention.entry_point, state.attention.source,
-                    {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
-                    state.attention.dynamic_shared_bytes);
+  for (const GeneratedKernel &kernel : state.kernels.kernels) {
+    if (kernel.role == AttentionKernelRole::prologue)
+      state.prologue_kernels.push_back(state.compile(kernel));
+    else
+      state.attention_kernel = state.compile(kernel);
+  }
 }
 
 AttentionRunner::~AttentionRunner() = default;
@@ -164,7 +188,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     const SagePrologueParams params = codegen::makePrologueParams(
         state.variant, shape, layout, {tensors.q, tensors.q_strides}, {tensors.k, tensors.k_strides},
         {tensors.v, tensors.v_strides}, static_cast<unsigned char *>(workspace));
-    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(state.prologue, shape);
+    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(state.kernels.prologue, shape);
     for (size_t i = 0; i < state.prologue_kernels.size(); ++i) {
       const CompiledKernel &kernel = state.prologue_kernels[i];
       kernel.kernel.launch(params,
@@ -191,7 +215,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
                  static_cast<int>(layout.padded_kv),    static_cast<int>(layout.q_scale_count),
                  static_cast<int>(layout.k_scale_count)};
   params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(state.variant.head_dim)));
-  const auto grid = state.attention.grid.gridFor(shape);
+  const auto grid = state.kernels.attention.grid.gridFor(shape);
   const CompiledKernel &kernel = state.attention_kernel;
   kernel.kernel.launch(
       params, {{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
@@ -203,7 +227,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
 std::string AttentionRunner::describe() const {
   const State &state = *state_;
   std::string text = fmt::format("{} on {} with {} ({}):", state.variant.name, schedules::archName(state.arch),
-                                 state.plan.schedule, schedules::tunablesText(state.plan.tunables));
+                                 state.kernels.plan.schedule, schedules::tunablesText(state.kernels.plan.tunables));
   auto add = [&](const CompiledKernel &kernel) {
     text += fmt::format(" {} [{}{}]", kernel.name, cacheSourceName(kernel.source),
                         kernel.source == CacheSource::built ? fmt::format(" {:.0f} ms", kernel.compile_milliseconds)

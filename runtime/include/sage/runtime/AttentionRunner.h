@@ -12,6 +12,7 @@
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,9 @@ struct AttentionRunnerOptions {
   std::optional<schedules::Tunables> tunables; // default: the schedule's
   std::string ir_fingerprint;                  // the IR part of the cache key (ir::Program::fingerprint)
   KernelCache *cache = nullptr;                // default: a process-wide cache on $SAGEGEN_CACHE_DIR
+  // Ahead-of-time kernels (`sagegen emit` output), looked up before the cache. Empty: $SAGEGEN_AOT_DIR; neither
+  // set: none. Only a cubin whose stored key equals the kernel's key is used; anything else is compiled.
+  std::filesystem::path aot_directory;
 };
 
 struct AttentionTensors {
@@ -52,7 +56,7 @@ public:
            size_t workspace_bytes, driver::Stream stream, RunPhase phase = RunPhase::all) const;
 
   const AttentionVariant &variant() const;
-  // Schedule, arch, tunables and every kernel with where it came from (memory/disk/built) and its compile time.
+  // Schedule, arch, tunables and every kernel with where it came from (aot/memory/disk/built) and its compile time.
   std::string describe() const;
 
 private:
