@@ -20,5 +20,7 @@ CommandAction addListCommand(CLI::App &app);
 CommandAction addIrCommand(CLI::App &app);
 CommandAction addCheckCommand(CLI::App &app);
 CommandAction addReferenceCommand(CLI::App &app);
+CommandAction addEmitCommand(CLI::App &app);
+CommandAction addCacheCommand(CLI::App &app);
 
 } // namespace sage::tool

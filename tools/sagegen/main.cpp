@@ -24,6 +24,8 @@ int main(int argc, char **argv) {
   add(sage::tool::addIrCommand);
   add(sage::tool::addCheckCommand);
   add(sage::tool::addReferenceCommand);
+  add(sage::tool::addEmitCommand);
+  add(sage::tool::addCacheCommand);
 
   try {
     app.parse(argc, argv);
