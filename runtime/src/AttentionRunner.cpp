@@ -99,6 +99,8 @@ struct AttentionRunner::State {
       try {
         module = processModules().getOrLoad(digest, *image);
       } catch (const CudaError &error) {
+        if (!CudaDriver::instance().available())
+          throw; // no driver at all: compiling would not help
         // Checked before loading, but the driver has the last word: compile it instead, as for any rejected image.
         std::fprintf(stderr, "warning: sagegen AOT kernels: the driver rejected %s (%s); compiling it instead\n",
                      kernel.entry_point.c_str(), error.what());

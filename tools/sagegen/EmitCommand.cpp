@@ -5,6 +5,7 @@
 
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
 
 namespace sage::tool {
@@ -56,9 +57,9 @@ void run(const EmitCommandOptions &options) {
 
   EmitReport report = emitKernels(targets, emit);
   const runtime::AotManifest &manifest = report.manifest;
-  fmt::print("wrote {} kernels of {} variants ({} files) and {}/{}\n", manifest.kernels.size(),
-             targets.size() - manifest.skipped.size(), report.files_written - 1, options.output,
-             runtime::kAotManifestFileName);
+  fmt::print("wrote {} kernels of {} variants ({} files) and {}\n", manifest.kernels.size(),
+             targets.size() - manifest.skipped.size(), report.files_written - 1,
+             (std::filesystem::path(options.output) / runtime::kAotManifestFileName).string());
   for (const std::string &file : report.files_removed)
     fmt::print("removed {} (listed by the previous manifest, no longer emitted)\n", file);
   for (const runtime::AotSkippedVariant &skipped : manifest.skipped)
