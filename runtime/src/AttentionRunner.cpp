@@ -1,14 +1,14 @@
 // Plan -> generate -> compile (cached) -> load, once per variant; then cheap launches.
 #include "sage/runtime/AttentionRunner.h"
 
-#include "sage/codegen/AttentionKernelGenerator.h"
-#include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
+#include "sage/runtime/AotKernelDirectory.h"
+#include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
 #include "sage/runtime/NvrtcCompiler.h"
-#include "sage/runtime/Sha256.h"
+#include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
 
 #include <fmt/core.h>
@@ -17,6 +17,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -35,6 +38,17 @@ KernelCache &processCache() {
 ModuleRegistry &processModules() {
   static ModuleRegistry registry;
   return registry;
+}
+
+// One AotKernelDirectory per directory and process: its manifest is read (and any problem reported) once.
+std::shared_ptr<const AotKernelDirectory> processAotDirectory(const std::filesystem::path &directory) {
+  static std::mutex mutex;
+  static std::map<std::filesystem::path, std::shared_ptr<const AotKernelDirectory>> directories;
+  std::lock_guard lock(mutex);
+  std::shared_ptr<const AotKernelDirectory> &slot = directories[directory];
+  if (!slot)
+    slot = std::make_shared<const AotKernelDirectory>(directory);
+  return slot;
 }
 
 schedules::GpuArch currentArch() {
@@ -89,11 +103,12 @@ struct AttentionRunner::State {
   AttentionVariant variant;
   AttentionRunnerOptions options;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
-  schedules::KernelPlan plan;
-  codegen::PrologueSource prologue;
-  codegen::KernelSource attention;
+  AttentionKernelSet kernels; // plan, generated sources, launch geometry and keys
+  std::shared_ptr<const AotKernelDirectory> aot;
   std::vector<CompiledKernel> prologue_kernels;
   CompiledKernel attention_kernel;
+  bool load_modules = true;    // false: compile into the cache only (no GPU)
+  std::string tunables_origin; // where the plan's tunables came from, for describe()
   mutable std::mutex shape_plan_mutex;
   mutable std::shared_ptr<const ShapePlan> last_shape_plan;
 
@@ -106,29 +121,22 @@ struct AttentionRunner::State {
     auto shape_plan = std::make_shared<ShapePlan>();
     shape_plan->shape = shape;
     shape_plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
-    shape_plan->prologue_grids = codegen::prologueGrids(prologue, shape);
-    shape_plan->attention_grid = attention.grid.gridFor(shape);
+    shape_plan->prologue_grids = codegen::prologueGrids(kernels.prologue, shape);
+    shape_plan->attention_grid = kernels.attention.grid.gridFor(shape);
     std::lock_guard<std::mutex> lock(shape_plan_mutex);
     last_shape_plan = shape_plan;
     return shape_plan;
   }
 
-  bool load_modules = true;    // false: compile into the cache only (no GPU)
-  std::string tunables_origin; // where plan.tunables came from, for describe()
-
-  // Without explicit tunables: the tuning database's entry for this GPU and problem, when the schedule accepts it.
-  void planWithTuning() {
-    if (options.tunables || !load_modules) {
-      plan = schedules::planBestSchedule(variant, arch, options.input, options.tunables);
-      tunables_origin = options.tunables ? "given" : "schedule defaults";
-      return;
-    }
+  // The tunables to build with: the caller's; else the tuning database's entry for this GPU and problem when the
+  // schedule accepts it; else none (the schedule's defaults).
+  std::optional<schedules::Tunables> chooseTunables() {
+    tunables_origin = options.tunables ? "given" : "schedule defaults";
+    if (options.tunables || !load_modules)
+      return options.tunables;
     const std::shared_ptr<const TuningDatabase> database = options.tuning ? options.tuning : processTuningDatabase();
-    tunables_origin = "schedule defaults";
-    if (database->empty()) {
-      plan = schedules::planBestSchedule(variant, arch, options.input);
-      return;
-    }
+    if (database->empty())
+      return std::nullopt;
     TuningQuery query;
     query.device = currentTuningDevice(std::string(schedules::archName(arch)));
     query.variant_names = {variant.name, options.ir_fingerprint};
@@ -136,73 +144,90 @@ struct AttentionRunner::State {
     query.causal = variant.mask.kind == MaskKind::causal;
     query.input = std::string(schedules::nameOf(options.input));
     query.tokens_hint = options.tokens_hint;
-    if (std::optional<TuningEntry> entry = database->lookup(query)) {
-      try {
-        const schedules::Tunables tuned = schedules::parseTunables(entry->tunables, schedules::Tunables{});
-        plan = schedules::planBestSchedule(variant, arch, options.input, tuned);
-        tunables_origin = fmt::format("tuned for N={} on {}", entry->tokens, query.device.gpu);
-        return;
-      } catch (const std::invalid_argument &error) {
-        tunables_origin = fmt::format("schedule defaults; the tuned {} was refused: {}", entry->tunables, error.what());
-      }
+    const std::optional<TuningEntry> entry = database->lookup(query);
+    if (!entry)
+      return std::nullopt;
+    try {
+      const schedules::Tunables tuned = schedules::parseTunables(entry->tunables, schedules::Tunables{});
+      schedules::planBestSchedule(variant, arch, options.input, tuned); // the schedule's verdict on them
+      tunables_origin = fmt::format("tuned for N={} on {}", entry->tokens, query.device.gpu);
+      return tuned;
+    } catch (const std::invalid_argument &error) {
+      tunables_origin = fmt::format("schedule defaults; the tuned {} was refused: {}", entry->tunables, error.what());
+      return std::nullopt;
     }
-    plan = schedules::planBestSchedule(variant, arch, options.input);
   }
 
   void build() {
-    planWithTuning();
-    attention = codegen::AttentionKernelGenerator::generate(variant, plan, options.input);
-    prologue = codegen::PrologueGenerator::generate(variant, options.input, variant.head_dim);
-    for (const codegen::PrologueKernel &kernel : prologue.kernels)
-      prologue_kernels.push_back(compile(kernel.name, kernel.entry_point, kernel.source,
-                                         {static_cast<unsigned>(kernel.block_threads), 1, 1},
-                                         kernel.dynamic_shared_bytes));
-    const auto &block = attention.block_dim;
-    attention_kernel =
-        compile(attention.name, attention.entry_point, attention.source,
-                {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
-                attention.dynamic_shared_bytes);
+    AttentionKernelRequest request;
+    request.input = options.input;
+    request.arch = arch;
+    request.tunables = chooseTunables();
+    request.ir_fingerprint = options.ir_fingerprint;
+    kernels = generateAttentionKernels(variant, request);
+    if (load_modules) {
+      const std::filesystem::path aot_directory =
+          options.aot_directory.empty() ? AotKernelDirectory::defaultDirectory() : options.aot_directory;
+      if (!aot_directory.empty())
+        aot = processAotDirectory(aot_directory);
+    }
+    for (const GeneratedKernel &kernel : kernels.kernels) {
+      if (kernel.role == AttentionKernelRole::prologue)
+        prologue_kernels.push_back(compile(kernel));
+      else
+        attention_kernel = compile(kernel);
+    }
   }
 
-  CompiledKernel compile(const std::string &name, const std::string &entry_point, const std::string &source,
-                         driver::Dim3 block, int dynamic_shared_bytes) {
-    KernelKey key;
-    key.ir_hash = options.ir_fingerprint;
-    key.schedule = plan.schedule;
-    key.tunables = schedules::tunablesText(plan.tunables);
-    key.head_dim = variant.head_dim;
-    key.causal = variant.mask.kind == MaskKind::causal;
-    key.dtypes = fmt::format("qkv={},o={}", schedules::nameOf(options.input), schedules::nameOf(options.input));
-    key.layout = "strided"; // HND and NHD are launch-time strides, not compile-time choices
-    key.arch = std::string(schedules::archName(arch));
-    key.compiler_version = nvrtcVersion();
-    key.sagegen_version = sagegenVersion();
-    // The source's own hash makes the key exact even for variants built without an IR fingerprint.
-    key.extra = entry_point + ";source-sha256=" + sha256Hex(source);
-
+  // The AOT directory's cubin when it has a valid one for `kernel`, else the cache's (built on a miss).
+  CompiledKernel compile(const GeneratedKernel &kernel) {
     CompiledKernel compiled;
-    compiled.name = name;
-    CacheResult result = (options.cache ? *options.cache : processCache()).getOrBuild(key, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      CompileRequest request;
-      request.key = name + " [" + key.digest().substr(0, 16) + "]";
-      request.source = source;
-      request.source_name = name + ".cu";
-      request.options.arch = key.arch;
-      ByteBuffer image = NvrtcCompiler().compileCubin(request).image;
-      compiled.compile_milliseconds =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      return image;
-    });
-    compiled.source = result.source;
-    if (!load_modules)
-      return compiled;
-    std::shared_ptr<const LoadedModule> module = processModules().getOrLoad(result.digest, *result.image);
-    compiled.kernel = module->kernel(entry_point);
-    if (dynamic_shared_bytes > kDefaultSharedMemoryLimit)
-      compiled.kernel.setMaxDynamicSharedMemory(dynamic_shared_bytes);
-    compiled.block = block;
-    compiled.dynamic_shared_bytes = static_cast<unsigned>(dynamic_shared_bytes);
+    compiled.name = kernel.name;
+    std::shared_ptr<const ByteBuffer> image;
+    const std::string digest = kernel.key.digest();
+    if (aot) {
+      AotLookup found = aot->find(kernel.key);
+      if (found.outcome == AotLookupOutcome::found) {
+        image = std::make_shared<const ByteBuffer>(std::move(found.image));
+        compiled.source = CacheSource::aot;
+      }
+    }
+    std::shared_ptr<const LoadedModule> module;
+    if (image) {
+      try {
+        module = processModules().getOrLoad(digest, *image);
+      } catch (const CudaError &error) {
+        if (!CudaDriver::instance().available())
+          throw; // no driver at all: compiling would not help
+        // Checked before loading, but the driver has the last word: compile it instead, as for any rejected image.
+        std::fprintf(stderr, "warning: sagegen AOT kernels: the driver rejected %s (%s); compiling it instead\n",
+                     kernel.entry_point.c_str(), error.what());
+        image.reset();
+      }
+    }
+    if (!image) {
+      CacheResult result = (options.cache ? *options.cache : processCache()).getOrBuild(kernel.key, [&] {
+        const auto start = std::chrono::steady_clock::now();
+        CompileRequest request;
+        request.key = kernel.name + " [" + digest.substr(0, 16) + "]";
+        request.source = kernel.source;
+        request.source_name = kernel.name + ".cu";
+        request.options.arch = kernel.key.arch;
+        ByteBuffer built = NvrtcCompiler().compileCubin(request).image;
+        compiled.compile_milliseconds =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        return built;
+      });
+      compiled.source = result.source;
+      if (!load_modules)
+        return compiled;
+      module = processModules().getOrLoad(result.digest, *result.image);
+    }
+    compiled.kernel = module->kernel(kernel.entry_point);
+    if (kernel.dynamic_shared_bytes > kDefaultSharedMemoryLimit)
+      compiled.kernel.setMaxDynamicSharedMemory(kernel.dynamic_shared_bytes);
+    compiled.block = {kernel.block[0], kernel.block[1], kernel.block[2]};
+    compiled.dynamic_shared_bytes = static_cast<unsigned>(kernel.dynamic_shared_bytes);
     return compiled;
   }
 };
@@ -308,9 +333,9 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
 
 std::string AttentionRunner::describe() const {
   const State &state = *state_;
-  std::string text =
-      fmt::format("{} on {} with {} ({}; {}):", state.variant.name, schedules::archName(state.arch),
-                  state.plan.schedule, schedules::tunablesText(state.plan.tunables), state.tunables_origin);
+  std::string text = fmt::format("{} on {} with {} ({}; {}):", state.variant.name, schedules::archName(state.arch),
+                                 state.kernels.plan.schedule, schedules::tunablesText(state.kernels.plan.tunables),
+                                 state.tunables_origin);
   auto add = [&](const CompiledKernel &kernel) {
     text += fmt::format(" {} [{}{}]", kernel.name, cacheSourceName(kernel.source),
                         kernel.source == CacheSource::built ? fmt::format(" {:.0f} ms", kernel.compile_milliseconds)

@@ -34,6 +34,8 @@ const char *cacheSourceName(CacheSource source) {
     return "disk";
   case CacheSource::built:
     return "built";
+  case CacheSource::aot:
+    return "aot";
   }
   return "unknown";
 }

@@ -4,10 +4,13 @@
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Reference.h"
+#include "sage/runtime/AotManifest.h"
+#include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/NvrtcCompiler.h"
+#include "sage/runtime/Sha256.h"
 #include "sage/schedules/GpuArch.h"
 
 #include <doctest/doctest.h>
@@ -15,8 +18,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 using namespace sage;
@@ -76,7 +83,8 @@ SageTensorStrides stridesOf(const HostTensor &tensor) {
   return {tensor.heads() * tensor.tokens() * d, d, tensor.heads() * d};
 }
 
-void runCase(const Case &c) {
+// Returns the runner's describe(). With `aot_directory`, the runner looks there first.
+std::string runCase(const Case &c, const std::filesystem::path &aot_directory = {}) {
   const MaskKind mask = c.causal ? MaskKind::causal : MaskKind::none;
   ir::Program program = dsl::preset(c.preset, c.head_dim, mask)->lse().build();
   const AttentionVariant variant = program.variant();
@@ -89,6 +97,7 @@ void runCase(const Case &c) {
   runtime::AttentionRunnerOptions options;
   options.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
   options.ir_fingerprint = program.fingerprint();
+  options.aot_directory = aot_directory;
   runtime::AttentionRunner runner(variant, options);
   const schedules::ProblemShape shape{1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv, c.head_dim};
 
@@ -142,6 +151,66 @@ void runCase(const Case &c) {
   CHECK(vs_exact.relative_l1 <= 1.25 * reference_vs_exact.relative_l1 + 0.004);
   if (c.max_lse_error >= 0.0)
     CHECK(lse_error <= c.max_lse_error);
+  return runner.describe();
+}
+
+// What `sagegen emit --format cubin` writes, for one variant on this device's arch: cubins and a manifest.
+void writeAotDirectory(const std::filesystem::path &directory, const Case &c) {
+  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
+  driver.ensureContext();
+  const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
+  const schedules::GpuArch arch = schedules::archFromComputeCapability(capability.major, capability.minor);
+  ir::Program program = dsl::preset(c.preset, c.head_dim, c.causal ? MaskKind::causal : MaskKind::none)->lse().build();
+  runtime::AttentionKernelRequest request;
+  request.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+  request.arch = arch;
+  request.ir_fingerprint = program.fingerprint();
+  runtime::AttentionKernelSet set = runtime::generateAttentionKernels(program.variant(), request);
+  runtime::AotManifest manifest;
+  manifest.key_format_version = runtime::kKernelKeyFormatVersion;
+  manifest.sagegen_version = runtime::sagegenVersion();
+  manifest.nvrtc_version = runtime::nvrtcVersion();
+  std::filesystem::create_directories(directory);
+  for (const runtime::GeneratedKernel &kernel : set.kernels) {
+    runtime::CompileRequest compile;
+    compile.key = kernel.name;
+    compile.source = kernel.source;
+    compile.options.arch = kernel.key.arch;
+    const runtime::ByteBuffer cubin = runtime::NvrtcCompiler().compileCubin(compile).image;
+    runtime::AotKernelEntry entry;
+    entry.key_digest = kernel.key.digest();
+    entry.key_text = kernel.key.text();
+    entry.variant = entry.preset = c.preset;
+    entry.head_dim = c.head_dim;
+    entry.causal = c.causal;
+    entry.lse = true;
+    entry.role = std::string(runtime::nameOf(kernel.role));
+    entry.name = kernel.name;
+    entry.schedule = kernel.key.schedule;
+    entry.tunables = kernel.key.tunables;
+    entry.arch = kernel.key.arch;
+    entry.input = std::string(schedules::nameOf(request.input));
+    entry.entry_point = kernel.entry_point;
+    entry.source_file = kernel.entry_point + ".cu";
+    entry.source_sha256 = runtime::sha256Hex(kernel.source);
+    entry.cubin_file = kernel.entry_point + ".cubin";
+    entry.cubin_sha256 = runtime::sha256Hex(cubin);
+    entry.block = {int(kernel.block[0]), int(kernel.block[1]), int(kernel.block[2])};
+    entry.grid_rule = kernel.grid_rule;
+    entry.dynamic_shared_bytes = kernel.dynamic_shared_bytes;
+    std::ofstream(directory / entry.source_file, std::ios::binary) << kernel.source;
+    std::ofstream(directory / entry.cubin_file, std::ios::binary)
+        .write(reinterpret_cast<const char *>(cubin.data()), static_cast<std::streamsize>(cubin.size()));
+    manifest.kernels.push_back(std::move(entry));
+  }
+  std::ofstream(directory / "manifest.json", std::ios::binary) << runtime::writeAotManifest(manifest);
+}
+
+size_t occurrences(const std::string &text, const std::string &word) {
+  size_t count = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1))
+    ++count;
+  return count;
 }
 
 } // namespace
@@ -190,6 +259,37 @@ TEST_CASE("kernels match the CPU reference of their variant") {
     CAPTURE(c.head_dim);
     runCase(c);
   }
+}
+
+TEST_CASE("AOT cubins are loaded first and compute what JIT kernels do; damaged ones are compiled instead") {
+  if (skipWithoutGpu())
+    return;
+  // Variants no other case loads, so that the process's module registry cannot hand out a JIT-loaded module.
+  const Case aot_case{"sage-vb", 64, true, StorageType::bf16, Layout::hnd, 2, 1, 256, 320, 0.0, 0.02, 0.999, 0.01};
+  const Case damaged_case{"sage-vt", 128, false, StorageType::bf16, Layout::nhd, 2, 2, 200, 200, 0.0, 0.02, 0.999, 0.01};
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("sagegen-gpu-aot-test." + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  writeAotDirectory(root / "good", aot_case);
+  writeAotDirectory(root / "damaged", damaged_case);
+
+  const std::string from_aot = runCase(aot_case, root / "good");
+  std::printf("gpu_attention_test: AOT: %s\n", from_aot.c_str());
+  CHECK(occurrences(from_aot, "[aot]") >= 2); // the prologue's launches and the attention kernel
+  CHECK(occurrences(from_aot, "[built") + occurrences(from_aot, "[disk]") + occurrences(from_aot, "[memory]") == 0);
+
+  for (const auto &item : std::filesystem::directory_iterator(root / "damaged"))
+    if (item.path().extension() == ".cubin") {
+      std::fstream cubin(item.path(), std::ios::in | std::ios::out | std::ios::binary);
+      cubin.seekg(200);
+      const char byte = static_cast<char>(cubin.get() ^ 0x20);
+      cubin.seekp(200);
+      cubin.put(byte);
+    }
+  const std::string from_damaged = runCase(damaged_case, root / "damaged");
+  std::printf("gpu_attention_test: damaged AOT cubins: %s\n", from_damaged.c_str());
+  CHECK(occurrences(from_damaged, "[aot]") == 0);
+  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("host time of a warm call") {

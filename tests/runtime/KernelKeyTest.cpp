@@ -87,3 +87,22 @@ TEST_CASE("escaping keeps values with newlines or backslashes from forging other
   CHECK(newline.text() != backslash_n.text());
   CHECK(newline.digest() != backslash_n.digest());
 }
+
+TEST_CASE("parseKernelKeyText inverts text() and rejects anything else") {
+  KernelKey key = sampleKey();
+  key.extra = "entry;with\\backslash\nand newline";
+  std::optional<KernelKey> parsed = parseKernelKeyText(key.text());
+  REQUIRE(parsed.has_value());
+  CHECK(*parsed == key);
+  const std::string text = key.text();
+  CHECK(!parseKernelKeyText(text.substr(0, text.size() - 1)));                              // no final newline
+  CHECK(!parseKernelKeyText(text + "more=1\n"));                                            // a field too many
+  CHECK(!parseKernelKeyText("sagegen-kernel-key 99\n" + text.substr(text.find('\n') + 1))); // another version
+  std::string swapped = text;
+  swapped.replace(swapped.find("causal=1"), 8, "causal=x");
+  CHECK(!parseKernelKeyText(swapped));
+  std::string bad_head_dim = text;
+  bad_head_dim.replace(bad_head_dim.find("head_dim=128"), 12, "head_dim=12a");
+  CHECK(!parseKernelKeyText(bad_head_dim));
+  CHECK(!parseKernelKeyText(""));
+}

@@ -113,5 +113,84 @@ printf 'not numpy' >"$work/samples/a.k.npy"
 rm "$work/samples/b.q.npy"
 expect "select: a bad .npy" 1 "SAMPLES: .*a\.k\.npy" -- "$sagegen" select "$work/samples" -o "$work/x.json"
 
+# check NAME COMMAND...: a plain assertion (exit 0 passes).
+check() {
+  local name=$1
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    printf 'FAILED %s\n' "$name"
+  fi
+}
+count() { find "$1" -maxdepth 1 -name "$2" | wc -l; }
+
+# emit: kernels + manifest, content-named files, stale files of a previous emit removed.
+expect "emit writes the kernels and a manifest" 0 "wrote 4 kernels of 1 variants \(12 files\)" -- \
+  "$sagegen" emit --preset sage-b --headdim 64 --arch sm_89 --format all -o "$work/emit"
+check "emit wrote 4 .cu, 4 .ptx, 4 .cubin" test "$(count "$work/emit" '*.cu') $(count "$work/emit" '*.ptx') $(count "$work/emit" '*.cubin')" = "4 4 4"
+check "emit's manifest names the schema, keys and ptxas registers" \
+  grep -q '"schema": "sagegen-aot-manifest"' "$work/emit/manifest.json"
+check "emit's manifest has key digests" test "$(grep -c '"key_digest": "[0-9a-f]\{64\}"' "$work/emit/manifest.json")" = 4
+check "emit's manifest has registers" test "$(grep -c '"registers": [1-9]' "$work/emit/manifest.json")" = 4
+check "emit's attention source is named by entry point and content" \
+  test "$(count "$work/emit" 'sage_attention_sage_b_d64_f16_sm_89-????????????.cu')" = 1
+expect "emit again replaces the previous kernels" 0 "removed sage_attention_sage_b_d64_f16_sm_89-.*\.cubin" -- \
+  "$sagegen" emit --preset sage-t --headdim 64 --causal --lse --input bf16 --arch sm_80 -o "$work/emit"
+check "only the new kernels remain" test "$(count "$work/emit" '*.cubin') $(count "$work/emit" '*sage_b*')" = "0 0"
+expect "emit unsupported" 1 "sagegen: --preset sage2-fp8 --arch sm_80: not supported: .*sm_89 or newer" -- \
+  "$sagegen" emit --preset sage2-fp8 --arch sm_80 -o "$work/fp8"
+check "emit writes nothing when unsupported" test ! -e "$work/fp8"
+expect "emit bad arch" 1 "sagegen: --arch: unknown architecture 'sm_70'" -- "$sagegen" emit --preset sage-b --arch sm_70 -o "$work/x"
+expect "emit bad format" 1 "sagegen: --format: expected cu, ptx, cubin or all, got 'elf'" -- \
+  "$sagegen" emit --preset sage-b --arch sm_80 --format elf -o "$work/x"
+expect "emit bad input" 1 "sagegen: --input: expected f16 or bf16, got 'f32'" -- \
+  "$sagegen" emit --preset sage-b --arch sm_80 --input f32 -o "$work/x"
+expect "emit unknown preset" 1 "sagegen: --preset: unknown preset 'sage-q'" -- "$sagegen" emit --preset sage-q --arch sm_80 -o "$work/x"
+expect "emit without --arch" 1 "sagegen: --arch: required" -- "$sagegen" emit --preset sage-b -o "$work/x"
+expect "emit without --preset" 1 "sagegen: --preset: required \(or --defaults" -- "$sagegen" emit --arch sm_80 -o "$work/x"
+expect "emit without -o" 1 "output is required" -- "$sagegen" emit --preset sage-b --arch sm_80
+expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset or --arch" -- \
+  "$sagegen" emit --defaults --preset sage-b -o "$work/x"
+touch "$work/file"
+expect "emit into a file" 1 "sagegen: -o: cannot create the directory .*/file" -- \
+  "$sagegen" emit --preset sage-b --arch sm_80 -o "$work/file"
+
+# cache: warm fills it with NVRTC only, ls lists, verify finds damage, --fix removes it, clear empties.
+cache=$work/cache
+expect "cache warm builds every kernel" 0 "^built +[0-9a-f]{12}  sage_attention_sage_t_d64_f16_sm_80" -- \
+  env SAGEGEN_CACHE_DIR="$cache" "$sagegen" cache warm --preset sage-t --headdim 64 --arch sm_80
+expect "cache warm again finds them on disk" 0 "^disk +[0-9a-f]{12}  sage_prologue" -- \
+  "$sagegen" cache warm --dir "$cache" --preset sage-t --headdim 64 --arch sm_80
+entries=$(count "$cache" '*.kernel')
+check "cache warm wrote several entries" test "$entries" -ge 2
+expect "cache ls lists the entries" 0 "^$entries entries \($entries valid, 0 damaged\)" -- \
+  env SAGEGEN_CACHE_DIR="$cache" "$sagegen" cache ls
+expect "cache ls shows each key" 0 "^[0-9a-f]{12} +[0-9.]+ KiB  sm80.mma_sync +sm_80 +64  sage_attention_sage_t_d64_f16_sm_80 +ok" -- \
+  "$sagegen" cache ls --dir "$cache"
+victim=$(find "$cache" -name '*.kernel' | sort | head -n 1)
+printf '\x55' | dd of="$victim" bs=1 seek=300 conv=notrunc status=none
+truncated=$(find "$cache" -name '*.kernel' | sort | sed -n 2p)
+truncate -s 40 "$truncated"
+expect "cache verify reports damage and fails" 1 "damaged .*: checksum mismatch" -- "$sagegen" cache verify --dir "$cache"
+expect "cache verify reports truncation" 1 "damaged .*: truncated" -- "$sagegen" cache verify --dir "$cache"
+expect "cache verify says how to fix" 1 "sagegen: cache verify: 2 damaged entries \(remove them with" -- \
+  "$sagegen" cache verify --dir "$cache"
+expect "cache ls marks damaged entries" 0 "damaged: checksum mismatch" -- "$sagegen" cache ls --dir "$cache"
+expect "cache verify --fix removes them" 0 "checked $entries entries: 2 damaged" -- "$sagegen" cache verify --dir "$cache" --fix
+check "the damaged files are gone" test ! -e "$victim" -a ! -e "$truncated"
+expect "cache verify is clean afterwards" 0 "checked $((entries - 2)) entries: 0 damaged" -- "$sagegen" cache verify --dir "$cache"
+expect "cache clear" 0 "removed $((entries - 2)) entries from $cache" -- "$sagegen" cache clear --dir "$cache"
+expect "cache ls after clear" 0 "^0 entries" -- "$sagegen" cache ls --dir "$cache"
+expect "cache ls of a missing --dir" 1 "sagegen: --dir: '$work/nowhere' is not a directory" -- "$sagegen" cache ls --dir "$work/nowhere"
+expect "cache clear of a missing --dir" 1 "sagegen: --dir: '$work/nowhere' is not a directory" -- "$sagegen" cache clear --dir "$work/nowhere"
+expect "cache warm into a file" 1 "sagegen: --dir: cannot use it as a kernel cache" -- \
+  "$sagegen" cache warm --dir "$work/file/sub" --preset sage-t --arch sm_80
+expect "cache warm bad arch" 1 "sagegen: --arch: unknown architecture 'sm_1'" -- "$sagegen" cache warm --dir "$cache" --preset sage-t --arch sm_1
+expect "cache warm without --preset" 1 "preset is required" -- "$sagegen" cache warm --dir "$cache" --arch sm_80
+expect "cache without a subcommand" 1 "" -- "$sagegen" cache
+expect "cache unknown subcommand" 1 "" -- "$sagegen" cache frob
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

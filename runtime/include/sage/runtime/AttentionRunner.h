@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,9 @@ struct AttentionRunnerOptions {
   KernelCache *cache = nullptr;                 // default: a process-wide cache on $SAGEGEN_CACHE_DIR
   std::shared_ptr<const TuningDatabase> tuning; // default: TuningDatabase::defaultPath(), read once per process
   int64_t tokens_hint = 0;                      // the N to pick a tuned entry for (0: the entry with the largest N)
+  // Ahead-of-time kernels (`sagegen emit` output), looked up before the cache. Empty: $SAGEGEN_AOT_DIR; neither
+  // set: none. Only a cubin whose stored key equals the kernel's key is used; anything else is compiled.
+  std::filesystem::path aot_directory;
 };
 
 struct AttentionTensors {
@@ -60,7 +64,7 @@ public:
 
   const AttentionVariant &variant() const;
   // Schedule, arch, tunables (and whether they came from the caller, the tuning database or the schedule's
-  // defaults) and every kernel with where it came from (memory/disk/built) and its compile time.
+  // defaults) and every kernel with where it came from (aot/memory/disk/built) and its compile time.
   std::string describe() const;
   // Kernel launches of one RunPhase::all call (the prologue's and the attention kernel).
   size_t launchCount() const;

@@ -28,8 +28,10 @@ struct KernelCacheOptions {
   CacheWarningSink warning_sink;   // empty: warnings go to stderr
 };
 
-enum class CacheSource { memory, disk, built };
-const char *cacheSourceName(CacheSource source); // "memory", "disk", "built"
+// Where a kernel image came from. KernelCache itself answers memory, disk or built; aot is AttentionRunner's
+// answer for an image taken from an ahead-of-time kernel directory (AotKernelDirectory.h).
+enum class CacheSource { memory, disk, built, aot };
+const char *cacheSourceName(CacheSource source); // "memory", "disk", "built", "aot"
 
 struct CacheResult {
   std::shared_ptr<const ByteBuffer> image;

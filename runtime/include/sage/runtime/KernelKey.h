@@ -2,7 +2,9 @@
 // The key's canonical text is stored in every disk entry; its SHA-256 names the entry.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace sage::runtime {
 
@@ -30,6 +32,10 @@ struct KernelKey {
 
   bool operator==(const KernelKey &) const = default;
 };
+
+// The inverse of KernelKey::text(): nullopt unless `text` is exactly such a text (this format version, every field
+// once, in order). For tools that show what a stored key was for (`sagegen cache ls`, AOT manifests).
+std::optional<KernelKey> parseKernelKeyText(std::string_view text);
 
 // The project version baked in at configure time, e.g. "0.1.0".
 const char *sagegenVersion();

@@ -1,0 +1,55 @@
+// Everything a variant needs compiled, before any compiling: the schedule plan, the generated prologue and
+// attention kernels in launch order, each with its launch geometry and its cache key (AttentionKernelKeys.h).
+// AttentionRunner compiles and loads these; `sagegen emit` writes them out; `sagegen cache warm` caches them.
+#pragma once
+
+#include "sage/codegen/KernelSource.h"
+#include "sage/codegen/PrologueGenerator.h"
+#include "sage/ir/AttentionVariant.h"
+#include "sage/runtime/KernelKey.h"
+#include "sage/schedules/GpuArch.h"
+#include "sage/schedules/InputType.h"
+#include "sage/schedules/KernelPlan.h"
+#include "sage/schedules/Tunables.h"
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sage::runtime {
+
+enum class AttentionKernelRole { prologue, attention };
+std::string_view nameOf(AttentionKernelRole role); // "prologue", "attention"
+
+struct AttentionKernelRequest {
+  schedules::InputType input = schedules::InputType::f16;
+  schedules::GpuArch arch = schedules::GpuArch::sm80;
+  std::optional<schedules::Tunables> tunables; // default: the schedule's
+  std::string ir_fingerprint;                  // ir::Program::fingerprint(), the IR part of every key
+};
+
+struct GeneratedKernel {
+  AttentionKernelRole role = AttentionKernelRole::attention;
+  std::string name;        // for logs and describe()
+  std::string entry_point; // the extern "C" __global__ function
+  std::string source;      // one CUDA C++ translation unit
+  std::array<unsigned, 3> block{1, 1, 1};
+  int dynamic_shared_bytes = 0;
+  std::string grid_rule; // the launch grid in words, as the generator describes it
+  KernelKey key;
+};
+
+struct AttentionKernelSet {
+  schedules::KernelPlan plan;
+  codegen::PrologueSource prologue;
+  codegen::KernelSource attention;
+  std::vector<GeneratedKernel> kernels; // the prologue's launches in order, then the attention kernel
+};
+
+// Plans the best schedule for `request.arch`, generates every kernel and computes their keys. Throws
+// std::invalid_argument when no schedule or the prologue does not support the variant.
+AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, const AttentionKernelRequest &request);
+
+} // namespace sage::runtime

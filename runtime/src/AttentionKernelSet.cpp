@@ -1,0 +1,50 @@
+#include "sage/runtime/AttentionKernelSet.h"
+
+#include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/runtime/AttentionKernelKeys.h"
+#include "sage/schedules/ScheduleRegistry.h"
+
+namespace sage::runtime {
+
+std::string_view nameOf(AttentionKernelRole role) {
+  switch (role) {
+  case AttentionKernelRole::prologue:
+    return "prologue";
+  case AttentionKernelRole::attention:
+    return "attention";
+  }
+  return "unknown";
+}
+
+AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, const AttentionKernelRequest &request) {
+  AttentionKernelSet set;
+  set.plan = schedules::planBestSchedule(variant, request.arch, request.input, request.tunables);
+  set.attention = codegen::AttentionKernelGenerator::generate(variant, set.plan, request.input);
+  set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim);
+
+  auto add = [&](AttentionKernelRole role, const std::string &name, const std::string &entry_point,
+                 const std::string &source, std::array<unsigned, 3> block, int dynamic_shared_bytes,
+                 const std::string &grid_rule) {
+    GeneratedKernel kernel;
+    kernel.role = role;
+    kernel.name = name;
+    kernel.entry_point = entry_point;
+    kernel.source = source;
+    kernel.block = block;
+    kernel.dynamic_shared_bytes = dynamic_shared_bytes;
+    kernel.grid_rule = grid_rule;
+    kernel.key =
+        attentionKernelKey(request.ir_fingerprint, variant, set.plan, request.input, request.arch, entry_point, source);
+    set.kernels.push_back(std::move(kernel));
+  };
+  for (const codegen::PrologueKernel &kernel : set.prologue.kernels)
+    add(AttentionKernelRole::prologue, kernel.name, kernel.entry_point, kernel.source,
+        {static_cast<unsigned>(kernel.block_threads), 1, 1}, kernel.dynamic_shared_bytes, kernel.grid_rule);
+  const auto &block = set.attention.block_dim;
+  add(AttentionKernelRole::attention, set.attention.name, set.attention.entry_point, set.attention.source,
+      {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
+      set.attention.dynamic_shared_bytes, set.attention.grid_description);
+  return set;
+}
+
+} // namespace sage::runtime
