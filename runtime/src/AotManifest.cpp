@@ -13,24 +13,6 @@
 namespace sage::runtime {
 namespace {
 
-const char *kindName(JsonValue::Kind kind) {
-  switch (kind) {
-  case JsonValue::Kind::null:
-    return "null";
-  case JsonValue::Kind::boolean:
-    return "a boolean";
-  case JsonValue::Kind::number:
-    return "a number";
-  case JsonValue::Kind::string:
-    return "a string";
-  case JsonValue::Kind::array:
-    return "an array";
-  case JsonValue::Kind::object:
-    return "an object";
-  }
-  return "something else";
-}
-
 bool isLowerHex(std::string_view text, size_t size) {
   return text.size() == size && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
@@ -48,7 +30,7 @@ public:
   ObjectReader(const JsonValue &value, std::string path, std::string_view origin)
       : value_(value), path_(std::move(path)), origin_(origin) {
     if (!value.isObject())
-      fail(path_.empty() ? "top level" : path_, fmt::format("expected an object, found {}", kindName(value.kind())));
+      fail(path_.empty() ? "top level" : path_, fmt::format("expected an object, found {}", nameOf(value.kind())));
   }
 
   [[noreturn]] void fail(std::string_view field_path, std::string_view problem) const {
@@ -71,7 +53,7 @@ public:
   const JsonValue &typed(std::string_view name, JsonValue::Kind kind, const char *expected) {
     const JsonValue &field = required(name);
     if (field.kind() != kind)
-      fail(fieldPath(name), fmt::format("expected {}, found {}", expected, kindName(field.kind())));
+      fail(fieldPath(name), fmt::format("expected {}, found {}", expected, nameOf(field.kind())));
     return field;
   }
 
@@ -88,7 +70,7 @@ public:
 
   int integerOf(const JsonValue &value, const std::string &field_path, int minimum) const {
     if (!value.isNumber())
-      fail(field_path, fmt::format("expected an integer, found {}", kindName(value.kind())));
+      fail(field_path, fmt::format("expected an integer, found {}", nameOf(value.kind())));
     double number = value.asNumber();
     if (number != static_cast<double>(static_cast<long long>(number)) || number < minimum || number > 1e9)
       fail(field_path, fmt::format("expected an integer >= {}, found {}", minimum, writeJson(value, 0)));

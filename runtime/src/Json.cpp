@@ -8,26 +8,8 @@
 namespace sage::runtime {
 namespace {
 
-const char *kindName(JsonValue::Kind kind) {
-  switch (kind) {
-  case JsonValue::Kind::null:
-    return "null";
-  case JsonValue::Kind::boolean:
-    return "a boolean";
-  case JsonValue::Kind::number:
-    return "a number";
-  case JsonValue::Kind::string:
-    return "a string";
-  case JsonValue::Kind::array:
-    return "an array";
-  case JsonValue::Kind::object:
-    return "an object";
-  }
-  return "?";
-}
-
 [[noreturn]] void wrongKind(std::string_view what, const char *expected, JsonValue::Kind actual) {
-  throw JsonError(fmt::format("{}: expected {}, found {}", what, expected, kindName(actual)));
+  throw JsonError(fmt::format("{}: expected {}, found {}", what, expected, nameOf(actual)));
 }
 
 // Recursive-descent parser over the whole text, tracking line and column for messages.
@@ -459,6 +441,39 @@ JsonValue &JsonValue::push(JsonValue value) {
   auto &items = asArray();
   items.push_back(std::move(value));
   return items.back();
+}
+
+std::string_view nameOf(JsonValue::Kind kind) {
+  switch (kind) {
+  case JsonValue::Kind::null:
+    return "null";
+  case JsonValue::Kind::boolean:
+    return "a boolean";
+  case JsonValue::Kind::number:
+    return "a number";
+  case JsonValue::Kind::string:
+    return "a string";
+  case JsonValue::Kind::array:
+    return "an array";
+  case JsonValue::Kind::object:
+    return "an object";
+  }
+  return "something else";
+}
+
+const JsonValue &requiredMember(const JsonValue &object, std::string_view key, const std::string &where) {
+  const JsonValue *value = object.find(key);
+  if (!value)
+    throw JsonError(where + ": missing \"" + std::string(key) + "\"");
+  return *value;
+}
+
+std::string requiredNonEmptyString(const JsonValue &object, std::string_view key, const std::string &where) {
+  const std::string what = where + "." + std::string(key);
+  const std::string &text = requiredMember(object, key, where).asString(what);
+  if (text.empty())
+    throw JsonError(what + ": must not be empty");
+  return text;
 }
 
 JsonValue parseJson(std::string_view text) { return Parser(text).parseDocument(); }

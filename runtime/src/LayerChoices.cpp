@@ -14,24 +14,9 @@ namespace {
 constexpr std::string_view kFormat = "sagegen-layer-choices";
 constexpr int kFormatVersion = 1;
 
-const JsonValue &member(const JsonValue &object, std::string_view key, const std::string &where) {
-  const JsonValue *value = object.find(key);
-  if (!value)
-    throw JsonError(where + ": missing \"" + std::string(key) + "\"");
-  return *value;
-}
-
-std::string nonEmptyString(const JsonValue &object, std::string_view key, const std::string &where) {
-  const std::string what = where + "." + std::string(key);
-  const std::string &text = member(object, key, where).asString(what);
-  if (text.empty())
-    throw JsonError(what + ": must not be empty");
-  return text;
-}
-
 double similarity(const JsonValue &object, std::string_view key, const std::string &where) {
   const std::string what = where + "." + std::string(key);
-  const double value = member(object, key, where).asNumber(what);
+  const double value = requiredMember(object, key, where).asNumber(what);
   if (!std::isfinite(value))
     throw JsonError(what + ": expected a finite number");
   return value;
@@ -140,7 +125,7 @@ LayerChoices layerChoicesFromJson(const JsonValue &json, std::string_view source
     const JsonValue *format = json.find("format");
     if (!format || !format->isString() || format->asString() != kFormat)
       throw JsonError("\"format\": expected \"" + std::string(kFormat) + "\"");
-    const int64_t version = member(json, "version", "the file").asInteger("version");
+    const int64_t version = requiredMember(json, "version", "the file").asInteger("version");
     if (version != kFormatVersion)
       throw JsonError(
           fmt::format("\"version\": this sagegen reads version {}, the file has {}", kFormatVersion, version));
@@ -148,13 +133,13 @@ LayerChoices layerChoicesFromJson(const JsonValue &json, std::string_view source
     choices.threshold = similarity(json, "threshold", "the file");
     if (const JsonValue *order = json.find("speed_order"))
       choices.speed_order = order->asString("speed_order");
-    const JsonValue::Array &layers = member(json, "layers", "the file").asArray("layers");
+    const JsonValue::Array &layers = requiredMember(json, "layers", "the file").asArray("layers");
     for (size_t i = 0; i < layers.size(); ++i) {
       const std::string where = fmt::format("layers[{}]", i);
       layers[i].asObject(where);
       LayerChoice choice;
-      choice.layer = nonEmptyString(layers[i], "layer", where);
-      choice.preset = nonEmptyString(layers[i], "preset", where);
+      choice.layer = requiredNonEmptyString(layers[i], "layer", where);
+      choice.preset = requiredNonEmptyString(layers[i], "preset", where);
       if (const JsonValue *reason = layers[i].find("reason"))
         choice.reason = reason->asString(where + ".reason");
       if (const JsonValue *candidates = layers[i].find("candidates")) {
@@ -162,7 +147,7 @@ LayerChoices layerChoicesFromJson(const JsonValue &json, std::string_view source
         for (size_t c = 0; c < items.size(); ++c) {
           const std::string item_where = fmt::format("{}.candidates[{}]", where, c);
           items[c].asObject(item_where);
-          choice.candidates.push_back({nonEmptyString(items[c], "preset", item_where),
+          choice.candidates.push_back({requiredNonEmptyString(items[c], "preset", item_where),
                                        similarity(items[c], "cos_similarity", item_where),
                                        similarity(items[c], "relative_l1", item_where)});
         }

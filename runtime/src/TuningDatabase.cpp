@@ -21,24 +21,9 @@ namespace {
 constexpr std::string_view kFormat = "sagegen-tuning-db";
 constexpr int kFormatVersion = 1;
 
-const JsonValue &member(const JsonValue &object, std::string_view key, const std::string &where) {
-  const JsonValue *value = object.find(key);
-  if (!value)
-    throw JsonError(where + ": missing \"" + std::string(key) + "\"");
-  return *value;
-}
-
-std::string stringField(const JsonValue &object, std::string_view key, const std::string &where) {
-  const std::string what = where + "." + std::string(key);
-  const std::string &text = member(object, key, where).asString(what);
-  if (text.empty())
-    throw JsonError(what + ": must not be empty");
-  return text;
-}
-
 double positiveNumber(const JsonValue &object, std::string_view key, const std::string &where) {
   const std::string what = where + "." + std::string(key);
-  const double value = member(object, key, where).asNumber(what);
+  const double value = requiredMember(object, key, where).asNumber(what);
   if (!(value > 0.0) || !std::isfinite(value))
     throw JsonError(what + ": expected a positive number of milliseconds");
   return value;
@@ -47,19 +32,19 @@ double positiveNumber(const JsonValue &object, std::string_view key, const std::
 TuningEntry entryFromJson(const JsonValue &json, const std::string &where) {
   json.asObject(where);
   TuningEntry entry;
-  entry.variant = stringField(json, "variant", where);
-  entry.head_dim = static_cast<int>(member(json, "head_dim", where).asInteger(where + ".head_dim"));
-  entry.causal = member(json, "causal", where).asBool(where + ".causal");
-  entry.input = stringField(json, "input", where);
+  entry.variant = requiredNonEmptyString(json, "variant", where);
+  entry.head_dim = static_cast<int>(requiredMember(json, "head_dim", where).asInteger(where + ".head_dim"));
+  entry.causal = requiredMember(json, "causal", where).asBool(where + ".causal");
+  entry.input = requiredNonEmptyString(json, "input", where);
   if (entry.input != "f16" && entry.input != "bf16")
     throw JsonError(where + ".input: expected \"f16\" or \"bf16\", got \"" + entry.input + "\"");
-  entry.tokens = member(json, "tokens", where).asInteger(where + ".tokens");
+  entry.tokens = requiredMember(json, "tokens", where).asInteger(where + ".tokens");
   if (entry.head_dim <= 0 || entry.tokens <= 0)
     throw JsonError(where + ": head_dim and tokens must be positive");
-  entry.tunables = stringField(json, "tunables", where);
+  entry.tunables = requiredNonEmptyString(json, "tunables", where);
   entry.milliseconds = positiveNumber(json, "milliseconds", where);
   entry.default_milliseconds = positiveNumber(json, "default_milliseconds", where);
-  entry.date = stringField(json, "date", where);
+  entry.date = requiredNonEmptyString(json, "date", where);
   return entry;
 }
 
@@ -98,20 +83,20 @@ TuningDatabase TuningDatabase::fromJson(const JsonValue &json, std::string_view 
     const JsonValue *format = json.find("format");
     if (!format || !format->isString() || format->asString() != kFormat)
       throw JsonError("\"format\": expected \"" + std::string(kFormat) + "\"");
-    const int64_t version = member(json, "version", "the database").asInteger("version");
+    const int64_t version = requiredMember(json, "version", "the database").asInteger("version");
     if (version != kFormatVersion)
       throw JsonError(
           fmt::format("\"version\": this sagegen reads version {}, the file has {}", kFormatVersion, version));
     TuningDatabase database;
-    const JsonValue::Array &devices = member(json, "devices", "the database").asArray("devices");
+    const JsonValue::Array &devices = requiredMember(json, "devices", "the database").asArray("devices");
     for (size_t i = 0; i < devices.size(); ++i) {
       const std::string where = fmt::format("devices[{}]", i);
       devices[i].asObject(where);
       TuningGroup group;
-      group.device.gpu = stringField(devices[i], "gpu", where);
-      group.device.arch = stringField(devices[i], "arch", where);
-      group.device.sagegen_version = stringField(devices[i], "sagegen_version", where);
-      const JsonValue::Array &entries = member(devices[i], "entries", where).asArray(where + ".entries");
+      group.device.gpu = requiredNonEmptyString(devices[i], "gpu", where);
+      group.device.arch = requiredNonEmptyString(devices[i], "arch", where);
+      group.device.sagegen_version = requiredNonEmptyString(devices[i], "sagegen_version", where);
+      const JsonValue::Array &entries = requiredMember(devices[i], "entries", where).asArray(where + ".entries");
       for (size_t e = 0; e < entries.size(); ++e)
         database.put(group.device, entryFromJson(entries[e], fmt::format("{}.entries[{}]", where, e)));
       if (entries.empty())

@@ -78,6 +78,15 @@ private:
   std::variant<std::nullptr_t, bool, double, std::string, Array, Object> value_{nullptr};
 };
 
+// "null", "a boolean", "a number", "a string", "an array", "an object": for messages.
+std::string_view nameOf(JsonValue::Kind kind);
+
+// Reading sagegen's files, where `where` names the object in messages (e.g. "devices[0].entries[2]"):
+// the member `key` (JsonError "<where>: missing \"<key>\"" when absent), and a member that must be a non-empty
+// string (JsonError "<where>.<key>: ..." otherwise).
+const JsonValue &requiredMember(const JsonValue &object, std::string_view key, const std::string &where);
+std::string requiredNonEmptyString(const JsonValue &object, std::string_view key, const std::string &where);
+
 // Throws JsonError("line L, column C: ...") on malformed text, trailing garbage or nesting deeper than 256.
 JsonValue parseJson(std::string_view text);
 // Pretty-printed with `indent` spaces per level (0: one line), ending without a newline. Non-finite numbers
