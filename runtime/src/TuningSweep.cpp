@@ -94,6 +94,7 @@ SweepResult runSweep(const schedules::TunableSpace &space, CandidateTimer &timer
     else {
       results[i].status = CandidateStatus::rejected;
       results[i].reason = candidate.verdict.reason;
+      results[i].refused_by_schedule = true;
     }
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -261,8 +262,22 @@ std::string sweepTable(const SweepResult &result, const TuningProblem &problem) 
   std::string text = fmt::format("{:>7} {:>8} {:>5} {:>6} {:>10} {:>8} {:>10}  {}\n", "block_q", "block_kv", "warps",
                                  "stages", "median_ms", "TOPS", "vs_default", "status");
   const double default_ms = result.default_index ? result.candidates[*result.default_index].milliseconds : std::nan("");
+  // Candidates the schedule refused before compiling are many and alike: one line per distinct reason, after the
+  // rows of the candidates that were compiled.
+  std::vector<std::pair<std::string, size_t>> refusals;
   for (const CandidateResult &candidate : result.candidates) {
     const Tunables &t = candidate.tunables;
+    if (candidate.refused_by_schedule) {
+      // The reason up to its number ("...: must divide the variant's block_q 128 ..., got 256") groups alike ones.
+      const std::string reason = firstLine(candidate.reason);
+      const std::string kind = reason.substr(0, reason.find(", got"));
+      auto found = std::find_if(refusals.begin(), refusals.end(), [&](const auto &item) { return item.first == kind; });
+      if (found == refusals.end())
+        refusals.emplace_back(kind, 1);
+      else
+        ++found->second;
+      continue;
+    }
     std::string status(nameOf(candidate.status));
     if (!candidate.reason.empty())
       status += ": " + firstLine(candidate.reason);
@@ -276,6 +291,8 @@ std::string sweepTable(const SweepResult &result, const TuningProblem &problem) 
       text += fmt::format("{:>7} {:>8} {:>5} {:>6} {:>10} {:>8} {:>10}  {}\n", t.block_q, t.block_kv, t.warps, t.stages,
                           "-", "-", "-", status);
   }
+  for (const auto &[reason, count] : refusals)
+    text += fmt::format("refused by the schedule ({} candidate{}): {}\n", count, count == 1 ? "" : "s", reason);
   text += fmt::format("{} candidates: {} measured, {} rejected, {} skipped by the budget, in {:.1f} s\n",
                       result.candidates.size(), result.measured, result.rejected, result.skipped, result.seconds);
   if (result.best && result.default_index)

@@ -148,6 +148,12 @@ TEST_CASE("rejections carry the schedule's, the compiler's and the launch's reas
   const std::string table = sweepTable(result, {"sage-b", 128, false, "f16", 16, 16, 1024});
   CHECK(table.find("rejected: compile: nvrtc: error: entry function uses too much shared data\n") != std::string::npos);
   CHECK(table.find("second line of the log") == std::string::npos); // one line per candidate
+  // Schedule refusals are summarized by reason instead of a row each.
+  CHECK(table.find("refused by the schedule (1 candidate): tunables.stages: 6 stages need 240000 bytes of shared "
+                   "memory\n") != std::string::npos);
+  CHECK(table.find("rejected: tunables.stages") == std::string::npos);
+  CHECK(find(result, {128, 64, 8, 6}).refused_by_schedule);
+  CHECK_FALSE(find(result, {64, 64, 4, 2}).refused_by_schedule);
 }
 
 TEST_CASE("the budget stops new candidates and counts the skipped ones") {

@@ -36,9 +36,10 @@ std::string_view nameOf(CandidateStatus status);
 struct CandidateResult {
   schedules::Tunables tunables;
   CandidateStatus status = CandidateStatus::skipped;
-  std::string reason;        // rejected: the schedule's, the compiler's, the check's or the launch's reason
-  double milliseconds = 0.0; // ok: median time of one call
-  bool is_default = false;   // the schedule's default configuration (always measured)
+  std::string reason;               // rejected: the schedule's, the compiler's, the check's or the launch's reason
+  double milliseconds = 0.0;        // ok: median time of one call
+  bool is_default = false;          // the schedule's default configuration (always measured)
+  bool refused_by_schedule = false; // rejected before compiling, by the schedule's own checks
 };
 
 struct SweepProgress {
