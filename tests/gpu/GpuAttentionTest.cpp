@@ -266,7 +266,8 @@ TEST_CASE("AOT cubins are loaded first and compute what JIT kernels do; damaged 
     return;
   // Variants no other case loads, so that the process's module registry cannot hand out a JIT-loaded module.
   const Case aot_case{"sage-vb", 64, true, StorageType::bf16, Layout::hnd, 2, 1, 256, 320, 0.0, 0.02, 0.999, 0.01};
-  const Case damaged_case{"sage-vt", 128, false, StorageType::bf16, Layout::nhd, 2, 2, 200, 200, 0.0, 0.02, 0.999, 0.01};
+  const Case damaged_case{"sage-vt", 128,   false, StorageType::bf16, Layout::nhd, 2, 2, 200, 200, 0.0,
+                          0.02,      0.999, 0.01};
   const std::filesystem::path root =
       std::filesystem::temp_directory_path() / ("sagegen-gpu-aot-test." + std::to_string(::getpid()));
   std::filesystem::remove_all(root);
