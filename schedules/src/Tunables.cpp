@@ -23,9 +23,10 @@ Tunables defaultTunables(const AttentionVariant &variant) {
 Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch) {
   Tunables tunables = defaultTunables(variant);
   // Measured on an H100 (bench/attention_bench.py, 2026-11-23), d128: 4 warps x 32 rows and a 2-stage pipeline beat
-  // Table 12's 8 warps / 3 (5 causal) stages by 5-25% for sage-b (f16 P.V) and 10-20% for sage-vb (int8 P.V) at
-  // N = 1k..32k, causal or not; e4m3 P.V (sage2-fp8) ran ~35% slower that way. Only sm_90a was measured: on sm_80 and
-  // sm_89 ptxas spills up to 400 bytes for sage-vt in this shape, so other archs keep Table 12's row.
+  // Table 12's 8 warps / 3 (5 causal) stages by 5-25% for sage-b and sage-t (f16 P.V) and 10-20% for sage-vb and
+  // sage-vt (int8 P.V) at N = 1k..32k, causal or not; e4m3 P.V (sage2-fp8) ran ~35% slower that way. Only sm_90a was
+  // measured: on sm_80 and sm_89 ptxas spills up to 400 bytes for sage-vt in this shape, so other archs keep Table 12's
+  // row.
   const bool measured_four_warps =
       arch == GpuArch::sm90a && variant.head_dim > 64 && isInteger(variant.qk.a) && variant.pv.a != ElementType::e4m3;
   if (measured_four_warps) {
