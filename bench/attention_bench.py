@@ -2,7 +2,9 @@
 
 Shapes as the issue fixes them: 16k tokens per call, hidden 2048 (batch = 16384 / N, at least 1, heads = 2048 / d),
 fp16, HND. TOPS = 4 * b * h * N^2 * d (halved when causal) over the full call, quantization included.
-The quantization prologue is also timed alone. Prints one table; --json writes the rows.
+The quantization prologue is also timed alone. Each number is the median over --rounds rounds, each round timing
+every implementation of the row in turn (median of 15 calls after warm-up), so clock or thermal drift during a row
+affects all columns alike. Prints one table; --json writes the rows.
 """
 
 import argparse
@@ -54,6 +56,7 @@ def main():
     parser.add_argument("--causal", default="0,1")
     parser.add_argument("--tunables", default="",
                         help="';'-separated tunables to measure besides the defaults, e.g. 'warps=4;stages=2'")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per row (median)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     # Columns: each preset with its default tunables, then with each alternative.
@@ -76,18 +79,31 @@ def main():
                 q, k, v = (torch.randn(batch, heads, tokens, dim, dtype=torch.float16, device="cuda")
                            for _ in range(3))
                 row = {"d": dim, "causal": bool(causal), "N": tokens, "batch": batch, "heads": heads}
-                row["flash"] = tops(batch, heads, tokens, dim, causal,
-                                    time_ms(lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, bool(causal))))
-                row["cudnn"] = tops(batch, heads, tokens, dim, causal,
-                                    time_ms(lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, bool(causal))))
-                line = f"{dim:>4} {causal:>6} {tokens:>6} {row['flash']:>7.1f} {row['cudnn']:>7.1f}"
+                # Everything this row times, by name; then interleaved rounds, median per name.
+                timed = {
+                    "flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, bool(causal)),
+                    "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, bool(causal)),
+                }
                 for preset, tunables in configs:
                     key = (preset, tunables, causal)
                     if key not in kernels:
                         kernels[key] = sagegen.Attention(preset, head_dim=dim, causal=bool(causal), tunables=tunables)
                     attention = kernels[key]
-                    full = time_ms(lambda: attention(q, k, v))
-                    prologue = time_ms(lambda: attention(q, k, v, phase=sagegen.PHASE_PROLOGUE))
+                    timed[("full", key)] = lambda attention=attention: attention(q, k, v)
+                    timed[("prologue", key)] = lambda attention=attention: attention(
+                        q, k, v, phase=sagegen.PHASE_PROLOGUE)
+                samples = {name: [] for name in timed}
+                for _ in range(max(1, args.rounds)):
+                    for name, function in timed.items():
+                        samples[name].append(time_ms(function))
+                milliseconds = {name: statistics.median(values) for name, values in samples.items()}
+                row["flash"] = tops(batch, heads, tokens, dim, causal, milliseconds["flash"])
+                row["cudnn"] = tops(batch, heads, tokens, dim, causal, milliseconds["cudnn"])
+                line = f"{dim:>4} {causal:>6} {tokens:>6} {row['flash']:>7.1f} {row['cudnn']:>7.1f}"
+                for preset, tunables in configs:
+                    key = (preset, tunables, causal)
+                    full = milliseconds[("full", key)]
+                    prologue = milliseconds[("prologue", key)]
                     value = tops(batch, heads, tokens, dim, causal, full)
                     row[preset if tunables is None else f"{preset}[{tunables}]"] = {
                         "tops": value, "ms": full, "prologue_us": prologue * 1e3}
