@@ -5,6 +5,7 @@
 #include "sage/runtime/AotKernelDirectory.h"
 #include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/CudaError.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
 #include "sage/runtime/NvrtcCompiler.h"
@@ -49,15 +50,6 @@ std::shared_ptr<const AotKernelDirectory> processAotDirectory(const std::filesys
   if (!slot)
     slot = std::make_shared<const AotKernelDirectory>(directory);
   return slot;
-}
-
-schedules::GpuArch currentArch() {
-  const CudaDriver &driver = CudaDriver::instance();
-  if (!driver.available())
-    throw CudaError("cuInit", 0, "no CUDA driver or device: " + driver.status().reason);
-  driver.ensureContext();
-  ComputeCapability capability = driver.computeCapability(driver.currentDevice());
-  return schedules::archFromComputeCapability(capability.major, capability.minor);
 }
 
 // What run() derives from the problem shape alone, kept for the last shape seen: repeated calls with one shape
@@ -237,7 +229,7 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   State &state = *state_;
   state.variant = variant;
   state.options = std::move(options);
-  state.arch = state.options.arch ? *state.options.arch : currentArch();
+  state.arch = state.options.arch ? *state.options.arch : currentDeviceArch();
   state.build();
 }
 

@@ -52,10 +52,8 @@ template <typename Body> sage_status guarded(Body &&body) {
 
 sage::schedules::InputType inputTypeOf(const char *dtype) {
   const std::string text = dtype ? dtype : "";
-  if (text == "f16")
-    return sage::schedules::InputType::f16;
-  if (text == "bf16")
-    return sage::schedules::InputType::bf16;
+  if (const std::optional<sage::schedules::InputType> input = sage::schedules::parseInputType(text))
+    return *input;
   throw std::invalid_argument("dtype: expected \"f16\" or \"bf16\", got \"" + text + "\"");
 }
 

@@ -1,5 +1,6 @@
 // Kernels on the GPU against the CPU reference of the same variant (same quantizers), and against exact
 // attention. Skipped, with a message, where no GPU is present. Prints one line per case for the GPU check.
+#include "../support/SkipWithoutGpu.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
@@ -8,6 +9,7 @@
 #include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/Sha256.h"
@@ -31,16 +33,7 @@ using namespace sage::reference;
 
 namespace {
 
-bool skipWithoutGpu() {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  if (driver.available())
-    return false;
-  static bool reported = false;
-  if (!reported)
-    std::printf("gpu_attention_test: SKIPPED, no GPU: %s\n", driver.status().reason.c_str());
-  reported = true;
-  return true;
-}
+bool skipWithoutGpu() { return sage::test::skipWithoutGpu("gpu_attention_test"); }
 
 struct Case {
   const char *preset;
@@ -156,10 +149,7 @@ std::string runCase(const Case &c, const std::filesystem::path &aot_directory = 
 
 // What `sagegen emit --format cubin` writes, for one variant on this device's arch: cubins and a manifest.
 void writeAotDirectory(const std::filesystem::path &directory, const Case &c) {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  driver.ensureContext();
-  const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
-  const schedules::GpuArch arch = schedules::archFromComputeCapability(capability.major, capability.minor);
+  const schedules::GpuArch arch = runtime::currentDeviceArch();
   ir::Program program = dsl::preset(c.preset, c.head_dim, c.causal ? MaskKind::causal : MaskKind::none)->lse().build();
   runtime::AttentionKernelRequest request;
   request.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
@@ -322,14 +312,11 @@ TEST_CASE("host time of a warm call") {
 
   // The baseline: the same number of launches of an empty kernel taking a parameter block of the same size, so the
   // difference is what sagegen itself adds to a call (checks, the cached shape plan, parameter packing).
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
   runtime::CompileRequest request;
   request.key = "empty launch baseline";
   request.source = "struct Block { unsigned long long words[" + std::to_string(sizeof(SageAttentionParams) / 8) +
                    "]; };\nextern \"C\" __global__ void empty(const Block) {}\n";
-  request.options.arch =
-      std::string(schedules::archName(schedules::archFromComputeCapability(capability.major, capability.minor)));
+  request.options.arch = std::string(schedules::archName(runtime::currentDeviceArch()));
   const runtime::CompileResult compiled = runtime::NvrtcCompiler().compileCubin(request);
   const std::shared_ptr<runtime::LoadedModule> module = runtime::LoadedModule::load(compiled.image);
   const runtime::LoadedKernel empty = module->kernel("empty");

@@ -1,8 +1,10 @@
 // Tuning on a real GPU: the event timer checks and times candidates, a short sweep runs end to end, and runners pick
 // up the tuning database's tunables for this GPU. Skipped, with a message, where no GPU is present.
+#include "../support/SkipWithoutGpu.h"
 #include "sage/dsl/Presets.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/GpuCandidateTimer.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/runtime/TuningSweep.h"
@@ -18,23 +20,7 @@ using namespace sage;
 
 namespace {
 
-bool skipWithoutGpu() {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  if (driver.available())
-    return false;
-  static bool reported = false;
-  if (!reported)
-    std::printf("gpu_tuning_test: SKIPPED, no GPU: %s\n", driver.status().reason.c_str());
-  reported = true;
-  return true;
-}
-
-schedules::GpuArch currentArch() {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  driver.ensureContext();
-  const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
-  return schedules::archFromComputeCapability(capability.major, capability.minor);
-}
+bool skipWithoutGpu() { return sage::test::skipWithoutGpu("gpu_tuning_test"); }
 
 // The first supported candidate that is not the default.
 schedules::Tunables otherCandidate(const schedules::TunableSpace &space) {
@@ -53,7 +39,7 @@ TEST_CASE("the GPU timer checks and times candidates") {
   const ir::Program program = dsl::preset("sage-b", 64)->build();
   const AttentionVariant variant = program.variant();
   runtime::AttentionRunnerOptions base;
-  base.arch = currentArch();
+  base.arch = runtime::currentDeviceArch();
   base.ir_fingerprint = program.fingerprint();
   runtime::GpuTimingOptions timing;
   timing.bench = {2, 4, 4, 1024, 1024, 64};
@@ -79,7 +65,7 @@ TEST_CASE("a short sweep on the GPU") {
     return;
   const ir::Program program = dsl::preset("sage-b", 128, MaskKind::causal)->build();
   runtime::AttentionRunnerOptions base;
-  base.arch = currentArch();
+  base.arch = runtime::currentDeviceArch();
   base.ir_fingerprint = program.fingerprint();
   runtime::GpuTimingOptions timing;
   timing.bench = {4, 8, 8, 2048, 2048, 128};
@@ -104,7 +90,7 @@ TEST_CASE("runners use the tuning database's tunables for this GPU") {
     return;
   const ir::Program program = dsl::preset("sage-b", 64)->build();
   const AttentionVariant variant = program.variant();
-  const schedules::GpuArch arch = currentArch();
+  const schedules::GpuArch arch = runtime::currentDeviceArch();
   const schedules::TunableSpace space = schedules::tunableSpace(variant, arch, schedules::InputType::f16);
   const schedules::Tunables other = otherCandidate(space);
   auto database = std::make_shared<runtime::TuningDatabase>();

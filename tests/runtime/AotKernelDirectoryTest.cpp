@@ -1,6 +1,7 @@
 // AOT kernel lookup without a GPU: find() returns a directory's cubin only for the exact key and an intact CUDA
 // image; otherwise it declines with the reason (and warns when something is wrong rather than merely absent).
 #include "sage/runtime/AotKernelDirectory.h"
+#include "../support/TemporaryDirectory.h"
 
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/Sha256.h"
@@ -18,17 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TemporaryDirectory {
-  fs::path path;
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "sagegen-aot-test.XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TemporaryDirectory() {
-    std::error_code error;
-    fs::remove_all(path, error);
-  }
+// This program's scratch directories.
+struct TemporaryDirectory : sage::test::TemporaryDirectory {
+  TemporaryDirectory() : sage::test::TemporaryDirectory("sagegen-aot-test") {}
 };
 
 void writeBytes(const fs::path &path, std::string_view bytes) {

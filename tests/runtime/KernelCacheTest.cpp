@@ -1,6 +1,7 @@
 // The kernel cache in a temporary directory: memory and disk hits, damaged and foreign entries, unusable
 // directories, concurrent builders (threads and processes), and the list/verify/clear maintenance calls.
 #include "sage/runtime/KernelCache.h"
+#include "../support/TemporaryDirectory.h"
 
 #include "sage/runtime/CacheEntry.h"
 
@@ -28,18 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TemporaryDirectory {
-  fs::path path;
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "sagegen-cache-test.XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TemporaryDirectory() {
-    std::error_code error;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, error);
-    fs::remove_all(path, error);
-  }
+// This program's scratch directories.
+struct TemporaryDirectory : sage::test::TemporaryDirectory {
+  TemporaryDirectory() : sage::test::TemporaryDirectory("sagegen-cache-test") {}
 };
 
 KernelKey keyFor(const std::string &schedule) {

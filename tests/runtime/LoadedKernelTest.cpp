@@ -1,5 +1,6 @@
 // Loads and launches NVRTC-compiled kernels on the GPU; skipped, with a message, where no driver exists.
 #include "sage/runtime/LoadedKernel.h"
+#include "../support/SkipWithoutGpu.h"
 
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/ModuleRegistry.h"
@@ -51,16 +52,7 @@ extern "C" __global__ void through_shared(FillParams params) {
 }
 )";
 
-bool skipWithoutDriver() {
-  const CudaDriver &driver = CudaDriver::instance();
-  if (driver.available())
-    return false;
-  static bool reported = false;
-  if (!reported)
-    std::printf("runtime_loaded_kernel_test: SKIPPED, no GPU: %s\n", driver.status().reason.c_str());
-  reported = true;
-  return true;
-}
+bool skipWithoutDriver() { return sage::test::skipWithoutGpu("runtime_loaded_kernel_test"); }
 
 std::string deviceArch() {
   const CudaDriver &driver = CudaDriver::instance();

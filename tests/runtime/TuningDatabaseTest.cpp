@@ -1,5 +1,6 @@
 // The tuning database: schema round trip, lookup rules, the locked atomic merge and corrupt files.
 #include "sage/runtime/TuningDatabase.h"
+#include "../support/TemporaryDirectory.h"
 
 #include <doctest/doctest.h>
 
@@ -15,14 +16,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TemporaryDirectory {
-  fs::path path;
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "sagegen-tuning-test.XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TemporaryDirectory() { fs::remove_all(path); }
+// This program's scratch directories.
+struct TemporaryDirectory : sage::test::TemporaryDirectory {
+  TemporaryDirectory() : sage::test::TemporaryDirectory("sagegen-tuning-test") {}
 };
 
 const TuningDevice kH100{"NVIDIA H100 80GB HBM3", "sm_90a", "0.1.0"};

@@ -14,10 +14,8 @@
 namespace sage::tool {
 
 inline schedules::InputType parseInputOption(const std::string &text) {
-  if (text == "f16")
-    return schedules::InputType::f16;
-  if (text == "bf16")
-    return schedules::InputType::bf16;
+  if (const std::optional<schedules::InputType> input = schedules::parseInputType(text))
+    return *input;
   throw UserError("--input: expected f16 or bf16, got '" + text + "'");
 }
 

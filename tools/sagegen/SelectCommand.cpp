@@ -7,12 +7,13 @@
 // listing them: [{"layer": "blocks.0", "q": "q0.npy", "k": "k0.npy", "v": "v0.npy"}, ...] (paths relative to the
 // JSON file). Each .npy is little-endian float16 or float32, C order, [heads, tokens, head_dim] or
 // [batch, heads, tokens, head_dim].
-#include "PresetOptions.h"
+#include "KernelSetOptions.h"
 
 #include "sage/reference/Metrics.h"
 #include "sage/reference/NpyFile.h"
 #include "sage/reference/Reference.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/Json.h"
 #include "sage/runtime/LayerChoices.h"
 #include "sage/runtime/TuningDatabase.h"
@@ -149,8 +150,7 @@ void select(const SelectOptions &options) {
     throw UserError("--threshold: expected a cosine similarity in (0, 1], got " + std::to_string(options.threshold));
   if (options.fallback != "exact" && options.fallback != "most-accurate")
     throw UserError("--fallback: expected exact or most-accurate, got '" + options.fallback + "'");
-  if (options.input != "f16" && options.input != "bf16")
-    throw UserError("--input: expected f16 or bf16, got '" + options.input + "'");
+  parseInputOption(options.input); // validated here; the database compares the name
   if (options.candidates.empty())
     throw UserError("--candidates: name at least one preset");
   const fs::path samples = options.samples;
@@ -170,12 +170,8 @@ void select(const SelectOptions &options) {
     fmt::print(stderr, "sagegen: warning: ignoring the tuning database: {}\n", error.what());
   }
   const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  if (!database.empty() && driver.available()) {
-    driver.ensureContext();
-    const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
-    device = runtime::currentTuningDevice(
-        std::string(schedules::archName(schedules::archFromComputeCapability(capability.major, capability.minor))));
-  }
+  if (!database.empty() && driver.available())
+    device = runtime::currentTuningDevice(std::string(schedules::archName(runtime::currentDeviceArch())));
 
   runtime::LayerChoices choices;
   choices.threshold = options.threshold;

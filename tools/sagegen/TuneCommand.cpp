@@ -1,9 +1,10 @@
 // `sagegen tune`: sweeps the schedule's tunables on this GPU and records the fastest in the tuning database;
 // `sagegen tune --show` prints the database.
-#include "PresetOptions.h"
+#include "KernelSetOptions.h"
 
 #include "sage/ir/Program.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/GpuCandidateTimer.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/runtime/TuningSweep.h"
@@ -115,8 +116,7 @@ void tune(const TuneOptions &options) {
   for (int64_t n : options.tokens)
     if (n <= 0)
       throw UserError("--n: expected positive sequence lengths, got " + std::to_string(n));
-  if (options.input != "f16" && options.input != "bf16")
-    throw UserError("--input: expected f16 or bf16, got '" + options.input + "'");
+  const schedules::InputType input = parseInputOption(options.input);
   if (options.budget_seconds < 0)
     throw UserError("--budget: expected a non-negative number of seconds");
   if (options.warmup < 0 || options.repeats < 1)
@@ -128,15 +128,12 @@ void tune(const TuneOptions &options) {
     throw UserError("--preset: name the preset to tune (see `sagegen list`)");
   const ir::Program program = options.preset.builder(options.preset.preset).build();
   const AttentionVariant variant = program.variant();
-  const schedules::InputType input = options.input == "bf16" ? schedules::InputType::bf16 : schedules::InputType::f16;
   const std::filesystem::path path = databasePath(options);
 
   const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
   if (!driver.available())
     throw UserError("tune measures kernels on a GPU, and there is none: " + driver.status().reason);
-  driver.ensureContext();
-  const runtime::ComputeCapability capability = driver.computeCapability(driver.currentDevice());
-  const schedules::GpuArch arch = schedules::archFromComputeCapability(capability.major, capability.minor);
+  const schedules::GpuArch arch = runtime::currentDeviceArch();
   const schedules::TunableSpace space = schedules::tunableSpace(variant, arch, input);
   const runtime::TuningDevice device = runtime::currentTuningDevice(std::string(schedules::archName(arch)));
 

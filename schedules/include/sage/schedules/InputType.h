@@ -11,5 +11,6 @@ enum class TensorLayout { hnd, nhd }; // [b, h, n, d] or [b, n, h, d]; other out
 
 std::string_view nameOf(InputType type);
 std::string_view nameOf(TensorLayout layout);
+std::optional<InputType> parseInputType(std::string_view text); // "f16" or "bf16"
 
 } // namespace sage::schedules
