@@ -5,6 +5,7 @@
 #include "sage/ir/Program.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaError.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/KernelKey.h"
 #include "sage/runtime/NvrtcCompiler.h"
 
@@ -64,10 +65,14 @@ sage_status create(const sage::ir::Program &program, const char *dtype, const ch
   if (tunables && *tunables) {
     const sage::AttentionVariant variant = program.variant();
     try {
-      options.tunables = sage::schedules::parseTunables(tunables, sage::schedules::defaultTunables(variant));
+      sage::schedules::parseTunables(tunables, sage::schedules::defaultTunables(variant)); // the text, GPU or not
     } catch (const std::invalid_argument &error) {
       throw std::invalid_argument(std::string("tunables: ") + error.what());
     }
+    // Fields left out keep the schedule's defaults on this device's arch, as without any tunables.
+    options.arch = sage::runtime::currentDeviceArch();
+    options.tunables =
+        sage::schedules::parseTunables(tunables, sage::schedules::defaultTunables(variant, *options.arch));
   }
   auto handle = std::make_unique<sage_attention>();
   handle->runner = std::make_unique<sage::runtime::AttentionRunner>(program.variant(), options);

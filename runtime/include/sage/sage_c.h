@@ -46,7 +46,7 @@ const char *sage_version(void);
 sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse, const char *dtype,
                                          sage_attention_t *out);
 /* As above, with the schedule's tunables set explicitly: "warps=4,stages=3" (the form `sagegen` prints; fields
- * left out keep their defaults; NULL or "" = all defaults). */
+ * left out keep the schedule's defaults for the current device's arch; NULL or "" = all defaults). */
 sage_status sage_attention_create_preset_tuned(const char *preset, int head_dim, int causal, int write_lse,
                                                const char *dtype, const char *tunables, sage_attention_t *out);
 sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sage_attention_t *out);
