@@ -2,7 +2,10 @@
 
 #include "sage/codegen/AttentionKernelGenerator.h"
 #include "sage/runtime/AttentionKernelKeys.h"
+#include "sage/runtime/NvrtcCompiler.h"
 #include "sage/schedules/ScheduleRegistry.h"
+
+#include <chrono>
 
 namespace sage::runtime {
 
@@ -45,6 +48,22 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
       {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
       set.attention.dynamic_shared_bytes, set.attention.grid_description);
   return set;
+}
+
+CacheResult cacheKernel(KernelCache &cache, const GeneratedKernel &kernel, double *compile_milliseconds) {
+  return cache.getOrBuild(kernel.key, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    CompileRequest request;
+    request.key = kernel.name + " [" + kernel.key.digest().substr(0, 16) + "]";
+    request.source = kernel.source;
+    request.source_name = kernel.name + ".cu";
+    request.options.arch = kernel.key.arch;
+    ByteBuffer built = NvrtcCompiler().compileCubin(request).image;
+    if (compile_milliseconds)
+      *compile_milliseconds =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return built;
+  });
 }
 
 } // namespace sage::runtime

@@ -8,14 +8,12 @@
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
-#include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
 
 #include <fmt/core.h>
 
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -198,18 +196,8 @@ struct AttentionRunner::State {
       }
     }
     if (!image) {
-      CacheResult result = (options.cache ? *options.cache : processCache()).getOrBuild(kernel.key, [&] {
-        const auto start = std::chrono::steady_clock::now();
-        CompileRequest request;
-        request.key = kernel.name + " [" + digest.substr(0, 16) + "]";
-        request.source = kernel.source;
-        request.source_name = kernel.name + ".cu";
-        request.options.arch = kernel.key.arch;
-        ByteBuffer built = NvrtcCompiler().compileCubin(request).image;
-        compiled.compile_milliseconds =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        return built;
-      });
+      const CacheResult result =
+          cacheKernel(options.cache ? *options.cache : processCache(), kernel, &compiled.compile_milliseconds);
       compiled.source = result.source;
       if (!load_modules)
         return compiled;

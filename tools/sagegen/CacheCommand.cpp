@@ -2,11 +2,9 @@
 #include "KernelSetOptions.h"
 
 #include "sage/runtime/KernelCache.h"
-#include "sage/runtime/NvrtcCompiler.h"
 
 #include <fmt/core.h>
 
-#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -96,20 +94,9 @@ void warm(const CacheCommandOptions &options) {
       openCache(cacheDirectory(options, false), [&](const std::string &warning) { warnings.push_back(warning); });
   if (cache.directory().empty())
     throw UserError(fmt::format("--dir: cannot use it as a kernel cache: {}", warnings.empty() ? "" : warnings[0]));
-  const runtime::NvrtcCompiler compiler;
   for (const runtime::GeneratedKernel &kernel : kernels.set.kernels) {
     double milliseconds = 0;
-    runtime::CacheResult result = cache.getOrBuild(kernel.key, [&] {
-      const auto start = std::chrono::steady_clock::now();
-      runtime::CompileRequest request;
-      request.key = kernel.name;
-      request.source = kernel.source;
-      request.source_name = kernel.name + ".cu";
-      request.options.arch = kernel.key.arch;
-      runtime::ByteBuffer image = compiler.compileCubin(request).image;
-      milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      return image;
-    });
+    const runtime::CacheResult result = runtime::cacheKernel(cache, kernel, &milliseconds);
     fmt::print("{:<6} {}  {} ({})\n", runtime::cacheSourceName(result.source), result.digest.substr(0, 12),
                kernel.entry_point,
                result.source == runtime::CacheSource::built ? fmt::format("{:.0f} ms", milliseconds) : "cached");

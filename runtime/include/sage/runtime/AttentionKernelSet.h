@@ -6,6 +6,7 @@
 #include "sage/codegen/KernelSource.h"
 #include "sage/codegen/PrologueGenerator.h"
 #include "sage/ir/AttentionVariant.h"
+#include "sage/runtime/KernelCache.h"
 #include "sage/runtime/KernelKey.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
@@ -51,5 +52,9 @@ struct AttentionKernelSet {
 // Plans the best schedule for `request.arch`, generates every kernel and computes their keys. Throws
 // std::invalid_argument when no schedule or the prologue does not support the variant.
 AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, const AttentionKernelRequest &request);
+
+// `kernel`'s cubin from `cache`, compiled with NVRTC on a miss (CompileError names the kernel and its key digest).
+// `compile_milliseconds`, when given, receives the compile time (left alone on a hit).
+CacheResult cacheKernel(KernelCache &cache, const GeneratedKernel &kernel, double *compile_milliseconds = nullptr);
 
 } // namespace sage::runtime
