@@ -75,6 +75,25 @@ struct GridMapping {
   std::string description() const;
 };
 
+// One TMA box and the shared-memory chunk it fills: `inner_bytes` (32, 64 or 128: the swizzle span) x `rows`.
+struct TensorMapBox {
+  int inner_bytes = 0;
+  int rows = 0;
+  bool operator==(const TensorMapBox &) const = default;
+};
+
+// Warp specialisation (the sm90 schedule): a producer warpgroup feeds `consumer_warpgroups` consumers through TMA
+// loads described by tensor maps that the runtime encodes (cuTensorMapEncodeTiled) from these boxes.
+struct WarpSpecialization {
+  int consumer_warpgroups = 0; // 0: not warp-specialised (the sm80 schedule)
+  int producer_registers = 0;  // setmaxnreg targets per thread
+  int consumer_registers = 0;
+  TensorMapBox q_box; // Q_i: q_codes rows (head_dim x operand bytes), chunked along the row
+  TensorMapBox k_box; // K_j: k_codes rows, chunked the same way
+  TensorMapBox v_box; // V_j^T codes [d][tokens] chunked along the tokens, or V [tokens][2d bytes] along the bytes
+  bool operator==(const WarpSpecialization &) const = default;
+};
+
 struct KernelPlan {
   std::string schedule;
   GpuArch arch = GpuArch::sm80;
@@ -100,9 +119,14 @@ struct KernelPlan {
   ScaleIndexing k_scales;
   int k_scales_per_block = 0; // distinct K scales in one KV block (1: a scalar per block, 0: unquantized)
 
+  // 8-bit P.V on wgmma: the prologue writes V^T's tokens permuted within each group of 32, so that S's accumulator
+  // registers are the A operand as they are (see WorkspaceLayout.h, VCodesTokenOrder).
+  bool wgmma_value_token_order = false;
+
   SharedMemoryLayout shared;
   int min_blocks_per_multiprocessor = 1; // __launch_bounds__ occupancy target
   GridMapping grid;
+  WarpSpecialization warp_specialization; // sm90 only
 };
 
 // Element size in bytes of a storage type (int4/e2m1 are packed, so they report 1 for a pair).

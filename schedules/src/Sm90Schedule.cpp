@@ -1,0 +1,231 @@
+// The sm90 wgmma + TMA schedule: what it supports and how it tiles a variant (the kernel itself is
+// codegen/device/sage/device/sm90/attention.cuh).
+#include "sage/schedules/Sm90Schedule.h"
+
+#include "sage/schedules/GpuLimits.h"
+#include "sage/schedules/Sm80Schedule.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace sage::schedules {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kWarpgroupWarps = 4;
+constexpr int kConsumerRows = 64; // the M of every wgmma: one m64 tile per consumer warpgroup
+constexpr int kMinStages = 2;
+constexpr int kMaxStages = 8;
+constexpr int kDefaultStages = 4;
+constexpr int kSwizzleSpan = 128;      // bytes: the widest TMA box row that a 128-byte swizzle takes
+constexpr int kTileAlignment = 1024;   // swizzled tiles start on 1024-byte boundaries
+constexpr int kAlignmentSlack = 1024;  // the dynamic buffer is rounded up to that boundary in the kernel
+constexpr int kRegisterFile = 65536;   // 32-bit registers per SM
+constexpr int kProducerRegisters = 24; // the producer only issues TMA from one thread
+constexpr int kMaxConsumerRegisters = 240;
+
+void require(bool condition, const std::string &message) {
+  if (!condition)
+    throw std::invalid_argument(message);
+}
+
+int alignUp(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+// Mirrors SharedLayout<Config> in attention.cuh: Q_i, then `stages` x (K_j, V_j), then the mbarriers.
+SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
+  const WarpSpecialization &ws = plan.warp_specialization;
+  const int qk_row_bytes = plan.head_dim * bytesOf(plan.qk_operand);
+  const int v_rows = plan.v_source == ValueSource::workspace_codes ? plan.head_dim : plan.tunables.block_kv;
+  const int v_row_bytes = plan.v_source == ValueSource::workspace_codes ? plan.tunables.block_kv : 2 * plan.head_dim;
+  SharedMemoryLayout layout;
+  layout.q = {0, qk_row_bytes * ws.q_box.rows, ws.q_box.rows, qk_row_bytes};
+  layout.k = {0, qk_row_bytes * ws.k_box.rows, ws.k_box.rows, qk_row_bytes};
+  layout.v = {alignUp(layout.k.bytes, kTileAlignment), v_rows * v_row_bytes, v_rows, v_row_bytes};
+  layout.stage_offset = alignUp(layout.q.bytes, kTileAlignment);
+  layout.stage_bytes = alignUp(layout.v.offset + layout.v.bytes, kTileAlignment);
+  layout.stages = stages;
+  const int barrier_bytes = (2 * stages + 1) * 8;
+  layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes + barrier_bytes + kAlignmentSlack;
+  return layout;
+}
+
+ScaleIndexing scaleIndexing(const QuantizerSpec &spec, int block_tokens) {
+  ScaleIndexing indexing;
+  indexing.used = spec.quantized();
+  if (!indexing.used)
+    return indexing;
+  switch (spec.granularity) {
+  case Granularity::per_token:
+    indexing.tokens_per_group = 1;
+    break;
+  case Granularity::per_block:
+  case Granularity::per_warp:
+  case Granularity::per_thread:
+    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
+    indexing.interleave = spec.granularity == Granularity::per_thread ? 8 : 1;
+    break;
+  default:
+    indexing.tokens_per_group = 0; // per_tensor: one scale
+    break;
+  }
+  return indexing;
+}
+
+void validateTunables(const Tunables &tunables) {
+  require(tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 12,
+          "tunables.warps: the sm90 schedule counts consumer warps, 4 per consumer warpgroup: expected 4, 8 or 12, got " +
+              std::to_string(tunables.warps));
+  require(tunables.block_q == kConsumerRows * tunables.warps / kWarpgroupWarps,
+          "tunables.block_q: the sm90 schedule gives each consumer warpgroup 64 rows: expected 16 * warps (" +
+              std::to_string(kConsumerRows * tunables.warps / kWarpgroupWarps) + "), got " +
+              std::to_string(tunables.block_q));
+  require(tunables.block_kv == 64 || tunables.block_kv == 128,
+          "tunables.block_kv: expected 64 or 128 (the N of the Q.K^T wgmma), got " + std::to_string(tunables.block_kv));
+  require(tunables.stages >= kMinStages && tunables.stages <= kMaxStages,
+          "tunables.stages: expected " + std::to_string(kMinStages) + ".." + std::to_string(kMaxStages) + ", got " +
+              std::to_string(tunables.stages));
+}
+
+} // namespace
+
+std::string_view Sm90Schedule::summary() const {
+  return "wgmma (s8/e4m3/f16) + TMA with mbarriers; a producer warpgroup and 64-row consumer warpgroups "
+         "(setmaxnreg); P~ from registers";
+}
+
+int Sm90Schedule::preference(GpuArch arch) const { return arch == GpuArch::sm90a ? 200 : 0; }
+
+Tunables Sm90Schedule::defaultTunables(const AttentionVariant &) {
+  Tunables tunables;
+  tunables.warps = 8;
+  tunables.block_q = 128;
+  tunables.block_kv = 128;
+  tunables.stages = kDefaultStages;
+  return tunables;
+}
+
+SupportResult Sm90Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType input) const {
+  if (!hasWgmma(arch))
+    return SupportResult::no(std::string(archName(arch)) + " has no wgmma (the sm90 schedule needs sm_90a)");
+  if (variant.head_dim != 64 && variant.head_dim != 128)
+    return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
+                             ": the sm90 schedule has tiles for head_dim 64 and 128 only");
+  if (variant.mask.kind == MaskKind::block_sparse)
+    return SupportResult::no("block-sparse masks are not in the sm90 schedule yet (the sm80 schedule runs them)");
+  // The same quantizers, accumulators and softmax as the mma.sync schedule: its verdict on what is computed holds.
+  if (SupportResult numerics = Sm80Schedule().supports(variant, arch, input); !numerics)
+    return numerics;
+  return SupportResult::yes();
+}
+
+KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, InputType input,
+                              std::optional<Tunables> tunables) const {
+  if (SupportResult support = supports(variant, arch, input); !support)
+    throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
+                                ": unsupported by " + std::string(kName) + ": " + support.reason);
+  const bool explicit_tunables = tunables.has_value();
+  const Tunables chosen = tunables.value_or(defaultTunables(variant));
+  validateTunables(chosen);
+
+  KernelPlan plan;
+  plan.schedule = std::string(kName);
+  plan.arch = arch;
+  plan.input = input;
+  plan.tunables = chosen;
+  plan.head_dim = variant.head_dim;
+  const int consumers = chosen.warps / kWarpgroupWarps;
+  plan.threads = (chosen.warps + kWarpgroupWarps) * kWarpSize; // the consumers and one producer warpgroup
+  plan.rows_per_warp = 16;
+  plan.row_tiles_per_warp = 1;
+
+  // Q.K^T: int8 codes, or unquantized Q/K stored in the input's own type by the prologue.
+  const bool quantized_qk = variant.q.quantized();
+  plan.qk_operand = quantized_qk ? ElementType::int8 : (input == InputType::f16 ? ElementType::f16 : ElementType::bf16);
+  plan.qk_mma = quantized_qk ? MmaShape{64, chosen.block_kv, 32, ElementType::int8, ElementType::int8,
+                                        AccumulatorType::s32}
+                             : MmaShape{64, chosen.block_kv, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
+  plan.q_scales = scaleIndexing(variant.q, variant.block_q);
+  plan.k_scales = scaleIndexing(variant.k, variant.block_kv);
+  if (plan.k_scales.used)
+    plan.k_scales_per_block =
+        static_cast<int>(plan.k_scales.groupOf(chosen.block_kv - 1) - plan.k_scales.groupOf(0) + 1);
+
+  // P.V with P~ from registers
+  if (variant.p.dtype == ElementType::int8) {
+    plan.pv_path = PvPath::int8_per_block;
+    plan.pv_mma = {64, variant.head_dim, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32};
+  } else if (variant.p.dtype == ElementType::e4m3) {
+    plan.pv_path = PvPath::e4m3_accumulate_f32;
+    plan.pv_mma = {64, variant.head_dim, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32};
+  } else if (variant.pv.accumulator == AccumulatorType::f16) {
+    plan.pv_path = PvPath::f16_accumulate_f16;
+    plan.pv_mma = {64, variant.head_dim, 16, ElementType::f16, ElementType::f16, AccumulatorType::f16};
+  } else {
+    plan.pv_path = PvPath::f16_accumulate_f32;
+    plan.pv_mma = {64, variant.head_dim, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
+  }
+  plan.v_operand = plan.pv_mma.b;
+  const bool eight_bit_pv = bytesOf(plan.pv_mma.a) == 1;
+  plan.wgmma_value_token_order = eight_bit_pv;
+  if (eight_bit_pv)
+    plan.v_source = ValueSource::workspace_codes;
+  else if (input == InputType::f16 && variant.smooth_v == SmoothScope::none)
+    plan.v_source = ValueSource::input;
+  else
+    plan.v_source = ValueSource::workspace_values;
+
+  // Warp roles and TMA boxes
+  WarpSpecialization &ws = plan.warp_specialization;
+  ws.consumer_warpgroups = consumers;
+  if (consumers > 1) { // one consumer has registers to spare without the hand-over
+    ws.producer_registers = kProducerRegisters;
+    const int pool = (kRegisterFile - kWarpgroupWarps * kWarpSize * kProducerRegisters) /
+                     (consumers * kWarpgroupWarps * kWarpSize);
+    ws.consumer_registers = std::min(kMaxConsumerRegisters, pool / 8 * 8);
+  }
+  const int qk_row_bytes = variant.head_dim * bytesOf(plan.qk_operand);
+  ws.q_box = {std::min(qk_row_bytes, kSwizzleSpan), chosen.block_q};
+  ws.k_box = {std::min(qk_row_bytes, kSwizzleSpan), chosen.block_kv};
+  if (eight_bit_pv)
+    ws.v_box = {std::min(chosen.block_kv, kSwizzleSpan), variant.head_dim};
+  else
+    ws.v_box = {std::min(2 * variant.head_dim, kSwizzleSpan), chosen.block_kv};
+
+  // Shared memory: default tunables give up pipeline depth before they give up fitting the arch.
+  const GpuLimits limits = gpuLimits(arch);
+  int stages = chosen.stages;
+  plan.shared = layoutSharedMemory(plan, stages);
+  while (!explicit_tunables && stages > kMinStages &&
+         plan.shared.total_bytes > limits.max_dynamic_shared_bytes_per_block)
+    plan.shared = layoutSharedMemory(plan, --stages);
+  plan.tunables.stages = stages;
+  require(plan.shared.total_bytes <= limits.max_dynamic_shared_bytes_per_block,
+          "tunables.stages: " + std::to_string(stages) + " stages need " + std::to_string(plan.shared.total_bytes) +
+              " bytes of shared memory; " + std::string(archName(arch)) + " allows " +
+              std::to_string(limits.max_dynamic_shared_bytes_per_block) + " per block");
+  plan.min_blocks_per_multiprocessor = 1;
+  plan.grid.block_q = chosen.block_q;
+  plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
+  return plan;
+}
+
+TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch arch, InputType input) const {
+  TunableSpace space;
+  space.schedule = std::string(kName);
+  space.defaults = plan(variant, arch, input).tunables;
+  for (int warps : {4, 8, 12})
+    for (int block_kv : {64, 128})
+      for (int stages = kMinStages; stages <= 6; ++stages) {
+        Tunables candidate{kConsumerRows * warps / kWarpgroupWarps, block_kv, warps, stages};
+        try {
+          plan(variant, arch, input, candidate);
+          space.candidates.push_back({candidate, SupportResult::yes()});
+        } catch (const std::invalid_argument &error) {
+          space.candidates.push_back({candidate, SupportResult::no(error.what())});
+        }
+      }
+  return space;
+}
+
+} // namespace sage::schedules
