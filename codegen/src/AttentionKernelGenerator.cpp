@@ -1,8 +1,6 @@
 #include "sage/codegen/AttentionKernelGenerator.h"
 
-#include "KernelText.h"
-#include "sage/codegen/KernelAbiSource.h"
-#include "sage/schedules/Sm80Schedule.h"
+#include "sage/codegen/ScheduleKernelWriter.h"
 
 #include <cctype>
 #include <stdexcept>
@@ -25,15 +23,11 @@ std::string identifierPart(std::string_view text) {
   return part.empty() ? "variant" : part;
 }
 
-void validate(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
-  if (plan.schedule != schedules::Sm80Schedule::kName)
-    throw std::invalid_argument("plan.schedule: the attention kernel generator writes '" +
-                                std::string(schedules::Sm80Schedule::kName) + "' kernels, got '" + plan.schedule + "'");
-  if (plan.head_dim != variant.head_dim)
-    throw std::invalid_argument("plan.head_dim " + std::to_string(plan.head_dim) + " does not match the variant's " +
-                                std::to_string(variant.head_dim) + ": make the plan from this variant");
-  if (plan.threads != plan.tunables.warps * 32 || plan.shared.total_bytes <= 0)
-    throw std::invalid_argument("plan: incomplete (make it with Sm80Schedule::plan)");
+std::string knownWriters() {
+  std::string names;
+  for (const ScheduleKernelWriter *writer : allKernelWriters())
+    names += (names.empty() ? "" : ", ") + std::string(writer->schedule());
+  return names;
 }
 
 } // namespace
@@ -50,31 +44,14 @@ std::string AttentionKernelGenerator::kernelName(const AttentionVariant &variant
 }
 
 KernelSource AttentionKernelGenerator::generate(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
-  validate(variant, plan);
-  const detail::KernelContext context = detail::makeContext(variant, plan, kernelName(variant, plan));
-  KernelSource kernel;
-  kernel.name = context.name;
-  kernel.entry_point = context.name;
-  kernel.block_dim = {plan.threads, 1, 1};
-  kernel.grid = plan.grid;
-  kernel.grid_description = plan.grid.description();
-  kernel.dynamic_shared_bytes = plan.shared.total_bytes;
-  kernel.arch = plan.arch;
-
-  std::string &source = kernel.source;
-  source += detail::emitHeaderComment(context);
-  source += "// ---- Kernel ABI (sage/codegen/KernelAbi.h) ----\n";
-  source += kernelAbiSource();
-  source += "\n\n";
-  source += detail::emitConstants(context);
-  source += detail::emitInstructionWrappers(context);
-  source += detail::emitTileHelpers(context);
-  source += detail::emitScoreSteps(context);
-  source += detail::emitSoftmaxSteps(context);
-  source += detail::emitValueSteps(context);
-  source += detail::emitEpilogueSteps(context);
-  source += detail::emitKernelEntry(context);
-  return kernel;
+  const ScheduleKernelWriter *writer = findKernelWriter(plan.schedule);
+  if (writer == nullptr)
+    throw std::invalid_argument("plan.schedule: no kernel writer for schedule '" + plan.schedule +
+                                "' (writers exist for: " + knownWriters() + ")");
+  if (plan.head_dim != variant.head_dim)
+    throw std::invalid_argument("plan.head_dim " + std::to_string(plan.head_dim) + " does not match the variant's " +
+                                std::to_string(variant.head_dim) + ": make the plan from this variant");
+  return writer->write(variant, plan);
 }
 
 KernelSource AttentionKernelGenerator::generate(const AttentionVariant &variant, const schedules::KernelPlan &plan,

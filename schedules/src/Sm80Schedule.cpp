@@ -281,7 +281,12 @@ int outputAccumulatorRegisters(const KernelPlan &plan, const AttentionVariant &v
 
 } // namespace
 
-SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType) {
+std::string_view Sm80Schedule::summary() const {
+  return "mma.sync m16n8k32 int8/e4m3 and m16n8k16 f16/bf16, ldmatrix, cp.async multi-stage K/V pipeline, one CTA "
+         "per (Q block, head, batch), S and P in registers";
+}
+
+SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType) const {
   if (variant.version != kIrVersion)
     return SupportResult::no("variant IR version " + std::to_string(variant.version) + ", this schedule reads " +
                              std::to_string(kIrVersion));
@@ -300,7 +305,7 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
 }
 
 KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, InputType input,
-                              std::optional<Tunables> tunables) {
+                              std::optional<Tunables> tunables) const {
   if (SupportResult support = supports(variant, arch, input); !support)
     throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
                                 ": unsupported by " + std::string(kName) + ": " + support.reason);

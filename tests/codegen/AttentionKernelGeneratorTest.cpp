@@ -18,7 +18,7 @@ namespace {
 
 KernelSource generate(const AttentionVariant &variant, GpuArch arch = GpuArch::sm90a,
                       InputType input = InputType::f16) {
-  return AttentionKernelGenerator::generate(variant, Sm80Schedule::plan(variant, arch, input));
+  return AttentionKernelGenerator::generate(variant, Sm80Schedule().plan(variant, arch, input));
 }
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
@@ -27,7 +27,7 @@ bool contains(const std::string &text, const std::string &part) { return text.fi
 
 TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's steps in comments") {
   const AttentionVariant variant = test::presetVariant("sage-b", 128);
-  const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16);
+  const KernelPlan plan = Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16);
   const KernelSource kernel = AttentionKernelGenerator::generate(variant, plan);
   CHECK(kernel.name == "sage_attention_sage_b_d128_f16_sm_90a");
   CHECK(kernel.entry_point == kernel.name);
@@ -124,15 +124,15 @@ TEST_CASE("V smoothing and block-sparse masks") {
 
 TEST_CASE("a plan that does not belong to the variant is refused") {
   const AttentionVariant variant = test::presetVariant("sage-b", 128);
-  const KernelPlan plan = Sm80Schedule::plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);
+  const KernelPlan plan = Sm80Schedule().plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);
   CHECK_THROWS_WITH_AS(AttentionKernelGenerator::generate(variant, plan), doctest::Contains("plan.head_dim"),
                        std::invalid_argument);
-  KernelPlan foreign = Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16);
+  KernelPlan foreign = Sm80Schedule().plan(variant, GpuArch::sm80, InputType::f16);
   foreign.schedule = "sm90.wgmma";
   CHECK_THROWS_WITH_AS(AttentionKernelGenerator::generate(variant, foreign), doctest::Contains("plan.schedule"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(AttentionKernelGenerator::generate(
-                           variant, Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16), InputType::bf16),
+                           variant, Sm80Schedule().plan(variant, GpuArch::sm80, InputType::f16), InputType::bf16),
                        doctest::Contains("input"), std::invalid_argument);
 }
 

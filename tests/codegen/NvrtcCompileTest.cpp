@@ -46,7 +46,7 @@ struct Outcome {
 Outcome compile(const Case &item) {
   AttentionVariant variant = test::presetVariant(item.preset, item.head_dim, item.mask, true);
   const KernelSource kernel =
-      AttentionKernelGenerator::generate(variant, Sm80Schedule::plan(variant, item.arch, item.input));
+      AttentionKernelGenerator::generate(variant, Sm80Schedule().plan(variant, item.arch, item.input));
   Outcome outcome;
   outcome.name = kernel.name;
   nvrtcProgram program = nullptr;
@@ -83,7 +83,7 @@ TEST_CASE("every preset compiles for sm_80, sm_89, sm_90a, sm_100a and sm_120a w
         for (InputType input : {InputType::f16, InputType::bf16})
           for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a}) {
             const AttentionVariant variant = test::presetVariant(preset, head_dim, mask);
-            const SupportResult support = Sm80Schedule::supports(variant, arch, input);
+            const SupportResult support = Sm80Schedule().supports(variant, arch, input);
             if (!support) { // only FP8 P.V on sm_80 is expected here
               CHECK(preset == "sage2-fp8");
               CHECK(arch == GpuArch::sm80);

@@ -20,7 +20,7 @@ const GpuArch kArchs[] = {GpuArch::sm80,  GpuArch::sm86,   GpuArch::sm89,
                           GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a};
 
 std::string reasonFor(const AttentionVariant &variant, GpuArch arch = GpuArch::sm90a) {
-  SupportResult result = Sm80Schedule::supports(variant, arch, InputType::f16);
+  SupportResult result = Sm80Schedule().supports(variant, arch, InputType::f16);
   CHECK_FALSE(result.supported);
   return result.reason;
 }
@@ -35,7 +35,7 @@ TEST_CASE("every preset is supported at head_dim 64 and 128; FP8 P.V only from s
           CAPTURE(name);
           CAPTURE(head_dim);
           CAPTURE(archName(arch));
-          const SupportResult result = Sm80Schedule::supports(test::presetVariant(name, head_dim), arch, input);
+          const SupportResult result = Sm80Schedule().supports(test::presetVariant(name, head_dim), arch, input);
           const bool needs_fp8 = name == "sage2-fp8";
           CHECK(result.supported == (!needs_fp8 || hasFp8MmaSync(arch)));
           if (!result.supported)
@@ -87,13 +87,13 @@ TEST_CASE("unsupported variants say why") {
 }
 
 TEST_CASE("plan throws the support reason for an unsupported variant") {
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(test::presetVariant("sage2-fp8"), GpuArch::sm80, InputType::f16),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(test::presetVariant("sage2-fp8"), GpuArch::sm80, InputType::f16),
                        doctest::Contains("sm_89"), std::invalid_argument);
 }
 
 TEST_CASE("sage-b d128: 128 x 64 tiles on 4 warps, int8 Q.K^T, f16 P.V with an f16 accumulator") {
   const AttentionVariant variant = test::presetVariant("sage-b", 128);
-  const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16);
+  const KernelPlan plan = Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16);
   CHECK(plan.schedule == Sm80Schedule::kName);
   CHECK(plan.tunables == Tunables{128, 64, 4, 2});
   CHECK(plan.threads == 128);
@@ -115,14 +115,14 @@ TEST_CASE("sage-b d128: 128 x 64 tiles on 4 warps, int8 Q.K^T, f16 P.V with an f
 
 TEST_CASE("V's source follows the input type and V smoothing") {
   AttentionVariant variant = test::presetVariant("sage-t", 64);
-  CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16).v_source == ValueSource::input);
-  CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::bf16).v_source == ValueSource::workspace_values);
+  CHECK(Sm80Schedule().plan(variant, GpuArch::sm80, InputType::f16).v_source == ValueSource::input);
+  CHECK(Sm80Schedule().plan(variant, GpuArch::sm80, InputType::bf16).v_source == ValueSource::workspace_values);
   variant.smooth_v = SmoothScope::sequence;
-  CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16).v_source == ValueSource::workspace_values);
+  CHECK(Sm80Schedule().plan(variant, GpuArch::sm80, InputType::f16).v_source == ValueSource::workspace_values);
 }
 
 TEST_CASE("8-bit P.V reads transposed V codes and interleaves S's columns") {
-  const KernelPlan vb = Sm80Schedule::plan(test::presetVariant("sage-vb", 128), GpuArch::sm80, InputType::f16);
+  const KernelPlan vb = Sm80Schedule().plan(test::presetVariant("sage-vb", 128), GpuArch::sm80, InputType::f16);
   CHECK(vb.pv_path == PvPath::int8_per_block);
   CHECK(vb.pv_mma == MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
   CHECK(vb.v_source == ValueSource::workspace_codes);
@@ -130,14 +130,14 @@ TEST_CASE("8-bit P.V reads transposed V codes and interleaves S's columns") {
   CHECK(vb.shared.v.rows == 128);     // one row per channel
   CHECK(vb.shared.v.row_bytes == 64); // b_kv one-byte codes
 
-  const KernelPlan fp8 = Sm80Schedule::plan(test::presetVariant("sage2-fp8", 64), GpuArch::sm89, InputType::bf16);
+  const KernelPlan fp8 = Sm80Schedule().plan(test::presetVariant("sage2-fp8", 64), GpuArch::sm89, InputType::bf16);
   CHECK(fp8.pv_path == PvPath::e4m3_accumulate_f32);
   CHECK(fp8.pv_mma == MmaShape{16, 8, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
   CHECK(fp8.interleave_kv_tokens);
 }
 
 TEST_CASE("exact runs Q.K^T in the input's type and P.V in f16 with f32 accumulation") {
-  const KernelPlan plan = Sm80Schedule::plan(test::presetVariant("exact", 64), GpuArch::sm80, InputType::bf16);
+  const KernelPlan plan = Sm80Schedule().plan(test::presetVariant("exact", 64), GpuArch::sm80, InputType::bf16);
   CHECK(plan.qk_operand == ElementType::bf16);
   CHECK(plan.qk_mma == MmaShape{16, 8, 16, ElementType::bf16, ElementType::bf16, AccumulatorType::f32});
   CHECK(plan.pv_path == PvPath::f16_accumulate_f32);
@@ -152,12 +152,12 @@ TEST_CASE("default plans fit every arch's shared memory, giving up pipeline stag
       for (MaskKind mask : {MaskKind::none, MaskKind::causal})
         for (GpuArch arch : kArchs) {
           const AttentionVariant variant = test::presetVariant(name, head_dim, mask);
-          if (!Sm80Schedule::supports(variant, arch, InputType::f16))
+          if (!Sm80Schedule().supports(variant, arch, InputType::f16))
             continue;
           CAPTURE(name);
           CAPTURE(head_dim);
           CAPTURE(archName(arch));
-          const KernelPlan plan = Sm80Schedule::plan(variant, arch, InputType::f16);
+          const KernelPlan plan = Sm80Schedule().plan(variant, arch, InputType::f16);
           const SharedMemoryLayout &shared = plan.shared;
           CHECK(shared.total_bytes <= gpuLimits(arch).max_dynamic_shared_bytes_per_block);
           CHECK(plan.tunables.stages >= 2);
@@ -171,29 +171,29 @@ TEST_CASE("default plans fit every arch's shared memory, giving up pipeline stag
         }
   // exact d128 (f16 Q/K tiles) needs fewer stages on the 99 KiB archs than on sm_90a
   const AttentionVariant exact = test::presetVariant("exact", 128, MaskKind::causal);
-  CHECK(Sm80Schedule::plan(exact, GpuArch::sm86, InputType::f16).tunables.stages <
-        Sm80Schedule::plan(exact, GpuArch::sm90a, InputType::f16).tunables.stages);
+  CHECK(Sm80Schedule().plan(exact, GpuArch::sm86, InputType::f16).tunables.stages <
+        Sm80Schedule().plan(exact, GpuArch::sm90a, InputType::f16).tunables.stages);
 }
 
 TEST_CASE("explicit tunables are validated, naming the tunable") {
   const AttentionVariant variant = test::presetVariant("sage-b", 128);
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{96, 64, 4, 3}),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{96, 64, 4, 3}),
                        doctest::Contains("tunables.block_q"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 48, 8, 3}),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 48, 8, 3}),
                        doctest::Contains("tunables.block_kv"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 2, 3}),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 2, 3}),
                        doctest::Contains("tunables.warps"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 9}),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 9}),
                        doctest::Contains("tunables.stages"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(variant, GpuArch::sm86, InputType::f16, Tunables{128, 64, 8, 5}),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm86, InputType::f16, Tunables{128, 64, 8, 5}),
                        doctest::Contains("shared memory"), std::invalid_argument);
-  const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 4});
+  const KernelPlan plan = Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 4});
   CHECK(plan.rows_per_warp == 16);
   CHECK(plan.tunables.stages == 4);
   CHECK(plan.grid.block_q == 64);
 
   AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);
-  CHECK_THROWS_WITH_AS(Sm80Schedule::plan(sparse, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 3}),
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(sparse, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 3}),
                        doctest::Contains("block_sparse"), std::invalid_argument);
 }
 
@@ -205,23 +205,23 @@ TEST_CASE("scale groups match the workspace's scaleGroupOfToken") {
   for (const AttentionVariant &variant :
        {test::presetVariant("sage-t"), test::presetVariant("sage-b"), test::presetVariant("sage2-fp8"), per_thread}) {
     CAPTURE(variant.name);
-    const KernelPlan plan = Sm80Schedule::plan(variant, GpuArch::sm89, InputType::f16);
+    const KernelPlan plan = Sm80Schedule().plan(variant, GpuArch::sm89, InputType::f16);
     for (int64_t token = 0; token < 1000; ++token) {
       CHECK(plan.q_scales.groupOf(token) == scaleGroupOfToken(variant.q, variant.block_q, token));
       CHECK(plan.k_scales.groupOf(token) == scaleGroupOfToken(variant.k, variant.block_kv, token));
     }
   }
-  CHECK(Sm80Schedule::plan(test::presetVariant("sage-t"), GpuArch::sm80, InputType::f16).k_scales_per_block == 64);
-  CHECK(Sm80Schedule::plan(per_thread, GpuArch::sm80, InputType::f16).k_scales_per_block == 8);
+  CHECK(Sm80Schedule().plan(test::presetVariant("sage-t"), GpuArch::sm80, InputType::f16).k_scales_per_block == 64);
+  CHECK(Sm80Schedule().plan(per_thread, GpuArch::sm80, InputType::f16).k_scales_per_block == 8);
 }
 
 TEST_CASE("one CTA per (Q block, head, batch); causal schedules the longest rows first") {
-  const KernelPlan plain = Sm80Schedule::plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);
+  const KernelPlan plain = Sm80Schedule().plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);
   const ProblemShape shape{2, 4, 2, 300, 700, 64};
   CHECK(plain.grid.gridFor(shape) == std::array<int64_t, 3>{3, 4, 2});
   CHECK_FALSE(plain.grid.reverse_q_blocks);
   const KernelPlan causal =
-      Sm80Schedule::plan(test::presetVariant("sage-b", 64, MaskKind::causal), GpuArch::sm80, InputType::f16);
+      Sm80Schedule().plan(test::presetVariant("sage-b", 64, MaskKind::causal), GpuArch::sm80, InputType::f16);
   CHECK(causal.grid.reverse_q_blocks);
   CHECK(causal.grid.description().find("longest rows first") != std::string::npos);
 }
@@ -241,17 +241,17 @@ TEST_CASE("the registry picks the sm80 schedule or lists every schedule's reason
 TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {
   // Table 12 asks 4 stages for d64 causal; on sm_86's 100 KiB of shared memory 3 stages let two CTAs share an SM.
   const KernelPlan causal =
-      Sm80Schedule::plan(test::presetVariant("sage-b", 64, MaskKind::causal), GpuArch::sm86, InputType::f16);
+      Sm80Schedule().plan(test::presetVariant("sage-b", 64, MaskKind::causal), GpuArch::sm86, InputType::f16);
   CHECK(causal.tunables.stages == 3);
   CHECK(causal.min_blocks_per_multiprocessor == 2);
   // An explicit pipeline depth is kept as given.
-  const KernelPlan explicit_depth = Sm80Schedule::plan(test::presetVariant("sage-b", 128, MaskKind::causal),
-                                                       GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 5});
+  const KernelPlan explicit_depth = Sm80Schedule().plan(test::presetVariant("sage-b", 128, MaskKind::causal),
+                                                        GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 5});
   CHECK(explicit_depth.tunables.stages == 5);
   CHECK(explicit_depth.min_blocks_per_multiprocessor == 1);
   // f32 accumulators do not leave registers for two CTAs of 8 warps: the table's depth stays.
   const KernelPlan fp8 =
-      Sm80Schedule::plan(test::presetVariant("sage2-fp8", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
+      Sm80Schedule().plan(test::presetVariant("sage2-fp8", 128, MaskKind::causal), GpuArch::sm90a, InputType::f16);
   CHECK(fp8.tunables.warps == 8);
   CHECK(fp8.tunables.stages == 5);
   CHECK(fp8.min_blocks_per_multiprocessor == 1);

@@ -45,7 +45,7 @@ TEST_CASE("every supported candidate plans, every refused one says why") {
     CAPTURE(tunablesText(candidate.tunables));
     if (candidate.verdict.supported) {
       ++supported;
-      CHECK(Sm80Schedule::plan(variant, GpuArch::sm80, InputType::f16, candidate.tunables).tunables ==
+      CHECK(Sm80Schedule().plan(variant, GpuArch::sm80, InputType::f16, candidate.tunables).tunables ==
             candidate.tunables);
     } else {
       CHECK(!candidate.verdict.reason.empty());

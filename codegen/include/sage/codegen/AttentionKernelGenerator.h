@@ -1,6 +1,6 @@
-// Writes the CUDA C++ of the attention main loop for one variant under one schedule plan (FlashAttention-2
-// tiling with the SageAttention quantized matmuls). The text is meant to be read: named fragments, tunables as
-// constexpr at the top, one comment per step of the paper's Algorithm 1.
+// Writes the CUDA C++ of the attention main loop for one variant under one schedule plan, with the writer
+// registered for plan.schedule (ScheduleKernelWriter.h). The text is meant to be read: named fragments, tunables
+// as constexpr at the top, one comment per step of the paper's Algorithm 1.
 #pragma once
 
 #include "sage/codegen/KernelSource.h"
@@ -15,8 +15,8 @@ namespace sage::codegen {
 class AttentionKernelGenerator {
 public:
   // `plan` must come from a schedule's plan() for this variant (it carries the arch and the input type).
-  // Throws std::invalid_argument when the plan's schedule is not one this generator knows or does not match the
-  // variant (head dim).
+  // Throws std::invalid_argument when no writer is registered for plan.schedule (naming it) or the plan does not
+  // match the variant (head dim).
   static KernelSource generate(const AttentionVariant &variant, const schedules::KernelPlan &plan);
   // The same, checking that `input` is the input type the plan was made for.
   static KernelSource generate(const AttentionVariant &variant, const schedules::KernelPlan &plan,

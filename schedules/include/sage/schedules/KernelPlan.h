@@ -1,5 +1,5 @@
 // What a schedule decides for one (variant, arch, input type): everything codegen needs to write the kernel,
-// and nothing about how the text looks. A plan is plain data; Sm80Schedule::plan() builds it.
+// and nothing about how the text looks. A plan is plain data; a Schedule's plan() builds it.
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"

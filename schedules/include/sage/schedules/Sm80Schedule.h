@@ -6,30 +6,31 @@
 //   O += P.V    m16n8k16 f16 (f16 or f32 accumulate), m16n8k32 s8 (s32 per block), m16n8k32 e4m3 (sm_89+)
 #pragma once
 
-#include "sage/ir/AttentionVariant.h"
-#include "sage/schedules/GpuArch.h"
-#include "sage/schedules/InputType.h"
-#include "sage/schedules/KernelPlan.h"
-#include "sage/schedules/Support.h"
-#include "sage/schedules/Tunables.h"
+#include "sage/schedules/Schedule.h"
 
 #include <optional>
 #include <string_view>
 
 namespace sage::schedules {
 
-class Sm80Schedule {
+class Sm80Schedule final : public Schedule {
 public:
   static constexpr std::string_view kName = "sm80.mma_sync";
 
-  // Whether this schedule can run `variant` on `arch` for inputs of `input` type; the reason when not.
-  static SupportResult supports(const AttentionVariant &variant, GpuArch arch, InputType input);
+  std::string_view name() const override { return kName; }
+  std::string_view summary() const override;
+  // The baseline: every other schedule that runs on an arch ranks above it.
+  int preference(GpuArch) const override { return 0; }
 
-  // The plan for `variant`. Without tunables: defaultTunables(), with the pipeline shortened until the shared
-  // memory fits the arch. Throws std::invalid_argument when unsupported (with supports()' reason) or when the
-  // given tunables are invalid or do not fit (naming the tunable).
-  static KernelPlan plan(const AttentionVariant &variant, GpuArch arch, InputType input,
-                         std::optional<Tunables> tunables = std::nullopt);
+  SupportResult supports(const AttentionVariant &variant, GpuArch arch, InputType input) const override;
+
+  // Without tunables: defaultTunables(), with the pipeline shortened until the shared memory fits the arch (and,
+  // when the registers allow it, until two CTAs share an SM).
+  KernelPlan plan(const AttentionVariant &variant, GpuArch arch, InputType input,
+                  std::optional<Tunables> tunables = std::nullopt) const override;
+
+  // Warps 4/8/16, stages 2..6, power-of-two block_q and block_kv; each candidate's verdict is plan()'s.
+  TunableSpace tunableSpace(const AttentionVariant &variant, GpuArch arch, InputType input) const override;
 };
 
 } // namespace sage::schedules

@@ -1,0 +1,21 @@
+#include "sage/codegen/ScheduleKernelWriter.h"
+
+#include "Sm80KernelWriter.h"
+
+namespace sage::codegen {
+
+const std::vector<const ScheduleKernelWriter *> &allKernelWriters() {
+  // The one list: a new schedule's writer is one line here.
+  static const Sm80KernelWriter sm80;
+  static const std::vector<const ScheduleKernelWriter *> writers{&sm80};
+  return writers;
+}
+
+const ScheduleKernelWriter *findKernelWriter(std::string_view schedule) {
+  for (const ScheduleKernelWriter *writer : allKernelWriters())
+    if (writer->schedule() == schedule)
+      return writer;
+  return nullptr;
+}
+
+} // namespace sage::codegen
