@@ -40,6 +40,8 @@ std::string AttentionKernelGenerator::kernelName(const AttentionVariant &variant
     name += "_block_sparse";
   name += "_" + std::string(schedules::nameOf(plan.input));
   name += "_" + identifierPart(schedules::archName(plan.arch));
+  if (plan.warp_specialization.consumer_warpgroups > 0) // the sm90 kernel beside the sm80 one of the same arch
+    name += "_wgmma";
   return name;
 }
 

@@ -1,6 +1,7 @@
 #include "sage/runtime/AttentionKernelSet.h"
 
 #include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/runtime/AttentionKernelKeys.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/schedules/ScheduleRegistry.h"
@@ -27,7 +28,7 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
 
   auto add = [&](AttentionKernelRole role, const std::string &name, const std::string &entry_point,
                  const std::string &source, std::array<unsigned, 3> block, int dynamic_shared_bytes,
-                 const std::string &grid_rule) {
+                 const std::string &grid_rule, bool uses_device_library) {
     GeneratedKernel kernel;
     kernel.role = role;
     kernel.name = name;
@@ -36,18 +37,25 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
     kernel.block = block;
     kernel.dynamic_shared_bytes = dynamic_shared_bytes;
     kernel.grid_rule = grid_rule;
-    kernel.key =
-        attentionKernelKey(request.ir_fingerprint, variant, set.plan, request.input, request.arch, entry_point, source);
+    kernel.uses_device_library = uses_device_library;
+    // The key hashes the headers too: a changed device library is a different kernel.
+    kernel.key = attentionKernelKey(request.ir_fingerprint, variant, set.plan, request.input, request.arch,
+                                    entry_point, selfContainedSource(kernel));
     set.kernels.push_back(std::move(kernel));
   };
   for (const codegen::PrologueKernel &kernel : set.prologue.kernels)
     add(AttentionKernelRole::prologue, kernel.name, kernel.entry_point, kernel.source,
-        {static_cast<unsigned>(kernel.block_threads), 1, 1}, kernel.dynamic_shared_bytes, kernel.grid_rule);
+        {static_cast<unsigned>(kernel.block_threads), 1, 1}, kernel.dynamic_shared_bytes, kernel.grid_rule,
+        false);
   const auto &block = set.attention.block_dim;
   add(AttentionKernelRole::attention, set.attention.name, set.attention.entry_point, set.attention.source,
       {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
-      set.attention.dynamic_shared_bytes, set.attention.grid_description);
+      set.attention.dynamic_shared_bytes, set.attention.grid_description, set.attention.uses_device_library);
   return set;
+}
+
+std::string selfContainedSource(const GeneratedKernel &kernel) {
+  return kernel.uses_device_library ? codegen::expandDeviceIncludes(kernel.source) : kernel.source;
 }
 
 CacheResult cacheKernel(KernelCache &cache, const GeneratedKernel &kernel, double *compile_milliseconds) {
@@ -58,6 +66,9 @@ CacheResult cacheKernel(KernelCache &cache, const GeneratedKernel &kernel, doubl
     request.source = kernel.source;
     request.source_name = kernel.name + ".cu";
     request.options.arch = kernel.key.arch;
+    if (kernel.uses_device_library)
+      for (const codegen::DeviceHeader &header : codegen::deviceLibrary())
+        request.headers.emplace_back(std::string(header.name), std::string(header.text));
     ByteBuffer built = NvrtcCompiler().compileCubin(request).image;
     if (compile_milliseconds)
       *compile_milliseconds =

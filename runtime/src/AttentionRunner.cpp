@@ -8,6 +8,7 @@
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
+#include "sage/runtime/Sm90TensorMaps.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
 
@@ -268,6 +269,11 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     throw std::invalid_argument(
         fmt::format("workspace: {} bytes given, {} needed", workspace_bytes, layout.total_bytes));
 
+  if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // before anything is launched
+    if (const std::string problem = valueTensorProblem(state.kernels.plan, {tensors.v, tensors.v_strides});
+        !problem.empty())
+      throw std::invalid_argument(problem);
+
   if (phase != RunPhase::attention) {
     // psi_Q, gamma(K) and psi_K, psi_V: fill the workspace (makePrologueParams checks Q/K/V alignment)
     const SagePrologueParams params = codegen::makePrologueParams(
@@ -304,11 +310,17 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(state.variant.head_dim)));
   const auto &grid = shape_plan->attention_grid;
   const CompiledKernel &kernel = state.attention_kernel;
-  kernel.kernel.launch(
-      params, {{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
-               kernel.block,
-               kernel.dynamic_shared_bytes,
-               stream});
+  const LaunchConfig launch{
+      {static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
+      kernel.block,
+      kernel.dynamic_shared_bytes,
+      stream};
+  if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // sm90: the TMA tensor maps of this call
+    kernel.kernel.launch(makeSm90AttentionParams(state.kernels.plan, shape, layout, params,
+                                                 {tensors.v, tensors.v_strides}),
+                         launch);
+  else
+    kernel.kernel.launch(params, launch);
 }
 
 std::string AttentionRunner::describe() const {

@@ -31,6 +31,12 @@ static_assert(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES == int(sage::runtime::driver::
 static_assert(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES == int(sage::runtime::driver::FunctionAttribute::const_size_bytes));
 static_assert(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES == int(sage::runtime::driver::FunctionAttribute::local_size_bytes));
 static_assert(CU_FUNC_ATTRIBUTE_NUM_REGS == int(sage::runtime::driver::FunctionAttribute::num_registers));
+static_assert(sizeof(CUtensorMap) == sizeof(sage::runtime::driver::TensorMap));
+static_assert(CU_TENSOR_MAP_DATA_TYPE_UINT8 == 0 && CU_TENSOR_MAP_INTERLEAVE_NONE == 0 &&
+              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE == 0 && CU_TENSOR_MAP_L2_PROMOTION_L2_256B == 3);
+static_assert(CU_TENSOR_MAP_SWIZZLE_32B == int(sage::runtime::driver::TensorMapSwizzle::bytes32) &&
+              CU_TENSOR_MAP_SWIZZLE_64B == int(sage::runtime::driver::TensorMapSwizzle::bytes64) &&
+              CU_TENSOR_MAP_SWIZZLE_128B == int(sage::runtime::driver::TensorMapSwizzle::bytes128));
 static_assert(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ==
               int(sage::runtime::driver::FunctionAttribute::max_dynamic_shared_size_bytes));
 #endif
@@ -74,6 +80,9 @@ struct CudaDriver::EntryPoints {
   Result (*copy_host_to_device)(DevicePointer destination, const void *source, std::size_t bytes) = nullptr;
   Result (*copy_device_to_host)(void *destination, DevicePointer source, std::size_t bytes) = nullptr;
   Result (*fill_bytes)(DevicePointer destination, unsigned char value, std::size_t bytes) = nullptr;
+  Result (*tensor_map_encode_tiled)(void *map, int data_type, unsigned rank, void *address, const std::uint64_t *dims,
+                                    const std::uint64_t *strides, const unsigned *box, const unsigned *element_strides,
+                                    int interleave, int swizzle, int l2_promotion, int oob_fill) = nullptr;
 };
 
 namespace {
@@ -123,6 +132,7 @@ const char *resolveEntryPoints(void *library, CudaDriver::EntryPoints &points) {
   bind("cuMemcpyHtoD_v2", points.copy_host_to_device);
   bind("cuMemcpyDtoH_v2", points.copy_device_to_host);
   bind("cuMemsetD8_v2", points.fill_bytes);
+  bind("cuTensorMapEncodeTiled", points.tensor_map_encode_tiled);
   return missing;
 }
 
@@ -336,6 +346,16 @@ void CudaDriver::copyToDevice(DevicePointer destination, const void *source, std
 
 void CudaDriver::copyToHost(void *destination, DevicePointer source, std::size_t bytes) const {
   check(entryPoints("cuMemcpyDtoH").copy_device_to_host(destination, source, bytes), "cuMemcpyDtoH");
+}
+
+void CudaDriver::encodeTensorMap(TensorMap &map, unsigned rank, const void *address, const std::uint64_t *dims,
+                                 const std::uint64_t *strides, const unsigned *box, TensorMapSwizzle swizzle) const {
+  const std::array<unsigned, 5> element_strides{1, 1, 1, 1, 1};
+  constexpr int kUint8 = 0, kNoInterleave = 0, kL2Promotion256 = 3, kNoOobFill = 0; // OOB elements read as zero
+  check(entryPoints("cuTensorMapEncodeTiled")
+            .tensor_map_encode_tiled(&map, kUint8, rank, const_cast<void *>(address), dims, strides, box,
+                                     element_strides.data(), kNoInterleave, int(swizzle), kL2Promotion256, kNoOobFill),
+        "cuTensorMapEncodeTiled");
 }
 
 void CudaDriver::fillBytes(DevicePointer destination, unsigned char value, std::size_t bytes) const {

@@ -1,6 +1,7 @@
 #include "sage/schedules/ScheduleRegistry.h"
 
 #include "sage/schedules/Sm80Schedule.h"
+#include "sage/schedules/Sm90Schedule.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -11,7 +12,8 @@ namespace sage::schedules {
 const std::vector<const Schedule *> &allSchedules() {
   // The one list: a new schedule is one line here.
   static const Sm80Schedule sm80;
-  static const std::vector<const Schedule *> schedules{&sm80};
+  static const Sm90Schedule sm90;
+  static const std::vector<const Schedule *> schedules{&sm80, &sm90};
   return schedules;
 }
 

@@ -155,6 +155,14 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
     }
   }
 
+  // The .cu files stand alone: device-library includes are inlined (the keys hash this same text).
+  for (VariantKernels &kernels : generated)
+    for (runtime::GeneratedKernel &kernel : kernels.set.kernels)
+      if (kernel.uses_device_library) {
+        kernel.source = runtime::selfContainedSource(kernel);
+        kernel.uses_device_library = false;
+      }
+
   std::vector<CompileJob> jobs;
   std::map<std::pair<std::string, std::string>, size_t> job_of; // (source sha256, arch) -> job
   std::map<std::string, const std::string *> sources;           // file name -> text

@@ -47,4 +47,18 @@ struct SageAttentionParams {
   float softmax_scale; // 1/sqrt(d): for the LSE and for unfolded variants
 };
 
+// The sm90 (TMA) kernels: a CUtensorMap per operand, encoded by the runtime with cuTensorMapEncodeTiled for this
+// call's workspace and tensors, read by the copy engine straight from the kernel's __grid_constant__ parameters.
+// Opaque here (128 bytes, 64-byte aligned, as cuda.h defines CUtensorMap), so this file needs no CUDA header.
+struct __attribute__((aligned(64))) SageTensorMap {
+  unsigned long long opaque[16];
+};
+
+struct SageSm90AttentionParams {
+  struct SageTensorMap q_map; // q_codes [b * h_q * padded_q rows][d * bytes]
+  struct SageTensorMap k_map; // k_codes [b * h_kv * padded_kv rows][d * bytes]
+  struct SageTensorMap v_map; // v_codes [b * h_kv * d rows][padded_kv], v_values, or the caller's V (4-d)
+  struct SageAttentionParams base;
+};
+
 #endif // SAGE_KERNEL_ABI_H

@@ -36,6 +36,7 @@ struct GeneratedKernel {
   std::string name;        // for logs and describe()
   std::string entry_point; // the extern "C" __global__ function
   std::string source;      // one CUDA C++ translation unit
+  bool uses_device_library = false; // the source includes device-library headers (codegen/DeviceLibrary.h)
   std::array<unsigned, 3> block{1, 1, 1};
   int dynamic_shared_bytes = 0;
   std::string grid_rule; // the launch grid in words, as the generator describes it
@@ -55,6 +56,10 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
 
 // `kernel`'s cubin from `cache`, compiled with NVRTC on a miss (CompileError names the kernel and its key digest).
 // `compile_milliseconds`, when given, receives the compile time (left alone on a hit).
+// `kernel.source` with the device library's headers inlined: one self-contained translation unit (what the key
+// hashes and what `sagegen emit` writes).
+std::string selfContainedSource(const GeneratedKernel &kernel);
+
 CacheResult cacheKernel(KernelCache &cache, const GeneratedKernel &kernel, double *compile_milliseconds = nullptr);
 
 } // namespace sage::runtime

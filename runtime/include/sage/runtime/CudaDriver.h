@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <cstdint>
 #include <string>
 
 // The driver's opaque handles, declared as cuda.h declares them, so a caller's CUstream or cudaStream_t
@@ -46,6 +47,14 @@ enum class FunctionAttribute : int {
   num_registers = 4,
   max_dynamic_shared_size_bytes = 8,
 };
+
+// CUtensorMap: 128 opaque bytes, 64-byte aligned (the layout of KernelAbi.h's SageTensorMap).
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// Values of CUtensorMapSwizzle (checked against cuda.h at build time where it exists).
+enum class TensorMapSwizzle : int { none = 0, bytes32 = 1, bytes64 = 2, bytes128 = 3 };
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -117,6 +126,11 @@ public:
   void copyToDevice(driver::DevicePointer destination, const void *source, std::size_t bytes) const;
   void copyToHost(void *destination, driver::DevicePointer source, std::size_t bytes) const;
   void fillBytes(driver::DevicePointer destination, unsigned char value, std::size_t bytes) const;
+
+  // cuTensorMapEncodeTiled for a tensor of bytes: `rank` dims (innermost first), `strides` of dims 1.. in bytes
+  // (multiples of 16), boxes of `box` elements, zero fill out of bounds, L2 promotion of 256 bytes.
+  void encodeTensorMap(driver::TensorMap &map, unsigned rank, const void *address, const std::uint64_t *dims,
+                       const std::uint64_t *strides, const unsigned *box, driver::TensorMapSwizzle swizzle) const;
 
   // "CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid", or the number when the driver has no name.
   std::string errorText(driver::Result result) const;

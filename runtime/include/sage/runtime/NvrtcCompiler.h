@@ -28,6 +28,8 @@ struct CompileRequest {
   std::string source;                        // the CUDA C++ text
   std::string source_name = "kernel.cu";     // the file name NVRTC's messages use
   std::vector<std::string> name_expressions; // C++ kernels to lower, e.g. "attention<128>"; extern "C" needs none
+  // Headers the source may #include, by include name: (name, text), e.g. the device library (DeviceLibrary.h).
+  std::vector<std::pair<std::string, std::string>> headers;
   CompileOptions options;
 };
 

@@ -1,0 +1,28 @@
+// The tensor maps of an sm90 (TMA) attention kernel for one call: Q's and K's workspace codes, and V (workspace
+// codes, the workspace's f16 copy, or the caller's tensor in place), encoded with cuTensorMapEncodeTiled from the
+// plan's boxes (KernelPlan::warp_specialization). What TMA cannot take (a V pointer or stride that is not a
+// multiple of 16 bytes, sizes past its 32-bit coordinates) is an std::invalid_argument naming the argument.
+#pragma once
+
+#include "sage/codegen/KernelAbi.h"
+#include "sage/schedules/KernelPlan.h"
+#include "sage/schedules/WorkspaceLayout.h"
+
+namespace sage::runtime {
+
+// The caller's V as the sm90 kernel may read it in place.
+struct ValueTensor {
+  const void *data = nullptr;
+  SageTensorStrides strides{}; // elements; the head-dim stride is 1
+};
+
+// Checks, without a GPU, that TMA can read the caller's V (ValueSource::input): empty when it can, else the reason.
+std::string valueTensorProblem(const schedules::KernelPlan &plan, const ValueTensor &v);
+
+// `base` with the three tensor maps of this call. Throws std::invalid_argument (see above) or CudaError.
+SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan,
+                                                const schedules::ProblemShape &shape,
+                                                const schedules::WorkspaceLayout &layout,
+                                                const SageAttentionParams &base, const ValueTensor &v);
+
+} // namespace sage::runtime
