@@ -148,7 +148,7 @@ PrologueGeometry PrologueConfig::geometry() const {
 }
 
 PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::InputType input, int head_dim,
-                                  const PrologueTunables &tunables) {
+                                  const PrologueTunables &tunables, const PrologueOptions &options) {
   require(head_dim == variant.head_dim, "head_dim: " + std::to_string(head_dim) +
                                             " does not match the variant's head_dim " +
                                             std::to_string(variant.head_dim));
@@ -198,6 +198,11 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
             "v: the prologue computes one dynamic f32 scale per channel");
     config.v_output = VOutput::codes;
     config.v_dtype = v.dtype;
+    config.v_codes_token_order = options.v_codes_token_order;
+    require(!config.interleavedVCodes() || variant.block_kv % 32 == 0,
+            "options.v_codes_token_order: wgmma_interleaved_32 permutes groups of 32 tokens, so variant.block_kv "
+            "must be a multiple of 32, got " +
+                std::to_string(variant.block_kv));
   }
 
   config.tunables = tunables;

@@ -84,6 +84,9 @@ std::string describeVariant(const PrologueConfig &config) {
   case VOutput::codes:
     text += std::string("//   psi_V: per-channel ") + (config.v_dtype == ElementType::e4m3 ? "e4m3" : "int8") + " of " +
             (config.smooth_v ? "V - mean(V)" : "V") + ", codes transposed (paper 4.3)\n";
+    if (config.interleavedVCodes())
+      text += "//   v_codes' token axis in wgmma order: position p of each 32-token group holds token\n"
+              "//     16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2\n";
     break;
   }
   return text;
@@ -175,12 +178,13 @@ PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<Planne
 } // namespace
 
 PrologueSource PrologueGenerator::generate(const AttentionVariant &variant, schedules::InputType input, int head_dim,
-                                           const PrologueTunables &tunables) {
-  const PrologueConfig config = makePrologueConfig(variant, input, head_dim, tunables);
+                                           const PrologueTunables &tunables, const PrologueOptions &options) {
+  const PrologueConfig config = makePrologueConfig(variant, input, head_dim, tunables, options);
   const std::vector<PlannedLaunch> plan = planPrologueLaunches(config);
   PrologueSource prologue;
   prologue.variant_name = variant.name;
   prologue.input = input;
+  prologue.options = options;
   prologue.geometry = config.geometry();
   for (size_t index = 0; index < plan.size(); ++index)
     prologue.kernels.push_back(emitKernel(config, plan, index));

@@ -13,6 +13,14 @@ bool has(const std::vector<PrologueRole> &roles, PrologueRole role) {
   return std::find(roles.begin(), roles.end(), role) != roles.end();
 }
 
+// Replaces the one occurrence of `from` in `text` (a generator bug if it is missing).
+void replaceOnce(std::string &text, const std::string &from, const std::string &to) {
+  const size_t at = text.find(from);
+  if (at == std::string::npos || text.find(from, at + 1) != std::string::npos)
+    throw std::logic_error("prologue generator: expected one \"" + from + "\" in the generated text");
+  text.replace(at, from.size(), to);
+}
+
 std::string functionHead(const std::string &comment, const std::string &name) {
   const std::string head = "__device__ __forceinline__ void " + name + "(";
   const std::string parameters = "const SagePrologueParams &params, long long cta, unsigned char *shared) {\n";
@@ -168,6 +176,16 @@ std::string vCodeSupport(const PrologueConfig &config) {
 // 8-channel group keeps both the transposing writes and the row reads free of bank conflicts.
 __device__ __forceinline__ int vTileSwizzle(int channel) {
   return channel / kVectorElements * (32 / kVectorsPerRow) % 32;
+}
+)cuda";
+  if (config.interleavedVCodes())
+    text += R"cuda(
+// v_codes' token axis in the token order of the Hopper wgmma P.V (WorkspaceLayout.h): position p of each 32-token
+// group holds this token, so that an 8-bit A fragment (k = 4q + {0..3}, 16 + 4q + {0..3}) matches the S
+// accumulator columns (8j + 2q + {0, 1}) its thread already holds.
+__device__ __forceinline__ int vTokenAtPosition(int position) {
+  const int p = position % 32;
+  return position - p + 16 * (p / 16) + 8 * (p % 4 / 2) + 2 * (p % 16 / 4) + p % 2;
 }
 )cuda";
   return text;
@@ -469,6 +487,15 @@ std::string quantizeVTile(const PrologueConfig &config) {
   }
 }
 )cuda";
+  if (config.interleavedVCodes()) {
+    // Word w packs positions 4w..4w+3 of the row, which hold the tokens vTokenAtPosition says.
+    replaceOnce(text, "A task is 4 consecutive tokens x 8 channels", "A task is 4 consecutive positions x 8 channels");
+    replaceOnce(text, "      const int row = 4 * word + t;\n",
+                "      const int row = vTokenAtPosition(4 * word + t);\n");
+    if (config.smooth_v)
+      replaceOnce(text, "            4 * word + t < valid_rows ? ",
+                  "            vTokenAtPosition(4 * word + t) < valid_rows ? ");
+  }
   return text;
 }
 

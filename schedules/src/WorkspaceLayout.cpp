@@ -151,6 +151,14 @@ int64_t scaleGroupOfToken(const QuantizerSpec &spec, int64_t block_tokens, int64
   }
 }
 
+int64_t vCodesTokenAt(VCodesTokenOrder order, int64_t position) {
+  require(position >= 0, "vCodesTokenAt: position must be >= 0, got " + std::to_string(position));
+  if (order == VCodesTokenOrder::natural)
+    return position;
+  const int64_t p = position % 32;
+  return position - p + 16 * (p / 16) + 8 * (p % 4 / 2) + 2 * (p % 16 / 4) + p % 2;
+}
+
 int64_t workspaceOperandBytes(const QuantizerSpec &spec) { return spec.granularity == Granularity::none ? 2 : 1; }
 
 WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape, InputType input) {

@@ -89,8 +89,45 @@ void compileEveryVariantKind(const char *arch) {
 
 } // namespace
 
+// v_codes in the wgmma token order (the option of the Hopper kernel; compiled for every arch all the same): the
+// V-quantizing kernel of each per-channel V kind, smoothed and not, f16 and bf16, d 64 and 128.
+void compileInterleavedVCodes(const char *arch) {
+  codegen::PrologueOptions options;
+  options.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
+  int compiled = 0;
+  for (int head_dim : {64, 128})
+    for (const prologue_test::VariantKind &kind : prologue_test::variantKinds()) {
+      if (kind.v == prologue_test::VKind::f16)
+        continue;
+      const AttentionVariant variant = prologue_test::makeVariant(kind, head_dim);
+      for (schedules::InputType input : {schedules::InputType::f16, schedules::InputType::bf16})
+        for (const codegen::PrologueKernel &kernel :
+             codegen::PrologueGenerator::generate(variant, input, head_dim, {}, options).kernels) {
+          if (kernel.source.find("vTokenAtPosition") == std::string::npos)
+            continue;
+          CAPTURE(variant.name);
+          CAPTURE(head_dim);
+          CAPTURE(kernel.entry_point);
+          const CompileResult result = compileWithNvrtc(kernel, arch);
+          INFO(result.log);
+          CHECK(result.ok);
+          CHECK(result.log.empty());
+          ++compiled;
+        }
+    }
+  int per_channel_kinds = 0;
+  for (const prologue_test::VariantKind &kind : prologue_test::variantKinds())
+    per_channel_kinds += kind.v == prologue_test::VKind::f16 ? 0 : 1;
+  CHECK(compiled == 2 * 2 * per_channel_kinds); // d 64 and 128, f16 and bf16: one V-quantizing kernel each
+}
+
 TEST_CASE("prologue kernels compile for sm_80") { compileEveryVariantKind("sm_80"); }
+TEST_CASE("interleaved V codes compile for sm_80") { compileInterleavedVCodes("sm_80"); }
 TEST_CASE("prologue kernels compile for sm_89") { compileEveryVariantKind("sm_89"); }
+TEST_CASE("interleaved V codes compile for sm_89") { compileInterleavedVCodes("sm_89"); }
 TEST_CASE("prologue kernels compile for sm_90a") { compileEveryVariantKind("sm_90a"); }
+TEST_CASE("interleaved V codes compile for sm_90a") { compileInterleavedVCodes("sm_90a"); }
 TEST_CASE("prologue kernels compile for sm_100a") { compileEveryVariantKind("sm_100a"); }
+TEST_CASE("interleaved V codes compile for sm_100a") { compileInterleavedVCodes("sm_100a"); }
 TEST_CASE("prologue kernels compile for sm_120a") { compileEveryVariantKind("sm_120a"); }
+TEST_CASE("interleaved V codes compile for sm_120a") { compileInterleavedVCodes("sm_120a"); }

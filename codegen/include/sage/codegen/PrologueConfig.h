@@ -45,8 +45,9 @@ struct PrologueConfig {
   bool smooth_v = false;     // V minus its sequence mean
   VOutput v_output = VOutput::none;
   ElementType v_dtype = ElementType::f16; // int8 or e4m3 when v_output == codes
-  PrologueTunables tunables;              // resolved: no zero (derived) fields left
-  int statistics_ctas_per_tensor = 256;   // tunables.statistics_target_ctas shared by K's and V's statistics
+  schedules::VCodesTokenOrder v_codes_token_order = schedules::VCodesTokenOrder::natural; // codes only
+  PrologueTunables tunables;            // resolved: no zero (derived) fields left
+  int statistics_ctas_per_tensor = 256; // tunables.statistics_target_ctas shared by K's and V's statistics
 
   // Column statistics that must be reduced over the whole sequence before the tensor can be quantized.
   bool kStatistics() const { return smooth_k || k.perTensor(); }
@@ -54,6 +55,9 @@ struct PrologueConfig {
   bool vStatistics() const { return smooth_v || v_output == VOutput::codes; }
   bool vMinMax() const { return v_output == VOutput::codes; }
   float vCodeMax() const { return v_dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
+  bool interleavedVCodes() const {
+    return v_output == VOutput::codes && v_codes_token_order == schedules::VCodesTokenOrder::wgmma_interleaved_32;
+  }
   bool usesE4m3() const {
     return q.dtype == ElementType::e4m3 || k.dtype == ElementType::e4m3 ||
            (v_output == VOutput::codes && v_dtype == ElementType::e4m3);
@@ -63,7 +67,7 @@ struct PrologueConfig {
 
 // Throws std::invalid_argument naming the offending field when the prologue cannot serve the variant.
 PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::InputType input, int head_dim,
-                                  const PrologueTunables &tunables);
+                                  const PrologueTunables &tunables, const PrologueOptions &options = {});
 
 // One launch of the plan: its entry point, what it does, and its roles in blockIdx.x order.
 struct PlannedLaunch {

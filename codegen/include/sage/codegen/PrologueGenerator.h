@@ -1,7 +1,7 @@
 // The quantization prologue's kernel generator: from a variant, the CUDA sources of the few launches that read
 // Q, K and V and fill the workspace described by sage/schedules/WorkspaceLayout.h.
 //
-//   PrologueSource prologue = PrologueGenerator::generate(variant, InputType::bf16, 128);
+//   PrologueSource prologue = PrologueGenerator::generate(variant, InputType::bf16, 128);  // (, tunables, options)
 //   for (size_t i = 0; i < prologue.kernels.size(); ++i)      // launch in order, on one stream,
 //     launch(prologue.kernels[i], prologueGrid(prologue, i, shape), params);  // all with the same params
 //
@@ -20,6 +20,7 @@
 
 #include "sage/ir/AttentionVariant.h"
 #include "sage/schedules/InputType.h"
+#include "sage/schedules/WorkspaceLayout.h"
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,15 @@ struct PrologueTunables {
   int v_tile_tokens = 0;                 // tokens of one V tile (128, 256 or 512); 0: max(128, 16384 / head_dim)
   int k_blocks_per_tile = 0;             // KV blocks one psi_K CTA quantizes; 0: about 32 KiB of K per CTA
   bool operator==(const PrologueTunables &) const = default;
+};
+
+// What the attention kernel needs of the workspace beyond the variant: part of the contract with it (unlike the
+// tunables, these change what is written).
+struct PrologueOptions {
+  // v_codes' token axis (WorkspaceLayout.h); no effect on variants without v_codes. wgmma_interleaved_32 needs
+  // block_kv to be a multiple of 32.
+  schedules::VCodesTokenOrder v_codes_token_order = schedules::VCodesTokenOrder::natural;
+  bool operator==(const PrologueOptions &) const = default;
 };
 
 // What one range of a launch's CTAs does. A kernel's CTAs are its roles' ranges, in order, along blockIdx.x.
@@ -85,6 +95,7 @@ struct PrologueKernel {
 struct PrologueSource {
   std::string variant_name;
   schedules::InputType input = schedules::InputType::f16;
+  PrologueOptions options;
   PrologueGeometry geometry;
   std::vector<PrologueKernel> kernels; // launch in this order on one stream, all with the same SagePrologueParams
 };
@@ -95,7 +106,7 @@ public:
   // produce (int4/FP4 codes, microscales, a V that is neither f16/f32 nor per-channel int8/e4m3, ...). An
   // unquantized Q or K (granularity none, f16/bf16/f32) is cast to `input`.
   static PrologueSource generate(const AttentionVariant &variant, schedules::InputType input, int head_dim,
-                                 const PrologueTunables &tunables = {});
+                                 const PrologueTunables &tunables = {}, const PrologueOptions &options = {});
 };
 
 } // namespace sage::codegen

@@ -15,9 +15,18 @@
 //   k_mean    f32        [b, h_kv, d]                 mean of K over tokens (LSE correction)
 //   q_mean    f32        [b, h_q,  q_blocks, d]       Q block means, only when Q is smoothed
 //   v_values  f16        [b, h_kv, padded_kv, d]      f16 P.V on a bf16 input or a smoothed V only
-//   v_codes   int8/e4m3  [b, h_kv, d, padded_kv]      transposed (channel-major) for the mma B operand
+//   v_codes   int8/e4m3  [b, h_kv, d, padded_kv]      transposed (channel-major) for the mma B operand;
+//             the token axis is in the VCodesTokenOrder the attention kernel asked the prologue for
 //   v_scales  f32        [b, h_kv, d]                 per-channel V scale
 //   v_mean    f32        [b, h_kv, d]                 mean of V over tokens, when V is smoothed
+//
+// v_codes' token order: `natural` puts token t at position t. `wgmma_interleaved_32` (for a Hopper wgmma P.V
+// whose 8-bit A operand is the S accumulator itself, with no register shuffles) permutes the tokens inside every
+// group of 32: position p of the group holds token
+//   perm(p) = 16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2
+// because an accumulator gives the thread with lane % 4 = q the columns 8j + 2q + {0, 1}, while its 8-bit A
+// fragment holds k = 4q + {0..3} and 16 + 4q + {0..3}. padded_kv is a multiple of block_kv, itself a multiple of
+// 32 for this order, so groups never straddle the end; padded tokens hold code 0 wherever they land.
 //
 // A buffer the variant and input type do not use has 0 bytes. Every buffer starts at a 256-byte aligned
 // offset. Sizes depend on (b, heads, n_q, n_kv) only through the formulas below, so a caller can size the
@@ -40,6 +49,11 @@ struct ProblemShape {
   int64_t tokens_kv = 0;
   int64_t head_dim = 128;
 };
+
+enum class VCodesTokenOrder : uint8_t { natural, wgmma_interleaved_32 };
+
+// The token that position `position` (0-based along padded_kv) of a v_codes row holds under `order`.
+int64_t vCodesTokenAt(VCodesTokenOrder order, int64_t position);
 
 struct BufferSlice {
   size_t offset = 0; // bytes from the workspace base, 256-byte aligned

@@ -1,0 +1,233 @@
+// The quantization prologue alone on the GPU: its launches run straight from PrologueGenerator's output (no
+// attention kernel), on random Q, K and V. Skipped, with a message, where no GPU is present.
+//  - v_codes in the wgmma token order hold exactly the natural prologue's codes, permuted within each group of
+//    32 tokens, and every other byte of the workspace is unchanged.
+//  - The prologue's time per call and bandwidth at hidden 2048 (d = 64 and 128), N = 1k..16k, for the lead's
+//    before/after measurements (printed; `tools/gpu-check --run` shows the lines).
+#include "../support/SkipWithoutGpu.h"
+#include "sage/codegen/PrologueGenerator.h"
+#include "sage/codegen/PrologueLaunch.h"
+#include "sage/dsl/Presets.h"
+#include "sage/numerics/Quantizers.h"
+#include "sage/reference/HostTensor.h"
+#include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/LoadedKernel.h"
+#include "sage/runtime/NvrtcCompiler.h"
+#include "sage/schedules/GpuArch.h"
+#include "sage/schedules/WorkspaceLayout.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace sage;
+using reference::HostTensor;
+using reference::Layout;
+using reference::StorageType;
+
+namespace {
+
+bool skipWithoutGpu() { return sage::test::skipWithoutGpu("gpu_prologue_test"); }
+
+const runtime::CudaDriver &driver() { return runtime::CudaDriver::instance(); }
+
+// Device memory that frees itself.
+struct DeviceBuffer {
+  runtime::driver::DevicePointer pointer = 0;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t size) : bytes(size) { pointer = driver().allocate(bytes); }
+  ~DeviceBuffer() { driver().free(pointer); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  void *get() const { return reinterpret_cast<void *>(pointer); }
+};
+
+// A host tensor's 16-bit values in its storage layout, on the device.
+std::unique_ptr<DeviceBuffer> upload(const HostTensor &tensor) {
+  std::vector<uint16_t> bits(tensor.values().size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    bits[i] = tensor.storage() == StorageType::bf16 ? numerics::floatToBfloat16Bits(tensor.values()[i])
+                                                    : numerics::floatToHalfBits(tensor.values()[i]);
+  auto buffer = std::make_unique<DeviceBuffer>(bits.size() * 2);
+  driver().copyToDevice(buffer->pointer, bits.data(), buffer->bytes);
+  return buffer;
+}
+
+SageTensorStrides stridesOf(const HostTensor &tensor) {
+  const int64_t d = tensor.dim();
+  if (tensor.layout() == Layout::hnd)
+    return {tensor.heads() * tensor.tokens() * d, tensor.tokens() * d, d};
+  return {tensor.heads() * tensor.tokens() * d, d, tensor.heads() * d};
+}
+
+// The prologue's kernels compiled for this GPU, launched in order with one parameter block.
+class DevicePrologue {
+public:
+  DevicePrologue(const AttentionVariant &variant, schedules::InputType input, const codegen::PrologueOptions &options)
+      : variant_(variant), input_(input),
+        source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, {}, options)) {
+    for (const codegen::PrologueKernel &kernel : source_.kernels) {
+      runtime::CompileRequest request;
+      request.key = kernel.entry_point;
+      request.source = kernel.source;
+      request.source_name = kernel.entry_point + ".cu";
+      request.options.arch = std::string(schedules::archName(runtime::currentDeviceArch()));
+      modules_.push_back(runtime::LoadedModule::load(runtime::NvrtcCompiler().compileCubin(request).image));
+      kernels_.push_back(modules_.back()->kernel(kernel.entry_point));
+    }
+  }
+
+  size_t launches() const { return kernels_.size(); }
+
+  void run(const schedules::ProblemShape &shape, const SagePrologueParams &params) const {
+    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(source_, shape);
+    for (size_t i = 0; i < kernels_.size(); ++i)
+      kernels_[i].launch(params, {{grids[i].x, 1, 1},
+                                  {static_cast<unsigned>(source_.kernels[i].block_threads), 1, 1},
+                                  static_cast<unsigned>(source_.kernels[i].dynamic_shared_bytes),
+                                  nullptr});
+  }
+
+private:
+  AttentionVariant variant_;
+  schedules::InputType input_;
+  codegen::PrologueSource source_;
+  std::vector<std::shared_ptr<runtime::LoadedModule>> modules_;
+  std::vector<runtime::LoadedKernel> kernels_;
+};
+
+// Q, K and V of one shape on the device, and a workspace for a variant.
+struct PrologueProblem {
+  schedules::ProblemShape shape;
+  HostTensor q, k, v;
+  std::unique_ptr<DeviceBuffer> q_device, k_device, v_device;
+
+  PrologueProblem(const schedules::ProblemShape &problem, StorageType storage, Layout layout)
+      : shape(problem),
+        q(reference::randomTensor(shape.batch, shape.heads_q, shape.tokens_q, shape.head_dim, storage, layout, {11})),
+        k(reference::randomTensor(shape.batch, shape.heads_kv, shape.tokens_kv, shape.head_dim, storage, layout,
+                                  {12, 0, 1, 3.0})),
+        v(reference::randomTensor(shape.batch, shape.heads_kv, shape.tokens_kv, shape.head_dim, storage, layout, {13})),
+        q_device(upload(q)), k_device(upload(k)), v_device(upload(v)) {}
+
+  SagePrologueParams params(const AttentionVariant &variant, const schedules::WorkspaceLayout &layout,
+                            const DeviceBuffer &workspace) const {
+    return codegen::makePrologueParams(variant, shape, layout, {q_device->get(), stridesOf(q)},
+                                       {k_device->get(), stridesOf(k)}, {v_device->get(), stridesOf(v)},
+                                       static_cast<unsigned char *>(workspace.get()));
+  }
+};
+
+// Runs the prologue once on a workspace filled with 0xff and returns the workspace's bytes.
+std::vector<unsigned char> workspaceAfter(const DevicePrologue &prologue, const PrologueProblem &problem,
+                                          const AttentionVariant &variant, const schedules::WorkspaceLayout &layout) {
+  DeviceBuffer workspace(layout.total_bytes);
+  driver().fillBytes(workspace.pointer, 0xff, workspace.bytes);
+  prologue.run(problem.shape, problem.params(variant, layout, workspace));
+  driver().synchronizeContext();
+  std::vector<unsigned char> bytes(layout.total_bytes);
+  driver().copyToHost(bytes.data(), workspace.pointer, bytes.size());
+  return bytes;
+}
+
+} // namespace
+
+TEST_CASE("v_codes in the wgmma token order are the natural codes, permuted in groups of 32") {
+  if (skipWithoutGpu())
+    return;
+  codegen::PrologueOptions interleaved;
+  interleaved.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
+  struct Case {
+    const char *preset;
+    int head_dim;
+    StorageType storage;
+    Layout layout;
+    int64_t tokens_kv;
+  };
+  // int8 V (sage-vb), e4m3 V (sage2-fp8; smoothed V where the preset smooths it), a ragged last block each.
+  const Case cases[] = {{"sage-vb", 128, StorageType::f16, Layout::hnd, 333},
+                        {"sage-vb", 64, StorageType::bf16, Layout::nhd, 1000},
+                        {"sage2-fp8", 128, StorageType::bf16, Layout::hnd, 517},
+                        {"sage2-fp8", 64, StorageType::f16, Layout::nhd, 64}};
+  for (const Case &c : cases) {
+    const AttentionVariant variant = dsl::preset(c.preset, c.head_dim)->describe();
+    const schedules::InputType input =
+        c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+    const schedules::ProblemShape shape{2, 4, 2, 200, c.tokens_kv, c.head_dim};
+    const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, input);
+    REQUIRE(layout.v_codes.bytes > 0);
+    const PrologueProblem problem(shape, c.storage, c.layout);
+    const std::vector<unsigned char> natural =
+        workspaceAfter(DevicePrologue(variant, input, {}), problem, variant, layout);
+    const std::vector<unsigned char> permuted =
+        workspaceAfter(DevicePrologue(variant, input, interleaved), problem, variant, layout);
+    CAPTURE(c.preset);
+    CAPTURE(c.head_dim);
+    CAPTURE(c.tokens_kv);
+    // v_codes [b * h_kv][d][padded_kv]: position p of a row holds the natural row's token vCodesTokenAt(p).
+    const size_t rows = static_cast<size_t>(shape.batch * shape.heads_kv * shape.head_dim);
+    const size_t padded_kv = static_cast<size_t>(layout.padded_kv);
+    size_t mismatches = 0, nonzero_padding = 0;
+    for (size_t row = 0; row < rows; ++row)
+      for (size_t p = 0; p < padded_kv; ++p) {
+        const size_t base = layout.v_codes.offset + row * padded_kv;
+        const auto token =
+            static_cast<size_t>(schedules::vCodesTokenAt(interleaved.v_codes_token_order, static_cast<int64_t>(p)));
+        mismatches += permuted[base + p] != natural[base + token] ? 1 : 0;
+        nonzero_padding += token >= static_cast<size_t>(c.tokens_kv) && permuted[base + p] != 0 ? 1 : 0;
+      }
+    CHECK(mismatches == 0);
+    CHECK(nonzero_padding == 0);
+    // Everything else, v_scales and the other operands included, is byte for byte the same.
+    std::vector<unsigned char> natural_rest = natural, permuted_rest = permuted;
+    std::memset(natural_rest.data() + layout.v_codes.offset, 0, layout.v_codes.bytes);
+    std::memset(permuted_rest.data() + layout.v_codes.offset, 0, layout.v_codes.bytes);
+    CHECK(natural_rest == permuted_rest);
+    std::printf("gpu_prologue_test: %s d%d n_kv %lld: wgmma-ordered v_codes match the natural ones (%zu codes)\n",
+                c.preset, c.head_dim, static_cast<long long>(c.tokens_kv), rows * padded_kv);
+  }
+}
+
+TEST_CASE("prologue time per call at hidden 2048") {
+  if (skipWithoutGpu())
+    return;
+  // Traffic counted once: Q, K and V read, the workspace written (re-reads of K and V come on top).
+  constexpr int kCalls = 20;
+  driver().ensureContext();
+  const runtime::driver::Event start = driver().createEvent(), end = driver().createEvent();
+  for (const char *preset : {"sage-b", "sage-vb", "sage2-fp8"})
+    for (int head_dim : {64, 128}) {
+      const AttentionVariant variant = dsl::preset(preset, head_dim)->describe();
+      const DevicePrologue prologue(variant, schedules::InputType::f16, {});
+      for (int64_t tokens : {1024, 2048, 4096, 8192, 16384}) {
+        const int64_t heads = 2048 / head_dim;
+        const schedules::ProblemShape shape{1, heads, heads, tokens, tokens, head_dim};
+        const schedules::WorkspaceLayout layout =
+            schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
+        const PrologueProblem problem(shape, StorageType::f16, Layout::hnd);
+        DeviceBuffer workspace(layout.total_bytes);
+        const SagePrologueParams params = problem.params(variant, layout, workspace);
+        prologue.run(shape, params); // warm-up
+        driver().recordEvent(start, nullptr);
+        for (int call = 0; call < kCalls; ++call)
+          prologue.run(shape, params);
+        driver().recordEvent(end, nullptr);
+        driver().synchronizeEvent(end);
+        const double microseconds = 1000.0 * driver().elapsedMilliseconds(start, end) / kCalls;
+        const double bytes =
+            3.0 * static_cast<double>(heads * tokens * head_dim) * 2.0 + static_cast<double>(layout.total_bytes);
+        std::printf("gpu_prologue_test: timing %-9s d%-3d N %5lld heads %2lld: %zu launches %8.1f us/call %7.0f "
+                    "GB/s (inputs once + workspace)\n",
+                    preset, head_dim, static_cast<long long>(tokens), static_cast<long long>(heads),
+                    prologue.launches(), microseconds, bytes / microseconds / 1e3);
+        CHECK(microseconds > 0.0);
+      }
+    }
+  driver().destroyEvent(start);
+  driver().destroyEvent(end);
+}
