@@ -22,9 +22,19 @@ std::string_view nameOf(AttentionKernelRole role) {
 
 AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, const AttentionKernelRequest &request) {
   AttentionKernelSet set;
-  set.plan = schedules::planBestSchedule(variant, request.arch, request.input, request.tunables);
+  if (request.schedule.empty()) {
+    set.plan = schedules::planBestSchedule(variant, request.arch, request.input, request.tunables);
+  } else {
+    const schedules::Schedule *schedule = schedules::findSchedule(request.schedule);
+    if (!schedule)
+      throw std::invalid_argument("schedule: no schedule is named '" + request.schedule + "'");
+    set.plan = schedule->plan(variant, request.arch, request.input, request.tunables);
+  }
   set.attention = codegen::AttentionKernelGenerator::generate(variant, set.plan, request.input);
-  set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim);
+  codegen::PrologueOptions prologue_options;
+  if (set.plan.wgmma_value_token_order) // the sm90 kernel's 8-bit P.V reads V^T in its accumulator's token order
+    prologue_options.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
+  set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim, {}, prologue_options);
 
   auto add = [&](AttentionKernelRole role, const std::string &name, const std::string &entry_point,
                  const std::string &source, std::array<unsigned, 3> block, int dynamic_shared_bytes,

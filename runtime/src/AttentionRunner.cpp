@@ -140,7 +140,11 @@ struct AttentionRunner::State {
       return std::nullopt;
     try {
       const schedules::Tunables tuned = schedules::parseTunables(entry->tunables, schedules::Tunables{});
-      schedules::planBestSchedule(variant, arch, options.input, tuned); // the schedule's verdict on them
+      // The schedule's verdict on them (a database entry may be another schedule's tunables).
+      if (options.schedule.empty())
+        schedules::planBestSchedule(variant, arch, options.input, tuned);
+      else if (const schedules::Schedule *schedule = schedules::findSchedule(options.schedule))
+        schedule->plan(variant, arch, options.input, tuned);
       tunables_origin = fmt::format("tuned for N={} on {}", entry->tokens, query.device.gpu);
       return tuned;
     } catch (const std::invalid_argument &error) {
@@ -155,6 +159,7 @@ struct AttentionRunner::State {
     request.arch = arch;
     request.tunables = chooseTunables();
     request.ir_fingerprint = options.ir_fingerprint;
+    request.schedule = options.schedule;
     kernels = generateAttentionKernels(variant, request);
     if (load_modules) {
       const std::filesystem::path aot_directory =

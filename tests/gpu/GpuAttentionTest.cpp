@@ -14,6 +14,8 @@
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/Sha256.h"
 #include "sage/schedules/GpuArch.h"
+#include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/Sm90Schedule.h"
 
 #include <doctest/doctest.h>
 
@@ -76,8 +78,9 @@ SageTensorStrides stridesOf(const HostTensor &tensor) {
   return {tensor.heads() * tensor.tokens() * d, d, tensor.heads() * d};
 }
 
-// Returns the runner's describe(). With `aot_directory`, the runner looks there first.
-std::string runCase(const Case &c, const std::filesystem::path &aot_directory = {}) {
+// Returns the runner's describe(). With `aot_directory`, the runner looks there first; with `schedule`, that
+// schedule runs the variant (else the best one for the arch).
+std::string runCase(const Case &c, const std::filesystem::path &aot_directory = {}, const std::string &schedule = {}) {
   const MaskKind mask = c.causal ? MaskKind::causal : MaskKind::none;
   ir::Program program = dsl::preset(c.preset, c.head_dim, mask)->lse().build();
   const AttentionVariant variant = program.variant();
@@ -91,6 +94,7 @@ std::string runCase(const Case &c, const std::filesystem::path &aot_directory = 
   options.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
   options.ir_fingerprint = program.fingerprint();
   options.aot_directory = aot_directory;
+  options.schedule = schedule;
   runtime::AttentionRunner runner(variant, options);
   const schedules::ProblemShape shape{1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv, c.head_dim};
 
@@ -132,9 +136,9 @@ std::string runCase(const Case &c, const std::filesystem::path &aot_directory = 
   const AccuracyMetrics vs_reference = compareOutputs(expected.output, output);
   const AccuracyMetrics vs_exact = compareOutputs(exact.output, output);
   const AccuracyMetrics reference_vs_exact = compareOutputs(exact.output, expected.output);
-  std::printf("gpu_attention_test: %-9s d%-3d %-6s %-4s %s h%lld/%lld n%lld/%lld bias%-3g | vs reference cos %.6f "
-              "rel-L1 %.4f | vs exact cos %.6f rel-L1 %.4f (reference %.4f) | lse err %.2e\n",
-              c.preset, c.head_dim, c.causal ? "causal" : "full", nameOf(c.storage).data(), nameOf(c.layout).data(),
+  std::printf("gpu_attention_test: %-14s %-9s d%-3d %-6s %-4s %s h%lld/%lld n%lld/%lld bias%-3g | vs reference cos "
+              "%.6f rel-L1 %.4f | vs exact cos %.6f rel-L1 %.4f (reference %.4f) | lse err %.2e\n",
+              schedule.empty() ? "best" : schedule.c_str(), c.preset, c.head_dim, c.causal ? "causal" : "full", nameOf(c.storage).data(), nameOf(c.layout).data(),
               static_cast<long long>(c.heads_q), static_cast<long long>(c.heads_kv), static_cast<long long>(c.tokens_q),
               static_cast<long long>(c.tokens_kv), c.k_bias, vs_reference.cosine_similarity, vs_reference.relative_l1,
               vs_exact.cosine_similarity, vs_exact.relative_l1, reference_vs_exact.relative_l1, lse_error);
@@ -164,7 +168,7 @@ void writeAotDirectory(const std::filesystem::path &directory, const Case &c) {
   for (const runtime::GeneratedKernel &kernel : set.kernels) {
     runtime::CompileRequest compile;
     compile.key = kernel.name;
-    compile.source = kernel.source;
+    compile.source = runtime::selfContainedSource(kernel);
     compile.options.arch = kernel.key.arch;
     const runtime::ByteBuffer cubin = runtime::NvrtcCompiler().compileCubin(compile).image;
     runtime::AotKernelEntry entry;
@@ -182,13 +186,13 @@ void writeAotDirectory(const std::filesystem::path &directory, const Case &c) {
     entry.input = std::string(schedules::nameOf(request.input));
     entry.entry_point = kernel.entry_point;
     entry.source_file = kernel.entry_point + ".cu";
-    entry.source_sha256 = runtime::sha256Hex(kernel.source);
+    entry.source_sha256 = runtime::sha256Hex(compile.source);
     entry.cubin_file = kernel.entry_point + ".cubin";
     entry.cubin_sha256 = runtime::sha256Hex(cubin);
     entry.block = {int(kernel.block[0]), int(kernel.block[1]), int(kernel.block[2])};
     entry.grid_rule = kernel.grid_rule;
     entry.dynamic_shared_bytes = kernel.dynamic_shared_bytes;
-    std::ofstream(directory / entry.source_file, std::ios::binary) << kernel.source;
+    std::ofstream(directory / entry.source_file, std::ios::binary) << compile.source;
     std::ofstream(directory / entry.cubin_file, std::ios::binary)
         .write(reinterpret_cast<const char *>(cubin.data()), static_cast<std::streamsize>(cubin.size()));
     manifest.kernels.push_back(std::move(entry));
@@ -243,12 +247,64 @@ TEST_CASE("kernels match the CPU reference of their variant") {
       {"exact", 128, false, StorageType::bf16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.005, 0.9999, 1e-3},
       {"exact", 128, true, StorageType::bf16, Layout::nhd, 2, 1, 200, 333, 0.0, 0.005, 0.9999, 1e-3},
   };
-  for (const Case &c : cases) {
-    const std::string name = std::string(c.preset) + (c.causal ? " causal" : "");
-    CAPTURE(name);
-    CAPTURE(c.head_dim);
-    runCase(c);
+  // Every schedule that runs the case on this GPU (on an H100: sm90.wgmma_tma and sm80.mma_sync), each against the
+  // same reference and bounds.
+  const schedules::GpuArch arch = runtime::currentDeviceArch();
+  for (const Case &c : cases)
+    for (const schedules::Schedule *schedule : schedules::allSchedules()) {
+      const ir::Program program =
+          dsl::preset(c.preset, c.head_dim, c.causal ? MaskKind::causal : MaskKind::none)->lse().build();
+      const schedules::InputType input =
+          c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+      if (!schedule->supports(program.variant(), arch, input))
+        continue;
+      const std::string name = std::string(c.preset) + (c.causal ? " causal" : "") + " on " +
+                               std::string(schedule->name());
+      CAPTURE(name);
+      CAPTURE(c.head_dim);
+      runCase(c, {}, std::string(schedule->name()));
+    }
+}
+
+TEST_CASE("the sm90 schedule: tails, rows with no visible key, GQA, and V that TMA cannot read") {
+  if (skipWithoutGpu())
+    return;
+  if (runtime::currentDeviceArch() != schedules::GpuArch::sm90a) {
+    std::printf("gpu_attention_test: SKIPPED sm90 cases: this GPU is not sm_90a\n");
+    return;
   }
+  const std::string sm90(schedules::Sm90Schedule::kName);
+  const Case cases[] = {
+      // q longer than kv, causal bottom-right: the first 133 rows see no key (O = 0, LSE = -inf)
+      {"sage-b", 128, true, StorageType::f16, Layout::hnd, 2, 2, 333, 200, 0.0, 0.01, 0.999, 0.01},
+      {"sage2-fp8", 128, true, StorageType::f16, Layout::nhd, 4, 1, 130, 1000, 0.0, 0.04, 0.999, 0.01},
+      {"sage2-fp8", 64, false, StorageType::f16, Layout::hnd, 2, 2, 1, 77, 0.0, 0.04, 0.999, 0.01},
+      {"sage-vb", 64, true, StorageType::bf16, Layout::nhd, 2, 2, 700, 700, 4.0, 0.02, 0.999, 0.01},
+  };
+  for (const Case &c : cases) {
+    CAPTURE(c.preset);
+    runCase(c, {}, sm90);
+  }
+
+  // The caller's V read in place by TMA: a pointer off a 16-byte boundary is refused before anything runs.
+  ir::Program program = dsl::preset("sage-b", 64)->build();
+  runtime::AttentionRunnerOptions options;
+  options.schedule = sm90;
+  runtime::AttentionRunner runner(program.variant(), options);
+  const schedules::ProblemShape shape{1, 1, 1, 64, 64, 64};
+  const HostTensor q = randomTensor(1, 1, 64, 64, StorageType::f16, Layout::hnd, {1});
+  DeviceTensor q_device(q), o_device(q.values().size() * 2 + 64), workspace(runner.workspaceBytes(shape));
+  runtime::AttentionTensors tensors;
+  tensors.q = tensors.k = q_device.get();
+  tensors.v = static_cast<const char *>(q_device.get()) + 2;
+  tensors.o = o_device.get();
+  tensors.q_strides = tensors.k_strides = tensors.v_strides = tensors.o_strides = stridesOf(q);
+  CHECK_THROWS_WITH_AS(runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr),
+                       doctest::Contains("v: the sm90 schedule reads V in place with TMA"), std::invalid_argument);
+  tensors.v = q_device.get();
+  tensors.v_strides.token = 68; // not a multiple of 8 elements
+  CHECK_THROWS_WITH_AS(runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr),
+                       doctest::Contains("token strides"), std::invalid_argument);
 }
 
 TEST_CASE("AOT cubins are loaded first and compute what JIT kernels do; damaged ones are compiled instead") {

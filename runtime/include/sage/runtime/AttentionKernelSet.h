@@ -28,6 +28,7 @@ struct AttentionKernelRequest {
   schedules::InputType input = schedules::InputType::f16;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
   std::optional<schedules::Tunables> tunables; // default: the schedule's
+  std::string schedule;                        // a schedule's name to use; empty: the best one for the arch
   std::string ir_fingerprint;                  // ir::Program::fingerprint(), the IR part of every key
 };
 
