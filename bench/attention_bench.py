@@ -2,7 +2,8 @@
 
 Shapes as the issue fixes them: 16k tokens per call, hidden 2048 (batch = 16384 / N, at least 1, heads = 2048 / d),
 fp16, HND. TOPS = 4 * b * h * N^2 * d (halved when causal) over the full call, quantization included.
-The quantization prologue is also timed alone. Each number is the median over --rounds rounds, each round timing
+The quantization prologue and the attention kernel are also timed alone ("kernel" TOPS: the attention launch only).
+--schedules runs each preset under each named schedule (SAGEGEN_SCHEDULE), e.g. sm90.wgmma_tma,sm80.mma_sync. Each number is the median over --rounds rounds, each round timing
 every implementation of the row in turn (median of 15 calls after warm-up), so clock or thermal drift during a row
 affects all columns alike. Prints one table; --json writes the rows.
 """
@@ -56,19 +57,24 @@ def main():
     parser.add_argument("--causal", default="0,1")
     parser.add_argument("--tunables", default="",
                         help="';'-separated tunables to measure besides the defaults, e.g. 'warps=4;stages=2'")
+    parser.add_argument("--schedules", default="",
+                        help="comma-separated schedules to run each preset with (default: the best for the GPU)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per row (median)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     # Columns: each preset with its default tunables, then with each alternative.
-    configs = [(preset, None) for preset in args.presets.split(",")]
-    configs += [(preset, tunables) for preset in args.presets.split(",")
-                for tunables in args.tunables.split(";") if tunables]
+    schedules = [name for name in args.schedules.split(",") if name] or [None]
+    configs = [(preset, None, schedule) for preset in args.presets.split(",") for schedule in schedules]
+    configs += [(preset, tunables, schedule) for preset in args.presets.split(",")
+                for tunables in args.tunables.split(";") if tunables for schedule in schedules]
     torch.manual_seed(0)
     rows = []
     header = f"{'d':>4} {'causal':>6} {'N':>6} {'flash':>7} {'cudnn':>7}"
-    for preset, tunables in configs:
+    for preset, tunables, schedule in configs:
         label = preset if tunables is None else f"[{tunables}]"
-        header += f" {label:>10} {'x flash':>8} {'x cudnn':>8} {'prolog us':>9}"
+        if schedule:
+            label += "@" + schedule.split(".")[0]
+        header += f" {label:>14} {'x flash':>8} {'x cudnn':>8} {'kernel':>7} {'prolog us':>9}"
     print("TOPS (fp16, 16k tokens x hidden 2048 per call, " + torch.cuda.get_device_name() + ")")
     print(header)
     for dim in map(int, args.dims.split(",")):
@@ -84,14 +90,18 @@ def main():
                     "flash": lambda: sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, bool(causal)),
                     "cudnn": lambda: sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, bool(causal)),
                 }
-                for preset, tunables in configs:
-                    key = (preset, tunables, causal)
+                for preset, tunables, schedule in configs:
+                    key = (preset, tunables, schedule, causal)
                     if key not in kernels:
+                        os.environ["SAGEGEN_SCHEDULE"] = schedule or ""
                         kernels[key] = sagegen.Attention(preset, head_dim=dim, causal=bool(causal), tunables=tunables)
+                        os.environ.pop("SAGEGEN_SCHEDULE")
                     attention = kernels[key]
                     timed[("full", key)] = lambda attention=attention: attention(q, k, v)
                     timed[("prologue", key)] = lambda attention=attention: attention(
                         q, k, v, phase=sagegen.PHASE_PROLOGUE)
+                    timed[("kernel", key)] = lambda attention=attention: attention(
+                        q, k, v, phase=sagegen.PHASE_ATTENTION)
                 samples = {name: [] for name in timed}
                 for _ in range(max(1, args.rounds)):
                     for name, function in timed.items():
@@ -100,15 +110,17 @@ def main():
                 row["flash"] = tops(batch, heads, tokens, dim, causal, milliseconds["flash"])
                 row["cudnn"] = tops(batch, heads, tokens, dim, causal, milliseconds["cudnn"])
                 line = f"{dim:>4} {causal:>6} {tokens:>6} {row['flash']:>7.1f} {row['cudnn']:>7.1f}"
-                for preset, tunables in configs:
-                    key = (preset, tunables, causal)
+                for preset, tunables, schedule in configs:
+                    key = (preset, tunables, schedule, causal)
                     full = milliseconds[("full", key)]
                     prologue = milliseconds[("prologue", key)]
+                    kernel = tops(batch, heads, tokens, dim, causal, milliseconds[("kernel", key)])
                     value = tops(batch, heads, tokens, dim, causal, full)
-                    row[preset if tunables is None else f"{preset}[{tunables}]"] = {
-                        "tops": value, "ms": full, "prologue_us": prologue * 1e3}
-                    line += (f" {value:>10.1f} {value / row['flash']:>8.2f} {value / row['cudnn']:>8.2f}"
-                             f" {prologue * 1e3:>9.1f}")
+                    name = preset if tunables is None else f"{preset}[{tunables}]"
+                    row[name if schedule is None else f"{name}@{schedule}"] = {
+                        "tops": value, "ms": full, "kernel_tops": kernel, "prologue_us": prologue * 1e3}
+                    line += (f" {value:>14.1f} {value / row['flash']:>8.2f} {value / row['cudnn']:>8.2f}"
+                             f" {kernel:>7.1f} {prologue * 1e3:>9.1f}")
                 print(line, flush=True)
                 rows.append(row)
                 del q, k, v

@@ -49,14 +49,13 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
     kernel.grid_rule = grid_rule;
     kernel.uses_device_library = uses_device_library;
     // The key hashes the headers too: a changed device library is a different kernel.
-    kernel.key = attentionKernelKey(request.ir_fingerprint, variant, set.plan, request.input, request.arch,
-                                    entry_point, selfContainedSource(kernel));
+    kernel.key = attentionKernelKey(request.ir_fingerprint, variant, set.plan, request.input, request.arch, entry_point,
+                                    selfContainedSource(kernel));
     set.kernels.push_back(std::move(kernel));
   };
   for (const codegen::PrologueKernel &kernel : set.prologue.kernels)
     add(AttentionKernelRole::prologue, kernel.name, kernel.entry_point, kernel.source,
-        {static_cast<unsigned>(kernel.block_threads), 1, 1}, kernel.dynamic_shared_bytes, kernel.grid_rule,
-        false);
+        {static_cast<unsigned>(kernel.block_threads), 1, 1}, kernel.dynamic_shared_bytes, kernel.grid_rule, false);
   const auto &block = set.attention.block_dim;
   add(AttentionKernelRole::attention, set.attention.name, set.attention.entry_point, set.attention.source,
       {static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -224,6 +225,8 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   state.variant = variant;
   state.options = std::move(options);
   state.arch = state.options.arch ? *state.options.arch : currentDeviceArch();
+  if (const char *schedule = std::getenv("SAGEGEN_SCHEDULE"); state.options.schedule.empty() && schedule && *schedule)
+    state.options.schedule = schedule; // a process-wide choice, for benchmarks and for working around a schedule
   state.build();
 }
 
@@ -321,9 +324,8 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
       kernel.dynamic_shared_bytes,
       stream};
   if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // sm90: the TMA tensor maps of this call
-    kernel.kernel.launch(makeSm90AttentionParams(state.kernels.plan, shape, layout, params,
-                                                 {tensors.v, tensors.v_strides}),
-                         launch);
+    kernel.kernel.launch(
+        makeSm90AttentionParams(state.kernels.plan, shape, layout, params, {tensors.v, tensors.v_strides}), launch);
   else
     kernel.kernel.launch(params, launch);
 }

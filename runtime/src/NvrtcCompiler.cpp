@@ -152,9 +152,9 @@ CompileResult NvrtcCompiler::compile(const CompileRequest &request, Target targe
     header_names.push_back(name.c_str());
     header_texts.push_back(text.c_str());
   }
-  if (nvrtcResult result = nvrtcCreateProgram(&raw_program, request.source.c_str(), request.source_name.c_str(),
-                                              static_cast<int>(header_texts.size()), header_texts.data(),
-                                              header_names.data());
+  if (nvrtcResult result =
+          nvrtcCreateProgram(&raw_program, request.source.c_str(), request.source_name.c_str(),
+                             static_cast<int>(header_texts.size()), header_texts.data(), header_names.data());
       result != NVRTC_SUCCESS)
     throw fail(result, {});
   ProgramHandle program(raw_program);

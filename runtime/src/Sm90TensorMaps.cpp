@@ -12,7 +12,7 @@
 namespace sage::runtime {
 namespace {
 
-constexpr std::uint64_t kTmaAlignment = 16;                   // bytes: global address and every stride
+constexpr std::uint64_t kTmaAlignment = 16;                     // bytes: global address and every stride
 constexpr std::uint64_t kMaxDimension = std::uint64_t{1} << 32; // elements per dimension
 constexpr std::uint64_t kMaxStride = std::uint64_t{1} << 40;    // bytes
 constexpr std::int64_t kMaxCoordinate = std::numeric_limits<std::int32_t>::max(); // the kernel's coordinates
@@ -26,8 +26,8 @@ driver::TensorMapSwizzle swizzleOf(int inner_bytes) {
   case 32:
     return driver::TensorMapSwizzle::bytes32;
   default:
-    throw std::invalid_argument(fmt::format("plan: a TMA box row of {} bytes has no swizzle (32, 64 or 128)",
-                                            inner_bytes));
+    throw std::invalid_argument(
+        fmt::format("plan: a TMA box row of {} bytes has no swizzle (32, 64 or 128)", inner_bytes));
   }
 }
 
@@ -70,8 +70,7 @@ std::string valueTensorProblem(const schedules::KernelPlan &plan, const ValueTen
   return {};
 }
 
-SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan,
-                                                const schedules::ProblemShape &shape,
+SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
                                                 const SageAttentionParams &base, const ValueTensor &v) {
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
@@ -114,8 +113,7 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
     const std::uint64_t strides[3] = {static_cast<std::uint64_t>(2 * v.strides.token),
                                       static_cast<std::uint64_t>(2 * v.strides.head),
                                       static_cast<std::uint64_t>(2 * v.strides.batch)};
-    const unsigned boxes[4] = {static_cast<unsigned>(ws.v_box.inner_bytes), static_cast<unsigned>(ws.v_box.rows), 1,
-                               1};
+    const unsigned boxes[4] = {static_cast<unsigned>(ws.v_box.inner_bytes), static_cast<unsigned>(ws.v_box.rows), 1, 1};
     CudaDriver::instance().encodeTensorMap(v_map, 4, v.data, dims, strides, boxes, swizzleOf(ws.v_box.inner_bytes));
     break;
   }

@@ -73,9 +73,10 @@ ScaleIndexing scaleIndexing(const QuantizerSpec &spec, int block_tokens) {
 }
 
 void validateTunables(const Tunables &tunables) {
-  require(tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 12,
-          "tunables.warps: the sm90 schedule counts consumer warps, 4 per consumer warpgroup: expected 4, 8 or 12, got " +
-              std::to_string(tunables.warps));
+  require(
+      tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 12,
+      "tunables.warps: the sm90 schedule counts consumer warps, 4 per consumer warpgroup: expected 4, 8 or 12, got " +
+          std::to_string(tunables.warps));
   require(tunables.block_q == kConsumerRows * tunables.warps / kWarpgroupWarps,
           "tunables.block_q: the sm90 schedule gives each consumer warpgroup 64 rows: expected 16 * warps (" +
               std::to_string(kConsumerRows * tunables.warps / kWarpgroupWarps) + "), got " +
@@ -96,11 +97,16 @@ std::string_view Sm90Schedule::summary() const {
 
 int Sm90Schedule::preference(GpuArch arch) const { return arch == GpuArch::sm90a ? 200 : 0; }
 
-Tunables Sm90Schedule::defaultTunables(const AttentionVariant &) {
+Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   Tunables tunables;
   tunables.warps = 8;
   tunables.block_q = 128;
-  tunables.block_kv = 128;
+  // A second f32 accumulator (two-level accumulation, or int8 P.V's s32 block product) beside S and the in-flight
+  // O does not fit 240 registers with 128-token S tiles at d = 128: ptxas spilled ~800 bytes (sage2-fp8).
+  const bool second_accumulator = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+                                  variant.accumulation.kind == AccumulationKind::f32_two_level ||
+                                  variant.p.dtype == ElementType::int8;
+  tunables.block_kv = second_accumulator && variant.head_dim > 64 ? 64 : 128;
   tunables.stages = kDefaultStages;
   return tunables;
 }
@@ -142,9 +148,9 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   // Q.K^T: int8 codes, or unquantized Q/K stored in the input's own type by the prologue.
   const bool quantized_qk = variant.q.quantized();
   plan.qk_operand = quantized_qk ? ElementType::int8 : (input == InputType::f16 ? ElementType::f16 : ElementType::bf16);
-  plan.qk_mma = quantized_qk ? MmaShape{64, chosen.block_kv, 32, ElementType::int8, ElementType::int8,
-                                        AccumulatorType::s32}
-                             : MmaShape{64, chosen.block_kv, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
+  plan.qk_mma = quantized_qk
+                    ? MmaShape{64, chosen.block_kv, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32}
+                    : MmaShape{64, chosen.block_kv, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
   plan.q_scales = scaleIndexing(variant.q, variant.block_q);
   plan.k_scales = scaleIndexing(variant.k, variant.block_kv);
   if (plan.k_scales.used)
@@ -180,8 +186,8 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   ws.consumer_warpgroups = consumers;
   if (consumers > 1) { // one consumer has registers to spare without the hand-over
     ws.producer_registers = kProducerRegisters;
-    const int pool = (kRegisterFile - kWarpgroupWarps * kWarpSize * kProducerRegisters) /
-                     (consumers * kWarpgroupWarps * kWarpSize);
+    const int pool =
+        (kRegisterFile - kWarpgroupWarps * kWarpSize * kProducerRegisters) / (consumers * kWarpgroupWarps * kWarpSize);
     ws.consumer_registers = std::min(kMaxConsumerRegisters, pool / 8 * 8);
   }
   const int qk_row_bytes = variant.head_dim * bytesOf(plan.qk_operand);

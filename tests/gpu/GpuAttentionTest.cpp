@@ -138,8 +138,9 @@ std::string runCase(const Case &c, const std::filesystem::path &aot_directory = 
   const AccuracyMetrics reference_vs_exact = compareOutputs(exact.output, expected.output);
   std::printf("gpu_attention_test: %-14s %-9s d%-3d %-6s %-4s %s h%lld/%lld n%lld/%lld bias%-3g | vs reference cos "
               "%.6f rel-L1 %.4f | vs exact cos %.6f rel-L1 %.4f (reference %.4f) | lse err %.2e\n",
-              schedule.empty() ? "best" : schedule.c_str(), c.preset, c.head_dim, c.causal ? "causal" : "full", nameOf(c.storage).data(), nameOf(c.layout).data(),
-              static_cast<long long>(c.heads_q), static_cast<long long>(c.heads_kv), static_cast<long long>(c.tokens_q),
+              schedule.empty() ? "best" : schedule.c_str(), c.preset, c.head_dim, c.causal ? "causal" : "full",
+              nameOf(c.storage).data(), nameOf(c.layout).data(), static_cast<long long>(c.heads_q),
+              static_cast<long long>(c.heads_kv), static_cast<long long>(c.tokens_q),
               static_cast<long long>(c.tokens_kv), c.k_bias, vs_reference.cosine_similarity, vs_reference.relative_l1,
               vs_exact.cosine_similarity, vs_exact.relative_l1, reference_vs_exact.relative_l1, lse_error);
   CHECK(vs_reference.relative_l1 <= c.max_rel_l1_vs_reference);
@@ -258,8 +259,8 @@ TEST_CASE("kernels match the CPU reference of their variant") {
           c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
       if (!schedule->supports(program.variant(), arch, input))
         continue;
-      const std::string name = std::string(c.preset) + (c.causal ? " causal" : "") + " on " +
-                               std::string(schedule->name());
+      const std::string name =
+          std::string(c.preset) + (c.causal ? " causal" : "") + " on " + std::string(schedule->name());
       CAPTURE(name);
       CAPTURE(c.head_dim);
       runCase(c, {}, std::string(schedule->name()));

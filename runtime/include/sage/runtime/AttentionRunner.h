@@ -26,7 +26,8 @@ struct AttentionRunnerOptions {
   std::optional<schedules::GpuArch> arch;       // default: the current device's
   std::optional<schedules::Tunables> tunables;  // default: the tuning database's for this GPU, else the schedule's
   std::string ir_fingerprint;                   // the IR part of the cache key (ir::Program::fingerprint)
-  std::string schedule; // a schedule by name (e.g. "sm80.mma_sync"); empty: the best one for the arch
+  // A schedule by name (e.g. "sm80.mma_sync"); empty: $SAGEGEN_SCHEDULE if set, else the best one for the arch.
+  std::string schedule;
   KernelCache *cache = nullptr;                 // default: a process-wide cache on $SAGEGEN_CACHE_DIR
   std::shared_ptr<const TuningDatabase> tuning; // default: TuningDatabase::defaultPath(), read once per process
   int64_t tokens_hint = 0;                      // the N to pick a tuned entry for (0: the entry with the largest N)

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
-#include <cstdint>
 #include <string>
 
 // The driver's opaque handles, declared as cuda.h declares them, so a caller's CUstream or cudaStream_t

@@ -20,8 +20,7 @@ struct ValueTensor {
 std::string valueTensorProblem(const schedules::KernelPlan &plan, const ValueTensor &v);
 
 // `base` with the three tensor maps of this call. Throws std::invalid_argument (see above) or CudaError.
-SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan,
-                                                const schedules::ProblemShape &shape,
+SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
                                                 const SageAttentionParams &base, const ValueTensor &v);
 

@@ -99,10 +99,9 @@ __device__ __forceinline__ float k_column_scale(const float *k_scales, int k_sca
 
 // S (s32 or f32 accumulator) -> f32 scores in the base-2 domain: score = S x row_factor x delta_K(column).
 template <class Config, class Accumulator>
-__device__ __forceinline__ void dequantize_scores(float (&scores)[Config::kBlockKv / 2],
-                                                  const Accumulator (&accumulator)[Config::kBlockKv / 2],
-                                                  const float (&row_factor)[2], const float *k_scales,
-                                                  int k_scale_count, int kv_begin, int quad_lane) {
+__device__ __forceinline__ void
+dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&accumulator)[Config::kBlockKv / 2],
+                  const float (&row_factor)[2], const float *k_scales, int k_scale_count, int kv_begin, int quad_lane) {
   constexpr int kTiles = Config::kBlockKv / 8;
   if constexpr (Config::kQk != QkOperands::int8) {
 #pragma unroll
@@ -129,7 +128,8 @@ __device__ __forceinline__ void dequantize_scores(float (&scores)[Config::kBlock
     for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
       for (int column = 0; column < 2; ++column) {
-        const float k_scale = k_column_scale<Config>(k_scales, k_scale_count, kv_begin + tile * 8 + quad_lane * 2 + column);
+        const float k_scale =
+            k_column_scale<Config>(k_scales, k_scale_count, kv_begin + tile * 8 + quad_lane * 2 + column);
 #pragma unroll
         for (int half = 0; half < 2; ++half)
           scores[tile * 4 + half * 2 + column] =
@@ -141,8 +141,8 @@ __device__ __forceinline__ void dequantize_scores(float (&scores)[Config::kBlock
 // Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (bottom-right aligned:
 // token j is visible to row i iff j <= i + tokens_kv - tokens_q), get -inf.
 template <class Config>
-__device__ __forceinline__ void mask_scores(float (&scores)[Config::kBlockKv / 2], const int (&rows)[2],
-                                            int kv_begin, int tokens_kv, int causal_offset, int quad_lane) {
+__device__ __forceinline__ void mask_scores(float (&scores)[Config::kBlockKv / 2], const int (&rows)[2], int kv_begin,
+                                            int tokens_kv, int causal_offset, int quad_lane) {
 #pragma unroll
   for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
 #pragma unroll
@@ -245,10 +245,11 @@ __device__ __forceinline__ void pack_probabilities(ProbabilityFragments<Config> 
   }
 }
 
-// S = Q_i K_j^T for this consumer's 64 rows: one wgmma per k step (32 bytes of a row), all from shared memory.
+// Issues S = Q_i K_j^T for this consumer's 64 rows as one wgmma group: one wgmma per k step (32 bytes of a row),
+// both operands in shared memory. The caller waits (wgmma_wait_group) and fences the accumulator before reading it.
 template <class Config, class Accumulator>
-__device__ __forceinline__ void multiply_q_k(Accumulator (&accumulator)[Config::kBlockKv / 2], unsigned q_tile,
-                                             unsigned k_tile) {
+__device__ __forceinline__ void issue_q_k(Accumulator (&accumulator)[Config::kBlockKv / 2], unsigned q_tile,
+                                          unsigned k_tile) {
   using Layout = SharedLayout<Config>;
   constexpr Swizzle kSwizzle = swizzle_of_rows<Layout::kQkChunkBytes>();
   constexpr unsigned kCoreGroupBytes = 8 * Layout::kQkChunkBytes; // 8 rows: the next core matrices along M/N
@@ -270,14 +271,13 @@ __device__ __forceinline__ void multiply_q_k(Accumulator (&accumulator)[Config::
       WgmmaBf16SS<Config::kBlockKv>::run(accumulator, a, b, step > 0);
   }
   wgmma_commit_group();
-  wgmma_wait_group<0>();
-  warpgroup_fence_operands(accumulator);
 }
 
-// O (+)= P~ V_j: one wgmma per k step of P~; `accumulate` = 0 restarts the accumulator.
+// Issues O (+)= P~ V_j as one wgmma group: one wgmma per k step of P~; `accumulate` = 0 restarts the accumulator.
+// P~'s registers and O must not be touched until the group has completed.
 template <class Config, class Accumulator, int kCount>
-__device__ __forceinline__ void multiply_p_v(Accumulator (&output)[kCount], const ProbabilityFragments<Config> &p,
-                                             unsigned v_tile, bool accumulate) {
+__device__ __forceinline__ void issue_p_v(Accumulator (&output)[kCount], const ProbabilityFragments<Config> &p,
+                                          unsigned v_tile, bool accumulate) {
   using Layout = SharedLayout<Config>;
   using Fragments = ProbabilityFragments<Config>;
   warpgroup_fence_operands(output);
@@ -289,8 +289,8 @@ __device__ __forceinline__ void multiply_p_v(Accumulator (&output)[kCount], cons
       // V^T [channels][tokens], K-major: step s reads tokens 32s .. 32s + 31 of every channel row.
       constexpr Swizzle kSwizzle = swizzle_of_rows<Layout::kVChunkBytes>();
       const int chunk = step * 32 / Layout::kVChunkBytes, within = step * 32 % Layout::kVChunkBytes;
-      const unsigned long long b = matrix_descriptor(v_tile + chunk * Layout::kVChunkStride + within, 16,
-                                                     8 * Layout::kVChunkBytes, kSwizzle);
+      const unsigned long long b =
+          matrix_descriptor(v_tile + chunk * Layout::kVChunkStride + within, 16, 8 * Layout::kVChunkBytes, kSwizzle);
       if constexpr (Config::kPv == PvOperands::e4m3)
         WgmmaE4m3RS<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
       else
@@ -298,8 +298,8 @@ __device__ __forceinline__ void multiply_p_v(Accumulator (&output)[kCount], cons
     } else {
       // V [tokens][channels], MN-major: step s starts 16 token rows further; channel chunks are LBO apart.
       constexpr Swizzle kSwizzle = swizzle_of_rows<Layout::kVChunkBytes>();
-      const unsigned long long b = matrix_descriptor(v_tile + step * 16 * Layout::kVChunkBytes,
-                                                     Layout::kVChunkStride, 8 * Layout::kVChunkBytes, kSwizzle);
+      const unsigned long long b = matrix_descriptor(v_tile + step * 16 * Layout::kVChunkBytes, Layout::kVChunkStride,
+                                                     8 * Layout::kVChunkBytes, kSwizzle);
       if constexpr (Config::kPv == PvOperands::f16_accumulate_f16)
         WgmmaF16RSF16<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
       else
@@ -307,8 +307,6 @@ __device__ __forceinline__ void multiply_p_v(Accumulator (&output)[kCount], cons
     }
   }
   wgmma_commit_group();
-  wgmma_wait_group<0>();
-  warpgroup_fence_operands(output);
 }
 
 // Where this CTA works: its Q block, head, batch and the KV blocks it visits.
@@ -378,67 +376,7 @@ __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, c
       else if constexpr (Config::kValues == ValueTiles::workspace_values) // [b * h_kv * padded_kv rows][2d bytes]
         tma_load_2d(destination, &params.v_map, full, chunk * Layout::kVChunkBytes, k_row);
       else // the caller's V: [b][h_kv][tokens_kv][2d bytes], any strides TMA accepts
-        tma_load_4d(destination, &params.v_map, full, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head,
-                    tile.batch);
-    }
-  }
-}
-
-template <class Config, bool kMasked>
-__device__ __forceinline__ void consume_block(ConsumerState<Config> &state, const SageSm90AttentionParams &params,
-                                              const TileCoordinates &tile, unsigned q_tile, unsigned stage_base,
-                                              const float *k_scales, const int (&rows)[2], int kv_begin,
-                                              int quad_lane) {
-  using Layout = SharedLayout<Config>;
-  using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
-  Accumulator accumulator[Config::kBlockKv / 2];
-  multiply_q_k<Config>(accumulator, q_tile, stage_base + Layout::kKOffset);
-  float scores[Config::kBlockKv / 2];
-  dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, params.base.size.k_scale_count, kv_begin,
-                            quad_lane);
-  if constexpr (kMasked)
-    mask_scores<Config>(scores, rows, kv_begin, params.base.size.tokens_kv, tile.causal_offset, quad_lane);
-  float rescale[2];
-  online_softmax<Config>(scores, state.row_max, state.row_sum, rescale);
-  ProbabilityFragments<Config> p;
-  pack_probabilities<Config>(p, scores);
-
-  const unsigned v_tile = stage_base + Layout::kVOffset;
-  if constexpr (Config::kPv == PvOperands::int8) {
-    // s32 product of this block, added into the f32 sum (delta_V and P's scale are applied in the epilogue)
-    rescale_f32(state.flushed, rescale);
-    int block_product[Config::kHeadDim / 2];
-    multiply_p_v<Config>(block_product, p, v_tile, false);
-#pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i)
-      state.flushed[i] += static_cast<float>(block_product[i]);
-  } else {
-    if constexpr (ConsumerState<Config>::kF16Accumulator)
-      rescale_f16x2(state.output, rescale);
-    else
-      rescale_f32(state.output, rescale);
-    if constexpr (Config::kTwoLevel) {
-      rescale_f32(state.flushed, rescale);
-      // The first block of a flush period restarts the inner accumulator (its previous sum was flushed).
-      multiply_p_v<Config>(state.output, p, v_tile, state.blocks_since_flush != 0);
-      if (++state.blocks_since_flush == Config::kFlushPeriod) {
-        state.blocks_since_flush = 0;
-#pragma unroll
-        for (int i = 0; i < Config::kHeadDim / 2; ++i) {
-          if constexpr (ConsumerState<Config>::kF16Accumulator) {
-            if (i % 2 == 0) {
-              float low, high;
-              unpack_f16x2(state.output[i / 2], low, high);
-              state.flushed[i] += low;
-              state.flushed[i + 1] += high;
-            }
-          } else {
-            state.flushed[i] += state.output[i];
-          }
-        }
-      }
-    } else {
-      multiply_p_v<Config>(state.output, p, v_tile, true);
+        tma_load_4d(destination, &params.v_map, full, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head, tile.batch);
     }
   }
 }
@@ -468,8 +406,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
     output[i] = value;
   }
   const unsigned char *workspace = base.workspace;
-  const float *v_scales = reinterpret_cast<const float *>(workspace + base.offsets.v_scales) +
-                          tile.kv_head_index * Config::kHeadDim;
+  const float *v_scales =
+      reinterpret_cast<const float *>(workspace + base.offsets.v_scales) + tile.kv_head_index * Config::kHeadDim;
   const float *v_mean =
       reinterpret_cast<const float *>(workspace + base.offsets.v_mean) + tile.kv_head_index * Config::kHeadDim;
   unsigned short *o =
@@ -514,8 +452,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
         // quantization error of q times mean(K) would not be small). The quad's lanes split the channels.
         const float *k_mean =
             reinterpret_cast<const float *>(workspace + base.offsets.k_mean) + tile.kv_head_index * Config::kHeadDim;
-        const unsigned short *q =
-            static_cast<const unsigned short *>(base.q) + tile.batch * base.q_strides.batch + tile.head * base.q_strides.head;
+        const unsigned short *q = static_cast<const unsigned short *>(base.q) + tile.batch * base.q_strides.batch +
+                                  tile.head * base.q_strides.head;
         float sum = 0.0f;
         if (row < size.tokens_q)
           for (int channel = quad_lane; channel < Config::kHeadDim; channel += 4)
@@ -531,10 +469,95 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
   }
 }
 
+// S_i^j (waited for) -> P~_i^j's scores in f32: dequantization, the mask when kMasked, the online softmax.
+template <class Config, bool kMasked, class Accumulator>
+__device__ __forceinline__ void score_block(ConsumerState<Config> &state, float (&scores)[Config::kBlockKv / 2],
+                                            const Accumulator (&accumulator)[Config::kBlockKv / 2],
+                                            const SageProblemSize &size, const TileCoordinates &tile,
+                                            const float *k_scales, const int (&rows)[2], int kv_begin, int quad_lane,
+                                            float (&rescale)[2]) {
+  dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, size.k_scale_count, kv_begin, quad_lane);
+  if constexpr (kMasked)
+    mask_scores<Config>(scores, rows, kv_begin, size.tokens_kv, tile.causal_offset, quad_lane);
+  online_softmax<Config>(scores, state.row_max, state.row_sum, rescale);
+}
+
+// O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator(s) this P.V path keeps.
+template <class Config>
+__device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, const float (&rescale)[2]) {
+  if constexpr (Config::kPv != PvOperands::int8) {
+    if constexpr (ConsumerState<Config>::kF16Accumulator)
+      rescale_f16x2(state.output, rescale);
+    else
+      rescale_f32(state.output, rescale);
+  }
+  if constexpr (Config::kTwoLevel || Config::kPv == PvOperands::int8)
+    rescale_f32(state.flushed, rescale);
+}
+
+// After P~_i^j V_j has completed: int8 adds its s32 block product into the f32 sum; two-level accumulation adds the
+// inner accumulator into the outer one every kFlushPeriod blocks and restarts it.
+template <class Config, int kProductRegisters>
+__device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
+                                             const int (&block_product)[kProductRegisters]) {
+  if constexpr (Config::kPv == PvOperands::int8) {
+#pragma unroll
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      state.flushed[i] += static_cast<float>(block_product[i]);
+  } else if constexpr (Config::kTwoLevel) {
+    if (++state.blocks_since_flush == Config::kFlushPeriod) {
+      state.blocks_since_flush = 0;
+#pragma unroll
+      for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+        if constexpr (ConsumerState<Config>::kF16Accumulator) {
+          if (i % 2 == 0) {
+            float low, high;
+            unpack_f16x2(state.output[i / 2], low, high);
+            state.flushed[i] += low;
+            state.flushed[i + 1] += high;
+            state.output[i / 2] = 0u; // the epilogue adds what the inner accumulator holds since the last flush
+          }
+        } else {
+          state.flushed[i] += state.output[i];
+          state.output[i] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// Two consumer warpgroups take turns at the tensor cores (ping-pong): each issues its wgmma between a sync on its
+// own named barrier and an arrive on the other's, so one warpgroup's softmax runs while the other's GEMMs do.
+template <class Config> struct TurnTaking {
+  static constexpr bool kEnabled = Config::kConsumers == 2;
+  static constexpr int kFirstBarrier = 1; // 0 is __syncthreads'
+  int consumer;
+  __device__ __forceinline__ void start() const {
+    if constexpr (kEnabled)
+      if (consumer == 1) // consumer 0 goes first
+        named_barrier_arrive(kFirstBarrier, 2 * kWarpgroupThreads);
+  }
+  __device__ __forceinline__ void wait_turn() const {
+    if constexpr (kEnabled)
+      named_barrier_sync(kFirstBarrier + consumer, 2 * kWarpgroupThreads);
+  }
+  // `last`: consumer 1's final turn hands over to nobody (consumer 0 has no turn left to wait for).
+  __device__ __forceinline__ void pass_turn(bool last) const {
+    if constexpr (kEnabled)
+      if (!(last && consumer == 1))
+        named_barrier_arrive(kFirstBarrier + 1 - consumer, 2 * kWarpgroupThreads);
+  }
+};
+
+// A consumer warpgroup's main loop, software-pipelined by one P.V: in step j it issues S_j = Q K_j^T and
+// O += P~_(j-1) V_(j-1) back to back, then computes the softmax of S_j while the P.V runs, then packs P~_j.
+// Every consumer visits the CTA's blocks [0, block_end) (rows past a block's reach see it fully masked), so the
+// pipeline's phases and the ping-pong's turns match between consumers.
 template <class Config>
 __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, const TileCoordinates &tile,
                                         unsigned shared_base, unsigned barriers, int consumer) {
   using Layout = SharedLayout<Config>;
+  using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
   const SageAttentionParams &base = params.base;
   const SageProblemSize &size = base.size;
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -555,8 +578,8 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
       q_row_scale[half] = q_scales[group];
     }
   }
-  const float domain_factor = Config::kDomainFactorFromParams ? base.softmax_scale * Config::kLog2e
-                                                              : Config::kDomainFactor;
+  const float domain_factor =
+      Config::kDomainFactorFromParams ? base.softmax_scale * Config::kLog2e : Config::kDomainFactor;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     state.row_factor[half] = q_row_scale[half] * domain_factor;
@@ -570,32 +593,73 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   for (int i = 0; i < static_cast<int>(sizeof(state.flushed) / sizeof(float)); ++i)
     state.flushed[i] = 0.0f;
   state.blocks_since_flush = 0;
-  const float *k_scales = reinterpret_cast<const float *>(workspace + base.offsets.k_scales) +
-                          tile.kv_head_index * size.k_scale_count;
+  const float *k_scales =
+      reinterpret_cast<const float *>(workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
 
-  // Blocks j with a token past a row's reach need the mask; blocks past every row of this consumer are skipped.
-  const int first_row = consumer_row, last_row = min(consumer_row + 64, size.tokens_q) - 1;
+  // Blocks from `unmasked_end` on cross the sequence's end or (causal) this consumer's first row's diagonal.
+  int unmasked_end = size.tokens_kv / Config::kBlockKv;
+  if constexpr (Config::kCausal) {
+    const int diagonal_limit = consumer_row + tile.causal_offset + 1;
+    unmasked_end = diagonal_limit <= 0 ? 0 : min(unmasked_end, diagonal_limit / Config::kBlockKv);
+  }
   const unsigned q_tile = shared_base + Layout::kQOffset + consumer * 64 * Layout::kQkChunkBytes;
-  mbarrier_wait(barriers + 2 * Config::kStages * 8, 0);
-  for (int block = 0, iteration = 0; block < tile.block_end; ++block, ++iteration) {
-    const int stage = iteration % Config::kStages;
-    const unsigned phase = (iteration / Config::kStages) & 1u;
-    const unsigned full = barriers + stage * 8, empty = barriers + (Config::kStages + stage) * 8;
-    const unsigned stage_base = shared_base + Layout::kStageOffset + stage * Layout::kStageBytes;
-    const int kv_begin = block * Config::kBlockKv, kv_end = kv_begin + Config::kBlockKv;
-    bool skip = false, masked = kv_end > size.tokens_kv;
-    if constexpr (Config::kCausal) {
-      skip = last_row < 0 || kv_begin > last_row + tile.causal_offset;
-      masked = masked || kv_end - 1 > first_row + tile.causal_offset;
-    }
-    mbarrier_wait(full, phase);
-    if (!skip) {
-      if (masked)
-        consume_block<Config, true>(state, params, tile, q_tile, stage_base, k_scales, rows, kv_begin, quad_lane);
+  const TurnTaking<Config> turns{consumer};
+  auto full_barrier = [&](int block) { return barriers + (block % Config::kStages) * 8; };
+  auto empty_barrier = [&](int block) { return barriers + (Config::kStages + block % Config::kStages) * 8; };
+  auto phase_of = [&](int block) { return static_cast<unsigned>((block / Config::kStages) & 1); };
+  auto stage_base = [&](int block) {
+    return shared_base + Layout::kStageOffset + (block % Config::kStages) * Layout::kStageBytes;
+  };
+
+  turns.start();
+  mbarrier_wait(barriers + 2 * Config::kStages * 8, 0); // Q_i
+  const int blocks = tile.block_end;
+  Accumulator accumulator[Config::kBlockKv / 2];
+  float scores[Config::kBlockKv / 2];
+  float rescale[2];
+  ProbabilityFragments<Config> p;
+  int block_product[Config::kPv == PvOperands::int8 ? Config::kHeadDim / 2 : 1];
+  for (int block = 0; block <= blocks; ++block) {
+    const bool has_scores = block<blocks, has_product = block> 0;
+    if (has_scores)
+      mbarrier_wait(full_barrier(block), phase_of(block));
+    turns.wait_turn();
+    if (has_scores)
+      issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
+    if (has_product) { // O += P~_(j-1) V_(j-1)
+      rescale_output(state, rescale);
+      const unsigned v_tile = stage_base(block - 1) + Layout::kVOffset;
+      if constexpr (Config::kPv == PvOperands::int8)
+        issue_p_v<Config>(block_product, p, v_tile, false);
       else
-        consume_block<Config, false>(state, params, tile, q_tile, stage_base, k_scales, rows, kv_begin, quad_lane);
+        issue_p_v<Config>(state.output, p, v_tile, true);
     }
-    mbarrier_arrive(empty);
+    turns.pass_turn(block == blocks);
+    if (has_scores) {
+      if (has_product)
+        wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
+      else
+        wgmma_wait_group<0>();
+      warpgroup_fence_operands(accumulator);
+      const int kv_begin = block * Config::kBlockKv;
+      if (block >= unmasked_end)
+        score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane, rescale);
+      else
+        score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane,
+                                   rescale);
+    }
+    if (has_product) {
+      wgmma_wait_group<0>();
+      if constexpr (Config::kPv == PvOperands::int8) {
+        warpgroup_fence_operands(block_product);
+      } else {
+        warpgroup_fence_operands(state.output);
+      }
+      mbarrier_arrive(empty_barrier(block - 1)); // K_(j-1), V_(j-1) are no longer read
+      finish_block(state, block_product);
+    }
+    if (has_scores)
+      pack_probabilities<Config>(p, scores);
   }
   write_results<Config>(state, params, tile, rows, quad_lane);
 }
@@ -611,7 +675,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(barriers + stage * 8, 1);                                                  // full: the producer
+      mbarrier_init(barriers + stage * 8, 1); // full: the producer
       mbarrier_init(barriers + (Config::kStages + stage) * 8, Config::kConsumers * kWarpgroupThreads); // empty
     }
     mbarrier_init(barriers + 2 * Config::kStages * 8, 1); // Q_i

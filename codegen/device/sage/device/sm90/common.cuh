@@ -6,12 +6,8 @@
 namespace sage::device::sm90 {
 
 // NVRTC compiles without the standard library: the one type trait the kernels need.
-template <bool kCondition, class IfTrue, class IfFalse> struct SelectType {
-  using type = IfTrue;
-};
-template <class IfTrue, class IfFalse> struct SelectType<false, IfTrue, IfFalse> {
-  using type = IfFalse;
-};
+template <bool kCondition, class IfTrue, class IfFalse> struct SelectType { using type = IfTrue; };
+template <class IfTrue, class IfFalse> struct SelectType<false, IfTrue, IfFalse> { using type = IfFalse; };
 template <bool kCondition, class IfTrue, class IfFalse>
 using Select = typename SelectType<kCondition, IfTrue, IfFalse>::type;
 

@@ -11,7 +11,9 @@ constexpr int kWarpgroupThreads = 128;
 // Orders this warpgroup's earlier register and shared-memory writes before the wgmma that follow.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 
-__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 
 // Waits until at most kPending committed wgmma groups of this warpgroup are still running.
 template <int kPending> __device__ __forceinline__ void wgmma_wait_group() {

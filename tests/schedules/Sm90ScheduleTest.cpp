@@ -1,0 +1,96 @@
+// The sm90 wgmma + TMA schedule: where it runs, what it plans, and how it refuses.
+#include "sage/schedules/Sm90Schedule.h"
+#include "sage/schedules/ScheduleRegistry.h"
+
+#include "../codegen/TestVariants.h"
+
+#include <doctest/doctest.h>
+
+using namespace sage;
+using namespace sage::schedules;
+
+TEST_CASE("sm90 runs only on sm_90a, where it ranks first") {
+  const Sm90Schedule sm90;
+  const AttentionVariant variant = test::presetVariant("sage2-fp8", 128);
+  CHECK(sm90.supports(variant, GpuArch::sm90a, InputType::f16));
+  for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm100a, GpuArch::sm120a}) {
+    const SupportResult verdict = sm90.supports(variant, arch, InputType::f16);
+    CHECK_FALSE(verdict);
+    CHECK(verdict.reason.find("has no wgmma") != std::string::npos);
+  }
+  CHECK(bestSchedule(variant, GpuArch::sm90a, InputType::f16).name() == Sm90Schedule::kName);
+  CHECK(bestSchedule(variant, GpuArch::sm89, InputType::f16).name() == "sm80.mma_sync");
+}
+
+TEST_CASE("sm90 refuses what it has no kernel for, and sm80 then runs it") {
+  const Sm90Schedule sm90;
+  const AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);
+  const SupportResult verdict = sm90.supports(sparse, GpuArch::sm90a, InputType::f16);
+  CHECK_FALSE(verdict);
+  CHECK(verdict.reason.find("block-sparse") != std::string::npos);
+  CHECK(bestSchedule(sparse, GpuArch::sm90a, InputType::f16).name() == "sm80.mma_sync");
+}
+
+TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") {
+  const Sm90Schedule sm90;
+  SUBCASE("sage2-fp8 d128: int8 Q.K^T, e4m3 P.V against V^T codes in wgmma token order") {
+    const KernelPlan plan = sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
+    CHECK(plan.schedule == Sm90Schedule::kName);
+    CHECK(plan.threads == 384); // a producer and two consumer warpgroups
+    CHECK(plan.warp_specialization.consumer_warpgroups == 2);
+    CHECK(plan.warp_specialization.producer_registers == 24);
+    CHECK(plan.warp_specialization.consumer_registers == 240);
+    CHECK(plan.qk_mma == MmaShape{64, 64, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+    CHECK(plan.pv_mma == MmaShape{64, 128, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
+    CHECK(plan.v_source == ValueSource::workspace_codes);
+    CHECK(plan.wgmma_value_token_order);
+    CHECK(plan.warp_specialization.q_box == TensorMapBox{128, 128});
+    CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 128});
+    CHECK(plan.tunables.block_kv == 64); // two-level accumulation: a second f32 accumulator in registers
+    CHECK(plan.warp_specialization.v_box == TensorMapBox{64, 128}); // 64 tokens of 128 channel rows
+    CHECK(plan.shared.total_bytes <= 227 * 1024);
+  }
+  SUBCASE("sage-b d64 bf16: f16 P.V reads the workspace's f16 V, 64-byte swizzled Q/K rows") {
+    const KernelPlan plan = sm90.plan(test::presetVariant("sage-b", 64), GpuArch::sm90a, InputType::bf16);
+    CHECK(plan.pv_path == PvPath::f16_accumulate_f16);
+    CHECK(plan.v_source == ValueSource::workspace_values);
+    CHECK_FALSE(plan.wgmma_value_token_order);
+    CHECK(plan.warp_specialization.q_box == TensorMapBox{64, 128});
+    CHECK(plan.warp_specialization.v_box == TensorMapBox{128, 128}); // 64 f16 channels of 128 token rows
+  }
+  SUBCASE("exact d128: f16 Q/K, and the pipeline shortened until shared memory fits") {
+    const KernelPlan plan = sm90.plan(test::presetVariant("exact", 128), GpuArch::sm90a, InputType::f16);
+    CHECK(plan.qk_mma == MmaShape{64, 128, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32});
+    CHECK(plan.v_source == ValueSource::input);
+    CHECK(plan.tunables.stages == 3); // 32 KiB of Q + 3 x 64 KiB of K/V stages
+    CHECK(plan.shared.total_bytes <= 227 * 1024);
+  }
+}
+
+TEST_CASE("sm90 tunables are checked, naming the tunable") {
+  const Sm90Schedule sm90;
+  const AttentionVariant variant = test::presetVariant("sage-b", 128);
+  auto plan = [&](Tunables tunables) { return sm90.plan(variant, GpuArch::sm90a, InputType::f16, tunables); };
+  CHECK_THROWS_WITH_AS(plan({128, 128, 6, 2}), doctest::Contains("tunables.warps"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan({128, 128, 4, 2}), doctest::Contains("tunables.block_q"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan({128, 32, 8, 2}), doctest::Contains("tunables.block_kv"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan({128, 128, 8, 9}), doctest::Contains("tunables.stages"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan({192, 128, 12, 8}), doctest::Contains("bytes of shared memory"), std::invalid_argument);
+  CHECK(plan({64, 64, 4, 2}).threads == 256);
+  CHECK(plan({64, 64, 4, 2}).warp_specialization.producer_registers == 0); // one consumer: no hand-over needed
+  CHECK(plan({192, 128, 12, 2}).warp_specialization.consumer_registers == 160);
+}
+
+TEST_CASE("sm90's tunable space: every candidate planned or refused with the schedule's reason") {
+  const Sm90Schedule sm90;
+  const TunableSpace space = sm90.tunableSpace(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
+  CHECK(space.schedule == Sm90Schedule::kName);
+  CHECK(space.defaults == Tunables{128, 64, 8, 4});
+  int supported = 0;
+  for (const TunableCandidate &candidate : space.candidates) {
+    supported += candidate.verdict ? 1 : 0;
+    if (!candidate.verdict)
+      CHECK(candidate.verdict.reason.find("shared memory") != std::string::npos);
+  }
+  CHECK(supported > 10);
+}
