@@ -45,6 +45,27 @@ expect "reference exact is exact" 0 "^exact +1\.000000 +0\.0000" -- "$sagegen" r
 expect "reference bad dtype" 1 "--dtype: expected f16, bf16 or f32, got 'f8'" -- "$sagegen" reference --dtype f8 --n 64
 expect "reference bad GQA" 1 "--kv-heads: must divide --heads" -- "$sagegen" reference --heads 3 --kv-heads 2 --n 64
 
+# explain: every schedule's verdict in rank order, the choice and its plan (no GPU needed).
+expect "explain lists the verdicts" 0 "1\. sm80\.mma_sync: supported" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
+expect "explain names the choice" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_90a
+expect "explain prints the tunables" 0 "tunables +block_q=128,block_kv=64,warps=[0-9]+,stages=[0-9]+" -- "$sagegen" explain --preset sage-b --causal --arch sm_90a
+expect "explain prints the Q.K^T mma" 0 "Q\.K\^T mma +m16n8k32 int8\.int8 -> s32" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
+expect "explain prints the P.V path" 0 "P\.V path +e4m3 P x e4m3 V\^T, f32 accumulator" -- "$sagegen" explain --preset sage2-fp8 --arch sm_89
+expect "explain prints the V source" 0 "V source +workspace v_values" -- "$sagegen" explain --preset sage-b --arch sm_80 --input bf16
+expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
+expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
+expect "explain of an IR file" 0 "variant 'sage-vb' d128 none, with LSE, f16 inputs, on sm_89" -- "$sagegen" explain --ir "$work/good.mlir" --arch sm_89
+expect "explain gives the reason" 1 "sm80\.mma_sync: unsupported: e4m3 P\.V needs mma\.sync m16n8k32 e4m3 \(sm_89 or newer\)" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80
+expect "explain says none is chosen" 1 "no schedule supports variant 'sage2-fp8' on sm_80" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80
+expect "explain needs --arch" 1 "--arch: name the target architecture" -- "$sagegen" explain --preset sage-b
+expect "explain bad --arch" 1 "--arch: unknown architecture 'sm_70'" -- "$sagegen" explain --preset sage-b --arch sm_70
+expect "explain bad --input" 1 "--input: expected f16 or bf16, got 'f8'" -- "$sagegen" explain --preset sage-b --arch sm_80 --input f8
+expect "explain unknown preset" 1 "--preset: unknown preset 'sage-x'" -- "$sagegen" explain --preset sage-x --arch sm_80
+expect "explain needs a preset or an IR file" 1 "--preset/--ir: name exactly one" -- "$sagegen" explain --arch sm_80
+expect "explain takes one of --preset and --ir" 1 "--preset/--ir: name exactly one" -- "$sagegen" explain --preset sage-b --ir "$work/good.mlir" --arch sm_80
+expect "explain --ir refuses preset options" 1 "--headdim/--causal/--lse: they apply to --preset" -- "$sagegen" explain --ir "$work/good.mlir" --causal --arch sm_80
+expect "explain of a missing IR file" 1 "--ir: cannot open" -- "$sagegen" explain --ir "$work/missing.mlir" --arch sm_80
+
 # tune: the sweep itself needs a GPU (its logic is tested with a fake timer in runtime_tuning_sweep_test); here the
 # arguments, the database display and corrupt databases.
 export SAGEGEN_TUNING_DB="$work/tuning.json"

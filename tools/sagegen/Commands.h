@@ -22,6 +22,7 @@ CommandAction addCheckCommand(CLI::App &app);
 CommandAction addReferenceCommand(CLI::App &app);
 CommandAction addTuneCommand(CLI::App &app);
 CommandAction addSelectCommand(CLI::App &app);
+CommandAction addExplainCommand(CLI::App &app);
 CommandAction addEmitCommand(CLI::App &app);
 CommandAction addCacheCommand(CLI::App &app);
 

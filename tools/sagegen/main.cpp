@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
   add(sage::tool::addReferenceCommand);
   add(sage::tool::addTuneCommand);
   add(sage::tool::addSelectCommand);
+  add(sage::tool::addExplainCommand);
   add(sage::tool::addEmitCommand);
   add(sage::tool::addCacheCommand);
 

@@ -1,0 +1,130 @@
+// `sagegen explain`: why a variant gets the kernel it gets on one arch. Every schedule's verdict in the arch's
+// order of preference, the one chosen, and the main facts of its default plan (what codegen will write).
+#include "KernelSetOptions.h"
+
+#include "sage/ir/Program.h"
+#include "sage/schedules/ScheduleRegistry.h"
+
+#include <fmt/core.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+namespace sage::tool {
+namespace {
+
+struct ExplainOptions {
+  KernelSetOptions kernel;
+  std::string ir_file;
+  bool preset_shape_given = false; // --headdim, --causal or --lse: they shape a preset, an IR file has its own
+};
+
+std::string_view pvPathName(schedules::PvPath path) {
+  switch (path) {
+  case schedules::PvPath::f16_accumulate_f16:
+    return "f16 P x f16 V, f16 accumulator";
+  case schedules::PvPath::f16_accumulate_f32:
+    return "f16 P x f16 V, f32 accumulator";
+  case schedules::PvPath::int8_per_block:
+    return "int8 P x int8 V^T, s32 per KV block added into f32";
+  case schedules::PvPath::e4m3_accumulate_f32:
+    return "e4m3 P x e4m3 V^T, f32 accumulator";
+  }
+  return "?";
+}
+
+std::string_view valueSourceName(schedules::ValueSource source) {
+  switch (source) {
+  case schedules::ValueSource::input:
+    return "the caller's V in place";
+  case schedules::ValueSource::workspace_values:
+    return "workspace v_values (f16 copy from the prologue)";
+  case schedules::ValueSource::workspace_codes:
+    return "workspace v_codes (8-bit, transposed, from the prologue)";
+  }
+  return "?";
+}
+
+std::string mmaText(const schedules::MmaShape &mma) {
+  return fmt::format("m{}n{}k{} {}.{} -> {}", mma.m, mma.n, mma.k, nameOf(mma.a), nameOf(mma.b),
+                     nameOf(mma.accumulator));
+}
+
+AttentionVariant variantFromFile(const std::string &path) {
+  std::ifstream file(path);
+  if (!file)
+    throw UserError("--ir: cannot open '" + path + "'");
+  std::stringstream text;
+  text << file.rdbuf();
+  return ir::Program::parse(text.str(), path).variant(); // ProgramError with file:line:col
+}
+
+void printPlan(const schedules::KernelPlan &plan) {
+  const schedules::SharedMemoryLayout &shared = plan.shared;
+  fmt::print("  tunables     {}\n", schedules::tunablesText(plan.tunables));
+  fmt::print("  threads      {} ({} warps, {} Q rows each)\n", plan.threads, plan.tunables.warps, plan.rows_per_warp);
+  fmt::print("  shared       {} bytes (Q {}, {} stages of {}: K {}, V {}, K scales {})\n", shared.total_bytes,
+             shared.q.bytes, shared.stages, shared.stage_bytes, shared.k.bytes, shared.v.bytes, shared.k_scales.bytes);
+  fmt::print("  occupancy    {} CTA(s) per SM (__launch_bounds__)\n", plan.min_blocks_per_multiprocessor);
+  fmt::print("  Q.K^T mma    {}\n", mmaText(plan.qk_mma));
+  fmt::print("  P.V mma      {}\n", mmaText(plan.pv_mma));
+  fmt::print("  P.V path     {}\n", pvPathName(plan.pv_path));
+  fmt::print("  V source     {}\n", valueSourceName(plan.v_source));
+  fmt::print("  grid         {}\n", plan.grid.description());
+}
+
+void explain(const ExplainOptions &options) {
+  if (options.kernel.preset.preset.empty() == options.ir_file.empty())
+    throw UserError("--preset/--ir: name exactly one of a preset (see `sagegen list`) or an IR file");
+  if (!options.ir_file.empty() && options.preset_shape_given)
+    throw UserError("--headdim/--causal/--lse: they apply to --preset; an --ir file sets its own");
+  if (options.kernel.arch.empty())
+    throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100a, sm_120a)");
+  const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
+  const schedules::InputType input = parseInputOption(options.kernel.input);
+  const AttentionVariant variant = options.ir_file.empty()
+                                       ? options.kernel.preset.builder(options.kernel.preset.preset).build().variant()
+                                       : variantFromFile(options.ir_file);
+
+  fmt::print("variant '{}' d{} {}{}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask.kind),
+             variant.epilogue.write_lse ? ", with LSE" : "", schedules::nameOf(input), schedules::archName(arch));
+  fmt::print("schedules, most preferred first:\n");
+  std::optional<std::string_view> chosen;
+  int rank = 0;
+  for (const schedules::ScheduleVerdict &verdict : schedules::scheduleVerdicts(variant, arch, input)) {
+    const schedules::Schedule *schedule = schedules::findSchedule(verdict.schedule);
+    fmt::print("  {}. {}: {}\n", ++rank, verdict.schedule,
+               verdict.support ? "supported" : "unsupported: " + verdict.support.reason);
+    if (schedule != nullptr)
+      fmt::print("     {}\n", schedule->summary());
+    if (verdict.support && !chosen)
+      chosen = verdict.schedule;
+  }
+  if (!chosen) {
+    fmt::print("chosen: none (no schedule supports this variant on {})\n", schedules::archName(arch));
+    throw UserError("no schedule supports variant '" + variant.name + "' on " + std::string(schedules::archName(arch)));
+  }
+  const schedules::KernelPlan plan = schedules::planBestSchedule(variant, arch, input);
+  fmt::print("chosen: {} (default plan)\n", plan.schedule);
+  printPlan(plan);
+}
+
+} // namespace
+
+CommandAction addExplainCommand(CLI::App &app) {
+  CLI::App *command = app.add_subcommand(
+      "explain", "every schedule's verdict for a variant on one arch, the one chosen and its plan's main facts");
+  auto options = std::make_shared<ExplainOptions>();
+  options->kernel.preset.preset.clear(); // --preset or --ir
+  options->kernel.addTo(*command, /*preset_optional=*/true);
+  command->add_option("--ir", options->ir_file, "a textual sage IR file instead of --preset");
+  return [options, command] {
+    for (const char *name : {"--headdim", "--causal", "--lse"})
+      options->preset_shape_given = options->preset_shape_given || command->get_option(name)->count() > 0;
+    explain(*options);
+  };
+}
+
+} // namespace sage::tool
