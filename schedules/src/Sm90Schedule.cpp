@@ -45,8 +45,12 @@ SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
   layout.stage_offset = alignUp(layout.q.bytes, kTileAlignment);
   layout.stage_bytes = alignUp(layout.v.offset + layout.v.bytes, kTileAlignment);
   layout.stages = stages;
+  layout.flush_bytes = plan.two_level_flush ? ws.consumer_warpgroups * kWarpgroupWarps * kWarpSize *
+                                                  (plan.head_dim / 2) * static_cast<int>(sizeof(float))
+                                            : 0;
   const int barrier_bytes = (2 * stages + 1) * 8;
-  layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes + barrier_bytes + kAlignmentSlack;
+  layout.total_bytes =
+      layout.stage_offset + stages * layout.stage_bytes + layout.flush_bytes + barrier_bytes + kAlignmentSlack;
   return layout;
 }
 
@@ -101,12 +105,10 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   Tunables tunables;
   tunables.warps = 8;
   tunables.block_q = 128;
-  // A second f32 accumulator (two-level accumulation, or int8 P.V's s32 block product) beside S and the in-flight
-  // O does not fit 240 registers with 128-token S tiles at d = 128: ptxas spilled ~800 bytes (sage2-fp8).
-  const bool second_accumulator = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
-                                  variant.accumulation.kind == AccumulationKind::f32_two_level ||
-                                  variant.p.dtype == ElementType::int8;
-  tunables.block_kv = second_accumulator && variant.head_dim > 64 ? 64 : 128;
+  // int8 P.V keeps an s32 block product beside the f32 sum, S and P~: with 128-token S tiles at d = 128 that does
+  // not fit 240 registers. (Two-level accumulation keeps its outer sum in shared memory instead: ptxas spilled ~800
+  // bytes with it in registers.)
+  tunables.block_kv = variant.p.dtype == ElementType::int8 && variant.head_dim > 64 ? 64 : 128;
   tunables.stages = kDefaultStages;
   return tunables;
 }
@@ -172,6 +174,8 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     plan.pv_mma = {64, variant.head_dim, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
   }
   plan.v_operand = plan.pv_mma.b;
+  plan.two_level_flush = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+                         variant.accumulation.kind == AccumulationKind::f32_two_level;
   const bool eight_bit_pv = bytesOf(plan.pv_mma.a) == 1;
   plan.wgmma_value_token_order = eight_bit_pv;
   if (eight_bit_pv)

@@ -40,14 +40,16 @@ TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") 
     CHECK(plan.warp_specialization.consumer_warpgroups == 2);
     CHECK(plan.warp_specialization.producer_registers == 24);
     CHECK(plan.warp_specialization.consumer_registers == 240);
-    CHECK(plan.qk_mma == MmaShape{64, 64, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+    CHECK(plan.qk_mma == MmaShape{64, 128, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
     CHECK(plan.pv_mma == MmaShape{64, 128, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
     CHECK(plan.v_source == ValueSource::workspace_codes);
     CHECK(plan.wgmma_value_token_order);
     CHECK(plan.warp_specialization.q_box == TensorMapBox{128, 128});
     CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 128});
-    CHECK(plan.tunables.block_kv == 64); // two-level accumulation: a second f32 accumulator in registers
-    CHECK(plan.warp_specialization.v_box == TensorMapBox{64, 128}); // 64 tokens of 128 channel rows
+    CHECK(plan.tunables.block_kv == 128);
+    CHECK(plan.two_level_flush); // the outer f32 sum of O in shared memory: 2 x 128 threads x 64 floats
+    CHECK(plan.shared.flush_bytes == 65536);
+    CHECK(plan.warp_specialization.v_box == TensorMapBox{128, 128}); // 128 tokens of 128 channel rows
     CHECK(plan.shared.total_bytes <= 227 * 1024);
   }
   SUBCASE("sage-b d64 bf16: f16 P.V reads the workspace's f16 V, 64-byte swizzled Q/K rows") {
@@ -85,7 +87,7 @@ TEST_CASE("sm90's tunable space: every candidate planned or refused with the sch
   const Sm90Schedule sm90;
   const TunableSpace space = sm90.tunableSpace(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
   CHECK(space.schedule == Sm90Schedule::kName);
-  CHECK(space.defaults == Tunables{128, 64, 8, 4});
+  CHECK(space.defaults == Tunables{128, 128, 8, 4}); // 16 KiB of Q + 4 x 32 KiB of K/V + 64 KiB of sums
   int supported = 0;
   for (const TunableCandidate &candidate : space.candidates) {
     supported += candidate.verdict ? 1 : 0;

@@ -64,7 +64,18 @@ AttentionVariant variantFromFile(const std::string &path) {
 void printPlan(const schedules::KernelPlan &plan) {
   const schedules::SharedMemoryLayout &shared = plan.shared;
   fmt::print("  tunables     {}\n", schedules::tunablesText(plan.tunables));
-  fmt::print("  threads      {} ({} warps, {} Q rows each)\n", plan.threads, plan.tunables.warps, plan.rows_per_warp);
+  const schedules::WarpSpecialization &ws = plan.warp_specialization;
+  if (ws.consumer_warpgroups > 0) {
+    fmt::print("  threads      {} (1 producer warpgroup, {} consumer warpgroups of 64 Q rows)\n", plan.threads,
+               ws.consumer_warpgroups);
+    if (ws.producer_registers > 0)
+      fmt::print("  registers    setmaxnreg: producer {}, consumers {}\n", ws.producer_registers,
+                 ws.consumer_registers);
+    fmt::print("  TMA boxes    Q {}x{} B, K {}x{} B, V {}x{} B (rows x bytes)\n", ws.q_box.rows, ws.q_box.inner_bytes,
+               ws.k_box.rows, ws.k_box.inner_bytes, ws.v_box.rows, ws.v_box.inner_bytes);
+  } else {
+    fmt::print("  threads      {} ({} warps, {} Q rows each)\n", plan.threads, plan.tunables.warps, plan.rows_per_warp);
+  }
   fmt::print("  shared       {} bytes (Q {}, {} stages of {}: K {}, V {}, K scales {})\n", shared.total_bytes,
              shared.q.bytes, shared.stages, shared.stage_bytes, shared.k.bytes, shared.v.bytes, shared.k_scales.bytes);
   fmt::print("  occupancy    {} CTA(s) per SM (__launch_bounds__)\n", plan.min_blocks_per_multiprocessor);

@@ -64,6 +64,7 @@ struct SharedMemoryLayout {
   int stage_offset = 0;  // where stage 0 starts
   int stage_bytes = 0;   // stage s starts at stage_offset + s * stage_bytes
   int stages = 0;
+  int flush_bytes = 0; // sm90 two-level accumulation: the outer f32 sum of O, after the stages
   int total_bytes = 0; // the kernel's dynamic shared memory
 };
 
@@ -122,6 +123,7 @@ struct KernelPlan {
   // 8-bit P.V on wgmma: the prologue writes V^T's tokens permuted within each group of 32, so that S's accumulator
   // registers are the A operand as they are (see WorkspaceLayout.h, VCodesTokenOrder).
   bool wgmma_value_token_order = false;
+  bool two_level_flush = false; // sm90: two-level accumulation, its outer sum in shared memory (shared.flush_bytes)
 
   SharedMemoryLayout shared;
   int min_blocks_per_multiprocessor = 1; // __launch_bounds__ occupancy target

@@ -57,7 +57,11 @@ template <class Config> struct SharedLayout {
   static constexpr int kKOffset = 0; // within a stage
   static constexpr int kVOffset = align(kKBytes);
   static constexpr int kStageBytes = align(kVOffset + kVBytes);
-  static constexpr int kBarrierOffset = kStageOffset + Config::kStages * kStageBytes;
+  // Two-level accumulation keeps its outer f32 sum here, not in registers: [consumer thread][register], by register
+  // first so that a warpgroup's accesses are consecutive words.
+  static constexpr int kFlushBytes = Config::kTwoLevel ? Config::kConsumers * 128 * (Config::kHeadDim / 2) * 4 : 0;
+  static constexpr int kFlushOffset = kStageOffset + Config::kStages * kStageBytes;
+  static constexpr int kBarrierOffset = kFlushOffset + kFlushBytes;
   // full[kStages], empty[kStages], q_full: 8 bytes each
   static constexpr int kBarrierBytes = (2 * Config::kStages + 1) * 8;
   static constexpr int kTotalBytes = kBarrierOffset + kBarrierBytes;
@@ -83,7 +87,10 @@ template <class Config> struct ConsumerState {
   using OutputRegister = Select<kF16Accumulator, unsigned, float>;
 
   OutputRegister output[kOutputRegisters]; // the P.V accumulator (f16x2 pairs or f32)
-  float flushed[Config::kTwoLevel || Config::kPv == PvOperands::int8 ? kOutputF32Registers : 1]; // outer f32 sum
+  float flushed[Config::kPv == PvOperands::int8 ? kOutputF32Registers : 1]; // int8 P.V: the f32 sum of s32 blocks
+  float output_max[2]; // the m that `output` is relative to (m of the last block added)
+  float flush_max[2];  // two-level: the m that the shared-memory sum is relative to (-inf: nothing flushed yet)
+  float *flush_sum;    // two-level: this thread's column of the shared-memory sum ([register][thread])
   float row_factor[2]; // delta_Q x the factor that puts S in base 2
   float row_max[2];    // m_i
   float row_sum[2];    // this thread's share of l_i (its own columns)
@@ -103,6 +110,7 @@ __device__ __forceinline__ void
 dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&accumulator)[Config::kBlockKv / 2],
                   const float (&row_factor)[2], const float *k_scales, int k_scale_count, int kv_begin, int quad_lane) {
   constexpr int kTiles = Config::kBlockKv / 8;
+  static_assert(Config::kHeadDim * 127 * 127 < (1 << 22), "s32 scores too large for small_int_to_float");
   if constexpr (Config::kQk != QkOperands::int8) {
 #pragma unroll
     for (int i = 0; i < Config::kBlockKv / 2; ++i)
@@ -122,7 +130,7 @@ dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&acc
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         scores[tile * 4 + i] =
-            static_cast<float>(accumulator[tile * 4 + i]) * (row_factor[i / 2] * k_scale[tile / kTilesPerGroup]);
+            small_int_to_float(accumulator[tile * 4 + i]) * (row_factor[i / 2] * k_scale[tile / kTilesPerGroup]);
   } else {
 #pragma unroll
     for (int tile = 0; tile < kTiles; ++tile)
@@ -133,7 +141,7 @@ dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&acc
 #pragma unroll
         for (int half = 0; half < 2; ++half)
           scores[tile * 4 + half * 2 + column] =
-              static_cast<float>(accumulator[tile * 4 + half * 2 + column]) * (row_factor[half] * k_scale);
+              small_int_to_float(accumulator[tile * 4 + half * 2 + column]) * (row_factor[half] * k_scale);
       }
   }
 }
@@ -401,8 +409,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
     } else {
       value = state.output[i];
     }
-    if constexpr (Config::kTwoLevel)
-      value += state.flushed[i];
+    if constexpr (Config::kTwoLevel) // the flushed sum, brought to the final m
+      value += state.flush_sum[i * kWarpgroupThreads * Config::kConsumers] * flush_factor(state, (i / 2) % 2);
     output[i] = value;
   }
   const unsigned char *workspace = base.workspace;
@@ -482,6 +490,13 @@ __device__ __forceinline__ void score_block(ConsumerState<Config> &state, float 
   online_softmax<Config>(scores, state.row_max, state.row_sum, rescale);
 }
 
+// exp2(m_flush - m) for a row half: what the shared-memory sum is multiplied by to be relative to the m of `output`
+// (0 while nothing was flushed; rows that saw no key yet have nothing to scale).
+template <class Config> __device__ __forceinline__ float flush_factor(const ConsumerState<Config> &state, int half) {
+  const float flushed = state.flush_max[half], current = state.output_max[half];
+  return flushed == negative_infinity() || current == negative_infinity() ? 0.0f : fast_exp2(flushed - current);
+}
+
 // O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator(s) this P.V path keeps.
 template <class Config>
 __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, const float (&rescale)[2]) {
@@ -491,7 +506,7 @@ __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, con
     else
       rescale_f32(state.output, rescale);
   }
-  if constexpr (Config::kTwoLevel || Config::kPv == PvOperands::int8)
+  if constexpr (Config::kPv == PvOperands::int8)
     rescale_f32(state.flushed, rescale);
 }
 
@@ -503,25 +518,30 @@ __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
   if constexpr (Config::kPv == PvOperands::int8) {
 #pragma unroll
     for (int i = 0; i < Config::kHeadDim / 2; ++i)
-      state.flushed[i] += static_cast<float>(block_product[i]);
+      state.flushed[i] += small_int_to_float(block_product[i]); // |P V| <= 128 x 127 x 127 < 2^22
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
+      // sum = sum x exp2(m_flush - m) + inner, now relative to m; the inner accumulator restarts.
       state.blocks_since_flush = 0;
+      const float factors[2] = {flush_factor(state, 0), flush_factor(state, 1)};
 #pragma unroll
       for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+        float inner;
         if constexpr (ConsumerState<Config>::kF16Accumulator) {
-          if (i % 2 == 0) {
-            float low, high;
-            unpack_f16x2(state.output[i / 2], low, high);
-            state.flushed[i] += low;
-            state.flushed[i + 1] += high;
-            state.output[i / 2] = 0u; // the epilogue adds what the inner accumulator holds since the last flush
-          }
+          float low, high;
+          unpack_f16x2(state.output[i / 2], low, high);
+          inner = i % 2 == 0 ? low : high;
         } else {
-          state.flushed[i] += state.output[i];
-          state.output[i] = 0.0f;
+          inner = state.output[i];
         }
+        float &sum = state.flush_sum[i * kWarpgroupThreads * Config::kConsumers];
+        sum = sum * factors[(i / 2) % 2] + inner;
       }
+#pragma unroll
+      for (int i = 0; i < ConsumerState<Config>::kOutputRegisters; ++i)
+        state.output[i] = 0;
+      state.flush_max[0] = state.output_max[0];
+      state.flush_max[1] = state.output_max[1];
     }
   }
 }
@@ -593,6 +613,18 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   for (int i = 0; i < static_cast<int>(sizeof(state.flushed) / sizeof(float)); ++i)
     state.flushed[i] = 0.0f;
   state.blocks_since_flush = 0;
+  state.output_max[0] = state.output_max[1] = state.flush_max[0] = state.flush_max[1] = negative_infinity();
+  state.flush_sum = nullptr;
+  if constexpr (Config::kTwoLevel) {
+    extern __shared__ __align__(1024) unsigned char shared_memory[];
+    float *sums = reinterpret_cast<float *>(shared_memory + (shared_base - static_cast<unsigned>(__cvta_generic_to_shared(
+                                                                             shared_memory))) +
+                                            Layout::kFlushOffset);
+    state.flush_sum = sums + consumer * kWarpgroupThreads + thread;
+#pragma unroll
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      state.flush_sum[i * kWarpgroupThreads * Config::kConsumers] = 0.0f;
+  }
   const float *k_scales =
       reinterpret_cast<const float *>(workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
 
@@ -628,6 +660,8 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
       issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
     if (has_product) { // O += P~_(j-1) V_(j-1)
       rescale_output(state, rescale);
+      state.output_max[0] = state.row_max[0]; // m_(j-1): S_j's softmax has not run yet
+      state.output_max[1] = state.row_max[1];
       const unsigned v_tile = stage_base(block - 1) + Layout::kVOffset;
       if constexpr (Config::kPv == PvOperands::int8)
         issue_p_v<Config>(block_product, p, v_tile, false);
@@ -650,6 +684,11 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     }
     if (has_product) {
       wgmma_wait_group<0>();
+      // P~'s registers were read by the asynchronous wgmma until now: keep the compiler from reusing them earlier
+      // (the asm statement that issued it was their last visible use).
+#pragma unroll
+      for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
+        warpgroup_fence_operands(p.registers[step]);
       if constexpr (Config::kPv == PvOperands::int8) {
         warpgroup_fence_operands(block_product);
       } else {
