@@ -1,10 +1,14 @@
 // The quantization prologue alone on the GPU: its launches run straight from PrologueGenerator's output (no
 // attention kernel), on random Q, K and V. Skipped, with a message, where no GPU is present.
+//  - The workspace holds, byte for byte, what PrologueWorkspaceModel.h computes on the CPU (the quantizers of
+//    sage/numerics and the kernels' order of summation), for the presets and the hand-built variant kinds.
 //  - v_codes in the wgmma token order hold exactly the natural prologue's codes, permuted within each group of
 //    32 tokens, and every other byte of the workspace is unchanged.
 //  - The prologue's time per call and bandwidth at hidden 2048 (d = 64 and 128), N = 1k..16k, for the lead's
 //    before/after measurements (printed; `tools/gpu-check --run` shows the lines).
+#include "../prologue/PrologueTestVariants.h"
 #include "../support/SkipWithoutGpu.h"
+#include "PrologueWorkspaceModel.h"
 #include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
 #include "sage/dsl/Presets.h"
@@ -135,7 +139,128 @@ std::vector<unsigned char> workspaceAfter(const DevicePrologue &prologue, const 
   return bytes;
 }
 
+// The variants whose workspace the model covers, each with an input type and layout.
+struct ModelCase {
+  AttentionVariant variant;
+  StorageType storage;
+  Layout layout;
+};
+
+std::vector<ModelCase> modelCases() {
+  std::vector<ModelCase> cases;
+  int index = 0;
+  for (int head_dim : {64, 128}) {
+    std::vector<AttentionVariant> variants;
+    for (const char *preset : {"sage-b", "sage-t", "sage-vb", "sage-vt", "sage2-fp8"})
+      variants.push_back(dsl::preset(preset, head_dim)->describe());
+    for (const prologue_test::VariantKind &kind : prologue_test::variantKinds())
+      if (kind.granularity != Granularity::none) // the model does not cover casts
+        variants.push_back(prologue_test::makeVariant(kind, head_dim));
+    for (const AttentionVariant &variant : variants) {
+      cases.push_back(
+          {variant, index % 2 ? StorageType::bf16 : StorageType::f16, index % 3 ? Layout::hnd : Layout::nhd});
+      ++index;
+    }
+  }
+  return cases;
+}
+
+// Compares one buffer of the workspace with the model; prints the first differences.
+bool sameBytes(const prologue_model::ExpectedBuffer &expected, const std::vector<unsigned char> &workspace) {
+  size_t differences = 0;
+  for (size_t i = 0; i < expected.bytes.size(); ++i)
+    if (workspace[expected.slice.offset + i] != expected.bytes[i] && differences++ < 3)
+      std::printf("gpu_prologue_test:   %s byte %zu: GPU 0x%02x, model 0x%02x\n", expected.name.c_str(), i,
+                  workspace[expected.slice.offset + i], expected.bytes[i]);
+  if (differences > 0)
+    std::printf("gpu_prologue_test:   %s: %zu of %zu bytes differ\n", expected.name.c_str(), differences,
+                expected.bytes.size());
+  return differences == 0;
+}
+
 } // namespace
+
+TEST_CASE("the CPU model of the workspace is close to the exact statistics and quantizes within half a step") {
+  // Runs without a GPU: a sanity check of the oracle itself (its bits are checked against the GPU below).
+  const AttentionVariant variant = dsl::preset("sage-vb", 64)->describe();
+  const schedules::ProblemShape shape{1, 2, 2, 130, 700, 64};
+  const reference::HostTensor q = reference::randomTensor(1, 2, 130, 64, StorageType::f16, Layout::hnd, {1});
+  const reference::HostTensor k = reference::randomTensor(1, 2, 700, 64, StorageType::f16, Layout::hnd, {2, 0, 1, 4});
+  const reference::HostTensor v = reference::randomTensor(1, 2, 700, 64, StorageType::f16, Layout::hnd, {3});
+  const schedules::WorkspaceLayout layout =
+      schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
+  const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, schedules::InputType::f16, 64, {});
+  const std::vector<prologue_model::ExpectedBuffer> buffers =
+      prologue_model::expectedWorkspace(variant, config, layout, q, k, v, codegen::prologueQPrescale(variant));
+  const auto buffer = [&](const std::string &name) -> const std::vector<unsigned char> & {
+    for (const prologue_model::ExpectedBuffer &b : buffers)
+      if (b.name == name)
+        return b.bytes;
+    FAIL("no buffer " << name);
+    return buffers.front().bytes;
+  };
+  const auto floatAt = [](const std::vector<unsigned char> &bytes, int64_t index) {
+    float value;
+    std::memcpy(&value, bytes.data() + index * 4, 4);
+    return value;
+  };
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t c = 0; c < 64; ++c) {
+      double sum = 0.0;
+      for (int64_t t = 0; t < 700; ++t)
+        sum += k.at(0, h, t, c);
+      const float mean = floatAt(buffer("k_mean"), h * 64 + c);
+      CHECK(std::fabs(mean - sum / 700.0) <= 1e-5 * (std::fabs(sum / 700.0) + 1.0));
+      // psi_K per block: |code * scale - (K - mean)| <= scale / 2 (plus the f32 rounding of the product).
+      for (int64_t t = 0; t < 700; t += 37) {
+        const float scale = floatAt(buffer("k_scales"), h * layout.k_scale_count + t / 64);
+        const auto code = static_cast<int8_t>(buffer("k_codes")[(h * layout.padded_kv + t) * 64 + c]);
+        CHECK(std::fabs(code * scale - (k.at(0, h, t, c) - mean)) <= 0.5001 * scale);
+      }
+      // Per-channel psi_V: codes of the transposed V.
+      const float v_scale = floatAt(buffer("v_scales"), h * 64 + c);
+      for (int64_t t = 0; t < 700; t += 41) {
+        const auto code = static_cast<int8_t>(buffer("v_codes")[(h * 64 + c) * layout.padded_kv + t]);
+        CHECK(std::fabs(code * v_scale - v.at(0, h, t, c)) <= 0.5001 * v_scale);
+      }
+      CHECK(buffer("v_codes")[(h * 64 + c) * layout.padded_kv + 700] == 0); // padding
+    }
+}
+
+TEST_CASE("the workspace is the CPU model's, byte for byte") {
+  if (skipWithoutGpu())
+    return;
+  int checked = 0;
+  for (const ModelCase &c : modelCases()) {
+    const AttentionVariant &variant = c.variant;
+    const int head_dim = variant.head_dim;
+    const schedules::InputType input =
+        c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+    // Several slices of 500 tokens per KV head (4 KV heads), ragged last blocks, GQA.
+    const schedules::ProblemShape shape{2, 4, 2, 300, 2999, head_dim};
+    const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, input);
+    const PrologueProblem problem(shape, c.storage, c.layout);
+    const std::vector<unsigned char> workspace =
+        workspaceAfter(DevicePrologue(variant, input, {}), problem, variant, layout);
+    const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, input, head_dim, {});
+    const std::vector<prologue_model::ExpectedBuffer> expected = prologue_model::expectedWorkspace(
+        variant, config, layout, problem.q, problem.k, problem.v, codegen::prologueQPrescale(variant));
+    std::string names;
+    bool all_same = true;
+    for (const prologue_model::ExpectedBuffer &buffer : expected) {
+      names += " " + buffer.name;
+      all_same = sameBytes(buffer, workspace) && all_same;
+    }
+    std::printf("gpu_prologue_test: %-36s d%-3d %-4s %s: %s the model's (%s )\n", variant.name.c_str(), head_dim,
+                reference::nameOf(c.storage).data(), reference::nameOf(c.layout).data(),
+                all_same ? "same bytes as" : "DIFFERENT from", names.c_str());
+    CAPTURE(variant.name);
+    CAPTURE(head_dim);
+    CHECK(all_same);
+    ++checked;
+  }
+  CHECK(checked >= 20);
+}
 
 TEST_CASE("v_codes in the wgmma token order are the natural codes, permuted in groups of 32") {
   if (skipWithoutGpu())
