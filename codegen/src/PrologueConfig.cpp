@@ -88,10 +88,13 @@ void validateTunables(const PrologueTunables &tunables, int head_dim) {
   require(tunables.statistics_target_ctas >= 1,
           "tunables.statistics_target_ctas: expected >= 1, got " + std::to_string(tunables.statistics_target_ctas));
   require(tunables.statistics_min_slice_tokens >= 16,
-          "tunables.statistics_min_slice_tokens: expected at least 16 (the slices' statistics live in k_codes), got " +
+          "tunables.statistics_min_slice_tokens: expected at least 16 (prologue_statistics is sized for that), got " +
               std::to_string(tunables.statistics_min_slice_tokens));
-  require(tunables.max_statistics_slices >= 1 && tunables.max_statistics_slices <= 64,
-          "tunables.max_statistics_slices: expected 1 to 64, got " + std::to_string(tunables.max_statistics_slices));
+  require(tunables.max_statistics_slices >= 1 &&
+              tunables.max_statistics_slices <= schedules::kMaxPrologueStatisticsSlices,
+          "tunables.max_statistics_slices: expected 1 to " + std::to_string(schedules::kMaxPrologueStatisticsSlices) +
+              " (the workspace's prologue_statistics is sized for that many), got " +
+              std::to_string(tunables.max_statistics_slices));
   require(tunables.statistics_unroll >= 1 && tunables.statistics_unroll <= 16,
           "tunables.statistics_unroll: expected 1 to 16, got " + std::to_string(tunables.statistics_unroll));
   const int v_tile = tunables.v_tile_tokens;
@@ -121,14 +124,6 @@ std::string_view nameOf(PrologueRole role) {
     return "v_tile_convert";
   case PrologueRole::v_tile_quantize:
     return "v_tile_quantize";
-  case PrologueRole::k_combine:
-    return "k_combine";
-  case PrologueRole::q_combine:
-    return "q_combine";
-  case PrologueRole::finalize_q_scales:
-    return "finalize_q_scales";
-  case PrologueRole::finalize_k_scales:
-    return "finalize_k_scales";
   }
   return "unknown";
 }
@@ -212,7 +207,7 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
   if (resolved.k_blocks_per_tile == 0) // about 32 KiB of K per CTA
     resolved.k_blocks_per_tile = std::clamp(16384 / (variant.block_kv * head_dim), 1, 4);
   // Launch 1's statistics CTAs are shared by the tensors that need them. Fewer slices per tensor also make the
-  // combine in every V tile of launch 2 cheaper.
+  // combine in every K and V tile of launch 2 cheaper.
   const int statistics_tensors = (config.kStatistics() ? 1 : 0) + (config.vStatistics() ? 1 : 0);
   config.statistics_ctas_per_tensor = std::max(1, resolved.statistics_target_ctas / std::max(1, statistics_tensors));
   if (resolved.threads == 0) {
@@ -229,11 +224,9 @@ std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
   const bool k_statistics = config.kStatistics();
   const bool v_statistics = config.vStatistics();
   const bool q_per_tensor = config.q.perTensor();
-  // K is quantized in the first launch only when nothing needs the k_codes buffer as scratch.
-  const bool k_in_first = !k_statistics && !v_statistics;
 
-  std::vector<Role> first, combine, second_read, finalize;
-  // Long column reductions first, so that they start early and psi_Q fills the machine around them.
+  std::vector<Role> first, second_read;
+  // Long column reductions first, so that they start early and the tile roles fill the machine around them.
   if (k_statistics)
     first.push_back(Role::k_column_statistics);
   if (v_statistics)
@@ -241,35 +234,21 @@ std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
   first.push_back(q_per_tensor ? Role::q_block_statistics : Role::q_block_quantize);
   if (config.v_output == VOutput::f16_values && !config.smooth_v)
     first.push_back(Role::v_tile_convert);
-  if (k_in_first)
+  if (!k_statistics)
     first.push_back(Role::k_block_quantize);
 
   if (k_statistics)
-    combine.push_back(Role::k_combine);
-  if (q_per_tensor)
-    combine.push_back(Role::q_combine);
-  if (v_statistics)
-    combine.push_back(config.v_output == VOutput::codes ? Role::v_tile_quantize : Role::v_tile_convert);
-
-  if (!k_in_first)
     second_read.push_back(Role::k_block_quantize);
+  if (v_statistics)
+    second_read.push_back(config.v_output == VOutput::codes ? Role::v_tile_quantize : Role::v_tile_convert);
   if (q_per_tensor)
     second_read.push_back(Role::q_block_quantize);
 
-  if (q_per_tensor)
-    finalize.push_back(Role::finalize_q_scales);
-  if (config.k.perTensor())
-    finalize.push_back(Role::finalize_k_scales);
-
   std::vector<PlannedLaunch> launches;
   launches.push_back({"sage_prologue_read_inputs", "first read of Q, K and V", std::move(first)});
-  if (!combine.empty())
-    launches.push_back({"sage_prologue_combine_statistics", "combine column statistics", std::move(combine)});
   if (!second_read.empty())
-    launches.push_back({"sage_prologue_quantize_after_statistics", "second read: quantize with the statistics",
-                        std::move(second_read)});
-  if (!finalize.empty())
-    launches.push_back({"sage_prologue_finalize_scales", "per-tensor scales", std::move(finalize)});
+    launches.push_back({"sage_prologue_quantize_after_statistics",
+                        "second read: quantize with the statistics of the whole sequence", std::move(second_read)});
   return launches;
 }
 

@@ -33,13 +33,8 @@ std::string_view sharedBudgetOf(PrologueRole role) {
     return "kVConvertSharedBytes";
   case PrologueRole::v_tile_quantize:
     return "kVQuantizeSharedBytes";
-  case PrologueRole::k_combine:
-  case PrologueRole::q_combine:
-  case PrologueRole::finalize_q_scales:
-  case PrologueRole::finalize_k_scales:
-    return "kCombineSharedBytes";
   }
-  return "kCombineSharedBytes";
+  return "kTileSharedBytes";
 }
 
 } // namespace
@@ -89,8 +84,6 @@ std::string emitSharedBudgets(const std::vector<PrologueRole> &roles) {
     text += "[[maybe_unused]] constexpr int kVConvertSharedBytes = kHeadDim * 4;\n";
   if (uses("kVQuantizeSharedBytes"))
     text += "[[maybe_unused]] constexpr int kVQuantizeSharedBytes = 2 * kHeadDim * 4 + kHeadDim * kVTileWords * 4;\n";
-  if (uses("kCombineSharedBytes"))
-    text += "[[maybe_unused]] constexpr int kCombineSharedBytes = 16;\n";
   std::vector<std::string> budgets;
   for (PrologueRole role : roles)
     if (std::find(budgets.begin(), budgets.end(), sharedBudgetOf(role)) == budgets.end())
@@ -524,20 +517,26 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
 
 std::string emitStatisticsScratch(const PrologueConfig &config, bool with_reduction) {
   std::string text = R"cuda(
-// ---- Column statistics of K and V per (head, slice) ----
-// Launch 1 writes them into the k_codes buffer, launch 2 reads them, launch 3 overwrites them with K's codes.
-// They fit: at most 16 bytes per channel and slice, and slices <= ceil(tokens_kv / 16) <= padded_kv / 16.
-// Minima and maxima are stored as input elements, which holds them exactly.
+// ---- Launch 1's results for launch 2, in the workspace's prologue_statistics ----
+// A per-tensor Q's block amax, then column statistics of K and V per (head, slice): at most 16 bytes per channel
+// and slice, with slices <= min(64, ceil(tokens_kv / 16)), the bound the workspace is sized for. Minima and
+// maxima are stored as input elements, which holds them exactly.
 struct StatisticsScratch {
-  float *k_sum, *v_sum;                             // [batch * heads_kv][slices][kHeadDim]
+  float *q_amax;                                 // [batch * heads_q][padded_q / kBlockQ]
+  float *k_sum, *v_sum;                          // [batch * heads_kv][slices][kHeadDim]
   unsigned short *k_min, *k_max, *v_min, *v_max; // [batch * heads_kv][slices][kHeadDim]
 };
 
 __device__ __forceinline__ StatisticsScratch statisticsScratch(const SagePrologueParams &params) {
   const long long entries = kvHeads(params.size) * statisticsSlices(params.size) * kHeadDim;
-  unsigned char *cursor = params.workspace + params.offsets.k_codes;
-  StatisticsScratch scratch = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  unsigned char *cursor = params.workspace + params.statistics_offset;
+  StatisticsScratch scratch = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  (void)entries;
 )cuda";
+  if (config.q.perTensor()) {
+    text += "  scratch.q_amax = (float *)cursor;\n";
+    text += "  cursor += qHeads(params.size) * (params.size.padded_q / kBlockQ) * 4;\n";
+  }
   const auto take = [&](const char *field, const char *type, int bytes) {
     text += "  scratch." + std::string(field) + " = (" + type + " *)cursor;\n";
     text += "  cursor += entries * " + std::to_string(bytes) + ";\n";

@@ -144,8 +144,6 @@ PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<Planne
   const std::vector<PrologueRole> &roles = launch.roles;
   const bool column_reduction =
       has(roles, PrologueRole::k_column_statistics) || has(roles, PrologueRole::v_column_statistics);
-  const bool reads_statistics = has(roles, PrologueRole::k_combine) || has(roles, PrologueRole::v_tile_quantize) ||
-                                (has(roles, PrologueRole::v_tile_convert) && config.smooth_v);
 
   std::string source = header(config, plan, index);
   source += "\n";
@@ -158,7 +156,7 @@ PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<Planne
   source += emitTokenQuantizer("KQuantizer", config.k, "kKTileTokens", config.tunables.k_blocks_per_tile, "psi_K");
   source += emitSharedBudgets(roles);
   source += emitTileLibrary();
-  if (column_reduction || reads_statistics)
+  if (config.usesStatisticsScratch())
     source += emitStatisticsScratch(config, column_reduction);
   source += emitRoleSupport(config, roles);
   for (PrologueRole role : roles)

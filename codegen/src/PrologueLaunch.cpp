@@ -64,14 +64,6 @@ int64_t prologueRoleCtas(PrologueRole role, const PrologueGeometry &geometry, co
   case PrologueRole::v_tile_convert:
   case PrologueRole::v_tile_quantize:
     return kv_heads * ceilDiv(padded_kv, geometry.v_tile_tokens);
-  case PrologueRole::k_combine:
-    return kv_heads;
-  case PrologueRole::q_combine:
-    return q_heads;
-  case PrologueRole::finalize_q_scales:
-    return ceilDiv(q_heads, geometry.threads);
-  case PrologueRole::finalize_k_scales:
-    return ceilDiv(kv_heads, geometry.threads);
   }
   throw std::invalid_argument("prologueRoleCtas: unknown role");
 }
@@ -158,6 +150,7 @@ SagePrologueParams makePrologueParams(const AttentionVariant &variant, const sch
   params.offsets.v_codes = layout.v_codes.offset;
   params.offsets.v_scales = layout.v_scales.offset;
   params.offsets.v_mean = layout.v_mean.offset;
+  params.statistics_offset = layout.prologue_statistics.offset;
   return params;
 }
 

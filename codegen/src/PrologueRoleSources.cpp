@@ -98,8 +98,8 @@ struct KTile {
 };
 )cuda";
   return text + R"cuda(: gamma(K) = K - mean(K), the
-// smoothing of paper 4.2 (one f32 subtraction, mean(K) over the whole sequence from launch 2). Rows past the
-// sequence are 0.
+// smoothing of paper 4.2 (one f32 subtraction, mean(K) over the whole sequence, combined from launch 1's
+// slices). Rows past the sequence are 0.
 struct KTile {
   TokenTile<kKTileTokens> tile;
   int valid_rows;              // tokens of this tile inside the sequence
@@ -110,6 +110,55 @@ struct KTile {
   }
 };
 )cuda";
+}
+
+std::string kStatisticsSupport(const PrologueConfig &config) {
+  std::string text = "\n// ";
+  text += config.smooth_k ? "mean(K) (the slices' sums in slice order, one f32 division)" : "";
+  text += config.smooth_k && config.kMinMax() ? " and " : "";
+  text += config.kMinMax() ? "the amax of the per-tensor psi_K" : "";
+  text += R"cuda( over the whole sequence, combined
+// from launch 1's slices. Every K tile computes the same values; the first tile of a head stores them (k_mean,
+// and quantizeKTile the per-tensor scale). Returns the amax (0 without a per-tensor psi_K).
+)cuda";
+  text +=
+      R"cuda(__device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head, bool store,
+                                                    float *channel_mean, unsigned *amax_slot) {
+  const int slices = statisticsSlices(params.size);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  float tensor_amax = 0.0f;
+  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
+    const long long first_entry = head * slices * kHeadDim + c;
+)cuda";
+  if (config.smooth_k)
+    text += R"cuda(    float sum = 0.0f;
+    for (int slice = 0; slice < slices; ++slice)
+      sum = __fadd_rn(sum, scratch.k_sum[first_entry + slice * kHeadDim]);
+    const float mean = __fdiv_rn(sum, (float)params.size.tokens_kv);
+    channel_mean[c] = mean;
+    if (store)
+      workspaceFloats(params, params.offsets.k_mean)[head * kHeadDim + c] = mean;
+)cuda";
+  else
+    text += "    (void)channel_mean;\n    (void)store;\n";
+  if (config.kMinMax()) {
+    text += R"cuda(    float low = positiveInfinity(), high = -positiveInfinity();
+    for (int slice = 0; slice < slices; ++slice) {
+      low = fminf(low, inputToFloat(scratch.k_min[first_entry + slice * kHeadDim]));
+      high = fmaxf(high, inputToFloat(scratch.k_max[first_entry + slice * kHeadDim]));
+    }
+)cuda";
+    if (config.smooth_k)
+      text += R"cuda(    // max |K - mean(K)|: x -> x - mean is monotonic in f32, so min and max bound every token.
+    tensor_amax = fmaxf(tensor_amax, fmaxf(fabsf(__fsub_rn(high, mean)), fabsf(__fsub_rn(low, mean))));
+)cuda";
+    else
+      text += "    tensor_amax = fmaxf(tensor_amax, fmaxf(fabsf(high), fabsf(low)));\n";
+    text += "  }\n  return ctaMax(tensor_amax, amax_slot); // its barriers also publish channel_mean\n}\n";
+  } else {
+    text += "  }\n  (void)amax_slot;\n  __syncthreads();\n  return tensor_amax;\n}\n";
+  }
+  return text;
 }
 
 std::string vStatisticsSupport(const PrologueConfig &config) {
@@ -206,7 +255,8 @@ std::string columnStatistics(const PrologueConfig &config, bool k) {
     comment += sum && min_max ? "the per-channel sums for mean(V) and min/max for the per-channel psi_V"
                : sum          ? "the per-channel sums for mean(V) (V smoothing)"
                               : "the per-channel min/max for the per-channel psi_V (paper 4.3)";
-  comment += ",\n// over one slice of one KV head's tokens. Launch 2 combines the slices in order.\n";
+  comment += ",\n// over one slice of one KV head's tokens, into prologue_statistics. Launch 2 combines the slices in "
+             "order.\n";
   const std::string tensor = k ? "k" : "v";
   std::string text = functionHead(comment, k ? "reduceKColumns" : "reduceVColumns");
   text += R"cuda(  const int slices = statisticsSlices(params.size);
@@ -264,13 +314,19 @@ std::string quantizeQBlock(const PrologueConfig &config) {
     return castQBlock(config);
   if (config.q.perTensor())
     return qBlockHead(
-               "// Launch 3: psi_Q with a per-tensor scale, on the second read of a Q block: the codes use the "
-               "sequence's\n// amax from launch 2 (left in the scale slot); launch 4 stores scale = amax / qmax.\n",
+               "// Launch 2: psi_Q with a per-tensor scale, on the second read of a Q block: the amax is the max of "
+               "launch 1's\n// block amax (every block computes the same); block 0 stores scale = amax / qmax.\n",
                "quantizeQBlock") +
            qCodesOfBlock + R"cuda(  loadQBlock(q, params, head, block, shared, false);
-  const float amax = workspaceFloats(params, params.offsets.q_scales)[head];
-  const float inverse = symmetricScale(amax, QQuantizer::kCodeMax).inverse;
-  storeTileCodes<QQuantizer>(q, codes, kBlockQ, [&](int) { return inverse; });
+  const float *block_amax = statisticsScratch(params).q_amax + head * blocks;
+  float amax = 0.0f;
+  for (int b = threadIdx.x; b < blocks; b += kThreads)
+    amax = fmaxf(amax, block_amax[b]);
+  amax = ctaMax(amax, (unsigned *)(shared + kTileGroupAmaxOffset));
+  const SymmetricScale scale = symmetricScale(amax, QQuantizer::kCodeMax);
+  if (block == 0 && threadIdx.x == 0)
+    workspaceFloats(params, params.offsets.q_scales)[head] = scale.scale;
+  storeTileCodes<QQuantizer>(q, codes, kBlockQ, [&](int) { return scale.inverse; });
 }
 )cuda";
   std::string comment =
@@ -288,19 +344,19 @@ std::string quantizeQBlock(const PrologueConfig &config) {
 
 std::string measureQBlock(const PrologueConfig &config) {
   std::string comment =
-      "// Launch 1, for the per-tensor psi_Q: the amax of one Q block's x, kept in q_codes (as scratch "
-      "until launch 3)\n// for launch 2 to combine";
+      "// Launch 1, for the per-tensor psi_Q: the amax of one Q block's x, kept in prologue_statistics for "
+      "launch 2\n// to combine";
   comment += config.smooth_q ? "; also the block's q_mean.\n" : ".\n";
   return qBlockHead(comment, "measureQBlock") + R"cuda(  loadQBlock(q, params, head, block, shared, true);
   const float amax = tileAmax<TokenTile<kBlockQ>>(q, (unsigned *)(shared + kTileGroupAmaxOffset));
   if (threadIdx.x == 0)
-    workspaceFloats(params, params.offsets.q_codes)[head * blocks + block] = amax;
+    statisticsScratch(params).q_amax[head * blocks + block] = amax;
 }
 )cuda";
 }
 
 std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
-  std::string comment = "// Launch " + std::string(after_statistics ? "3" : "1") + ": ";
+  std::string comment = "// Launch " + std::string(after_statistics ? "2" : "1") + ": ";
   if (config.k.cast()) {
     comment += "K is not quantized: ";
     comment += config.smooth_k ? "gamma(K) = K - mean(K)" : "K";
@@ -310,7 +366,8 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
     comment += config.smooth_k ? "phi_K = psi_K o gamma" : "psi_K";
     comment += " on kKBlocksPerTile KV blocks: k_codes [b, h_kv, padded_kv, d] (padded rows 0)";
     comment += config.k.perTensor()
-                   ? ";\n// the per-tensor scale's amax comes from launch 2 and launch 4 stores the scale.\n"
+                   ? ";\n// the per-tensor scale's amax is combined from launch 1's slices, and tile 0 stores the "
+                     "scale.\n"
                    : " and the\n// blocks' k_scales.\n";
   }
   std::string text = functionHead(comment, "quantizeKTile");
@@ -324,17 +381,20 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   k.tile.load(headPointer(params.k, params.k_strides, head, params.size.heads_kv) + first * token_stride, token_stride,
               valid_rows);
 )cuda";
+  if (config.kStatistics())
+    text += R"cuda(  // The statistics of the whole sequence, while this tile's loads are in flight.
+  float *channel_mean = (float *)(shared + kTileMeansOffset);
+  [[maybe_unused]] const float amax = combineKStatistics(params, head, first == 0, channel_mean,
+                                                         (unsigned *)(shared + kTileGroupAmaxOffset));
+)cuda";
   if (config.smooth_k)
     text += R"cuda(  k.valid_rows = valid_rows;
-  const float *k_mean =
-      workspaceFloats(params, params.offsets.k_mean) + head * kHeadDim + TokenTile<kKTileTokens>::channel();
 #pragma unroll
   for (int j = 0; j < kVectorElements; ++j)
-    k.mean[j] = k_mean[j];
+    k.mean[j] = channel_mean[TokenTile<kKTileTokens>::channel() + j];
 )cuda";
   if (config.k.cast())
-    return text + R"cuda(  (void)shared;
-  unsigned short *values =
+    return text + (config.kStatistics() ? "" : "  (void)shared;\n") + R"cuda(  unsigned short *values =
       (unsigned short *)(params.workspace + params.offsets.k_codes) + (head * params.size.padded_kv + first) * kHeadDim;
   storeTileValues<KQuantizer>(k, values, stored_rows);
 }
@@ -343,10 +403,10 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
       params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * kHeadDim;
 )cuda";
   if (config.k.perTensor())
-    text += R"cuda(  (void)shared;
-  const float amax = workspaceFloats(params, params.offsets.k_scales)[head];
-  const float inverse = symmetricScale(amax, KQuantizer::kCodeMax).inverse;
-  storeTileCodes<KQuantizer>(k, codes, stored_rows, [&](int) { return inverse; });
+    text += R"cuda(  const SymmetricScale scale = symmetricScale(amax, KQuantizer::kCodeMax);
+  if (first == 0 && threadIdx.x == 0)
+    workspaceFloats(params, params.offsets.k_scales)[head] = scale.scale;
+  storeTileCodes<KQuantizer>(k, codes, stored_rows, [&](int) { return scale.inverse; });
 }
 )cuda";
   else
@@ -499,89 +559,6 @@ std::string quantizeVTile(const PrologueConfig &config) {
   return text;
 }
 
-std::string combineK(const PrologueConfig &config) {
-  std::string comment = "// Launch 2: ";
-  comment += config.smooth_k
-                 ? "mean(K) of each channel over the whole sequence (the slices' sums added in slice order, "
-                   "one f32\n// division) -> k_mean"
-                 : "";
-  comment += config.smooth_k && config.kMinMax() ? "; " : "";
-  comment +=
-      config.kMinMax() ? "the amax of the per-tensor psi_K, left in the head's scale slot for launches 3 and 4" : "";
-  comment += ".\n";
-  std::string text = functionHead(comment, "combineKStatistics");
-  text += R"cuda(  const long long head = cta; // batch index * heads_kv + KV head index
-  const int slices = statisticsSlices(params.size);
-  const StatisticsScratch scratch = statisticsScratch(params);
-)cuda";
-  if (config.kMinMax())
-    text += "  float tensor_amax = 0.0f;\n";
-  else
-    text += "  (void)shared;\n";
-  text += R"cuda(  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
-    const long long first_entry = head * slices * kHeadDim + c;
-)cuda";
-  if (config.smooth_k)
-    text += R"cuda(    float sum = 0.0f;
-    for (int slice = 0; slice < slices; ++slice)
-      sum = __fadd_rn(sum, scratch.k_sum[first_entry + slice * kHeadDim]);
-    const float mean = __fdiv_rn(sum, (float)params.size.tokens_kv);
-    workspaceFloats(params, params.offsets.k_mean)[head * kHeadDim + c] = mean;
-)cuda";
-  if (config.kMinMax()) {
-    text += R"cuda(    float low = positiveInfinity(), high = -positiveInfinity();
-    for (int slice = 0; slice < slices; ++slice) {
-      low = fminf(low, inputToFloat(scratch.k_min[first_entry + slice * kHeadDim]));
-      high = fmaxf(high, inputToFloat(scratch.k_max[first_entry + slice * kHeadDim]));
-    }
-)cuda";
-    if (config.smooth_k)
-      text += R"cuda(    // max |K - mean(K)|: x -> x - mean is monotonic in f32, so min and max bound every token.
-    tensor_amax = fmaxf(tensor_amax, fmaxf(fabsf(__fsub_rn(high, mean)), fabsf(__fsub_rn(low, mean))));
-)cuda";
-    else
-      text += "    tensor_amax = fmaxf(tensor_amax, fmaxf(fabsf(high), fabsf(low)));\n";
-  }
-  text += "  }\n";
-  if (config.kMinMax())
-    text += R"cuda(  tensor_amax = ctaMax(tensor_amax, (unsigned *)shared);
-  if (threadIdx.x == 0)
-    workspaceFloats(params, params.offsets.k_scales)[head] = tensor_amax;
-)cuda";
-  text += "}\n";
-  return text;
-}
-
-std::string combineQ() {
-  return functionHead("// Launch 2: the amax of the per-tensor psi_Q, the max of launch 1's block amax (kept in "
-                      "q_codes), left in the\n// head's scale slot for launches 3 and 4.\n",
-                      "combineQAmax") +
-         R"cuda(  const long long head = cta; // batch index * heads_q + Q head index
-  const int blocks = params.size.padded_q / kBlockQ;
-  const float *block_amax = workspaceFloats(params, params.offsets.q_codes) + head * blocks;
-  float amax = 0.0f;
-  for (int block = threadIdx.x; block < blocks; block += kThreads)
-    amax = fmaxf(amax, block_amax[block]);
-  amax = ctaMax(amax, (unsigned *)shared);
-  if (threadIdx.x == 0)
-    workspaceFloats(params, params.offsets.q_scales)[head] = amax;
-}
-)cuda";
-}
-
-std::string finalizeScales(bool q) {
-  const std::string tensor = q ? "Q" : "K";
-  const std::string lower = q ? "q" : "k";
-  return functionHead("// Launch 4: the per-tensor psi_" + tensor +
-                          "'s scale = amax / qmax (one f32 division), replacing "
-                          "the amax that\n// launches 2 and 3 kept in the scale slot.\n",
-                      "finalize" + tensor + "Scales") +
-         "  (void)shared;\n  const long long head = cta * kThreads + threadIdx.x;\n  if (head >= " + lower +
-         (q ? "Heads" : "vHeads") +
-         "(params.size))\n    return;\n  float *slot = workspaceFloats(params, params.offsets." + lower +
-         "_scales) + head;\n  *slot = symmetricScale(*slot, " + tensor + "Quantizer::kCodeMax).scale;\n}\n";
-}
-
 } // namespace
 
 std::string emitRoleSupport(const PrologueConfig &config, const std::vector<PrologueRole> &roles) {
@@ -590,6 +567,8 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
     text += qBlockSupport(config);
   if (has(roles, PrologueRole::k_block_quantize))
     text += kBlockSupport(config);
+  if (has(roles, PrologueRole::k_block_quantize) && config.kStatistics())
+    text += kStatisticsSupport(config);
   const bool v_quantize = has(roles, PrologueRole::v_tile_quantize);
   if (v_quantize)
     text += vCodeSupport(config);
@@ -609,19 +588,11 @@ std::string emitRoleFunction(PrologueRole role, const PrologueConfig &config) {
   case PrologueRole::q_block_quantize:
     return quantizeQBlock(config);
   case PrologueRole::k_block_quantize:
-    return quantizeKTile(config, config.kStatistics() || config.vStatistics());
+    return quantizeKTile(config, config.kStatistics());
   case PrologueRole::v_tile_convert:
     return convertVTile(config);
   case PrologueRole::v_tile_quantize:
     return quantizeVTile(config);
-  case PrologueRole::k_combine:
-    return combineK(config);
-  case PrologueRole::q_combine:
-    return combineQ();
-  case PrologueRole::finalize_q_scales:
-    return finalizeScales(true);
-  case PrologueRole::finalize_k_scales:
-    return finalizeScales(false);
   }
   throw std::logic_error("emitRoleFunction: unknown role");
 }
@@ -642,14 +613,6 @@ std::string roleFunctionName(PrologueRole role, const PrologueConfig &) {
     return "convertVTile";
   case PrologueRole::v_tile_quantize:
     return "quantizeVTile";
-  case PrologueRole::k_combine:
-    return "combineKStatistics";
-  case PrologueRole::q_combine:
-    return "combineQAmax";
-  case PrologueRole::finalize_q_scales:
-    return "finalizeQScales";
-  case PrologueRole::finalize_k_scales:
-    return "finalizeKScales";
   }
   throw std::logic_error("roleFunctionName: unknown role");
 }
@@ -667,14 +630,6 @@ std::string roleCtaCountExpression(PrologueRole role) {
   case PrologueRole::v_tile_convert:
   case PrologueRole::v_tile_quantize:
     return "kvHeads(params.size) * vTiles(params.size)";
-  case PrologueRole::k_combine:
-    return "kvHeads(params.size)";
-  case PrologueRole::q_combine:
-    return "qHeads(params.size)";
-  case PrologueRole::finalize_q_scales:
-    return "ceilDiv(qHeads(params.size), kThreads)";
-  case PrologueRole::finalize_k_scales:
-    return "ceilDiv(kvHeads(params.size), kThreads)";
   }
   throw std::logic_error("roleCtaCountExpression: unknown role");
 }
@@ -705,14 +660,6 @@ std::string roleSummary(PrologueRole role, const PrologueConfig &config) {
   case PrologueRole::v_tile_quantize:
     return "per-channel psi_V per V tile (batch * heads_kv * ceil(padded_kv / " +
            std::to_string(config.tunables.v_tile_tokens) + ") CTAs)";
-  case PrologueRole::k_combine:
-    return "K statistics per KV head (batch * heads_kv CTAs)";
-  case PrologueRole::q_combine:
-    return "per-tensor Q amax per Q head (batch * heads_q CTAs)";
-  case PrologueRole::finalize_q_scales:
-    return "per-tensor Q scales (ceil(batch * heads_q / threads) CTAs)";
-  case PrologueRole::finalize_k_scales:
-    return "per-tensor K scales (ceil(batch * heads_kv / threads) CTAs)";
   }
   throw std::logic_error("roleSummary: unknown role");
 }

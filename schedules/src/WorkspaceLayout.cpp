@@ -1,13 +1,15 @@
 // Sizes and offsets of the prologue's workspace (see WorkspaceLayout.h for the buffers' meaning).
 //
 // Buffers are laid out in this order, each at a 256-byte aligned offset:
-//   q_codes, k_codes, v_codes, q_scales, k_scales, v_scales, k_mean, q_mean, v_mean, v_values.
+//   q_codes, k_codes, v_codes, q_scales, k_scales, v_scales, k_mean, q_mean, v_mean, v_values,
+//   prologue_statistics.
 // Only what the prologue writes for the variant and the input type is reserved: v_values only for an f16 P.V on
 // a bf16 input or a smoothed V (an f16, unsmoothed V is read in place).
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include "sage/ir/AttentionVariant.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -206,6 +208,15 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
       allocator.take(variant.smooth_q == SmoothScope::block ? bytes(q_heads * q_blocks * d, sizeof(float)) : 0);
   layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes(kv_heads * d, sizeof(float)) : 0);
   layout.v_values = allocator.take(v_copy ? bytes(kv_heads * layout.padded_kv * d, sizeof(uint16_t)) : 0);
+  // Per channel and slice: a K sum (mean(K)), a V sum (mean(V)), K's min and max (per-tensor psi_K, 2 bytes
+  // each) and V's (per-channel psi_V); per-tensor psi_Q adds one amax per Q block.
+  const bool k_per_tensor = variant.k.granularity == Granularity::per_tensor;
+  const int64_t column_bytes = (variant.smooth_k == SmoothScope::sequence ? 4 : 0) +
+                               (variant.smooth_v == SmoothScope::sequence ? 4 : 0) + (k_per_tensor ? 4 : 0) +
+                               (v_quantized ? 4 : 0);
+  const int64_t slices = std::min<int64_t>(kMaxPrologueStatisticsSlices, (shape.tokens_kv + 15) / 16);
+  const int64_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? q_heads * q_blocks * 4 : 0;
+  layout.prologue_statistics = allocator.take(static_cast<size_t>(q_amax_bytes + kv_heads * slices * d * column_bytes));
   layout.total_bytes = allocator.end();
   return layout;
 }

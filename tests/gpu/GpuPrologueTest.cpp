@@ -1,10 +1,14 @@
 // The quantization prologue alone on the GPU: its launches run straight from PrologueGenerator's output (no
 // attention kernel), on random Q, K and V. Skipped, with a message, where no GPU is present.
+//  - The workspace holds, byte for byte, what PrologueWorkspaceModel.h computes on the CPU (the quantizers of
+//    sage/numerics and the kernels' order of summation), for the presets and the hand-built variant kinds.
 //  - v_codes in the wgmma token order hold exactly the natural prologue's codes, permuted within each group of
 //    32 tokens, and every other byte of the workspace is unchanged.
 //  - The prologue's time per call and bandwidth at hidden 2048 (d = 64 and 128), N = 1k..16k, for the lead's
 //    before/after measurements (printed; `tools/gpu-check --run` shows the lines).
+#include "../prologue/PrologueTestVariants.h"
 #include "../support/SkipWithoutGpu.h"
+#include "PrologueWorkspaceModel.h"
 #include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
 #include "sage/dsl/Presets.h"
@@ -69,8 +73,7 @@ SageTensorStrides stridesOf(const HostTensor &tensor) {
 class DevicePrologue {
 public:
   DevicePrologue(const AttentionVariant &variant, schedules::InputType input, const codegen::PrologueOptions &options)
-      : variant_(variant), input_(input),
-        source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, {}, options)) {
+      : source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, {}, options)) {
     for (const codegen::PrologueKernel &kernel : source_.kernels) {
       runtime::CompileRequest request;
       request.key = kernel.entry_point;
@@ -94,8 +97,6 @@ public:
   }
 
 private:
-  AttentionVariant variant_;
-  schedules::InputType input_;
   codegen::PrologueSource source_;
   std::vector<std::shared_ptr<runtime::LoadedModule>> modules_;
   std::vector<runtime::LoadedKernel> kernels_;
@@ -135,7 +136,128 @@ std::vector<unsigned char> workspaceAfter(const DevicePrologue &prologue, const 
   return bytes;
 }
 
+// The variants whose workspace the model covers, each with an input type and layout.
+struct ModelCase {
+  AttentionVariant variant;
+  StorageType storage;
+  Layout layout;
+};
+
+std::vector<ModelCase> modelCases() {
+  std::vector<ModelCase> cases;
+  int index = 0;
+  for (int head_dim : {64, 128}) {
+    std::vector<AttentionVariant> variants;
+    for (const char *preset : {"sage-b", "sage-t", "sage-vb", "sage-vt", "sage2-fp8"})
+      variants.push_back(dsl::preset(preset, head_dim)->describe());
+    for (const prologue_test::VariantKind &kind : prologue_test::variantKinds())
+      if (kind.granularity != Granularity::none) // the model does not cover casts
+        variants.push_back(prologue_test::makeVariant(kind, head_dim));
+    for (const AttentionVariant &variant : variants) {
+      cases.push_back(
+          {variant, index % 2 ? StorageType::bf16 : StorageType::f16, index % 3 ? Layout::hnd : Layout::nhd});
+      ++index;
+    }
+  }
+  return cases;
+}
+
+// Compares one buffer of the workspace with the model; prints the first differences.
+bool sameBytes(const prologue_model::ExpectedBuffer &expected, const std::vector<unsigned char> &workspace) {
+  size_t differences = 0;
+  for (size_t i = 0; i < expected.bytes.size(); ++i)
+    if (workspace[expected.slice.offset + i] != expected.bytes[i] && differences++ < 3)
+      std::printf("gpu_prologue_test:   %s byte %zu: GPU 0x%02x, model 0x%02x\n", expected.name.c_str(), i,
+                  workspace[expected.slice.offset + i], expected.bytes[i]);
+  if (differences > 0)
+    std::printf("gpu_prologue_test:   %s: %zu of %zu bytes differ\n", expected.name.c_str(), differences,
+                expected.bytes.size());
+  return differences == 0;
+}
+
 } // namespace
+
+TEST_CASE("the CPU model of the workspace is close to the exact statistics and quantizes within half a step") {
+  // Runs without a GPU: a sanity check of the oracle itself (its bits are checked against the GPU below).
+  const AttentionVariant variant = dsl::preset("sage-vb", 64)->describe();
+  const schedules::ProblemShape shape{1, 2, 2, 130, 700, 64};
+  const reference::HostTensor q = reference::randomTensor(1, 2, 130, 64, StorageType::f16, Layout::hnd, {1});
+  const reference::HostTensor k = reference::randomTensor(1, 2, 700, 64, StorageType::f16, Layout::hnd, {2, 0, 1, 4});
+  const reference::HostTensor v = reference::randomTensor(1, 2, 700, 64, StorageType::f16, Layout::hnd, {3});
+  const schedules::WorkspaceLayout layout =
+      schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
+  const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, schedules::InputType::f16, 64, {});
+  const std::vector<prologue_model::ExpectedBuffer> buffers =
+      prologue_model::expectedWorkspace(variant, config, layout, q, k, v, codegen::prologueQPrescale(variant));
+  const auto buffer = [&](const std::string &name) -> const std::vector<unsigned char> & {
+    for (const prologue_model::ExpectedBuffer &b : buffers)
+      if (b.name == name)
+        return b.bytes;
+    FAIL("no buffer " << name);
+    return buffers.front().bytes;
+  };
+  const auto floatAt = [](const std::vector<unsigned char> &bytes, int64_t index) {
+    float value;
+    std::memcpy(&value, bytes.data() + index * 4, 4);
+    return value;
+  };
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t c = 0; c < 64; ++c) {
+      double sum = 0.0;
+      for (int64_t t = 0; t < 700; ++t)
+        sum += k.at(0, h, t, c);
+      const float mean = floatAt(buffer("k_mean"), h * 64 + c);
+      CHECK(std::fabs(mean - sum / 700.0) <= 1e-5 * (std::fabs(sum / 700.0) + 1.0));
+      // psi_K per block: |code * scale - (K - mean)| <= scale / 2 (plus the f32 rounding of the product).
+      for (int64_t t = 0; t < 700; t += 37) {
+        const float scale = floatAt(buffer("k_scales"), h * layout.k_scale_count + t / 64);
+        const auto code = static_cast<int8_t>(buffer("k_codes")[(h * layout.padded_kv + t) * 64 + c]);
+        CHECK(std::fabs(code * scale - (k.at(0, h, t, c) - mean)) <= 0.5001 * scale);
+      }
+      // Per-channel psi_V: codes of the transposed V.
+      const float v_scale = floatAt(buffer("v_scales"), h * 64 + c);
+      for (int64_t t = 0; t < 700; t += 41) {
+        const auto code = static_cast<int8_t>(buffer("v_codes")[(h * 64 + c) * layout.padded_kv + t]);
+        CHECK(std::fabs(code * v_scale - v.at(0, h, t, c)) <= 0.5001 * v_scale);
+      }
+      CHECK(buffer("v_codes")[(h * 64 + c) * layout.padded_kv + 700] == 0); // padding
+    }
+}
+
+TEST_CASE("the workspace is the CPU model's, byte for byte") {
+  if (skipWithoutGpu())
+    return;
+  int checked = 0;
+  for (const ModelCase &c : modelCases()) {
+    const AttentionVariant &variant = c.variant;
+    const int head_dim = variant.head_dim;
+    const schedules::InputType input =
+        c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+    // Several slices of 500 tokens per KV head (4 KV heads), ragged last blocks, GQA.
+    const schedules::ProblemShape shape{2, 4, 2, 300, 2999, head_dim};
+    const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, input);
+    const PrologueProblem problem(shape, c.storage, c.layout);
+    const std::vector<unsigned char> workspace =
+        workspaceAfter(DevicePrologue(variant, input, {}), problem, variant, layout);
+    const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, input, head_dim, {});
+    const std::vector<prologue_model::ExpectedBuffer> expected = prologue_model::expectedWorkspace(
+        variant, config, layout, problem.q, problem.k, problem.v, codegen::prologueQPrescale(variant));
+    std::string names;
+    bool all_same = true;
+    for (const prologue_model::ExpectedBuffer &buffer : expected) {
+      names += " " + buffer.name;
+      all_same = sameBytes(buffer, workspace) && all_same;
+    }
+    std::printf("gpu_prologue_test: %-36s d%-3d %-4s %s: %s the model's (%s )\n", variant.name.c_str(), head_dim,
+                reference::nameOf(c.storage).data(), reference::nameOf(c.layout).data(),
+                all_same ? "same bytes as" : "DIFFERENT from", names.c_str());
+    CAPTURE(variant.name);
+    CAPTURE(head_dim);
+    CHECK(all_same);
+    ++checked;
+  }
+  CHECK(checked >= 20);
+}
 
 TEST_CASE("v_codes in the wgmma token order are the natural codes, permuted in groups of 32") {
   if (skipWithoutGpu())
@@ -196,38 +318,49 @@ TEST_CASE("v_codes in the wgmma token order are the natural codes, permuted in g
 TEST_CASE("prologue time per call at hidden 2048") {
   if (skipWithoutGpu())
     return;
-  // Traffic counted once: Q, K and V read, the workspace written (re-reads of K and V come on top).
+  // GB/s of the compulsory traffic: Q, K (and V where the prologue reads it) once, and the workspace written;
+  // the second read of K and V comes on top.
   constexpr int kCalls = 20;
   driver().ensureContext();
   const runtime::driver::Event start = driver().createEvent(), end = driver().createEvent();
-  for (const char *preset : {"sage-b", "sage-vb", "sage2-fp8"})
-    for (int head_dim : {64, 128}) {
-      const AttentionVariant variant = dsl::preset(preset, head_dim)->describe();
-      const DevicePrologue prologue(variant, schedules::InputType::f16, {});
-      for (int64_t tokens : {1024, 2048, 4096, 8192, 16384}) {
-        const int64_t heads = 2048 / head_dim;
-        const schedules::ProblemShape shape{1, heads, heads, tokens, tokens, head_dim};
+  const char *const presets[] = {"sage-b", "sage-vb", "sage2-fp8"};
+  for (int head_dim : {64, 128}) {
+    std::vector<AttentionVariant> variants;
+    std::vector<std::unique_ptr<DevicePrologue>> prologues;
+    for (const char *preset : presets) {
+      variants.push_back(dsl::preset(preset, head_dim)->describe());
+      prologues.push_back(
+          std::make_unique<DevicePrologue>(variants.back(), schedules::InputType::f16, codegen::PrologueOptions{}));
+    }
+    for (int64_t tokens : {1024, 2048, 4096, 8192, 16384}) {
+      const int64_t heads = 2048 / head_dim;
+      const schedules::ProblemShape shape{1, heads, heads, tokens, tokens, head_dim};
+      const PrologueProblem problem(shape, StorageType::f16, Layout::hnd); // one random Q, K, V for all presets
+      for (size_t i = 0; i < variants.size(); ++i) {
         const schedules::WorkspaceLayout layout =
-            schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
-        const PrologueProblem problem(shape, StorageType::f16, Layout::hnd);
+            schedules::computeWorkspaceLayout(variants[i], shape, schedules::InputType::f16);
         DeviceBuffer workspace(layout.total_bytes);
-        const SagePrologueParams params = problem.params(variant, layout, workspace);
-        prologue.run(shape, params); // warm-up
+        const SagePrologueParams params = problem.params(variants[i], layout, workspace);
+        prologues[i]->run(shape, params); // warm-up
         driver().recordEvent(start, nullptr);
         for (int call = 0; call < kCalls; ++call)
-          prologue.run(shape, params);
+          prologues[i]->run(shape, params);
         driver().recordEvent(end, nullptr);
         driver().synchronizeEvent(end);
         const double microseconds = 1000.0 * driver().elapsedMilliseconds(start, end) / kCalls;
-        const double bytes =
-            3.0 * static_cast<double>(heads * tokens * head_dim) * 2.0 + static_cast<double>(layout.total_bytes);
+        const bool reads_v =
+            codegen::makePrologueConfig(variants[i], schedules::InputType::f16, head_dim, {}).v_output !=
+            codegen::VOutput::none;
+        const double bytes = (reads_v ? 3.0 : 2.0) * static_cast<double>(heads * tokens * head_dim) * 2.0 +
+                             static_cast<double>(layout.total_bytes);
         std::printf("gpu_prologue_test: timing %-9s d%-3d N %5lld heads %2lld: %zu launches %8.1f us/call %7.0f "
                     "GB/s (inputs once + workspace)\n",
-                    preset, head_dim, static_cast<long long>(tokens), static_cast<long long>(heads),
-                    prologue.launches(), microseconds, bytes / microseconds / 1e3);
+                    presets[i], head_dim, static_cast<long long>(tokens), static_cast<long long>(heads),
+                    prologues[i]->launches(), microseconds, bytes / microseconds / 1e3);
         CHECK(microseconds > 0.0);
       }
     }
+  }
   driver().destroyEvent(start);
   driver().destroyEvent(end);
 }

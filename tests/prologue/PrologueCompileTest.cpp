@@ -89,8 +89,9 @@ void compileEveryVariantKind(const char *arch) {
 
 } // namespace
 
-// v_codes in the wgmma token order (the option of the Hopper kernel; compiled for every arch all the same): the
-// V-quantizing kernel of each per-channel V kind, smoothed and not, f16 and bf16, d 64 and 128.
+// v_codes in the wgmma token order (the option of the Hopper kernel, so compiled for sm_90a only: the change is
+// index arithmetic, the same on every arch): the V-quantizing kernel of each per-channel V kind, smoothed and
+// not, f16 and bf16, d 64 and 128.
 void compileInterleavedVCodes(const char *arch) {
   codegen::PrologueOptions options;
   options.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
@@ -122,12 +123,8 @@ void compileInterleavedVCodes(const char *arch) {
 }
 
 TEST_CASE("prologue kernels compile for sm_80") { compileEveryVariantKind("sm_80"); }
-TEST_CASE("interleaved V codes compile for sm_80") { compileInterleavedVCodes("sm_80"); }
 TEST_CASE("prologue kernels compile for sm_89") { compileEveryVariantKind("sm_89"); }
-TEST_CASE("interleaved V codes compile for sm_89") { compileInterleavedVCodes("sm_89"); }
 TEST_CASE("prologue kernels compile for sm_90a") { compileEveryVariantKind("sm_90a"); }
 TEST_CASE("interleaved V codes compile for sm_90a") { compileInterleavedVCodes("sm_90a"); }
 TEST_CASE("prologue kernels compile for sm_100a") { compileEveryVariantKind("sm_100a"); }
-TEST_CASE("interleaved V codes compile for sm_100a") { compileInterleavedVCodes("sm_100a"); }
 TEST_CASE("prologue kernels compile for sm_120a") { compileEveryVariantKind("sm_120a"); }
-TEST_CASE("interleaved V codes compile for sm_120a") { compileInterleavedVCodes("sm_120a"); }

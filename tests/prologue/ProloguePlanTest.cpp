@@ -68,35 +68,51 @@ using Role = PrologueRole;
 
 } // namespace
 
-TEST_CASE("launch plans: statistics first, combined next, the second read of K last") {
+TEST_CASE("launch plans: statistics and the first read, then the second read that combines them") {
   // SageAttn-B, f16 input: mean(K) needs the whole sequence; V is read in place.
   CHECK(rolesOf(generate("per_block_smooth_k_f16_v")) ==
-        std::vector<std::vector<Role>>{
-            {Role::k_column_statistics, Role::q_block_quantize}, {Role::k_combine}, {Role::k_block_quantize}});
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize}, {Role::k_block_quantize}});
   // bf16 input: V is converted to f16 in the first read.
   CHECK(rolesOf(generate("per_block_smooth_k_f16_v", InputType::bf16)) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize, Role::v_tile_convert},
-                                       {Role::k_combine},
                                        {Role::k_block_quantize}});
   // Nothing to reduce over the sequence: one launch.
   CHECK(rolesOf(generate("per_block_unsmoothed_f16_v")) ==
         std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::k_block_quantize}});
-  // Per-channel V: its amax is reduced with mean(K); V is quantized in the combine launch.
+  // Per-channel V: its amax is reduced with mean(K); K and V are quantized in the second launch.
   CHECK(rolesOf(generate("per_token_smooth_k_int8_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
-                                       {Role::k_combine, Role::v_tile_quantize},
-                                       {Role::k_block_quantize}});
+                                       {Role::k_block_quantize, Role::v_tile_quantize}});
   // Smoothed f16 V is converted once mean(V) is known.
   CHECK(rolesOf(generate("per_block_smooth_qkv_f16_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
-                                       {Role::k_combine, Role::v_tile_convert},
-                                       {Role::k_block_quantize}});
-  // Per-tensor scales: amax first, codes on a second read, scales last.
+                                       {Role::k_block_quantize, Role::v_tile_convert}});
+  // Per-tensor scales: amax first, codes and scales on the second read.
   CHECK(rolesOf(generate("per_tensor_smooth_qk_int8_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_statistics},
-                                       {Role::k_combine, Role::q_combine, Role::v_tile_quantize},
-                                       {Role::k_block_quantize, Role::q_block_quantize},
-                                       {Role::finalize_q_scales, Role::finalize_k_scales}});
+                                       {Role::k_block_quantize, Role::v_tile_quantize, Role::q_block_quantize}});
+  // A K that needs no statistics is quantized in the first read even when V has some.
+  VariantKind unsmoothed_k = kindNamed("per_token_smooth_k_int8_v");
+  unsmoothed_k.smooth_k = false;
+  CHECK(
+      rolesOf(codegen::PrologueGenerator::generate(prologue_test::makeVariant(unsmoothed_k, 64), InputType::f16, 64)) ==
+      std::vector<std::vector<Role>>{{Role::v_column_statistics, Role::q_block_quantize, Role::k_block_quantize},
+                                     {Role::v_tile_quantize}});
+}
+
+TEST_CASE("every preset and variant kind takes one launch, or two when it reduces over the sequence") {
+  std::vector<AttentionVariant> variants;
+  for (const VariantKind &kind : prologue_test::variantKinds())
+    variants.push_back(prologue_test::makeVariant(kind, 128));
+  for (const dsl::PresetInfo &info : dsl::presets())
+    variants.push_back(dsl::preset(info.name, 128)->describe());
+  for (const AttentionVariant &variant : variants)
+    for (InputType input : {InputType::f16, InputType::bf16}) {
+      const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, input, 128, {});
+      CAPTURE(variant.name);
+      CHECK(codegen::PrologueGenerator::generate(variant, input, 128).kernels.size() ==
+            (config.usesStatisticsScratch() ? 2u : 1u));
+    }
 }
 
 TEST_CASE("makePrologueConfig: an unquantized Q/K is a cast to the input type; an f32 V takes the f16 P.V") {
@@ -148,12 +164,11 @@ TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes i
 
   // A cast Q that folds the softmax scale multiplies in f32 before rounding; a smoothed cast K is K - mean(K).
   const PrologueSource folded = generate("unquantized_folded_smooth_k_f16_v");
-  CHECK(rolesOf(folded) == std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize},
-                                                          {Role::k_combine},
-                                                          {Role::k_block_quantize}});
+  CHECK(rolesOf(folded) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize}, {Role::k_block_quantize}});
   CHECK(folded.kernels[0].source.find("__fmul_rn(tile.element(pass, j), prescale)") != std::string::npos);
-  CHECK(folded.kernels[2].source.find("__fsub_rn(tile.element(pass, j), mean[j])") != std::string::npos);
-  CHECK(folded.kernels[2].source.find("storeTileValues<KQuantizer>") != std::string::npos);
+  CHECK(folded.kernels[1].source.find("__fsub_rn(tile.element(pass, j), mean[j])") != std::string::npos);
+  CHECK(folded.kernels[1].source.find("storeTileValues<KQuantizer>") != std::string::npos);
 
   // The grid is that of the quantized variants: 24 Q blocks and 4 KV heads x ceil(6 / 4) K tiles; a bf16 V adds
   // 4 KV heads x ceil(384 / 256) V tiles.
@@ -166,48 +181,64 @@ TEST_CASE("grids: the sum of the roles' CTA counts (hand-computed)") {
   // b = 2, h_q = 4, h_kv = 2, 300 Q and 333 KV tokens, d = 64: 8 Q heads x 3 Q blocks, 4 KV heads x 6 KV blocks.
   const schedules::ProblemShape small = shapeOf(2, 4, 2, 300, 333, 64);
   const PrologueSource sage_b = generate("per_block_smooth_k_f16_v");
-  // slices = min(ceil(256 / 4), ceil(333 / 512), 32) = 1: 4 statistics CTAs + 24 Q blocks; 4 combines; K tiles of
-  // 4 blocks (32 KiB at d = 64): ceil(6 / 4) = 2 per head -> 8.
-  CHECK(gridsOf(sage_b, small) == std::vector<unsigned>{28, 4, 8});
+  // slices = min(ceil(256 / 4), ceil(333 / 512), 32) = 1: 4 statistics CTAs + 24 Q blocks; K tiles of 4 blocks
+  // (32 KiB at d = 64): ceil(6 / 4) = 2 per head -> 8.
+  CHECK(gridsOf(sage_b, small) == std::vector<unsigned>{28, 8});
   // 16k tokens, hidden 2048, d = 128: 16 heads, slices = min(ceil(256 / 16), ceil(16384 / 512), 32) = 16.
   const PrologueSource sage_b_128 = generate("per_block_smooth_k_f16_v", InputType::f16, 128);
   const schedules::ProblemShape big = shapeOf(1, 16, 16, 16384, 16384, 128);
-  // 16 * 16 statistics + 16 * 128 Q blocks; 16 combines; K tiles of 2 blocks: 16 * 128.
-  CHECK(gridsOf(sage_b_128, big) == std::vector<unsigned>{2304, 16, 2048});
-  // K and V statistics share the target: 128 CTAs each, slices = 8. V tiles of 128 tokens: 16 * 128.
+  // 16 * 16 statistics + 16 * 128 Q blocks; K tiles of 2 blocks: 16 * 128.
+  CHECK(gridsOf(sage_b_128, big) == std::vector<unsigned>{2304, 2048});
+  // K and V statistics share the target: 128 CTAs each, slices = 8. K tiles 16 * 128, V tiles of 128 tokens
+  // 16 * 128.
   const PrologueSource int8_v = generate("per_token_smooth_k_int8_v", InputType::f16, 128);
-  CHECK(gridsOf(int8_v, big) == std::vector<unsigned>{128 + 128 + 2048, 16 + 2048, 2048});
-  // Per-tensor: finalize covers ceil(8 / 256) + ceil(4 / 256) CTAs.
+  CHECK(gridsOf(int8_v, big) == std::vector<unsigned>{128 + 128 + 2048, 2048 + 2048});
+  // Per-tensor: the second read covers the K tiles, the V tiles (256 tokens at d = 64: ceil(384 / 256) = 2 per
+  // head) and the 24 Q blocks again.
   const PrologueSource per_tensor = generate("per_tensor_smooth_qk_int8_v");
-  // V tiles of 256 tokens at d = 64: ceil(384 / 256) = 2 per head.
-  CHECK(gridsOf(per_tensor, small) == std::vector<unsigned>{4 + 4 + 24, 4 + 8 + 8, 8 + 24, 2});
+  CHECK(gridsOf(per_tensor, small) == std::vector<unsigned>{4 + 4 + 24, 8 + 8 + 24});
   CHECK_THROWS_AS(codegen::prologueGrid(sage_b, 3, small), std::invalid_argument);
   CHECK_THROWS_AS(codegen::prologueGrids(sage_b, shapeOf(2, 4, 3, 300, 333, 64)), std::invalid_argument);
   CHECK_THROWS_AS(codegen::prologueGrids(sage_b, shapeOf(2, 4, 2, 300, 333, 128)), std::invalid_argument);
 }
 
-TEST_CASE("column statistics always fit in the k_codes buffer they borrow") {
-  // At most 16 bytes per channel and slice (K and V sums, minima and maxima): slices * 16 <= padded_kv.
-  for (VariantKind kind : prologue_test::variantKinds())
-    for (int block_kv : {16, 64, 128})
-      for (int64_t tokens_kv : {1, 15, 16, 17, 100, 511, 513, 4097, 70000}) {
-        kind.k_group_tokens = 0; // the tile, whatever its size
-        const AttentionVariant variant = prologue_test::makeVariant(kind, 64, 128, block_kv);
-        const PrologueSource prologue = codegen::PrologueGenerator::generate(variant, InputType::bf16, 64);
-        const schedules::ProblemShape shape = shapeOf(1, 1, 1, 10, tokens_kv, 64);
-        const int64_t slices = codegen::prologueRoleCtas(PrologueRole::k_column_statistics, prologue.geometry, shape);
-        const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, InputType::bf16);
-        CAPTURE(kind.name);
-        CAPTURE(block_kv);
-        CAPTURE(tokens_kv);
-        CHECK(slices >= 1);
-        CHECK(slices * 16 * 64 <= static_cast<int64_t>(layout.k_codes.bytes));
-      }
+TEST_CASE("launch 1's statistics always fit in the workspace's prologue_statistics") {
+  // Per channel and slice: 4 bytes of sum per smoothed tensor, 2 + 2 bytes of min and max per per-tensor K or
+  // per-channel V; a per-tensor Q adds one f32 per Q block. Checked at the default tunables and at the most
+  // slices the tunables allow.
+  codegen::PrologueTunables most_slices;
+  most_slices.statistics_target_ctas = 1 << 20;
+  most_slices.statistics_min_slice_tokens = 16;
+  most_slices.max_statistics_slices = 64;
+  for (const codegen::PrologueTunables &tunables : {codegen::PrologueTunables{}, most_slices})
+    for (VariantKind kind : prologue_test::variantKinds())
+      for (int block_kv : {16, 64, 128})
+        for (int64_t tokens_kv : {1, 15, 16, 17, 100, 511, 513, 4097, 70000}) {
+          kind.k_group_tokens = 0; // the tile, whatever its size
+          const AttentionVariant variant = prologue_test::makeVariant(kind, 64, 128, block_kv);
+          const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, InputType::bf16, 64, tunables);
+          const PrologueSource prologue = codegen::PrologueGenerator::generate(variant, InputType::bf16, 64, tunables);
+          const schedules::ProblemShape shape = shapeOf(2, 4, 2, 300, tokens_kv, 64);
+          const int64_t slices =
+              codegen::prologueRoleCtas(PrologueRole::k_column_statistics, prologue.geometry, shape) / 4;
+          const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, shape, InputType::bf16);
+          const int64_t column_bytes = (config.smooth_k ? 4 : 0) + (config.smooth_v ? 4 : 0) +
+                                       (config.kMinMax() ? 4 : 0) + (config.vMinMax() ? 4 : 0);
+          const int64_t q_amax_bytes = config.q.perTensor() ? 8 * 3 * 4 : 0; // 8 Q heads x 3 blocks
+          CAPTURE(kind.name);
+          CAPTURE(block_kv);
+          CAPTURE(tokens_kv);
+          CAPTURE(tunables.max_statistics_slices);
+          CHECK(slices >= 1);
+          CHECK(q_amax_bytes + 4 * slices * 64 * column_bytes <=
+                static_cast<int64_t>(layout.prologue_statistics.bytes));
+          CHECK(config.usesStatisticsScratch() == (layout.prologue_statistics.bytes > 0));
+        }
 }
 
 TEST_CASE("the generated text names the algorithm's steps and uses exact f32 operations") {
   const PrologueSource prologue = generate("per_block_smooth_kv_int8_v", InputType::bf16, 128);
-  REQUIRE(prologue.kernels.size() == 3);
+  REQUIRE(prologue.kernels.size() == 2);
   std::string all;
   for (const codegen::PrologueKernel &kernel : prologue.kernels) {
     CHECK(kernel.block_threads == 256);
@@ -220,8 +251,11 @@ TEST_CASE("the generated text names the algorithm's steps and uses exact f32 ope
     all += kernel.source;
   }
   CHECK(prologue.kernels[0].entry_point == "sage_prologue_read_inputs");
-  CHECK(prologue.kernels[1].entry_point == "sage_prologue_combine_statistics");
-  CHECK(prologue.kernels[2].entry_point == "sage_prologue_quantize_after_statistics");
+  CHECK(prologue.kernels[1].entry_point == "sage_prologue_quantize_after_statistics");
+  // The second launch combines launch 1's slices in every K and V tile; only the first tile stores the results.
+  CHECK(prologue.kernels[1].source.find("combineKStatistics(params, head, first == 0,") != std::string::npos);
+  CHECK(prologue.kernels[1].source.find("combineVStatistics(params, head, tile == 0,") != std::string::npos);
+  CHECK(prologue.kernels[0].source.find("params.statistics_offset") != std::string::npos);
   CHECK(all.find("gamma(K) = K - mean(K)") != std::string::npos);
   CHECK(all.find("psi_Q") != std::string::npos);
   CHECK(all.find("per-channel psi_V") != std::string::npos);
@@ -264,6 +298,8 @@ TEST_CASE("makePrologueParams: sizes and offsets from the layout; misaligned ten
   CHECK(params.offsets.v_values == layout.v_values.offset);
   CHECK(params.q_prescale == codegen::prologueQPrescale(variant));
   CHECK(params.q_strides.token == 64);
+  CHECK(params.statistics_offset == layout.prologue_statistics.offset);
+  CHECK(layout.prologue_statistics.bytes > 0);
 
   const codegen::PrologueTensor misaligned{data + 1, tensor.strides};
   CHECK_THROWS_WITH_AS(codegen::makePrologueParams(variant, shape, layout, misaligned, tensor, tensor, workspace),
@@ -312,6 +348,9 @@ TEST_CASE("the generator names what it cannot do") {
   codegen::PrologueTunables tunables;
   tunables.threads = 100;
   rejects(base, "tunables.threads", 64, tunables);
+  tunables = {};
+  tunables.max_statistics_slices = 65;
+  rejects(base, "tunables.max_statistics_slices: expected 1 to 64", 64, tunables);
   tunables = {};
   tunables.v_tile_tokens = 64;
   rejects(base, "tunables.v_tile_tokens", 64, tunables);

@@ -40,8 +40,17 @@ AttentionVariant variantOf(Granularity granularity, int q_group, int k_group, bo
 }
 
 std::vector<BufferSlice> slicesOf(const WorkspaceLayout &layout) {
-  return {layout.q_codes, layout.q_scales, layout.k_codes, layout.k_scales, layout.k_mean,
-          layout.q_mean,  layout.v_values, layout.v_codes, layout.v_scales, layout.v_mean};
+  return {layout.q_codes,
+          layout.q_scales,
+          layout.k_codes,
+          layout.k_scales,
+          layout.k_mean,
+          layout.q_mean,
+          layout.v_values,
+          layout.v_codes,
+          layout.v_scales,
+          layout.v_mean,
+          layout.prologue_statistics};
 }
 
 // Every buffer 256-byte aligned, inside total_bytes, and no two used buffers overlap.
@@ -118,15 +127,19 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   CHECK(layout.v_mean.bytes == 0);
   // An f16, unsmoothed V is read in place: no f16 copy.
   CHECK(layout.v_values.bytes == 0);
-  CHECK(layout.total_bytes == 296448);
+  // The prologue's scratch for mean(K): 4 KV heads x min(64, ceil(333 / 16) = 21) slices x 64 channels x 4 bytes.
+  CHECK(layout.prologue_statistics.offset == 296448);
+  CHECK(layout.prologue_statistics.bytes == 21504);
+  CHECK(layout.total_bytes == 317952);
   checkAlignedAndDisjoint(layout);
 
-  // A bf16 input adds the prologue's f16 copy of V, last; nothing else moves.
+  // A bf16 input adds the prologue's f16 copy of V before the scratch; nothing else moves.
   const WorkspaceLayout bf16 = computeWorkspaceLayout(sage_b, smallShape(), InputType::bf16);
   CHECK(bf16.k_mean.offset == layout.k_mean.offset);
   CHECK(bf16.v_values.offset == 296448);
   CHECK(bf16.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
-  CHECK(bf16.total_bytes == 493056);
+  CHECK(bf16.prologue_statistics.offset == 493056);
+  CHECK(bf16.total_bytes == 514560);
   checkAlignedAndDisjoint(bf16);
 
   // A smoothed f16 V is copied too (V - mean(V), rounded to f16).
@@ -152,7 +165,7 @@ TEST_CASE("computeWorkspaceLayout: the exact preset stores Q and K in the input 
     CHECK(layout.k_codes.offset == 393216);
     CHECK(layout.k_codes.bytes == 196608); // 2 * 2 heads * 384 * 64 * 2 bytes
     for (const BufferSlice &unused : {layout.q_scales, layout.k_scales, layout.k_mean, layout.q_mean, layout.v_codes,
-                                      layout.v_scales, layout.v_mean})
+                                      layout.v_scales, layout.v_mean, layout.prologue_statistics})
       CHECK(unused.bytes == 0);
     // exact's f32 V runs through the f16 P.V: copied to f16 only from a bf16 input.
     CHECK(layout.v_values.offset == 589824);
@@ -200,6 +213,11 @@ TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing 
     CHECK(layout.v_codes.bytes == 98304); // 2 * 2 * 64 channels * 384 padded tokens
     CHECK(layout.v_scales.bytes == 1024); // 2 * 2 * 64 floats
     CHECK(layout.v_values.bytes == 0);    // int8 V needs no f16 copy
+    // Sums of K and V, min/max of V (and of a per-tensor K): 4 KV heads x 21 slices x 64 channels x 12 (16)
+    // bytes; a per-tensor Q adds 8 Q heads x 3 blocks of f32 amax.
+    const bool per_tensor = expected.granularity == Granularity::per_tensor;
+    CHECK(layout.prologue_statistics.bytes ==
+          static_cast<size_t>(4 * 21 * 64 * (per_tensor ? 16 : 12) + (per_tensor ? 8 * 3 * 4 : 0)));
     checkAlignedAndDisjoint(layout);
   }
 }

@@ -148,13 +148,13 @@ check() {
 count() { find "$1" -maxdepth 1 -name "$2" | wc -l; }
 
 # emit: kernels + manifest, content-named files, stale files of a previous emit removed.
-expect "emit writes the kernels and a manifest" 0 "wrote 4 kernels of 1 variants \(12 files\)" -- \
+expect "emit writes the kernels and a manifest" 0 "wrote 3 kernels of 1 variants \(9 files\)" -- \
   "$sagegen" emit --preset sage-b --headdim 64 --arch sm_89 --format all -o "$work/emit"
-check "emit wrote 4 .cu, 4 .ptx, 4 .cubin" test "$(count "$work/emit" '*.cu') $(count "$work/emit" '*.ptx') $(count "$work/emit" '*.cubin')" = "4 4 4"
+check "emit wrote 3 .cu, 3 .ptx, 3 .cubin (2 prologue launches, 1 attention kernel)" test "$(count "$work/emit" '*.cu') $(count "$work/emit" '*.ptx') $(count "$work/emit" '*.cubin')" = "3 3 3"
 check "emit's manifest names the schema, keys and ptxas registers" \
   grep -q '"schema": "sagegen-aot-manifest"' "$work/emit/manifest.json"
-check "emit's manifest has key digests" test "$(grep -c '"key_digest": "[0-9a-f]\{64\}"' "$work/emit/manifest.json")" = 4
-check "emit's manifest has registers" test "$(grep -c '"registers": [1-9]' "$work/emit/manifest.json")" = 4
+check "emit's manifest has key digests" test "$(grep -c '"key_digest": "[0-9a-f]\{64\}"' "$work/emit/manifest.json")" = 3
+check "emit's manifest has registers" test "$(grep -c '"registers": [1-9]' "$work/emit/manifest.json")" = 3
 check "emit's attention source is named by entry point and content" \
   test "$(count "$work/emit" 'sage_attention_sage_b_d64_f16_sm_89-????????????.cu')" = 1
 expect "emit again replaces the previous kernels" 0 "removed sage_attention_sage_b_d64_f16_sm_89-.*\.cubin" -- \

@@ -29,6 +29,7 @@ struct SagePrologueParams {
   float q_prescale; // multiplies Q before quantization: 1/sqrt(d) * log2(e) when folded, else 1
   unsigned char *workspace;
   struct SageWorkspaceOffsets offsets;
+  unsigned long long statistics_offset; // the prologue's own scratch (WorkspaceLayout::prologue_statistics)
 };
 
 // Attention main loop: reads the workspace (and V directly when it needs no conversion).

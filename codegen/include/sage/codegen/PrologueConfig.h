@@ -54,6 +54,8 @@ struct PrologueConfig {
   bool kMinMax() const { return k.perTensor(); }
   bool vStatistics() const { return smooth_v || v_output == VOutput::codes; }
   bool vMinMax() const { return v_output == VOutput::codes; }
+  // Whether launch 1 leaves anything in the workspace's prologue_statistics for launch 2.
+  bool usesStatisticsScratch() const { return kStatistics() || vStatistics() || q.perTensor(); }
   float vCodeMax() const { return v_dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
   bool interleavedVCodes() const {
     return v_output == VOutput::codes && v_codes_token_order == schedules::VCodesTokenOrder::wgmma_interleaved_32;
@@ -76,7 +78,7 @@ struct PlannedLaunch {
   std::vector<PrologueRole> roles;
 };
 
-// The launches, in order (see PrologueGenerator.h for why there are several).
+// The launches, in order (see PrologueGenerator.h for why there are two).
 std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config);
 
 } // namespace sage::codegen

@@ -8,13 +8,17 @@
 // Every kernel takes one SagePrologueParams by value (KernelAbi.h) and uses blockDim = (block_threads, 1, 1);
 // gridDim.x comes from prologueGrid (PrologueLaunch.h), which adds up the CTA counts of the kernel's roles.
 //
-// Why several launches: mean(K) (and V's per-channel amax) must be known before K (V) is quantized, and a
-// launch boundary is the only grid-wide barrier. Column statistics are reduced per slice of tokens in the
-// first launch (while psi_Q runs), combined per head in the second, and the second read of K quantizes it in
-// the third (V, which needs only its own statistics, is converted or quantized in the second). Partial statistics
-// live in the k_codes buffer until K's codes overwrite them, so no extra workspace and no zero-initialisation is
-// needed. A per-tensor scale adds a fourth launch: its amax waits in the scale slot while the codes are written.
-// Variants with nothing to reduce over the sequence get a single launch. planPrologueLaunches
+// At most two launches. mean(K), mean(V), V's per-channel amax and a per-tensor amax must be known over the whole
+// sequence before the tensor is quantized, and a launch boundary is the only grid-wide barrier that needs no
+// zero-initialised counter (the workspace is the caller's memory, never cleared). So:
+//   1. sage_prologue_read_inputs: column statistics of K and V per slice of tokens (sums, min/max) into the
+//      workspace's prologue_statistics scratch, while psi_Q (or a per-tensor Q's block amax), an unsmoothed
+//      f16 copy of V and a K that needs no statistics are done in the same pass.
+//   2. sage_prologue_quantize_after_statistics: the second read of K and V (and of a per-tensor Q). Every CTA
+//      combines its head's slices itself, in slice order (a few KiB from L2, overlapped with its own loads), so
+//      every CTA holds the same bits and no combine launch is needed; the head's first tile stores k_mean,
+//      v_mean, v_scales and the per-tensor scale.
+// Variants with nothing to reduce over the sequence get the first launch only. planPrologueLaunches
 // (PrologueConfig.h) decides.
 #pragma once
 
@@ -35,7 +39,7 @@ struct PrologueTunables {
   int threads = 0;                       // threads per CTA (power of two, 64..1024); 0: derived from the tiles
   int statistics_target_ctas = 256;      // column-statistics CTAs of launch 1 to aim for, K's and V's together
   int statistics_min_slice_tokens = 512; // tokens a column-statistics CTA reduces at least (>= 16)
-  int max_statistics_slices = 32;        // slices per head at most: every V tile re-reads all of a head's slices
+  int max_statistics_slices = 32;        // slices per head at most (<= 64): every K and V tile re-reads a head's slices
   int statistics_unroll = 8;             // independent 16-byte loads in flight per thread while reducing columns
   int v_tile_tokens = 0;                 // tokens of one V tile (128, 256 or 512); 0: max(128, 16384 / head_dim)
   int k_blocks_per_tile = 0;             // KV blocks one psi_K CTA quantizes; 0: about 32 KiB of K per CTA
@@ -61,10 +65,6 @@ enum class PrologueRole : uint8_t {
                        // (unquantized K: gamma(K) or K rounded to the input type -> k_codes, 2 bytes per value)
   v_tile_convert,      // per (batch, kv head, V tile): V (- mean(V)) rounded to f16 -> v_values
   v_tile_quantize,     // per (batch, kv head, V tile): per-channel psi_V, transposed -> v_codes (+ v_scales, v_mean)
-  k_combine,           // per (batch, kv head): the slices' sums -> k_mean; per-tensor K amax
-  q_combine,           // per (batch, q head): the blocks' amax -> the per-tensor Q amax
-  finalize_q_scales,   // ceil(batch * heads_q / threads): per-tensor amax -> scale = amax / qmax
-  finalize_k_scales,   // ceil(batch * heads_kv / threads): the same for K
 };
 
 std::string_view nameOf(PrologueRole role);

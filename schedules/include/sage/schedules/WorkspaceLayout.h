@@ -19,6 +19,11 @@
 //             the token axis is in the VCodesTokenOrder the attention kernel asked the prologue for
 //   v_scales  f32        [b, h_kv, d]                 per-channel V scale
 //   v_mean    f32        [b, h_kv, d]                 mean of V over tokens, when V is smoothed
+//   prologue_statistics                              the prologue's scratch between its two launches (the
+//             attention kernel never reads it): per-tensor Q's block amax [b, h_q, q_blocks] f32, then per
+//             (KV head, slice of tokens, channel) K's and V's sums (f32) and min/max (input type), for the
+//             variants that reduce K or V over the sequence; slices <= min(kMaxPrologueStatisticsSlices,
+//             ceil(tokens_kv / 16)) bound its size
 //
 // v_codes' token order: `natural` puts token t at position t. `wgmma_interleaved_32` (for a Hopper wgmma P.V
 // whose 8-bit A operand is the S accumulator itself, with no register shuffles) permutes the tokens inside every
@@ -50,6 +55,10 @@ struct ProblemShape {
   int64_t head_dim = 128;
 };
 
+// The most slices of tokens the prologue's column statistics split a KV head into (its tunables are checked
+// against this bound, which sizes prologue_statistics).
+inline constexpr int64_t kMaxPrologueStatisticsSlices = 64;
+
 enum class VCodesTokenOrder : uint8_t { natural, wgmma_interleaved_32 };
 
 // The token that position `position` (0-based along padded_kv) of a v_codes row holds under `order`.
@@ -66,6 +75,7 @@ struct WorkspaceLayout {
   int64_t q_scale_count = 0; // scales per (batch, head) of Q
   int64_t k_scale_count = 0; // scales per (batch, head) of K
   BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean;
+  BufferSlice prologue_statistics; // the prologue's scratch, last
   size_t total_bytes = 0;
 };
 
