@@ -651,55 +651,78 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   float rescale[2];
   ProbabilityFragments<Config> p;
   int block_product[Config::kPv == PvOperands::int8 ? Config::kHeadDim / 2 : 1];
-  for (int block = 0; block <= blocks; ++block) {
-    const bool has_scores = block<blocks, has_product = block> 0;
-    if (has_scores)
-      mbarrier_wait(full_barrier(block), phase_of(block));
-    turns.wait_turn();
-    if (has_scores)
-      issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
-    if (has_product) { // O += P~_(j-1) V_(j-1)
-      rescale_output(state, rescale);
-      state.output_max[0] = state.row_max[0]; // m_(j-1): S_j's softmax has not run yet
-      state.output_max[1] = state.row_max[1];
-      const unsigned v_tile = stage_base(block - 1) + Layout::kVOffset;
-      if constexpr (Config::kPv == PvOperands::int8)
-        issue_p_v<Config>(block_product, p, v_tile, false);
-      else
-        issue_p_v<Config>(state.output, p, v_tile, true);
-    }
-    turns.pass_turn(block == blocks);
-    if (has_scores) {
-      if (has_product)
-        wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
-      else
-        wgmma_wait_group<0>();
-      warpgroup_fence_operands(accumulator);
-      const int kv_begin = block * Config::kBlockKv;
-      if (block >= unmasked_end)
-        score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane, rescale);
-      else
-        score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane,
-                                   rescale);
-    }
-    if (has_product) {
-      wgmma_wait_group<0>();
-      // P~'s registers were read by the asynchronous wgmma until now: keep the compiler from reusing them earlier
-      // (the asm statement that issued it was their last visible use).
+  // S_j (waited for) -> P~_j's f32 scores, then P~_j packed once the previous P.V no longer reads P~'s registers.
+  auto score = [&](int block) {
+    const int kv_begin = block * Config::kBlockKv;
+    if (block >= unmasked_end)
+      score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane, rescale);
+    else
+      score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane, rescale);
+  };
+  // O += P~_j V_j: rescale O to m_j, issue; the caller passes the turn and waits.
+  auto issue_product = [&](int block) {
+    rescale_output(state, rescale);
+    state.output_max[0] = state.row_max[0]; // m_j: S_(j+1)'s softmax has not run yet
+    state.output_max[1] = state.row_max[1];
+    const unsigned v_tile = stage_base(block) + Layout::kVOffset;
+    if constexpr (Config::kPv == PvOperands::int8)
+      issue_p_v<Config>(block_product, p, v_tile, false);
+    else
+      issue_p_v<Config>(state.output, p, v_tile, true);
+  };
+  // After the P.V of block j completed: P~'s registers were read by the asynchronous wgmma until now (the asm
+  // statement that issued it was their last visible use), so fence them; release the stage; fold the product.
+  auto fence_product = [&] {
 #pragma unroll
-      for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
-        warpgroup_fence_operands(p.registers[step]);
-      if constexpr (Config::kPv == PvOperands::int8) {
-        warpgroup_fence_operands(block_product);
-      } else {
-        warpgroup_fence_operands(state.output);
-      }
-      mbarrier_arrive(empty_barrier(block - 1)); // K_(j-1), V_(j-1) are no longer read
-      finish_block(state, block_product);
-    }
-    if (has_scores)
-      pack_probabilities<Config>(p, scores);
+    for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
+      warpgroup_fence_operands(p.registers[step]);
+    if constexpr (Config::kPv == PvOperands::int8)
+      warpgroup_fence_operands(block_product);
+    else
+      warpgroup_fence_operands(state.output);
+  };
+  auto finish_product = [&](int block) {
+    mbarrier_arrive(empty_barrier(block)); // K_j, V_j are no longer read
+    finish_block(state, block_product);
+  };
+
+  // The loop is peeled so that its body issues every wgmma unconditionally (ptxas serializes wgmma whose register
+  // dependences it cannot follow through branches).
+  if (blocks > 0) {
+    mbarrier_wait(full_barrier(0), 0);
+    turns.wait_turn();
+    issue_q_k<Config>(accumulator, q_tile, stage_base(0) + Layout::kKOffset);
+    turns.pass_turn(false);
+    wgmma_wait_group<0>();
+    warpgroup_fence_operands(accumulator);
+    score(0);
+    pack_probabilities<Config>(p, scores);
   }
+  for (int block = 1; block < blocks; ++block) {
+    // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
+    mbarrier_wait(full_barrier(block), phase_of(block));
+    turns.wait_turn();
+    issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
+    issue_product(block - 1);
+    turns.pass_turn(false);
+    wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
+    warpgroup_fence_operands(accumulator);
+    score(block);
+    wgmma_wait_group<0>();
+    fence_product();
+    finish_product(block - 1);
+    pack_probabilities<Config>(p, scores);
+  }
+  turns.wait_turn();
+  if (blocks > 0)
+    issue_product(blocks - 1);
+  turns.pass_turn(true);
+  // Waited for on every path, so that ptxas sees O complete before anything reads it (where it cannot tell, it
+  // serializes every wgmma of the kernel: C7514).
+  wgmma_wait_group<0>();
+  fence_product();
+  if (blocks > 0)
+    finish_product(blocks - 1);
   write_results<Config>(state, params, tile, rows, quad_lane);
 }
 
@@ -722,7 +745,9 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   }
   __syncthreads();
 
-  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers
+  // divergent gets serialized (ptxas C7518).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
     warpgroup_release_registers<Config::kProducerRegisters>();
     if (threadIdx.x == 0)
