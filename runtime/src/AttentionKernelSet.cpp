@@ -4,6 +4,7 @@
 #include "sage/runtime/AttentionKernelKeys.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/UnsupportedError.h"
 
 #include <chrono>
 
@@ -23,7 +24,14 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
   AttentionKernelSet set;
   set.plan = schedules::planBestSchedule(variant, request.arch, request.input, request.tunables);
   set.attention = codegen::AttentionKernelGenerator::generate(variant, set.plan, request.input);
-  set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim);
+  try {
+    set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim);
+  } catch (const schedules::UnsupportedError &) {
+    throw;
+  } catch (const std::invalid_argument &error) {
+    // The variant verified, but the quantization prologue cannot produce its operands.
+    throw schedules::UnsupportedError(std::string("prologue: ") + error.what());
+  }
 
   auto add = [&](AttentionKernelRole role, const std::string &name, const std::string &entry_point,
                  const std::string &source, std::array<unsigned, 3> block, int dynamic_shared_bytes,

@@ -1,6 +1,7 @@
 #include "sage/schedules/ScheduleRegistry.h"
 
 #include "sage/schedules/Sm80Schedule.h"
+#include "sage/schedules/UnsupportedError.h"
 
 #include <stdexcept>
 #include <string>
@@ -22,8 +23,8 @@ KernelPlan planBestSchedule(const AttentionVariant &variant, GpuArch arch, Input
     }
     reasons += "; " + std::string(verdict.schedule) + ": " + verdict.support.reason;
   }
-  throw std::invalid_argument("variant '" + variant.name + "': no schedule supports it on " +
-                              std::string(archName(arch)) + reasons);
+  throw UnsupportedError("variant '" + variant.name + "': no schedule supports it on " + std::string(archName(arch)) +
+                         reasons);
 }
 
 } // namespace sage::schedules

@@ -24,7 +24,7 @@ struct ScheduleVerdict {
 // Every schedule's answer for this (variant, arch, input), in order of preference.
 std::vector<ScheduleVerdict> scheduleVerdicts(const AttentionVariant &variant, GpuArch arch, InputType input);
 
-// The plan of the most preferred schedule that supports the variant. Throws std::invalid_argument listing each
+// The plan of the most preferred schedule that supports the variant. Throws UnsupportedError listing each
 // schedule's reason when none does.
 KernelPlan planBestSchedule(const AttentionVariant &variant, GpuArch arch, InputType input,
                             std::optional<Tunables> tunables = std::nullopt);
