@@ -30,4 +30,4 @@ class BuildWithLibrary(build_py):
         shutil.copyfile(built_library(), target)
 
 
-setup(cmdclass={"build_py": BuildWithLibrary})
+setup(cmdclass={"build_py": BuildWithLibrary}, zip_safe=False)  # a shared library must be a real file
