@@ -233,9 +233,8 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   if (state.options.device) {
     const int device = *state.options.device;
     if (device < 0 || device >= driver.status().device_count)
-      throw ArgumentError("device", fmt::format("expected a CUDA device ordinal from 0 to {}, got {}{}",
-                                                driver.status().device_count - 1, device,
-                                                driver.available() ? "" : " (" + driver.status().reason + ")"));
+      throw ArgumentError("device", fmt::format("expected a CUDA device ordinal from 0 to {}, got {}",
+                                                driver.status().device_count - 1, device));
     state.device = device;
     state.context = driver.primaryContext(device);
   } else {
