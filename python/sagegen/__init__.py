@@ -15,14 +15,14 @@ With PyTorch present, `torch.ops.sagegen.attention` is a torch.library custom op
 import ctypes
 import threading
 
-from ._library import (CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE_ALL, PHASE_ATTENTION, PHASE_PROLOGUE,
-                       AttentionConfig, RunArgs, SageArgumentError, SageError, SageUnsupportedError, check, library)
+from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE_ALL, PHASE_ATTENTION,
+                       PHASE_PROLOGUE, TOP_LEFT, AttentionConfig, RunArgs, SageArgumentError, SageError,
+                       SageUnsupportedError, check, library)
 from ._tensors import DTYPE_NAMES, describe, heads_tokens, layout_code
 
 __all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sdpa", "version",
            "PHASE_ALL", "PHASE_PROLOGUE", "PHASE_ATTENTION", "BOTTOM_RIGHT", "TOP_LEFT"]
 
-BOTTOM_RIGHT, TOP_LEFT = "bottom-right", "top-left"
 _ALIGNMENTS = {BOTTOM_RIGHT: CAUSAL_BOTTOM_RIGHT, TOP_LEFT: CAUSAL_TOP_LEFT}
 _DTYPE_ARGUMENT = {None: None, "f16": 1, "bf16": 2}
 

@@ -31,6 +31,7 @@ LAYOUT_HND, LAYOUT_NHD = 0, 1
 CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1
 PHASE_ALL, PHASE_PROLOGUE, PHASE_ATTENTION = 0, 1, 2
 HOST_MEMORY = -1
+BOTTOM_RIGHT, TOP_LEFT = "bottom-right", "top-left"  # causal alignments, by name
 
 
 class TensorDesc(ctypes.Structure):

@@ -8,7 +8,7 @@ import threading
 import warnings
 from typing import Optional, Tuple
 
-from ._library import SageArgumentError, SageUnsupportedError
+from ._library import BOTTOM_RIGHT, TOP_LEFT, SageArgumentError, SageUnsupportedError
 from ._tensors import heads_tokens, layout_code
 
 try:
@@ -21,7 +21,7 @@ _attentions_lock = threading.Lock()
 
 
 def _attention(preset, head_dim, causal, top_left, return_lse, tunables):
-    from . import BOTTOM_RIGHT, TOP_LEFT, Attention
+    from . import Attention  # the package's, defined before this module is imported
     key = (preset, head_dim, causal, top_left, return_lse, tunables)
     with _attentions_lock:
         if key not in _attentions:
@@ -69,7 +69,6 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
     causal_alignment. Runs as torch.ops.sagegen.attention: torch.compile(fullgraph=True) and CUDA graphs work."""
     if torch is None:
         raise ImportError("sagegen.sageattn needs PyTorch")
-    from . import BOTTOM_RIGHT, TOP_LEFT
     unknown = sorted(set(kwargs) - set(_SAGEATTN_OPTIONS))
     if unknown:
         raise SageArgumentError(f"{unknown[0]}: not an option of sagegen.sageattn (options: tensor_layout, "

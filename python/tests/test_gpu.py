@@ -233,7 +233,8 @@ def test_torch_compile_fullgraph_matches_eager():
     with torch.no_grad():
         eager = module(x)
         compiled = torch.compile(module, fullgraph=True)(x)
-    assert (compiled.float() - eager.float()).abs().max().item() < 1e-2
+    # Inductor's projections may round differently from eager's, and int8 quantization can amplify that slightly.
+    assert_close(compiled, eager, min_cosine=0.9999)
 
 
 def test_cuda_graph_replays():
