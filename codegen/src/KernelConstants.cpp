@@ -43,7 +43,7 @@ std::string_view maskSummary(MaskKind kind) {
   case MaskKind::none:
     return "none (only the sequence's tail)";
   case MaskKind::causal:
-    return "causal, bottom-right aligned";
+    return "causal (aligned by params.causal_offset)";
   case MaskKind::block_sparse:
     return "block-sparse (params.block_mask)";
   }

@@ -25,7 +25,7 @@ struct ThreadPosition {
   int warp, lane;
   int quad_lane;        // PTX threadID_in_group: columns 2t, 2t + 1 of each n8 tile
   int first_row;        // sequence row of this thread's row g in row tile 0
-  int causal_offset;    // tokens_kv - tokens_q: key j is visible to row i iff j <= i + causal_offset
+  int causal_offset;    // params.causal_offset: key j is visible to row i iff j <= i + causal_offset
 };
 
 // ---- Where this CTA's K_j and V_j come from, and which KV blocks it visits ----
@@ -91,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocess
   position.warp = static_cast<int>(threadIdx.x) / kWarpSize;
   position.lane = static_cast<int>(threadIdx.x) % kWarpSize;
   position.quad_lane = position.lane % kLanesPerRow;
-  position.causal_offset = size.tokens_kv - size.tokens_q;
+  position.causal_offset = params.causal_offset;
 
   // ---- This CTA's Q block i, head and batch; GQA: heads_q / heads_kv q heads share one KV head ----
   const int q_block = kReverseQBlocks ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);

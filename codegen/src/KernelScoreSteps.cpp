@@ -143,8 +143,8 @@ __device__ __forceinline__ void dequantize_scores(float (&scores)[kRowTiles][kSc
 )";
 
 constexpr std::string_view kMask = R"(// ---- Step: mask S_i^j ----
-// Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (bottom-right aligned:
-// token j is visible to row i iff j <= i + tokens_kv - tokens_q), get -inf.
+// Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (token j is visible to
+// row i iff j <= i + causal_offset: tokens_kv - tokens_q aligns bottom-right, 0 top-left), get -inf.
 __device__ __forceinline__ void mask_scores(float (&scores)[kRowTiles][kScoreTiles][4], int first_row, int kv_begin,
                                             int tokens_kv, int causal_offset, int quad_lane) {
 #pragma unroll

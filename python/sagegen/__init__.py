@@ -1,139 +1,184 @@
 """sagegen from Python: quantized attention kernels through the C ABI (runtime/include/sage/sage_c.h).
 
-Works with any CUDA tensor that has data_ptr()/stride()/shape (PyTorch) - nothing is built against
-PyTorch. The shared library is found through $SAGEGEN_LIBRARY, else build*/runtime/libsagegen_c.so.
+    import sagegen
+    out = sagegen.sageattn(q, k, v, tensor_layout="HND", is_causal=True)   # SageAttention's signature
+    attention = sagegen.Attention("sage-b", head_dim=128, causal=True)   # one variant, any device and dtype
+    with sagegen.sdpa():                                                 # F.scaled_dot_product_attention -> sagegen
+        y = model(x)
+
+Nothing is built against PyTorch: libsagegen_c.so is loaded with ctypes (found next to this package after
+`pip install ./python`, in an install prefix, or in the checkout's build*/), and tensors are passed as validated
+descriptions (pointer, shape, strides, dtype, device). Every bad input raises SageArgumentError naming the argument.
+With PyTorch present, `torch.ops.sagegen.attention` is a torch.library custom op (torch.compile, CUDA graphs).
 """
 
 import ctypes
-import glob
-import os
+import threading
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE_ALL, PHASE_ATTENTION,
+                       PHASE_PROLOGUE, TOP_LEFT, AttentionConfig, RunArgs, SageArgumentError, SageError,
+                       SageUnsupportedError, check, library)
+from ._tensors import DTYPE_NAMES, describe, heads_tokens, layout_code
 
+__all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sdpa", "version",
+           "PHASE_ALL", "PHASE_PROLOGUE", "PHASE_ATTENTION", "BOTTOM_RIGHT", "TOP_LEFT"]
 
-class SageError(RuntimeError):
-    """A sagegen call failed; the message names the argument and what was expected."""
-
-
-class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("batch_stride", ctypes.c_longlong),
-                ("head_stride", ctypes.c_longlong), ("token_stride", ctypes.c_longlong)]
-
-
-class _Shape(ctypes.Structure):
-    _fields_ = [("batch", ctypes.c_longlong), ("heads_q", ctypes.c_longlong), ("heads_kv", ctypes.c_longlong),
-                ("tokens_q", ctypes.c_longlong), ("tokens_kv", ctypes.c_longlong)]
+_ALIGNMENTS = {BOTTOM_RIGHT: CAUSAL_BOTTOM_RIGHT, TOP_LEFT: CAUSAL_TOP_LEFT}
+_DTYPE_ARGUMENT = {None: None, "f16": 1, "bf16": 2}
 
 
-PHASE_ALL, PHASE_PROLOGUE, PHASE_ATTENTION = 0, 1, 2
+def version():
+    return library().sage_version().decode()
 
 
-def _find_library():
-    explicit = os.environ.get("SAGEGEN_LIBRARY")
-    if explicit:
-        return explicit
-    root = os.path.dirname(os.path.dirname(_HERE))
-    for candidate in sorted(glob.glob(os.path.join(root, "build*", "runtime", "libsagegen_c.so"))):
-        return candidate
-    raise SageError("libsagegen_c.so not found: build the project or set SAGEGEN_LIBRARY")
+def _alignment_code(causal_alignment):
+    if causal_alignment not in _ALIGNMENTS:
+        raise SageArgumentError(f"causal_alignment: expected {BOTTOM_RIGHT!r} or {TOP_LEFT!r}, "
+                                f"got {causal_alignment!r}")
+    return _ALIGNMENTS[causal_alignment]
 
 
-def _load():
-    library = ctypes.CDLL(_find_library())
-    library.sage_last_error.restype = ctypes.c_char_p
-    library.sage_version.restype = ctypes.c_char_p
-    library.sage_attention_create_preset.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                     ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    library.sage_attention_create_preset_tuned.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                          ctypes.c_char_p, ctypes.c_char_p,
-                                                          ctypes.POINTER(ctypes.c_void_p)]
-    library.sage_attention_create_ir.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    library.sage_attention_destroy.argtypes = [ctypes.c_void_p]
-    library.sage_attention_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Shape),
-                                                       ctypes.POINTER(ctypes.c_size_t)]
-    library.sage_attention_run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(_Shape), _Tensor, _Tensor,
-                                           _Tensor, _Tensor, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                           ctypes.c_size_t, ctypes.c_void_p]
-    library.sage_attention_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-    return library
+class _Runner:
+    """One C handle: a variant's kernels for one device and dtype."""
 
+    def __init__(self, config):
+        handle = ctypes.c_void_p()
+        check(library().sage_attention_create(ctypes.byref(config), ctypes.byref(handle)))
+        self.handle = handle
 
-_library = None
-
-
-def library():
-    global _library
-    if _library is None:
-        _library = _load()
-    return _library
-
-
-def _check(status):
-    if status != 0:
-        raise SageError(library().sage_last_error().decode())
-
-
-def _view(tensor, layout):
-    """(b, h, n, d) strides of a 4-D tensor stored as HND ([b, h, n, d]) or NHD ([b, n, h, d])."""
-    if len(tensor.shape) != 4:
-        raise SageError(f"expected a 4-D tensor, got shape {tuple(tensor.shape)}")
-    if tensor.stride(-1) != 1:
-        raise SageError("the head dim must be contiguous (stride 1)")
-    stride = tensor.stride()
-    if layout == "HND":
-        return _Tensor(tensor.data_ptr(), stride[0], stride[1], stride[2])
-    if layout == "NHD":
-        return _Tensor(tensor.data_ptr(), stride[0], stride[2], stride[1])
-    raise SageError(f"layout: expected 'HND' or 'NHD', got {layout!r}")
-
-
-def _heads_tokens(tensor, layout):
-    return (tensor.shape[1], tensor.shape[2]) if layout == "HND" else (tensor.shape[2], tensor.shape[1])
+    def __del__(self):
+        if getattr(self, "handle", None) and library is not None:
+            library().sage_attention_destroy(self.handle)
+            self.handle = None
 
 
 class Attention:
-    """One compiled variant. Call it with q, k, v (f16/bf16 CUDA tensors, HND or NHD)."""
+    """One attention variant, runnable on any CUDA device with f16 or bf16 tensors.
 
-    def __init__(self, preset="sage-b", head_dim=128, causal=False, lse=False, dtype="f16", ir=None, tunables=None):
-        handle = ctypes.c_void_p()
-        if ir is not None:
-            _check(library().sage_attention_create_ir(ir.encode(), dtype.encode(), ctypes.byref(handle)))
-        else:
-            _check(library().sage_attention_create_preset_tuned(preset.encode(), head_dim, int(causal), int(lse),
-                                                                dtype.encode(), (tunables or "").encode(),
-                                                                ctypes.byref(handle)))
-        self._handle = handle
-        self.write_lse = lse
-        self._workspace = None
+    Kernels are built per (device, dtype) on first use: a call with tensors on device 1 runs device 1's kernels.
+    dtype: None (follow the tensors), "f16" or "bf16" (then other tensors are refused). causal_alignment: how a
+    causal mask lines up when tokens_q != tokens_kv ("bottom-right" as FlashAttention, "top-left" as PyTorch SDPA).
+    """
 
-    def __del__(self):
-        if getattr(self, "_handle", None):
-            library().sage_attention_destroy(self._handle)
-            self._handle = None
+    def __init__(self, preset="sage-b", head_dim=128, causal=False, lse=False, dtype=None, ir=None, tunables=None,
+                 causal_alignment=BOTTOM_RIGHT):
+        if dtype not in _DTYPE_ARGUMENT:
+            raise SageArgumentError(f"dtype: expected None, 'f16' or 'bf16', got {dtype!r}")
+        if ir is None and not isinstance(preset, str):
+            raise SageArgumentError(f"preset: expected a preset name, got {preset!r}")
+        if not isinstance(head_dim, int) or head_dim <= 0:
+            raise SageArgumentError(f"head_dim: expected a positive int, got {head_dim!r}")
+        self.preset, self.ir, self.head_dim, self.causal = preset, ir, head_dim, bool(causal)
+        self.write_lse, self.tunables, self.dtype = bool(lse), tunables or "", dtype
+        self.causal_alignment = causal_alignment
+        self._alignment = _alignment_code(causal_alignment)
+        self._runners = {}
+        self._workspaces = {}  # (device, stream handle) -> uint8 tensor, allocated on that stream
+        self._lock = threading.Lock()
 
-    def describe(self):
+    def _runner(self, device, dtype):
+        key = (device, dtype)
+        runner = self._runners.get(key)
+        if runner is None:
+            expected = _DTYPE_ARGUMENT[self.dtype]
+            if expected is not None and dtype != expected:
+                raise SageArgumentError(f"q: expected dtype {self.dtype} (this Attention's dtype), got "
+                                        f"{DTYPE_NAMES.get(dtype, dtype)}")
+            if dtype not in DTYPE_NAMES:
+                raise SageArgumentError("q: expected dtype float16 or bfloat16")
+            config = AttentionConfig()
+            config.preset = None if self.ir is not None else self.preset.encode()
+            config.ir_text = self.ir.encode() if self.ir is not None else None
+            config.head_dim, config.causal, config.write_lse = self.head_dim, int(self.causal), int(self.write_lse)
+            config.dtype, config.tunables, config.device = dtype, self.tunables.encode(), device
+            with self._lock:
+                runner = self._runners.get(key) or _Runner(config)
+                self._runners[key] = runner
+        return runner
+
+    def describe(self, device=0, dtype="f16"):
         buffer = ctypes.create_string_buffer(4096)
-        _check(library().sage_attention_describe(self._handle, buffer, len(buffer)))
+        check(library().sage_attention_describe(self._runner(device, _DTYPE_ARGUMENT[dtype]).handle, buffer,
+                                                len(buffer)))
         return buffer.value.decode()
 
-    def __call__(self, q, k, v, layout="HND", phase=PHASE_ALL, out=None, lse=None, block_mask=None, stream=None):
-        import torch  # only for allocation; the kernels see raw pointers
+    def block_sizes(self, device=0, dtype="f16"):
+        """(block_q, block_kv): the granularity of block_mask."""
+        block_q, block_kv = ctypes.c_int(), ctypes.c_int()
+        check(library().sage_attention_block_sizes(self._runner(device, _DTYPE_ARGUMENT[dtype]).handle,
+                                                   ctypes.byref(block_q), ctypes.byref(block_kv)))
+        return block_q.value, block_kv.value
 
-        heads_q, tokens_q = _heads_tokens(q, layout)
-        heads_kv, tokens_kv = _heads_tokens(k, layout)
-        shape = _Shape(q.shape[0], heads_q, heads_kv, tokens_q, tokens_kv)
-        if out is None:
-            out = torch.empty_like(q)
-        if self.write_lse and lse is None:
-            lse = torch.empty((q.shape[0], heads_q, tokens_q), dtype=torch.float32, device=q.device)
+    def workspace_bytes(self, q, k, layout="HND"):
+        q_desc, k_desc = describe(q, "q"), describe(k, "k")
+        if q_desc.device < 0:
+            raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
         needed = ctypes.c_size_t()
-        _check(library().sage_attention_workspace_bytes(self._handle, ctypes.byref(shape), ctypes.byref(needed)))
-        if self._workspace is None or self._workspace.numel() < needed.value:
-            self._workspace = torch.empty(max(needed.value, 1), dtype=torch.uint8, device=q.device)
-        stream_handle = stream if stream is not None else torch.cuda.current_stream(q.device).cuda_stream
-        _check(library().sage_attention_run(
-            self._handle, phase, ctypes.byref(shape), _view(q, layout), _view(k, layout), _view(v, layout),
-            _view(out, layout), lse.data_ptr() if lse is not None else None,
-            block_mask.data_ptr() if block_mask is not None else None, self._workspace.data_ptr(),
-            self._workspace.numel(), stream_handle))
+        check(library().sage_attention_workspace_bytes(self._runner(q_desc.device, q_desc.dtype).handle,
+                                                       layout_code(layout), ctypes.byref(q_desc),
+                                                       ctypes.byref(k_desc), ctypes.byref(needed)))
+        return needed.value
+
+    def __call__(self, q, k, v, layout="HND", phase=PHASE_ALL, out=None, lse=None, block_mask=None, stream=None,
+                 workspace=None):
+        """out (and lse when built with lse=True), allocated when not given. stream: a torch.cuda.Stream of q's
+        device (default: its current stream). workspace: a uint8 CUDA tensor of at least workspace_bytes(q, k)
+        (default: one per device and stream, kept by this object, allocated on that stream)."""
+        import torch  # allocation and streams only; the kernels see validated descriptions
+
+        layout_value = layout_code(layout)
+        if phase not in (PHASE_ALL, PHASE_PROLOGUE, PHASE_ATTENTION):
+            raise SageArgumentError(f"phase: expected PHASE_ALL, PHASE_PROLOGUE or PHASE_ATTENTION, got {phase!r}")
+        q_desc = describe(q, "q")
+        if q_desc.device < 0:
+            raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
+        device = q_desc.device
+        batch, heads_q, tokens_q, _ = heads_tokens(q, layout, "q")
+        with torch.cuda.device(device):  # the device guard: allocations and the default stream are q's device's
+            if stream is None:
+                stream = torch.cuda.current_stream(device)
+            elif getattr(stream, "device", q.device) != q.device:
+                raise SageArgumentError(f"stream: is on {stream.device}, expected q's device {q.device}")
+            if out is None:
+                out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            if self.write_lse and lse is None:
+                lse = torch.empty((batch, heads_q, tokens_q), dtype=torch.float32, device=q.device)
+            runner = self._runner(device, q_desc.dtype)
+            descs = {name: describe(tensor, name) for name, tensor in
+                     (("k", k), ("v", v), ("o", out), ("lse", lse), ("block_mask", block_mask)) if tensor is not None}
+            needed = ctypes.c_size_t()
+            check(library().sage_attention_workspace_bytes(runner.handle, layout_value, ctypes.byref(q_desc),
+                                                           ctypes.byref(descs["k"]), ctypes.byref(needed)))
+            if workspace is None:
+                workspace = self._workspace(stream, device, needed.value, torch)
+            else:
+                ws = describe(workspace, "workspace")
+                if ws.device != device or ws.dtype != 4 or ws.ndim != 1:
+                    raise SageArgumentError(f"workspace: expected a 1-D uint8 tensor on CUDA device {device}")
+            args = RunArgs()
+            args.layout, args.phase, args.causal_alignment = layout_value, phase, self._alignment
+            args.q = ctypes.pointer(q_desc)
+            for name in ("k", "v", "o", "lse", "block_mask"):
+                if name in descs:
+                    setattr(args, name, ctypes.pointer(descs[name]))
+            args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
+            args.stream = stream.cuda_stream
+            check(library().sage_attention_run(runner.handle, ctypes.byref(args)))
         return (out, lse) if self.write_lse else out
+
+    def _workspace(self, stream, device, needed, torch):
+        # Allocated on `stream`: PyTorch's caching allocator then hands a dropped (regrown) workspace only to later
+        # work on the same stream, so it is never reused under a kernel still reading it. During CUDA-graph
+        # capture a fresh one comes from the graph's pool instead of replacing the cached one.
+        if torch.cuda.is_current_stream_capturing():
+            return torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
+        key = (device, stream.cuda_stream)
+        workspace = self._workspaces.get(key)
+        if workspace is None or workspace.numel() < needed:
+            with torch.cuda.stream(stream):
+                workspace = torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
+            self._workspaces[key] = workspace
+        return workspace
+
+
+from ._torch import sageattn, sdpa  # noqa: E402  (after Attention, which it uses)

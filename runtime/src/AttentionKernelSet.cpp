@@ -5,6 +5,7 @@
 #include "sage/runtime/AttentionKernelKeys.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/UnsupportedError.h"
 
 #include <chrono>
 
@@ -34,7 +35,15 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
   codegen::PrologueOptions prologue_options;
   if (set.plan.wgmma_value_token_order) // the sm90 kernel's 8-bit P.V reads V^T in its accumulator's token order
     prologue_options.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
-  set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim, {}, prologue_options);
+  try {
+    set.prologue =
+        codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim, {}, prologue_options);
+  } catch (const schedules::UnsupportedError &) {
+    throw;
+  } catch (const std::invalid_argument &error) {
+    // The variant verified, but the quantization prologue cannot produce its operands.
+    throw schedules::UnsupportedError(std::string("prologue: ") + error.what());
+  }
 
   auto add = [&](AttentionKernelRole role, const std::string &name, const std::string &entry_point,
                  const std::string &source, std::array<unsigned, 3> block, int dynamic_shared_bytes,

@@ -3,6 +3,7 @@
 
 #include "sage/codegen/PrologueLaunch.h"
 #include "sage/runtime/AotKernelDirectory.h"
+#include "sage/runtime/ArgumentError.h"
 #include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/DeviceArch.h"
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,8 +101,11 @@ struct AttentionRunner::State {
   std::shared_ptr<const AotKernelDirectory> aot;
   std::vector<CompiledKernel> prologue_kernels;
   CompiledKernel attention_kernel;
-  bool load_modules = true;    // false: compile into the cache only (no GPU)
-  std::string tunables_origin; // where the plan's tunables came from, for describe()
+  bool load_modules = true;          // false: compile into the cache only (no GPU)
+  int device = 0;                    // the CUDA device the kernels are loaded on
+  driver::Context context = nullptr; // where they were loaded (made current around every launch)
+  KernelRequirements requirements;   // what run(AttentionCall) checks against
+  std::string tunables_origin;       // where the plan's tunables came from, for describe()
   mutable std::mutex shape_plan_mutex;
   mutable std::shared_ptr<const ShapePlan> last_shape_plan;
 
@@ -115,6 +120,11 @@ struct AttentionRunner::State {
     shape_plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
     shape_plan->prologue_grids = codegen::prologueGrids(kernels.prologue, shape);
     shape_plan->attention_grid = kernels.attention.grid.gridFor(shape);
+    const auto &grid = shape_plan->attention_grid;
+    if (grid[0] > std::numeric_limits<int32_t>::max() || grid[1] > 65535 || grid[2] > 65535)
+      throw ArgumentError("shape", fmt::format("the attention grid ({}, {}, {}) exceeds the launch limits "
+                                               "(2^31-1, 65535, 65535): tokens_q, heads_q or batch is too large",
+                                               grid[0], grid[1], grid[2]));
     std::lock_guard<std::mutex> lock(shape_plan_mutex);
     last_shape_plan = shape_plan;
     return shape_plan;
@@ -224,10 +234,34 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   State &state = *state_;
   state.variant = variant;
   state.options = std::move(options);
+  const CudaDriver &driver = CudaDriver::instance();
+  if (!driver.available())
+    throw CudaError("cuInit", 0, "no CUDA driver or device: " + driver.status().reason);
+  if (state.options.device) {
+    const int device = *state.options.device;
+    if (device < 0 || device >= driver.status().device_count)
+      throw ArgumentError("device", fmt::format("expected a CUDA device ordinal from 0 to {}, got {}",
+                                                driver.status().device_count - 1, device));
+    state.device = device;
+    state.context = driver.primaryContext(device);
+  } else {
+    state.context = driver.ensureContext(); // the caller's current context, else device 0's primary one
+    state.device = driver.currentDevice();
+  }
+  // Loads (and asks the arch of) the chosen device's context, whatever the caller's thread has current.
+  ScopedContext scope(driver, state.context);
   state.arch = state.options.arch ? *state.options.arch : currentDeviceArch();
   if (const char *schedule = std::getenv("SAGEGEN_SCHEDULE"); state.options.schedule.empty() && schedule && *schedule)
     state.options.schedule = schedule; // a process-wide choice, for benchmarks and for working around a schedule
   state.build();
+  KernelRequirements &requirements = state.requirements;
+  requirements.head_dim = variant.head_dim;
+  requirements.input = state.options.input;
+  requirements.writes_lse = variant.epilogue.write_lse;
+  requirements.block_sparse = variant.mask.kind == MaskKind::block_sparse;
+  requirements.block_q = state.kernels.plan.tunables.block_q;
+  requirements.block_kv = state.kernels.plan.tunables.block_kv;
+  requirements.device = state.device;
 }
 
 void AttentionRunner::compileKernels(const AttentionVariant &variant, const AttentionRunnerOptions &options) {
@@ -246,6 +280,22 @@ AttentionRunner::~AttentionRunner() = default;
 const AttentionVariant &AttentionRunner::variant() const { return state_->variant; }
 
 size_t AttentionRunner::launchCount() const { return state_->prologue_kernels.size() + 1; }
+
+const KernelRequirements &AttentionRunner::requirements() const { return state_->requirements; }
+
+int AttentionRunner::device() const { return state_->device; }
+
+size_t AttentionRunner::workspaceBytes(const AttentionCall &call) const {
+  return workspaceBytes(problemShapeOf(call.q, call.k, call.layout, state_->requirements));
+}
+
+void AttentionRunner::run(const AttentionCall &call, void *workspace, size_t workspace_bytes, driver::Stream stream,
+                          RunPhase phase) const {
+  if (phase != RunPhase::all && phase != RunPhase::prologue && phase != RunPhase::attention)
+    throw ArgumentError("phase", "expected all, prologue or attention");
+  const ValidatedCall validated = validateAttentionCall(call, state_->requirements);
+  run(validated.shape, validated.tensors, workspace, workspace_bytes, stream, phase);
+}
 
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
   return schedules::computeWorkspaceLayout(state_->variant, shape, state_->options.input).total_bytes;
@@ -267,8 +317,6 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     throw std::invalid_argument("q, k, v, o: device pointers must not be null");
   if (reinterpret_cast<uintptr_t>(tensors.o) % 4 != 0 || tensors.o_strides.token % 2 != 0)
     throw std::invalid_argument("o: must be 4-byte aligned with even strides");
-  if (state.variant.mask.kind == MaskKind::block_sparse && !tensors.block_mask)
-    throw std::invalid_argument("block_mask: the variant is block_sparse and needs a block mask");
   const std::shared_ptr<const ShapePlan> shape_plan = state.planFor(shape);
   const schedules::WorkspaceLayout &layout = shape_plan->layout;
   if (!workspace || reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
@@ -277,6 +325,8 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     throw std::invalid_argument(
         fmt::format("workspace: {} bytes given, {} needed", workspace_bytes, layout.total_bytes));
 
+  // The kernels belong to this runner's device: launch them in its context, whatever the thread has current.
+  ScopedContext scope(CudaDriver::instance(), state.context);
   if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // before anything is launched
     if (const std::string problem = valueTensorProblem(state.kernels.plan, {tensors.v, tensors.v_strides});
         !problem.empty())
@@ -316,6 +366,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
                  static_cast<int>(layout.padded_kv),    static_cast<int>(layout.q_scale_count),
                  static_cast<int>(layout.k_scale_count)};
   params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(state.variant.head_dim)));
+  params.causal_offset = static_cast<int>(causalOffset(tensors.causal_alignment, shape.tokens_q, shape.tokens_kv));
   const auto &grid = shape_plan->attention_grid;
   const CompiledKernel &kernel = state.attention_kernel;
   const LaunchConfig launch{

@@ -1,17 +1,25 @@
-// The C ABI (sage/sage_c.h) over AttentionRunner: errors become status codes plus a per-thread message.
+// The C ABI (sage/sage_c.h) over AttentionRunner. Status codes come from exception types; every exception, of any
+// type, is caught here; enum values from the caller are checked before use.
 #include "sage/sage_c.h"
 
 #include "sage/dsl/Presets.h"
 #include "sage/ir/Program.h"
+#include "sage/runtime/ArgumentError.h"
+#include "sage/runtime/AttentionCall.h"
 #include "sage/runtime/AttentionRunner.h"
+#include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/KernelKey.h"
 #include "sage/runtime/NvrtcCompiler.h"
+#include "sage/schedules/UnsupportedError.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -21,150 +29,242 @@ struct sage_attention {
 
 namespace {
 
+using sage::runtime::ArgumentError;
+
 thread_local std::string last_error;
 
-sage_status fail(sage_status status, const std::string &message) {
-  last_error = message;
+sage_status fail(sage_status status, const char *message) {
+  try {
+    last_error = message;
+  } catch (...) { // no memory for the message: the status still says what happened
+  }
   return status;
 }
 
-// Runs `body`, mapping each error family to its status.
-template <typename Body> sage_status guarded(Body &&body) {
+// Runs `body`, mapping each exception type to its status. The order matters: derived types first.
+template <typename Body> sage_status guarded(Body &&body) noexcept {
   try {
     body();
     last_error.clear();
     return SAGE_OK;
+  } catch (const sage::schedules::UnsupportedError &error) {
+    return fail(SAGE_UNSUPPORTED, error.what());
   } catch (const sage::ir::ProgramError &error) {
     return fail(SAGE_INVALID_ARGUMENT, error.what());
   } catch (const sage::runtime::CompileError &error) {
     return fail(SAGE_COMPILE_ERROR, error.what());
   } catch (const sage::runtime::CudaError &error) {
     return fail(SAGE_CUDA_ERROR, error.what());
-  } catch (const std::invalid_argument &error) {
-    const std::string message = error.what();
-    const bool unsupported = message.find("no schedule") != std::string::npos ||
-                             message.find("supports") != std::string::npos ||
-                             message.find("prologue") != std::string::npos;
-    return fail(unsupported ? SAGE_UNSUPPORTED : SAGE_INVALID_ARGUMENT, message);
+  } catch (const std::invalid_argument &error) { // ArgumentError and the layers' own argument checks
+    return fail(SAGE_INVALID_ARGUMENT, error.what());
+  } catch (const std::bad_alloc &) {
+    return fail(SAGE_OUT_OF_MEMORY, "out of host memory");
   } catch (const std::exception &error) {
-    return fail(SAGE_INTERNAL_ERROR, std::string("internal error: ") + error.what());
+    return fail(SAGE_INTERNAL_ERROR, (std::string("internal error: ") + error.what()).c_str());
+  } catch (...) {
+    return fail(SAGE_INTERNAL_ERROR, "internal error: an unknown exception");
   }
 }
 
-sage::schedules::InputType inputTypeOf(const char *dtype) {
-  const std::string text = dtype ? dtype : "";
-  if (const std::optional<sage::schedules::InputType> input = sage::schedules::parseInputType(text))
-    return *input;
-  throw std::invalid_argument("dtype: expected \"f16\" or \"bf16\", got \"" + text + "\"");
-}
-
-sage_status create(const sage::ir::Program &program, const char *dtype, const char *tunables, sage_attention_t *out) {
-  sage::runtime::AttentionRunnerOptions options;
-  options.input = inputTypeOf(dtype);
-  options.ir_fingerprint = program.fingerprint();
-  if (tunables && *tunables) {
-    const sage::AttentionVariant variant = program.variant();
-    try {
-      sage::schedules::parseTunables(tunables, sage::schedules::defaultTunables(variant)); // the text, GPU or not
-    } catch (const std::invalid_argument &error) {
-      throw std::invalid_argument(std::string("tunables: ") + error.what());
-    }
-    // Fields left out keep the schedule's defaults on this device's arch, as without any tunables.
-    options.arch = sage::runtime::currentDeviceArch();
-    options.tunables =
-        sage::schedules::parseTunables(tunables, sage::schedules::defaultTunables(variant, *options.arch));
+sage::runtime::DataType dataTypeOf(int dtype, const char *argument) {
+  switch (dtype) {
+  case SAGE_DTYPE_F16:
+    return sage::runtime::DataType::f16;
+  case SAGE_DTYPE_BF16:
+    return sage::runtime::DataType::bf16;
+  case SAGE_DTYPE_F32:
+    return sage::runtime::DataType::f32;
+  case SAGE_DTYPE_U8:
+    return sage::runtime::DataType::u8;
+  case SAGE_DTYPE_BOOL:
+    return sage::runtime::DataType::boolean;
   }
-  auto handle = std::make_unique<sage_attention>();
-  handle->runner = std::make_unique<sage::runtime::AttentionRunner>(program.variant(), options);
-  *out = handle.release();
-  return SAGE_OK;
+  throw ArgumentError(argument, "unknown sage_dtype value " + std::to_string(dtype));
 }
 
-sage::schedules::ProblemShape problemOf(const sage_shape *shape, int head_dim) {
-  if (!shape)
-    throw std::invalid_argument("shape: must not be null");
-  return {shape->batch, shape->heads_q, shape->heads_kv, shape->tokens_q, shape->tokens_kv, head_dim};
+sage::schedules::InputType inputTypeOf(int dtype) {
+  if (dtype == SAGE_DTYPE_F16)
+    return sage::schedules::InputType::f16;
+  if (dtype == SAGE_DTYPE_BF16)
+    return sage::schedules::InputType::bf16;
+  throw ArgumentError("config.dtype", "expected SAGE_DTYPE_F16 or SAGE_DTYPE_BF16, got " + std::to_string(dtype));
 }
 
-SageTensorStrides stridesOf(const sage_tensor &tensor) {
-  return {tensor.batch_stride, tensor.head_stride, tensor.token_stride};
+sage::runtime::TensorLayout layoutOf(int layout) {
+  if (layout == SAGE_LAYOUT_HND)
+    return sage::runtime::TensorLayout::hnd;
+  if (layout == SAGE_LAYOUT_NHD)
+    return sage::runtime::TensorLayout::nhd;
+  throw ArgumentError("layout", "expected SAGE_LAYOUT_HND or SAGE_LAYOUT_NHD, got " + std::to_string(layout));
+}
+
+sage::runtime::TensorDescription describe(const sage_tensor_desc &tensor, const char *argument) {
+  if (tensor.ndim < 1 || tensor.ndim > sage::runtime::kMaxTensorRank)
+    throw ArgumentError(argument, "ndim must be 1 to 4, got " + std::to_string(tensor.ndim));
+  sage::runtime::TensorDescription description;
+  description.data = tensor.data;
+  description.rank = tensor.ndim;
+  for (int i = 0; i < tensor.ndim; ++i) {
+    description.shape[i] = tensor.shape[i];
+    description.strides[i] = tensor.strides[i];
+  }
+  description.dtype = dataTypeOf(tensor.dtype, argument);
+  description.device = tensor.device;
+  return description;
+}
+
+const sage_tensor_desc &required(const sage_tensor_desc *tensor, const char *argument) {
+  if (!tensor)
+    throw ArgumentError(argument, "must not be null");
+  return *tensor;
+}
+
+sage::runtime::AttentionRunner &runnerOf(sage_attention_t attention) {
+  if (!attention || !attention->runner)
+    throw ArgumentError("attention", "must be a handle from sage_attention_create");
+  return *attention->runner;
+}
+
+sage::ir::Program programOf(const sage_attention_config &config) {
+  if (config.ir_text) {
+    if (config.preset)
+      throw ArgumentError("config", "give preset or ir_text, not both");
+    return sage::ir::Program::parse(config.ir_text, "<sage_attention_config.ir_text>");
+  }
+  if (!config.preset)
+    throw ArgumentError("config", "preset or ir_text must be given");
+  const std::string name = config.preset;
+  if (config.head_dim <= 0)
+    throw ArgumentError("config.head_dim", "must be positive, got " + std::to_string(config.head_dim));
+  auto builder =
+      sage::dsl::preset(name, config.head_dim, config.causal ? sage::MaskKind::causal : sage::MaskKind::none);
+  if (!builder)
+    throw ArgumentError("config.preset", "unknown preset '" + name + "' (`sagegen list` lists them)");
+  builder->lse(config.write_lse != 0);
+  return builder->build();
 }
 
 } // namespace
 
 extern "C" {
 
+int sage_abi_version(void) { return SAGE_ABI_VERSION; }
+
 const char *sage_last_error(void) { return last_error.c_str(); }
 
 const char *sage_version(void) { return sage::runtime::sagegenVersion(); }
 
-sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse, const char *dtype,
-                                         sage_attention_t *out) {
-  return sage_attention_create_preset_tuned(preset, head_dim, causal, write_lse, dtype, nullptr, out);
-}
-
-sage_status sage_attention_create_preset_tuned(const char *preset, int head_dim, int causal, int write_lse,
-                                               const char *dtype, const char *tunables, sage_attention_t *out) {
+sage_status sage_attention_create(const sage_attention_config *config, sage_attention_t *out) {
   return guarded([&] {
     if (!out)
-      throw std::invalid_argument("out: must not be null");
-    const std::string name = preset ? preset : "";
-    auto builder = sage::dsl::preset(name, head_dim, causal ? sage::MaskKind::causal : sage::MaskKind::none);
-    if (!builder)
-      throw std::invalid_argument("preset: unknown preset '" + name + "'");
-    builder->lse(write_lse != 0);
-    create(builder->build(), dtype, tunables, out);
-  });
-}
-
-sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sage_attention_t *out) {
-  return guarded([&] {
-    if (!out || !ir_text)
-      throw std::invalid_argument("ir_text, out: must not be null");
-    create(sage::ir::Program::parse(ir_text, "<sage_attention_create_ir>"), dtype, nullptr, out);
+      throw ArgumentError("out", "must not be null");
+    *out = nullptr;
+    if (!config)
+      throw ArgumentError("config", "must not be null");
+    const sage::ir::Program program = programOf(*config);
+    const sage::AttentionVariant variant = program.variant();
+    sage::runtime::AttentionRunnerOptions options;
+    options.input = inputTypeOf(config->dtype);
+    options.ir_fingerprint = program.fingerprint();
+    options.device = config->device;
+    if (config->tunables && *config->tunables) {
+      try {
+        sage::schedules::parseTunables(config->tunables, sage::schedules::defaultTunables(variant)); // GPU or not
+      } catch (const std::invalid_argument &error) {
+        throw ArgumentError("config.tunables", error.what());
+      }
+      // Fields left out keep the schedule's defaults on the device's arch, as without any tunables.
+      const sage::runtime::CudaDriver &driver = sage::runtime::CudaDriver::instance();
+      if (!driver.available())
+        throw sage::runtime::CudaError("cuInit", 0, "no CUDA driver or device: " + driver.status().reason);
+      if (config->device < 0 || config->device >= driver.status().device_count)
+        throw ArgumentError("config.device", "expected a CUDA device ordinal from 0 to " +
+                                                 std::to_string(driver.status().device_count - 1) + ", got " +
+                                                 std::to_string(config->device));
+      sage::runtime::ScopedContext scope(driver, driver.primaryContext(config->device));
+      options.arch = sage::runtime::currentDeviceArch();
+      options.tunables =
+          sage::schedules::parseTunables(config->tunables, sage::schedules::defaultTunables(variant, *options.arch));
+    }
+    auto handle = std::make_unique<sage_attention>();
+    handle->runner = std::make_unique<sage::runtime::AttentionRunner>(variant, options);
+    *out = handle.release();
   });
 }
 
 void sage_attention_destroy(sage_attention_t attention) { delete attention; }
 
-sage_status sage_attention_workspace_bytes(sage_attention_t attention, const sage_shape *shape, size_t *bytes) {
+sage_status sage_attention_workspace_bytes(sage_attention_t attention, sage_layout layout, const sage_tensor_desc *q,
+                                           const sage_tensor_desc *k, size_t *bytes) {
   return guarded([&] {
-    if (!attention || !bytes)
-      throw std::invalid_argument("attention, bytes: must not be null");
-    *bytes = attention->runner->workspaceBytes(problemOf(shape, attention->runner->variant().head_dim));
+    const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!bytes)
+      throw ArgumentError("bytes", "must not be null");
+    sage::runtime::AttentionCall call;
+    call.layout = layoutOf(layout);
+    call.q = describe(required(q, "q"), "q");
+    call.k = describe(required(k, "k"), "k");
+    *bytes = runner.workspaceBytes(call);
   });
 }
 
-sage_status sage_attention_run(sage_attention_t attention, sage_phase phase, const sage_shape *shape, sage_tensor q,
-                               sage_tensor k, sage_tensor v, sage_tensor o, float *lse, const unsigned char *block_mask,
-                               void *workspace, size_t workspace_bytes, void *stream) {
+sage_status sage_attention_block_sizes(sage_attention_t attention, int *block_q, int *block_kv) {
   return guarded([&] {
-    if (!attention)
-      throw std::invalid_argument("attention: must not be null");
-    sage::runtime::AttentionTensors tensors;
-    tensors.q = q.data;
-    tensors.k = k.data;
-    tensors.v = v.data;
-    tensors.o = o.data;
-    tensors.q_strides = stridesOf(q);
-    tensors.k_strides = stridesOf(k);
-    tensors.v_strides = stridesOf(v);
-    tensors.o_strides = stridesOf(o);
-    tensors.lse = lse;
-    tensors.block_mask = block_mask;
-    const auto run_phase = phase == SAGE_PHASE_PROLOGUE    ? sage::runtime::RunPhase::prologue
-                           : phase == SAGE_PHASE_ATTENTION ? sage::runtime::RunPhase::attention
-                                                           : sage::runtime::RunPhase::all;
-    attention->runner->run(problemOf(shape, attention->runner->variant().head_dim), tensors, workspace, workspace_bytes,
-                           static_cast<sage::runtime::driver::Stream>(stream), run_phase);
+    const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!block_q || !block_kv)
+      throw ArgumentError("block_q, block_kv", "must not be null");
+    *block_q = runner.requirements().block_q;
+    *block_kv = runner.requirements().block_kv;
+  });
+}
+
+sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *args) {
+  return guarded([&] {
+    const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    sage::runtime::AttentionCall call;
+    call.layout = layoutOf(args->layout);
+    call.q = describe(required(args->q, "q"), "q");
+    call.k = describe(required(args->k, "k"), "k");
+    call.v = describe(required(args->v, "v"), "v");
+    call.o = describe(required(args->o, "o"), "o");
+    if (args->lse)
+      call.lse = describe(*args->lse, "lse");
+    if (args->block_mask)
+      call.block_mask = describe(*args->block_mask, "block_mask");
+    if (args->causal_alignment == SAGE_CAUSAL_BOTTOM_RIGHT)
+      call.causal_alignment = sage::runtime::CausalAlignment::bottom_right;
+    else if (args->causal_alignment == SAGE_CAUSAL_TOP_LEFT)
+      call.causal_alignment = sage::runtime::CausalAlignment::top_left;
+    else
+      throw ArgumentError("causal_alignment", "expected SAGE_CAUSAL_BOTTOM_RIGHT or SAGE_CAUSAL_TOP_LEFT, got " +
+                                                  std::to_string(args->causal_alignment));
+    sage::runtime::RunPhase phase = sage::runtime::RunPhase::all;
+    switch (args->phase) {
+    case SAGE_PHASE_ALL:
+      break;
+    case SAGE_PHASE_PROLOGUE:
+      phase = sage::runtime::RunPhase::prologue;
+      break;
+    case SAGE_PHASE_ATTENTION:
+      phase = sage::runtime::RunPhase::attention;
+      break;
+    default:
+      throw ArgumentError("phase", "expected SAGE_PHASE_ALL, SAGE_PHASE_PROLOGUE or SAGE_PHASE_ATTENTION, got " +
+                                       std::to_string(args->phase));
+    }
+    runner.run(call, args->workspace, args->workspace_bytes, static_cast<sage::runtime::driver::Stream>(args->stream),
+               phase);
   });
 }
 
 sage_status sage_attention_describe(sage_attention_t attention, char *buffer, size_t buffer_bytes) {
   return guarded([&] {
-    if (!attention || !buffer || buffer_bytes == 0)
-      throw std::invalid_argument("attention, buffer: must not be null or empty");
-    const std::string text = attention->runner->describe();
+    const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!buffer || buffer_bytes == 0)
+      throw ArgumentError("buffer", "must not be null or empty");
+    const std::string text = runner.describe();
     const size_t length = std::min(text.size(), buffer_bytes - 1);
     std::memcpy(buffer, text.data(), length);
     buffer[length] = '\0';

@@ -249,6 +249,44 @@ Context CudaDriver::ensureContext() const {
   return primary_context_;
 }
 
+Context CudaDriver::primaryContext(int ordinal) const {
+  if (ordinal < 0 || ordinal >= status_.device_count)
+    throw CudaError("cuDeviceGet", 0,
+                    fmt::format("device {}: expected a CUDA device ordinal from 0 to {} ({} devices{})", ordinal,
+                                status_.device_count - 1, status_.device_count,
+                                available() ? "" : "; " + status_.reason));
+  std::lock_guard lock(primary_contexts_mutex_);
+  Context &context = primary_contexts_[ordinal];
+  if (!context) {
+    Context primary = nullptr;
+    check(entryPoints("cuDevicePrimaryCtxRetain").primary_context_retain(&primary, device(ordinal)),
+          "cuDevicePrimaryCtxRetain");
+    context = primary;
+  }
+  return context;
+}
+
+void CudaDriver::setCurrentContext(Context context) const {
+  check(entryPoints("cuCtxSetCurrent").context_set_current(context), "cuCtxSetCurrent");
+}
+
+ScopedContext::ScopedContext(const CudaDriver &driver, driver::Context context) : driver_(&driver) {
+  previous_ = driver.currentContext();
+  if (previous_ != context) {
+    driver.setCurrentContext(context);
+    switched_ = true;
+  }
+}
+
+ScopedContext::~ScopedContext() {
+  if (switched_) {
+    try {
+      driver_->setCurrentContext(previous_);
+    } catch (...) { // a destructor must not throw; the driver is already failing
+    }
+  }
+}
+
 void CudaDriver::synchronizeContext() const {
   check(entryPoints("cuCtxSynchronize").context_synchronize(), "cuCtxSynchronize");
 }

@@ -1,9 +1,16 @@
 #include "sage/runtime/Json.h"
 
 #include <fmt/core.h>
+#include <llvm/ADT/StringRef.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/JSON.h>
+#include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 namespace sage::runtime {
 namespace {
@@ -12,347 +19,170 @@ namespace {
   throw JsonError(fmt::format("{}: expected {}, found {}", what, expected, nameOf(actual)));
 }
 
-// Recursive-descent parser over the whole text, tracking line and column for messages.
-class Parser {
-public:
-  explicit Parser(std::string_view text) : text_(text) {}
+// "line L, column C: message" for the 1-based position of byte `offset`.
+std::string at(std::string_view text, size_t offset, std::string_view message) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return fmt::format("line {}, column {}: {}", line, column, message);
+}
 
-  JsonValue parseDocument() {
-    JsonValue value = parseValue(0);
-    skipSpace();
-    if (position_ != text_.size())
-      fail("unexpected text after the JSON value");
-    return value;
+// llvm::json objects forget the order of their keys, and sagegen's documents keep it (written files stay
+// diffable). Over text LLVM has accepted, this records each object's keys in document order (objects in the
+// order their '{' appears), and refuses nesting deeper than kMaxDepth before LLVM's recursive parser sees it.
+constexpr int kMaxDepth = 256;
+
+struct KeyOrder {
+  std::vector<std::vector<std::pair<std::string, size_t>>> objects; // raw key tokens (with quotes) and offsets
+};
+
+// Checks the nesting depth only (LLVM has not run yet); with `order`, also records keys (text already valid).
+void scanStructure(std::string_view text, KeyOrder *order) {
+  std::vector<int> open_objects; // index into order->objects, or -1 for an array
+  bool in_string = false;
+  size_t string_start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"') {
+        in_string = false;
+        if (order && !open_objects.empty() && open_objects.back() >= 0) {
+          size_t next = i + 1;
+          while (next < text.size() &&
+                 (text[next] == ' ' || text[next] == '\t' || text[next] == '\n' || text[next] == '\r'))
+            ++next;
+          if (next < text.size() && text[next] == ':')
+            order->objects[open_objects.back()].emplace_back(
+                std::string(text.substr(string_start, i + 1 - string_start)), string_start);
+        }
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      string_start = i;
+    } else if (c == '{' || c == '[') {
+      if (static_cast<int>(open_objects.size()) >= kMaxDepth)
+        throw JsonError(at(text, i, "nesting deeper than 256 levels"));
+      if (c == '{' && order) {
+        open_objects.push_back(static_cast<int>(order->objects.size()));
+        order->objects.emplace_back();
+      } else {
+        open_objects.push_back(-1);
+      }
+    } else if ((c == '}' || c == ']') && !open_objects.empty()) {
+      open_objects.pop_back();
+    }
+  }
+}
+
+// LLVM's "[L:C, byte=O]: message" as sagegen's "line L, column C: message".
+std::string parseErrorText(llvm::Error error) {
+  std::string text = llvm::toString(std::move(error));
+  unsigned line = 0, column = 0, offset = 0;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "[%u:%u, byte=%u]: %n", &line, &column, &offset, &consumed) == 3 && consumed > 0)
+    return fmt::format("line {}, column {}: {}", line, column, text.substr(static_cast<size_t>(consumed)));
+  return text;
+}
+
+class Converter {
+public:
+  Converter(std::string_view text, KeyOrder order) : text_(text), order_(std::move(order)) {}
+
+  JsonValue convert(const llvm::json::Value &value) {
+    switch (value.kind()) {
+    case llvm::json::Value::Null:
+      return JsonValue();
+    case llvm::json::Value::Boolean:
+      return JsonValue(*value.getAsBoolean());
+    case llvm::json::Value::Number:
+      if (std::optional<int64_t> integer = value.getAsInteger())
+        return JsonValue(static_cast<long long>(*integer));
+      return JsonValue(*value.getAsNumber());
+    case llvm::json::Value::String:
+      return JsonValue(std::string(*value.getAsString()));
+    case llvm::json::Value::Array: {
+      JsonValue array = JsonValue::array();
+      for (const llvm::json::Value &item : *value.getAsArray())
+        array.push(convert(item));
+      return array;
+    }
+    case llvm::json::Value::Object:
+      return convertObject(*value.getAsObject());
+    }
+    return JsonValue();
   }
 
 private:
-  static constexpr int max_depth = 256;
-
-  [[noreturn]] void fail(std::string_view message) const {
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < position_ && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
+  JsonValue convertObject(const llvm::json::Object &object) {
+    if (next_object_ >= order_.objects.size())
+      throw JsonError("internal: the JSON key scan disagrees with the parser");
+    const auto &keys = order_.objects[next_object_++];
+    JsonValue result = JsonValue::object();
+    for (const auto &[raw_key, offset] : keys) {
+      llvm::Expected<llvm::json::Value> decoded = llvm::json::parse(raw_key);
+      if (!decoded)
+        throw JsonError(at(text_, offset, parseErrorText(decoded.takeError())));
+      const std::string key(*decoded->getAsString());
+      if (result.find(key))
+        throw JsonError(at(text_, offset, fmt::format("duplicate key \"{}\"", key)));
+      const llvm::json::Value *member = object.get(key);
+      if (!member)
+        throw JsonError("internal: the JSON key scan disagrees with the parser");
+      result.asObject().emplace_back(key, convert(*member));
     }
-    throw JsonError(fmt::format("line {}, column {}: {}", line, column, message));
-  }
-
-  void skipSpace() {
-    while (position_ < text_.size() && (text_[position_] == ' ' || text_[position_] == '\t' ||
-                                        text_[position_] == '\n' || text_[position_] == '\r'))
-      ++position_;
-  }
-
-  bool consume(char expected) {
-    skipSpace();
-    if (position_ < text_.size() && text_[position_] == expected) {
-      ++position_;
-      return true;
-    }
-    return false;
-  }
-
-  void expect(char expected) {
-    if (!consume(expected))
-      fail(fmt::format("expected '{}'", expected));
-  }
-
-  void expectWord(std::string_view word) {
-    if (text_.substr(position_, word.size()) != word)
-      fail(fmt::format("expected '{}'", word));
-    position_ += word.size();
-  }
-
-  JsonValue parseValue(int depth) {
-    if (depth > max_depth)
-      fail("nesting deeper than 256 levels");
-    skipSpace();
-    if (position_ >= text_.size())
-      fail("unexpected end of text, expected a value");
-    char c = text_[position_];
-    switch (c) {
-    case '{':
-      return parseObject(depth);
-    case '[':
-      return parseArray(depth);
-    case '"':
-      return JsonValue(parseString());
-    case 't':
-      expectWord("true");
-      return JsonValue(true);
-    case 'f':
-      expectWord("false");
-      return JsonValue(false);
-    case 'n':
-      expectWord("null");
-      return JsonValue(nullptr);
-    default:
-      if (c == '-' || (c >= '0' && c <= '9'))
-        return JsonValue(parseNumber());
-      fail(fmt::format("unexpected character '{}'", c));
-    }
-  }
-
-  JsonValue parseObject(int depth) {
-    ++position_; // '{'
-    JsonValue::Object members;
-    if (consume('}'))
-      return JsonValue(std::move(members));
-    do {
-      skipSpace();
-      if (position_ >= text_.size() || text_[position_] != '"')
-        fail("expected a string key");
-      std::string key = parseString();
-      for (const auto &member : members)
-        if (member.first == key)
-          fail(fmt::format("duplicate key \"{}\"", key));
-      expect(':');
-      members.emplace_back(std::move(key), parseValue(depth + 1));
-    } while (consume(','));
-    expect('}');
-    return JsonValue(std::move(members));
-  }
-
-  JsonValue parseArray(int depth) {
-    ++position_; // '['
-    JsonValue::Array items;
-    if (consume(']'))
-      return JsonValue(std::move(items));
-    do {
-      items.push_back(parseValue(depth + 1));
-    } while (consume(','));
-    expect(']');
-    return JsonValue(std::move(items));
-  }
-
-  unsigned parseHex4() {
-    if (position_ + 4 > text_.size())
-      fail("truncated \\u escape");
-    unsigned code = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = text_[position_++];
-      code <<= 4;
-      if (h >= '0' && h <= '9')
-        code |= unsigned(h - '0');
-      else if (h >= 'a' && h <= 'f')
-        code |= unsigned(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F')
-        code |= unsigned(h - 'A' + 10);
-      else
-        fail("bad hex digit in \\u escape");
-    }
-    return code;
-  }
-
-  static void appendUtf8(std::string &out, unsigned code) {
-    if (code < 0x80) {
-      out += char(code);
-    } else if (code < 0x800) {
-      out += char(0xC0 | (code >> 6));
-      out += char(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-      out += char(0xE0 | (code >> 12));
-      out += char(0x80 | ((code >> 6) & 0x3F));
-      out += char(0x80 | (code & 0x3F));
-    } else {
-      out += char(0xF0 | (code >> 18));
-      out += char(0x80 | ((code >> 12) & 0x3F));
-      out += char(0x80 | ((code >> 6) & 0x3F));
-      out += char(0x80 | (code & 0x3F));
-    }
-  }
-
-  std::string parseString() {
-    ++position_; // opening quote
-    std::string out;
-    while (true) {
-      if (position_ >= text_.size())
-        fail("unterminated string");
-      char c = text_[position_++];
-      if (c == '"')
-        return out;
-      if (static_cast<unsigned char>(c) < 0x20)
-        fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (position_ >= text_.size())
-        fail("unterminated escape");
-      char e = text_[position_++];
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        unsigned code = parseHex4();
-        if (code >= 0xD800 && code < 0xDC00) { // a surrogate pair
-          if (text_.substr(position_, 2) != "\\u")
-            fail("unpaired surrogate in \\u escape");
-          position_ += 2;
-          unsigned low = parseHex4();
-          if (low < 0xDC00 || low >= 0xE000)
-            fail("bad low surrogate in \\u escape");
-          code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-        }
-        appendUtf8(out, code);
-        break;
-      }
-      default:
-        fail(fmt::format("unknown escape '\\{}'", e));
-      }
-    }
-  }
-
-  double parseNumber() {
-    size_t start = position_;
-    auto digits = [&] {
-      size_t first = position_;
-      while (position_ < text_.size() && text_[position_] >= '0' && text_[position_] <= '9')
-        ++position_;
-      return position_ - first;
-    };
-    if (text_[position_] == '-')
-      ++position_;
-    if (position_ < text_.size() && text_[position_] == '0')
-      ++position_;
-    else if (digits() == 0)
-      fail("expected digits");
-    if (position_ < text_.size() && text_[position_] == '.') {
-      ++position_;
-      if (digits() == 0)
-        fail("expected digits after '.'");
-    }
-    if (position_ < text_.size() && (text_[position_] == 'e' || text_[position_] == 'E')) {
-      ++position_;
-      if (position_ < text_.size() && (text_[position_] == '+' || text_[position_] == '-'))
-        ++position_;
-      if (digits() == 0)
-        fail("expected exponent digits");
-    }
-    std::string number(text_.substr(start, position_ - start));
-    return std::strtod(number.c_str(), nullptr);
+    if (keys.size() != object.size())
+      throw JsonError("internal: the JSON key scan disagrees with the parser");
+    return result;
   }
 
   std::string_view text_;
-  size_t position_ = 0;
+  KeyOrder order_;
+  size_t next_object_ = 0;
 };
 
-void writeString(std::string &out, const std::string &text) {
-  out += '"';
-  for (char c : text) {
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20)
-        out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-      else
-        out += c;
-    }
-  }
-  out += '"';
-}
-
-void writeNumber(std::string &out, double number) {
-  if (!std::isfinite(number))
-    throw JsonError("cannot write a non-finite number as JSON");
-  if (number == std::floor(number) && std::fabs(number) < 9007199254740992.0)
-    out += fmt::format("{}", static_cast<long long>(number));
-  else
-    out += fmt::format("{}", number); // shortest text that reads back to the same double
-}
-
-void writeValue(std::string &out, const JsonValue &value, int indent, int level) {
-  auto newline = [&](int at_level) {
-    if (indent > 0) {
-      out += '\n';
-      out.append(size_t(indent * at_level), ' ');
-    }
-  };
+void writeValue(llvm::json::OStream &out, const JsonValue &value) {
   switch (value.kind()) {
   case JsonValue::Kind::null:
-    out += "null";
+    out.value(nullptr);
     return;
   case JsonValue::Kind::boolean:
-    out += value.asBool() ? "true" : "false";
+    out.value(value.asBool());
     return;
-  case JsonValue::Kind::number:
-    writeNumber(out, value.asNumber());
+  case JsonValue::Kind::number: {
+    const double number = value.asNumber();
+    if (!std::isfinite(number))
+      throw JsonError("cannot write a non-finite number as JSON");
+    if (number == std::floor(number) && std::fabs(number) < 9007199254740992.0)
+      out.value(static_cast<int64_t>(number));
+    else // the shortest text that reads back to the same double (LLVM would print 17 digits)
+      out.rawValue([&](llvm::raw_ostream &stream) { stream << fmt::format("{}", number); });
     return;
+  }
   case JsonValue::Kind::string:
-    writeString(out, value.asString());
+    out.value(value.asString());
     return;
-  case JsonValue::Kind::array: {
-    const auto &items = value.asArray();
-    if (items.empty()) {
-      out += "[]";
-      return;
-    }
-    out += '[';
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (i)
-        out += indent > 0 ? "," : ", ";
-      newline(level + 1);
-      writeValue(out, items[i], indent, level + 1);
-    }
-    newline(level);
-    out += ']';
+  case JsonValue::Kind::array:
+    out.array([&] {
+      for (const JsonValue &item : value.asArray())
+        writeValue(out, item);
+    });
     return;
-  }
-  case JsonValue::Kind::object: {
-    const auto &members = value.asObject();
-    if (members.empty()) {
-      out += "{}";
-      return;
-    }
-    out += '{';
-    for (size_t i = 0; i < members.size(); ++i) {
-      if (i)
-        out += indent > 0 ? "," : ", ";
-      newline(level + 1);
-      writeString(out, members[i].first);
-      out += ": ";
-      writeValue(out, members[i].second, indent, level + 1);
-    }
-    newline(level);
-    out += '}';
+  case JsonValue::Kind::object:
+    out.object([&] {
+      for (const auto &[key, member] : value.asObject())
+        out.attributeBegin(key), writeValue(out, member), out.attributeEnd();
+    });
     return;
-  }
   }
 }
 
@@ -476,11 +306,24 @@ std::string requiredNonEmptyString(const JsonValue &object, std::string_view key
   return text;
 }
 
-JsonValue parseJson(std::string_view text) { return Parser(text).parseDocument(); }
+JsonValue parseJson(std::string_view text) {
+  scanStructure(text, nullptr); // the depth limit, before LLVM's recursive parser
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(llvm::StringRef(text.data(), text.size()));
+  if (!parsed)
+    throw JsonError(parseErrorText(parsed.takeError()));
+  KeyOrder order;
+  scanStructure(text, &order);
+  return Converter(text, std::move(order)).convert(*parsed);
+}
 
 std::string writeJson(const JsonValue &value, int indent) {
   std::string out;
-  writeValue(out, value, indent, 0);
+  llvm::raw_string_ostream stream(out);
+  {
+    llvm::json::OStream writer(stream, static_cast<unsigned>(std::max(indent, 0)));
+    writeValue(writer, value);
+  }
+  stream.flush();
   return out;
 }
 

@@ -12,8 +12,8 @@ constexpr std::array<std::pair<GpuArch, std::string_view>, 6> kArchNames{{{GpuAr
                                                                           {GpuArch::sm86, "sm_86"},
                                                                           {GpuArch::sm89, "sm_89"},
                                                                           {GpuArch::sm90a, "sm_90a"},
-                                                                          {GpuArch::sm100a, "sm_100a"},
-                                                                          {GpuArch::sm120a, "sm_120a"}}};
+                                                                          {GpuArch::sm100f, "sm_100f"},
+                                                                          {GpuArch::sm120f, "sm_120f"}}};
 
 } // namespace
 
@@ -30,12 +30,14 @@ std::optional<GpuArch> parseArch(std::string_view text) {
   else if (text.starts_with("sm"))
     text.remove_prefix(2);
   for (const auto &[value, name] : kArchNames) {
-    std::string_view digits_and_suffix = name.substr(3); // "90a"
+    std::string_view digits_and_suffix = name.substr(3); // "90a", "100f"
     std::string_view digits = digits_and_suffix;
-    if (digits.ends_with('a'))
+    if (digits.ends_with('a') || digits.ends_with('f'))
       digits.remove_suffix(1);
-    // The arch-specific ("a") targets are the only ones we generate for, so "90" means sm_90a too.
-    if (text == digits_and_suffix || text == digits)
+    // One target per arch family is generated, so "90" means sm_90a and "100" or "100a" (the names before family
+    // targets) mean sm_100f.
+    if (text == digits_and_suffix || text == digits ||
+        (text.size() == digits.size() + 1 && text.starts_with(digits) && (text.back() == 'a' || text.back() == 'f')))
       return value;
   }
   return std::nullopt;
@@ -48,13 +50,16 @@ GpuArch archFromComputeCapability(int major, int minor) {
     return GpuArch::sm86;
   if (major == 8 && minor == 9)
     return GpuArch::sm89;
-  if (major == 9)
+  // An "a" image loads only on exactly its arch; a family ("f") image on every member of the family: sm_100f on
+  // 10.0 (B200) and 10.3 (B300), sm_120f on 12.0 (RTX 50) and 12.1 (GB10). The kernels for these use no
+  // instruction outside the family's common set.
+  if (major == 9 && minor == 0)
     return GpuArch::sm90a;
-  if (major == 10)
-    return GpuArch::sm100a;
-  if (major == 12)
-    return GpuArch::sm120a;
-  throw std::invalid_argument("compute capability: expected 8.0, 8.6-8.9, 9.x, 10.x or 12.x, got " +
+  if (major == 10 && (minor == 0 || minor == 3))
+    return GpuArch::sm100f;
+  if (major == 12 && (minor == 0 || minor == 1))
+    return GpuArch::sm120f;
+  throw std::invalid_argument("compute capability: expected 8.0, 8.6-8.9, 9.0, 10.0, 10.3, 12.0 or 12.1, got " +
                               std::to_string(major) + "." + std::to_string(minor));
 }
 
@@ -68,9 +73,9 @@ int computeCapability(GpuArch arch) {
     return 89;
   case GpuArch::sm90a:
     return 90;
-  case GpuArch::sm100a:
+  case GpuArch::sm100f:
     return 100;
-  case GpuArch::sm120a:
+  case GpuArch::sm120f:
     return 120;
   }
   return 0;
@@ -79,6 +84,6 @@ int computeCapability(GpuArch arch) {
 bool hasInt8MmaSync(GpuArch) { return true; }
 bool hasFp8MmaSync(GpuArch arch) { return computeCapability(arch) >= 89; }
 bool hasWgmma(GpuArch arch) { return arch == GpuArch::sm90a; }
-bool hasFp4BlockScaledMma(GpuArch arch) { return arch == GpuArch::sm100a || arch == GpuArch::sm120a; }
+bool hasFp4BlockScaledMma(GpuArch arch) { return arch == GpuArch::sm100f || arch == GpuArch::sm120f; }
 
 } // namespace sage::schedules

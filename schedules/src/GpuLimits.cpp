@@ -16,13 +16,13 @@ GpuLimits gpuLimits(GpuArch arch) {
     break;
   case GpuArch::sm86:
   case GpuArch::sm89:
-  case GpuArch::sm120a:
+  case GpuArch::sm120f:
     limits.shared_bytes_per_multiprocessor = 100 * kKiB;
     limits.max_dynamic_shared_bytes_per_block = 99 * kKiB;
     limits.max_threads_per_multiprocessor = 1536;
     break;
   case GpuArch::sm90a:
-  case GpuArch::sm100a:
+  case GpuArch::sm100f:
     limits.shared_bytes_per_multiprocessor = 228 * kKiB;
     limits.max_dynamic_shared_bytes_per_block = 227 * kKiB;
     limits.max_threads_per_multiprocessor = 2048;

@@ -2,6 +2,7 @@
 
 #include "sage/schedules/Sm80Schedule.h"
 #include "sage/schedules/Sm90Schedule.h"
+#include "sage/schedules/UnsupportedError.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -52,8 +53,8 @@ const Schedule &bestSchedule(std::span<const Schedule *const> schedules, const A
       return *schedule;
     reasons += "; " + std::string(schedule->name()) + ": " + support.reason;
   }
-  throw std::invalid_argument("variant '" + variant.name + "': no schedule supports it on " +
-                              std::string(archName(arch)) + reasons);
+  throw UnsupportedError("variant '" + variant.name + "': no schedule supports it on " + std::string(archName(arch)) +
+                         reasons);
 }
 
 const Schedule &bestSchedule(const AttentionVariant &variant, GpuArch arch, InputType input) {

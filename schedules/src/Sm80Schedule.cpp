@@ -160,8 +160,8 @@ SupportResult checkPv(const AttentionVariant &variant, GpuArch arch) {
   }
   if (p.dtype == ElementType::e2m1 || v.dtype == ElementType::e2m1 || p.granularity == Granularity::microscale_1x16 ||
       v.granularity == Granularity::microscale_1x16)
-    return SupportResult::no("FP4 microscaled P.V (e2m1, 1x16 ue4m3 scales) needs the block-scaled mma of sm_100a/"
-                             "sm_120a: not the sm80 schedule");
+    return SupportResult::no("FP4 microscaled P.V (e2m1, 1x16 ue4m3 scales) needs the block-scaled mma of sm_100f/"
+                             "sm_120f: not the sm80 schedule");
   return SupportResult::no("P.V with P " + typeName(p.dtype) + " and V " + typeName(v.dtype) +
                            " is not supported (expected f16/f16, f32/f32, int8/int8 or e4m3/e4m3)");
 }

@@ -1,5 +1,5 @@
-// Every preset x head_dim {64, 128} x mask {none, causal} x input {f16, bf16} x arch {sm_80, sm_89, sm_90a, sm_100a,
-// sm_120a} is generated and compiled to a cubin with NVRTC (libnvrtc directly: no GPU or driver needed). ptxas' report
+// Every preset x head_dim {64, 128} x mask {none, causal} x input {f16, bf16} x arch {sm_80, sm_89, sm_90a, sm_100f,
+// sm_120f} is generated and compiled to a cubin with NVRTC (libnvrtc directly: no GPU or driver needed). ptxas' report
 // (--ptxas-options=-v, in the NVRTC log) gives the registers and spills of each kernel.
 #include "sage/codegen/AttentionKernelGenerator.h"
 #include "sage/schedules/Sm80Schedule.h"
@@ -75,13 +75,13 @@ Outcome compile(const Case &item) {
 
 } // namespace
 
-TEST_CASE("every preset compiles for sm_80, sm_89, sm_90a, sm_100a and sm_120a within the spill budget") {
+TEST_CASE("every preset compiles for sm_80, sm_89, sm_90a, sm_100f and sm_120f within the spill budget") {
   std::vector<Case> cases;
   for (const std::string &preset : test::presetNames())
     for (int head_dim : {64, 128})
       for (MaskKind mask : {MaskKind::none, MaskKind::causal})
         for (InputType input : {InputType::f16, InputType::bf16})
-          for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a}) {
+          for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100f, GpuArch::sm120f}) {
             const AttentionVariant variant = test::presetVariant(preset, head_dim, mask);
             const SupportResult support = Sm80Schedule().supports(variant, arch, input);
             if (!support) { // only FP8 P.V on sm_80 is expected here

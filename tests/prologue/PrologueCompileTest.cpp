@@ -1,4 +1,4 @@
-// Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89, sm_90a, sm_100a and sm_120a,
+// Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89, sm_90a, sm_100f and sm_120f,
 // for each hand-built variant kind and every DSL preset (exact included: its Q and K are cast, not quantized) x
 // head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
 #include "PrologueTestVariants.h"
@@ -126,5 +126,5 @@ TEST_CASE("prologue kernels compile for sm_80") { compileEveryVariantKind("sm_80
 TEST_CASE("prologue kernels compile for sm_89") { compileEveryVariantKind("sm_89"); }
 TEST_CASE("prologue kernels compile for sm_90a") { compileEveryVariantKind("sm_90a"); }
 TEST_CASE("interleaved V codes compile for sm_90a") { compileInterleavedVCodes("sm_90a"); }
-TEST_CASE("prologue kernels compile for sm_100a") { compileEveryVariantKind("sm_100a"); }
-TEST_CASE("prologue kernels compile for sm_120a") { compileEveryVariantKind("sm_120a"); }
+TEST_CASE("prologue kernels compile for sm_100f") { compileEveryVariantKind("sm_100f"); }
+TEST_CASE("prologue kernels compile for sm_120f") { compileEveryVariantKind("sm_120f"); }

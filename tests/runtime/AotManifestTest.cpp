@@ -1,6 +1,7 @@
 // The AOT manifest: the committed generated/manifest.json loads and agrees with its files; the writer round-trips;
 // malformed manifests are rejected with a message naming the field.
 #include "sage/runtime/AotManifest.h"
+#include "sage/runtime/Json.h"
 
 #include "sage/runtime/KernelKey.h"
 #include "sage/runtime/Sha256.h"
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -215,4 +217,11 @@ TEST_CASE("text that is not JSON, and a missing manifest, are errors that say so
   CHECK_THROWS_WITH_AS(loadAotManifest("/nonexistent-sagegen-dir"),
                        doctest::Contains("/nonexistent-sagegen-dir/manifest.json: cannot open the manifest"),
                        AotManifestError);
+}
+
+TEST_CASE("the committed generated/manifest.json reads and writes back byte for byte") {
+  std::ifstream file(std::string(SAGEGEN_GENERATED_DIR) + "/manifest.json", std::ios::binary);
+  REQUIRE(file);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  CHECK(writeJson(parseJson(text), 2) + "\n" == text);
 }

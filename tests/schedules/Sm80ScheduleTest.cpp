@@ -17,7 +17,7 @@ using namespace sage::schedules;
 namespace {
 
 const GpuArch kArchs[] = {GpuArch::sm80,  GpuArch::sm86,   GpuArch::sm89,
-                          GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a};
+                          GpuArch::sm90a, GpuArch::sm100f, GpuArch::sm120f};
 
 std::string reasonFor(const AttentionVariant &variant, GpuArch arch = GpuArch::sm90a) {
   SupportResult result = Sm80Schedule().supports(variant, arch, InputType::f16);

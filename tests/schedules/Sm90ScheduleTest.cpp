@@ -13,7 +13,7 @@ TEST_CASE("sm90 runs only on sm_90a, where it ranks first") {
   const Sm90Schedule sm90;
   const AttentionVariant variant = test::presetVariant("sage2-fp8", 128);
   CHECK(sm90.supports(variant, GpuArch::sm90a, InputType::f16));
-  for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm100a, GpuArch::sm120a}) {
+  for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm100f, GpuArch::sm120f}) {
     const SupportResult verdict = sm90.supports(variant, arch, InputType::f16);
     CHECK_FALSE(verdict);
     CHECK(verdict.reason.find("has no wgmma") != std::string::npos);

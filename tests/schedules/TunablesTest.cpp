@@ -29,7 +29,7 @@ TEST_CASE("defaults: Table 12 of the SageAttention paper, and the H100-measured 
     CAPTURE(row.head_dim);
     CAPTURE(static_cast<int>(row.mask));
     const AttentionVariant variant = test::presetVariant(row.preset, row.head_dim, row.mask);
-    for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100a, GpuArch::sm120a}) {
+    for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100f, GpuArch::sm120f}) {
       CAPTURE(archName(arch));
       const Tunables tunables = defaultTunables(variant, arch);
       const bool sm90 = arch == GpuArch::sm90a;

@@ -23,7 +23,7 @@ inline schedules::GpuArch parseArchOption(const std::string &text) {
   if (std::optional<schedules::GpuArch> arch = schedules::parseArch(text))
     return *arch;
   throw UserError("--arch: unknown architecture '" + text +
-                  "'; expected one of sm_80, sm_86, sm_89, sm_90a, sm_100a, sm_120a");
+                  "'; expected one of sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f");
 }
 
 // One variant of a preset, generated for one arch and input type.
@@ -62,7 +62,7 @@ struct KernelSetOptions {
     preset.addTo(command);
     command.add_option("--input", input, "storage type of Q, K, V and O: f16 or bf16")->capture_default_str();
     CLI::Option *arch_option =
-        command.add_option("--arch", arch, "target architecture: sm_80, sm_86, sm_89, sm_90a, sm_100a, sm_120a");
+        command.add_option("--arch", arch, "target architecture: sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f");
     if (!preset_optional)
       arch_option->required();
   }

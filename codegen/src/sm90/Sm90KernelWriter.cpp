@@ -147,7 +147,7 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
                                ? "the workspace's V^T codes (tokens in wgmma order)"
                                : (plan.v_source == ValueSource::input ? "the caller's V (TMA, in place)"
                                                                       : "the workspace's f16 V")),
-      fmt::arg("mask", context.causal ? "causal, bottom-right aligned" : "none (only the sequence's tail)"),
+      fmt::arg("mask", context.causal ? "causal (params.causal_offset aligns it)" : "none (only the sequence's tail)"),
       fmt::arg("grid", plan.grid.description()), fmt::arg("abi", kernelAbiSource()),
       fmt::arg("block_q", plan.tunables.block_q), fmt::arg("consumers", ws.consumer_warpgroups),
       fmt::arg("stages", plan.tunables.stages), fmt::arg("producer_registers", ws.producer_registers),

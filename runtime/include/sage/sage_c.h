@@ -1,9 +1,14 @@
-/* The C ABI of sagegen: build an attention kernel from a preset or textual IR and run it on device
- * pointers. Usable from any language (the Python package uses it through ctypes, taking tensors via
- * DLPack / __cuda_array_interface__ without building against PyTorch).
+/* The C ABI of sagegen, version 2: build an attention kernel from a preset or textual IR for one CUDA device, and
+ * run it on tensors described in full (data pointer, shape, strides, dtype, device). Usable from any language (the
+ * Python package uses it through ctypes, without building against PyTorch).
  *
- * Every call returns a sage_status; on failure sage_last_error() returns this thread's message, which
- * names the argument and what was expected. Strides are in elements; the head dim is contiguous. */
+ * Every tensor is validated against the kernel before anything is launched: head dim, dtypes, batch / heads /
+ * tokens agreement, GQA divisibility, the alignment the kernels need, output shapes, devices and the limits of the
+ * launch grid. Every call returns a sage_status chosen by the kind of failure; on failure sage_last_error() returns
+ * this thread's message, which names the argument and what was expected. No exception crosses this boundary.
+ *
+ * Version 1 (sage_attention_run with bare pointers and a shape without head dim) is gone: it could not be made safe.
+ * Strides are in elements. */
 #ifndef SAGE_C_H
 #define SAGE_C_H
 
@@ -13,25 +18,34 @@
 extern "C" {
 #endif
 
+#define SAGE_ABI_VERSION 2
+
 typedef enum sage_status {
   SAGE_OK = 0,
   SAGE_INVALID_ARGUMENT = 1, /* the caller's mistake: see sage_last_error() */
   SAGE_UNSUPPORTED = 2,      /* valid, but no schedule supports it on this GPU (the message says why) */
   SAGE_COMPILE_ERROR = 3,    /* NVRTC failed: the message has the kernel key and the log */
-  SAGE_CUDA_ERROR = 4,       /* the driver failed */
-  SAGE_INTERNAL_ERROR = 5
+  SAGE_CUDA_ERROR = 4,       /* the driver failed (or there is no driver / device) */
+  SAGE_INTERNAL_ERROR = 5,   /* a bug in sagegen: please report the message */
+  SAGE_OUT_OF_MEMORY = 6     /* host memory ran out */
 } sage_status;
 
-typedef struct sage_attention *sage_attention_t;
+typedef enum sage_dtype {
+  SAGE_DTYPE_F16 = 1,
+  SAGE_DTYPE_BF16 = 2,
+  SAGE_DTYPE_F32 = 3,
+  SAGE_DTYPE_U8 = 4,
+  SAGE_DTYPE_BOOL = 5 /* one byte per element, 0 or 1 */
+} sage_dtype;
 
-typedef struct sage_tensor {
-  void *data;
-  long long batch_stride, head_stride, token_stride;
-} sage_tensor;
+typedef enum sage_layout {
+  SAGE_LAYOUT_HND = 0, /* q/k/v/o: [batch, heads, tokens, head_dim] */
+  SAGE_LAYOUT_NHD = 1  /* q/k/v/o: [batch, tokens, heads, head_dim] */
+} sage_layout;
 
-typedef struct sage_shape {
-  long long batch, heads_q, heads_kv, tokens_q, tokens_kv;
-} sage_shape;
+/* Causal masks with tokens_q != tokens_kv. BOTTOM_RIGHT (FlashAttention): query i sees key j iff
+ * j <= i + tokens_kv - tokens_q. TOP_LEFT (PyTorch SDPA's is_causal, SageAttention's sageattn): iff j <= i. */
+typedef enum sage_causal_alignment { SAGE_CAUSAL_BOTTOM_RIGHT = 0, SAGE_CAUSAL_TOP_LEFT = 1 } sage_causal_alignment;
 
 typedef enum sage_phase {
   SAGE_PHASE_ALL = 0,      /* prologue then attention */
@@ -39,31 +53,62 @@ typedef enum sage_phase {
   SAGE_PHASE_ATTENTION = 2 /* attention only (reads a workspace the prologue filled) */
 } sage_phase;
 
+#define SAGE_HOST_MEMORY (-1) /* sage_tensor_desc.device of host memory (always rejected) */
+
+typedef struct sage_tensor_desc {
+  void *data;
+  int ndim;             /* 4 for q/k/v/o/block_mask, 3 for lse */
+  long long shape[4];   /* the first ndim entries */
+  long long strides[4]; /* in elements */
+  sage_dtype dtype;
+  int device; /* CUDA device ordinal, or SAGE_HOST_MEMORY */
+} sage_tensor_desc;
+
+typedef struct sage_attention *sage_attention_t;
+
+typedef struct sage_attention_config {
+  const char *preset;  /* a preset name ("sage-b", ...), or NULL when ir_text is given */
+  const char *ir_text; /* textual sage IR, or NULL (then head_dim/causal/write_lse apply to the preset) */
+  int head_dim;
+  int causal;
+  int write_lse;
+  sage_dtype dtype;     /* SAGE_DTYPE_F16 or SAGE_DTYPE_BF16: the storage type of q, k, v and o */
+  const char *tunables; /* "warps=4,stages=3" (fields left out keep the device arch's defaults); NULL or "" */
+  int device;           /* the CUDA device the kernels are loaded on; every tensor must be on it */
+} sage_attention_config;
+
+typedef struct sage_run_args {
+  sage_layout layout;
+  sage_phase phase;
+  sage_causal_alignment causal_alignment;
+  const sage_tensor_desc *q, *k, *v;  /* required */
+  const sage_tensor_desc *o;          /* required: q's shape and dtype */
+  const sage_tensor_desc *lse;        /* f32 [batch, heads_q, tokens_q], contiguous: required iff write_lse */
+  const sage_tensor_desc *block_mask; /* u8/bool [batch, heads_q, q_blocks, kv_blocks], contiguous, or NULL */
+  void *workspace;                    /* 256-byte aligned device memory on the same device */
+  size_t workspace_bytes;             /* at least sage_attention_workspace_bytes() */
+  void *stream;                       /* a CUstream / cudaStream_t of that device (NULL: its default stream) */
+} sage_run_args;
+
+int sage_abi_version(void); /* SAGE_ABI_VERSION of the library: compare with the header's */
 const char *sage_last_error(void);
 const char *sage_version(void);
 
-/* dtype: "f16" or "bf16" (the storage type of Q, K, V and O). */
-sage_status sage_attention_create_preset(const char *preset, int head_dim, int causal, int write_lse, const char *dtype,
-                                         sage_attention_t *out);
-/* As above, with the schedule's tunables set explicitly: "warps=4,stages=3" (the form `sagegen` prints; fields
- * left out keep the schedule's defaults for the current device's arch; NULL or "" = all defaults). */
-sage_status sage_attention_create_preset_tuned(const char *preset, int head_dim, int causal, int write_lse,
-                                               const char *dtype, const char *tunables, sage_attention_t *out);
-sage_status sage_attention_create_ir(const char *ir_text, const char *dtype, sage_attention_t *out);
+sage_status sage_attention_create(const sage_attention_config *config, sage_attention_t *out);
 void sage_attention_destroy(sage_attention_t attention);
 
-/* Workspace bytes for this shape; they depend on the dtype given at creation too (a bf16 input needs an f16 copy
- * of V for an f16 P.V). */
-sage_status sage_attention_workspace_bytes(sage_attention_t attention, const sage_shape *shape, size_t *bytes);
+/* Workspace bytes for q and k (validated as sage_attention_run validates them; the dtype matters too: a bf16 input
+ * needs an f16 copy of V for an f16 P.V). */
+sage_status sage_attention_workspace_bytes(sage_attention_t attention, sage_layout layout, const sage_tensor_desc *q,
+                                           const sage_tensor_desc *k, size_t *bytes);
 
-/* lse: float [batch, heads_q, tokens_q] or NULL; block_mask: uint8 [batch, heads_q, q_blocks, kv_blocks] or NULL.
- * stream: a CUstream / cudaStream_t (NULL for the default stream). */
-sage_status sage_attention_run(sage_attention_t attention, sage_phase phase, const sage_shape *shape, sage_tensor q,
-                               sage_tensor k, sage_tensor v, sage_tensor o, float *lse, const unsigned char *block_mask,
-                               void *workspace, size_t workspace_bytes, void *stream);
+/* The block mask's granularity: Q rows and KV tokens per mask entry. */
+sage_status sage_attention_block_sizes(sage_attention_t attention, int *block_q, int *block_kv);
+
+sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *args);
 
 /* A one-line description: variant, schedule, arch, tunables, kernel names, where each kernel came from
- * (memory / disk / compiled) and its compile time. */
+ * (aot / memory / disk / built) and its compile time. */
 sage_status sage_attention_describe(sage_attention_t attention, char *buffer, size_t buffer_bytes);
 
 #ifdef __cplusplus

@@ -46,6 +46,9 @@ struct SageAttentionParams {
   const unsigned char *block_mask; // [b, h_q, q_blocks, kv_blocks] (1 = compute), or 0
   struct SageProblemSize size;
   float softmax_scale; // 1/sqrt(d): for the LSE and for unfolded variants
+  // Causal: query row i sees key j iff j <= i + causal_offset. tokens_kv - tokens_q aligns the mask bottom-right
+  // (FlashAttention); 0 aligns it top-left (PyTorch SDPA's is_causal). Unused without a causal mask.
+  int causal_offset;
 };
 
 // The sm90 (TMA) kernels: a CUtensorMap per operand, encoded by the runtime with cuTensorMapEncodeTiled for this

@@ -4,6 +4,7 @@
 
 #include "sage/codegen/KernelAbi.h"
 #include "sage/ir/AttentionVariant.h"
+#include "sage/runtime/AttentionCall.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/KernelCache.h"
 #include "sage/runtime/TuningDatabase.h"
@@ -23,7 +24,10 @@ namespace sage::runtime {
 
 struct AttentionRunnerOptions {
   schedules::InputType input = schedules::InputType::f16;
-  std::optional<schedules::GpuArch> arch;       // default: the current device's
+  // The CUDA device whose primary context the kernels are loaded into and launched in. Default: the device of the
+  // calling thread's current context (that context itself), else device 0.
+  std::optional<int> device;
+  std::optional<schedules::GpuArch> arch;       // default: the device's
   std::optional<schedules::Tunables> tunables;  // default: the tuning database's for this GPU, else the schedule's
   std::string ir_fingerprint;                   // the IR part of the cache key (ir::Program::fingerprint)
   // A schedule by name (e.g. "sm80.mma_sync"); empty: $SAGEGEN_SCHEDULE if set, else the best one for the arch.
@@ -34,15 +38,6 @@ struct AttentionRunnerOptions {
   // Ahead-of-time kernels (`sagegen emit` output), looked up before the cache. Empty: $SAGEGEN_AOT_DIR; neither
   // set: none. Only a cubin whose stored key equals the kernel's key is used; anything else is compiled.
   std::filesystem::path aot_directory;
-};
-
-struct AttentionTensors {
-  const void *q = nullptr, *k = nullptr, *v = nullptr;
-  SageTensorStrides q_strides{}, k_strides{}, v_strides{};
-  void *o = nullptr;
-  SageTensorStrides o_strides{};
-  float *lse = nullptr;                      // [b, h_q, n_q], or null
-  const unsigned char *block_mask = nullptr; // [b, h_q, q_blocks, kv_blocks], or null
 };
 
 enum class RunPhase { all, prologue, attention };
@@ -60,9 +55,20 @@ public:
   AttentionRunner &operator=(const AttentionRunner &) = delete;
 
   size_t workspaceBytes(const schedules::ProblemShape &shape) const;
-  // Validates shapes and pointers (std::invalid_argument naming the argument), then launches on `stream`.
+  // The workspace for the problem of q and k (checked as run(AttentionCall) checks them).
+  size_t workspaceBytes(const AttentionCall &call) const;
+  // Validates every tensor description against the kernels (validateAttentionCall: ArgumentError naming the
+  // argument), then launches on `stream`, which must belong to this runner's device.
+  void run(const AttentionCall &call, void *workspace, size_t workspace_bytes, driver::Stream stream,
+           RunPhase phase = RunPhase::all) const;
+  // For C++ callers that already hold raw pointers: checks the shape, pointer alignment and workspace, but cannot
+  // check the tensors' sizes, dtypes or devices (run(AttentionCall) can).
   void run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
            size_t workspace_bytes, driver::Stream stream, RunPhase phase = RunPhase::all) const;
+
+  // What the kernels accept: head dim, dtype, LSE, block mask and its block sizes, device.
+  const KernelRequirements &requirements() const;
+  int device() const;
 
   const AttentionVariant &variant() const;
   // Schedule, arch, tunables (and whether they came from the caller, the tuning database or the schedule's

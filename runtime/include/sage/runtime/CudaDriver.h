@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,6 +102,11 @@ public:
   // Makes a context current on the calling thread and returns it: the current one if there is one, otherwise
   // device 0's primary context (retained once per process, the context the CUDA runtime API also uses).
   driver::Context ensureContext() const;
+  // Device `ordinal`'s primary context (retained once per process and device), without making it current.
+  // Throws CudaError naming the ordinal and the device count when there is no such device.
+  driver::Context primaryContext(int ordinal) const;
+  // Makes `context` current on the calling thread.
+  void setCurrentContext(driver::Context context) const;
   void synchronizeContext() const;
   void synchronizeStream(driver::Stream stream) const;
 
@@ -145,6 +151,22 @@ private:
   DriverStatus status_;
   mutable std::once_flag primary_context_once_;
   mutable driver::Context primary_context_ = nullptr;
+  mutable std::mutex primary_contexts_mutex_;
+  mutable std::map<int, driver::Context> primary_contexts_;
+};
+
+// Makes a context current for a scope and restores the caller's when it ends (also on an exception).
+class ScopedContext {
+public:
+  ScopedContext(const CudaDriver &driver, driver::Context context);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext &) = delete;
+  ScopedContext &operator=(const ScopedContext &) = delete;
+
+private:
+  const CudaDriver *driver_;
+  driver::Context previous_ = nullptr;
+  bool switched_ = false;
 };
 
 } // namespace sage::runtime

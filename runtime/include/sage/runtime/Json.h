@@ -1,7 +1,7 @@
-// A small JSON value, parser and writer for sagegen's own files (AOT manifests, the tuning database, layer
-// choices). Objects keep their keys in insertion order so written files are deterministic and diffable.
-// Numbers are doubles (every integer sagegen writes is far below 2^53); integral values print without a
-// fraction. Parse errors carry line and column.
+// A small JSON value for sagegen's own files (AOT manifests, the tuning database, layer choices), parsed and
+// written with LLVM's JSON library (llvm/Support/JSON.h). Objects keep their keys in document / insertion order so
+// written files are deterministic and diffable. Numbers are doubles (every integer sagegen writes is far below
+// 2^53); integral values print without a fraction. Parse errors carry line and column.
 #pragma once
 
 #include <cstdint>
@@ -89,7 +89,7 @@ std::string requiredNonEmptyString(const JsonValue &object, std::string_view key
 
 // Throws JsonError("line L, column C: ...") on malformed text, trailing garbage or nesting deeper than 256.
 JsonValue parseJson(std::string_view text);
-// Pretty-printed with `indent` spaces per level (0: one line), ending without a newline. Non-finite numbers
+// Pretty-printed with `indent` spaces per level (0: one line, no spaces), ending without a newline. Non-finite numbers
 // throw JsonError (JSON cannot carry them).
 std::string writeJson(const JsonValue &value, int indent = 2);
 

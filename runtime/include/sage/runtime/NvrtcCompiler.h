@@ -14,7 +14,7 @@
 namespace sage::runtime {
 
 struct CompileOptions {
-  std::string arch; // a real arch: "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100a", "sm_120a", ...
+  std::string arch; // a real arch: "sm_80", "sm_86", "sm_89", "sm_90a", "sm_100f", "sm_120f", ...
   std::string cxx_standard = "c++17";
   bool fast_math = false;                // --use_fast_math approximates exp2/division: changes results, so opt-in
   bool line_info = false;                // -lineinfo, for profilers

@@ -1,11 +1,12 @@
-// SHA-256 (FIPS 180-4), written here so cache keys and entry checksums need no external library.
-// Used for stable key digests (file names on disk) and for the checksum of each disk entry.
+// SHA-256 for stable key digests (file names on disk) and the checksum of each disk entry: LLVM's
+// (llvm/Support/SHA256.h) behind sagegen's interface, so this header needs no LLVM.
 #pragma once
 
 #include "sage/runtime/Bytes.h"
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -16,18 +17,17 @@ public:
   using Digest = std::array<std::uint8_t, 32>;
 
   Sha256();
+  ~Sha256();
+  Sha256(Sha256 &&) noexcept;
+  Sha256 &operator=(Sha256 &&) noexcept;
   Sha256 &update(ByteSpan bytes);
   Sha256 &update(std::string_view text) { return update(bytesOf(text)); }
   // Pads and returns the digest; the object must not be updated afterwards.
   Digest finish();
 
 private:
-  void compressBlock(const std::uint8_t *block);
-
-  std::array<std::uint32_t, 8> state_;
-  std::array<std::uint8_t, 64> pending_{};
-  std::size_t pending_size_ = 0;
-  std::uint64_t total_bytes_ = 0;
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 std::string toHex(ByteSpan bytes);

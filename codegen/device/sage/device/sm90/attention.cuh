@@ -146,8 +146,8 @@ dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&acc
   }
 }
 
-// Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (bottom-right aligned:
-// token j is visible to row i iff j <= i + tokens_kv - tokens_q), get -inf.
+// Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (token j is visible to row
+// i iff j <= i + causal_offset: tokens_kv - tokens_q aligns bottom-right, 0 top-left), get -inf.
 template <class Config>
 __device__ __forceinline__ void mask_scores(float (&scores)[Config::kBlockKv / 2], const int (&rows)[2], int kv_begin,
                                             int tokens_kv, int causal_offset, int quad_lane) {
@@ -323,10 +323,11 @@ struct TileCoordinates {
   int q_begin;
   long long q_head_index, kv_head_index;
   int kv_blocks, block_end; // [0, block_end) of kv_blocks
-  int causal_offset;        // tokens_kv - tokens_q
+  int causal_offset;        // key j is visible to row i iff j <= i + causal_offset (SageAttentionParams)
 };
 
-template <class Config> __device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSize &size) {
+template <class Config>
+__device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSize &size, int causal_offset) {
   TileCoordinates tile;
   tile.q_block = Config::kReverseQBlocks ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   tile.head = blockIdx.y;
@@ -336,7 +337,7 @@ template <class Config> __device__ __forceinline__ TileCoordinates tile_coordina
   tile.q_head_index = static_cast<long long>(tile.batch) * size.heads_q + tile.head;
   tile.kv_head_index = static_cast<long long>(tile.batch) * size.heads_kv + tile.kv_head;
   tile.kv_blocks = (size.tokens_kv + Config::kBlockKv - 1) / Config::kBlockKv;
-  tile.causal_offset = size.tokens_kv - size.tokens_q;
+  tile.causal_offset = causal_offset; // tokens_kv - tokens_q: bottom-right aligned; 0: top-left
   tile.block_end = tile.kv_blocks;
   if constexpr (Config::kCausal) { // blocks after the diagonal of this Q block's last row are skipped
     const int last_row = min(tile.q_begin + Config::kBlockQ, size.tokens_q) - 1;
@@ -733,7 +734,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(shared_memory));
   const unsigned shared_base = (raw_base + 1023u) & ~1023u;
   const unsigned barriers = shared_base + Layout::kBarrierOffset;
-  const TileCoordinates tile = tile_coordinates<Config>(params.base.size);
+  const TileCoordinates tile = tile_coordinates<Config>(params.base.size, params.base.causal_offset);
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Config::kStages; ++stage) {

@@ -1,0 +1,102 @@
+"""sagegen's Python-side checks without PyTorch or a GPU: tiny fake tensors stand in for torch's. Run by CTest
+(python_checks_test) when python3 is present; python/tests/test_gpu.py covers the rest on a GPU."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import sagegen  # noqa: E402
+from sagegen import _library, _tensors  # noqa: E402
+
+
+class Device:
+    def __init__(self, kind, index=None):
+        self.type, self.index = kind, index
+
+
+class FakeTensor:
+    """shape, stride(), dtype, device and data_ptr(), as torch.Tensor has them."""
+
+    def __init__(self, shape, dtype="torch.float16", device=Device("cuda", 0), strides=None, pointer=0x10000):
+        self.shape, self.dtype, self.device, self._pointer = tuple(shape), dtype, device, pointer
+        if strides is None:
+            strides, step = [], 1
+            for size in reversed(shape):
+                strides.insert(0, step)
+                step *= size
+        self._strides = tuple(strides)
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._pointer
+
+
+class DescribeTest(unittest.TestCase):
+    def test_a_good_tensor_becomes_its_description(self):
+        desc = _tensors.describe(FakeTensor((2, 8, 300, 64), device=Device("cuda", 1)), "q")
+        self.assertEqual(desc.ndim, 4)
+        self.assertEqual(list(desc.shape), [2, 8, 300, 64])
+        self.assertEqual(list(desc.strides), [8 * 300 * 64, 300 * 64, 64, 1])
+        self.assertEqual(desc.dtype, _library.DTYPE_F16)
+        self.assertEqual(desc.device, 1)
+        self.assertEqual(_tensors.describe(FakeTensor((4,), dtype="torch.bfloat16"), "k").dtype, _library.DTYPE_BF16)
+
+    def test_host_tensors_are_described_as_host_memory_for_the_library_to_refuse(self):
+        self.assertEqual(_tensors.describe(FakeTensor((1, 1, 1, 64), device=Device("cpu")), "v").device,
+                         _library.HOST_MEMORY)
+
+    def test_each_bad_tensor_raises_naming_the_argument(self):
+        cases = [
+            (FakeTensor((2, 8, 300, 64), dtype="torch.float64"), "q: dtype float64"),
+            (FakeTensor((2, 8, 300, 64), device=Device("mps")), "q: is on a mps device"),
+            (FakeTensor((1, 2, 8, 300, 64)), "q: expected 1 to 4 dimensions"),
+            (None, "q: expected a tensor, got None"),
+            ([1, 2, 3], "q: expected a tensor"),
+        ]
+        for tensor, message in cases:
+            with self.assertRaises(sagegen.SageArgumentError) as caught:
+                _tensors.describe(tensor, "q")
+            self.assertIn(message, str(caught.exception))
+
+    def test_layouts(self):
+        self.assertEqual(_tensors.heads_tokens(FakeTensor((2, 8, 300, 64)), "HND", "q"), (2, 8, 300, 64))
+        self.assertEqual(_tensors.heads_tokens(FakeTensor((2, 300, 8, 64)), "NHD", "q"), (2, 8, 300, 64))
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _tensors.layout_code("BHSD")
+        self.assertIn("tensor_layout", str(caught.exception))
+        with self.assertRaises(sagegen.SageArgumentError):
+            _tensors.heads_tokens(FakeTensor((8, 300, 64)), "HND", "k")
+
+
+class AttentionArgumentsTest(unittest.TestCase):
+    def test_constructor_arguments_are_checked(self):
+        for kwargs, argument in [({"dtype": "fp16"}, "dtype"), ({"head_dim": 0}, "head_dim"),
+                                 ({"causal_alignment": "center"}, "causal_alignment"), ({"preset": 3}, "preset")]:
+            with self.assertRaises(sagegen.SageArgumentError) as caught:
+                sagegen.Attention(**kwargs)
+            self.assertTrue(str(caught.exception).startswith(argument + ":"), str(caught.exception))
+
+    def test_the_library_loads_and_matches_the_abi(self):
+        library = _library.library()
+        self.assertEqual(library.sage_abi_version(), _library.ABI_VERSION)
+        self.assertTrue(sagegen.version())
+
+    def test_status_codes_become_exception_types(self):
+        # A bad config reaches the library's own checks: an argument error, by type.
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            sagegen.Attention("no-such-preset", head_dim=64)._runner(0, _library.DTYPE_F16)
+        self.assertIn("config.preset", str(caught.exception))
+
+    def test_a_host_q_is_refused_before_any_device_work(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q = FakeTensor((1, 1, 128, 64), device=Device("cpu"))
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            attention.workspace_bytes(q, q)
+        self.assertIn("q: is in host memory", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
