@@ -93,8 +93,10 @@ def main():
                 for preset, tunables, schedule in configs:
                     key = (preset, tunables, schedule, causal)
                     if key not in kernels:
+                        # The runner is built at the first call: the schedule must be set then.
                         os.environ["SAGEGEN_SCHEDULE"] = schedule or ""
                         kernels[key] = sagegen.Attention(preset, head_dim=dim, causal=bool(causal), tunables=tunables)
+                        kernels[key](q, k, v)
                         os.environ.pop("SAGEGEN_SCHEDULE")
                     attention = kernels[key]
                     timed[("full", key)] = lambda attention=attention: attention(q, k, v)
