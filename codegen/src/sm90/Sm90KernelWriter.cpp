@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <stdexcept>
 
 namespace sage::codegen {
@@ -85,6 +86,7 @@ struct Config {{
   static constexpr int kFlushPeriod = {flush_period};
   static constexpr float kProbabilityScale = {p_scale};     // P~ = code x scale (8-bit P)
   static constexpr float kProbabilityCodeScale = {p_code_scale};
+  static constexpr float kProbabilityCodeLog2 = {p_code_log2}; // log2(kProbabilityCodeScale)
   // Scale groups: group(token) = (token / tokens_per_group) x interleave + token % interleave (0: one group)
   static constexpr int kQScaleTokensPerGroup = {q_group};
   static constexpr int kQScaleInterleave = {q_interleave};
@@ -158,6 +160,7 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
       fmt::arg("flush_period", context.two_level ? variant.accumulation.flush_period : 1),
       fmt::arg("p_scale", detail::floatLiteral(eight_bit_p ? p_scale : 1.0)),
       fmt::arg("p_code_scale", detail::floatLiteral(eight_bit_p ? 1.0 / p_scale : 1.0)),
+      fmt::arg("p_code_log2", detail::floatLiteral(eight_bit_p ? std::log2(1.0 / p_scale) : 0.0)),
       fmt::arg("q_group", plan.q_scales.tokens_per_group), fmt::arg("q_interleave", plan.q_scales.interleave),
       fmt::arg("k_group", plan.k_scales.tokens_per_group), fmt::arg("k_interleave", plan.k_scales.interleave),
       fmt::arg("domain_note", domain_from_params     ? "1/sqrt(d) x log2(e), from the parameters"

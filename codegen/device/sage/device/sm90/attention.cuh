@@ -165,7 +165,9 @@ __device__ __forceinline__ void mask_scores(float (&scores)[Config::kBlockKv / 2
 }
 
 // m_i^j = max(m_i^(j-1), rowmax(S)); P~ = exp2(S - m_i^j) in place; l_i^j = exp2(m^(j-1) - m^j) l^(j-1) + rowsum(P~)
-// (in f32, before P~ is rounded). Returns the factors exp2(m^(j-1) - m^j) that O is multiplied by.
+// (in f32, before P~ is rounded). Returns the factors exp2(m^(j-1) - m^j) that O is multiplied by. 8-bit P~ is
+// computed directly in code units, exp2(S - m + log2(1 / P's scale)): no multiply before the conversion, and l sums
+// the same units (the epilogue's division by l removes them; the LSE subtracts their log2).
 template <class Config>
 __device__ __forceinline__ void online_softmax(float (&scores)[Config::kBlockKv / 2], float (&row_max)[2],
                                                float (&row_sum)[2], float (&rescale)[2]) {
@@ -186,7 +188,7 @@ __device__ __forceinline__ void online_softmax(float (&scores)[Config::kBlockKv 
 #pragma unroll
       for (int column = 0; column < 2; ++column) {
         float &score = scores[tile * 4 + half * 2 + column];
-        score = fast_exp2(score - subtrahend);
+        score = fast_exp2(score - (subtrahend - Config::kProbabilityCodeLog2));
         block_sum += score;
       }
     row_sum[half] = row_sum[half] * rescale[half] + block_sum;
@@ -231,7 +233,7 @@ __device__ __forceinline__ void pack_probabilities(ProbabilityFragments<Config> 
       p.registers[step][3] = pack_f16x2(second[2], second[3]);
     }
   } else {
-    constexpr float c = Config::kProbabilityCodeScale;
+    constexpr float c = 1.0f; // P~ arrives already scaled to its codes (kProbabilityCodeLog2 in the exponent)
 #pragma unroll
     for (int step = 0; step < Fragments::kSteps; ++step) {
       const float *t0 = probabilities + (4 * step) * 4;
@@ -435,8 +437,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
       float low = output[tile_n * 4 + half * 2] * inverse_sum;
       float high = output[tile_n * 4 + half * 2 + 1] * inverse_sum;
       if constexpr (kCodes) {
-        low *= v_scales[channel] * Config::kProbabilityScale;
-        high *= v_scales[channel + 1] * Config::kProbabilityScale;
+        low *= v_scales[channel]; // psi_V^-1 (P's code scale is in l, which summed the codes' values)
+        high *= v_scales[channel + 1];
       }
       if constexpr (Config::kSmoothedV) {
         if (visible) {
@@ -473,7 +475,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
         continue;
       const float sum = state.row_sum[half];
       base.lse[tile.q_head_index * size.tokens_q + row] =
-          sum > 0.0f ? (state.row_max[half] + fast_log2(sum)) * kLn2 + correction : negative_infinity();
+          sum > 0.0f ? (state.row_max[half] + fast_log2(sum) - Config::kProbabilityCodeLog2) * kLn2 + correction
+                     : negative_infinity();
     }
   }
 }
@@ -529,7 +532,7 @@ template <class Config> struct CodesSoftmax {
       float block_sum = 0.0f;
 #pragma unroll
       for (int group = 0; group < kGroups; ++group) {
-        const float shift = kOffset * factor[group] + subtrahend;
+        const float shift = kOffset * factor[group] + (subtrahend - Config::kProbabilityCodeLog2);
 #pragma unroll
         for (int tile = group * kTilesPerGroup; tile < (group + 1) * kTilesPerGroup; ++tile)
 #pragma unroll
