@@ -328,7 +328,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   // The kernels belong to this runner's device: launch them in its context, whatever the thread has current.
   ScopedContext scope(CudaDriver::instance(), state.context);
   if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // before anything is launched
-    if (const std::string problem = valueTensorProblem(state.kernels.plan, {tensors.v, tensors.v_strides});
+    if (const std::string problem = valueTensorProblem(state.kernels.plan, shape, {tensors.v, tensors.v_strides});
         !problem.empty())
       throw std::invalid_argument(problem);
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -49,24 +50,37 @@ void encodeRows(driver::TensorMap &map, const unsigned char *address, std::int64
 
 } // namespace
 
-std::string valueTensorProblem(const schedules::KernelPlan &plan, const ValueTensor &v) {
+namespace {
+
+// V's byte strides as TMA takes them: a dimension of size 1 has no meaningful stride (PyTorch may report 0 or
+// anything for it), so it gets the one a compact tensor would have.
+std::array<std::int64_t, 3> valueByteStrides(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
+                                             const ValueTensor &v) {
+  constexpr std::int64_t kElementBytes = 2;
+  const std::int64_t token = shape.tokens_kv == 1 ? plan.head_dim * kElementBytes : v.strides.token * kElementBytes;
+  const std::int64_t head = shape.heads_kv == 1 ? token * shape.tokens_kv : v.strides.head * kElementBytes;
+  const std::int64_t batch = shape.batch == 1 ? head * shape.heads_kv : v.strides.batch * kElementBytes;
+  return {token, head, batch};
+}
+
+} // namespace
+
+std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
+                               const ValueTensor &v) {
   if (plan.v_source != schedules::ValueSource::input)
     return {};
-  constexpr std::int64_t kElementBytes = 2;
   if (reinterpret_cast<std::uintptr_t>(v.data) % kTmaAlignment != 0)
     return fmt::format("v: the sm90 schedule reads V in place with TMA, which needs a 16-byte aligned pointer (got "
                        "{} modulo 16)",
                        reinterpret_cast<std::uintptr_t>(v.data) % kTmaAlignment);
-  const std::int64_t strides[3] = {v.strides.token, v.strides.head, v.strides.batch};
+  const std::array<std::int64_t, 3> strides = valueByteStrides(plan, shape, v);
   const char *names[3] = {"token", "head", "batch"};
-  for (int i = 0; i < 3; ++i) {
-    const std::int64_t bytes = strides[i] * kElementBytes;
-    if (strides[i] <= 0 || bytes % static_cast<std::int64_t>(kTmaAlignment) != 0 ||
-        static_cast<std::uint64_t>(bytes) >= kMaxStride)
+  for (int i = 0; i < 3; ++i)
+    if (strides[i] <= 0 || strides[i] % static_cast<std::int64_t>(kTmaAlignment) != 0 ||
+        static_cast<std::uint64_t>(strides[i]) >= kMaxStride)
       return fmt::format("v: the sm90 schedule reads V in place with TMA, which needs positive {} strides that are "
                          "multiples of 8 elements (16 bytes) and below 2^39 elements; got {}",
-                         names[i], strides[i]);
-  }
+                         names[i], strides[i] / 2);
   return {};
 }
 
@@ -103,16 +117,17 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
     encodeRows(v_map, workspace + layout.v_values.offset, 2 * plan.head_dim, kv_rows, ws.v_box);
     break;
   case schedules::ValueSource::input: { // the caller's V: [b][h_kv][tokens_kv][d] with its own strides
-    if (const std::string problem = valueTensorProblem(plan, v); !problem.empty())
+    if (const std::string problem = valueTensorProblem(plan, shape, v); !problem.empty())
       throw std::invalid_argument(problem);
+    const std::array<std::int64_t, 3> byte_strides = valueByteStrides(plan, shape, v);
     if (static_cast<std::uint64_t>(shape.tokens_kv) >= kMaxDimension || shape.tokens_kv > kMaxCoordinate)
       throw std::invalid_argument("shape: tokens_kv must be below 2^31 for the sm90 schedule");
     const std::uint64_t dims[4] = {static_cast<std::uint64_t>(2 * plan.head_dim),
                                    static_cast<std::uint64_t>(shape.tokens_kv),
                                    static_cast<std::uint64_t>(shape.heads_kv), static_cast<std::uint64_t>(shape.batch)};
-    const std::uint64_t strides[3] = {static_cast<std::uint64_t>(2 * v.strides.token),
-                                      static_cast<std::uint64_t>(2 * v.strides.head),
-                                      static_cast<std::uint64_t>(2 * v.strides.batch)};
+    const std::uint64_t strides[3] = {static_cast<std::uint64_t>(byte_strides[0]),
+                                      static_cast<std::uint64_t>(byte_strides[1]),
+                                      static_cast<std::uint64_t>(byte_strides[2])};
     const unsigned boxes[4] = {static_cast<unsigned>(ws.v_box.inner_bytes), static_cast<unsigned>(ws.v_box.rows), 1, 1};
     CudaDriver::instance().encodeTensorMap(v_map, 4, v.data, dims, strides, boxes, swizzleOf(ws.v_box.inner_bytes));
     break;

@@ -227,6 +227,7 @@ TEST_CASE("the CPU model of the workspace is close to the exact statistics and q
 TEST_CASE("the workspace is the CPU model's, byte for byte") {
   if (skipWithoutGpu())
     return;
+  driver().ensureContext(); // runners launch in their own context and leave the thread's as it was
   int checked = 0;
   for (const ModelCase &c : modelCases()) {
     const AttentionVariant &variant = c.variant;
@@ -262,6 +263,7 @@ TEST_CASE("the workspace is the CPU model's, byte for byte") {
 TEST_CASE("v_codes in the wgmma token order are the natural codes, permuted in groups of 32") {
   if (skipWithoutGpu())
     return;
+  driver().ensureContext(); // runners launch in their own context and leave the thread's as it was
   codegen::PrologueOptions interleaved;
   interleaved.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
   struct Case {

@@ -60,8 +60,8 @@ TEST_CASE("every sm90 kernel compiles for sm_90a to wgmma + TMA without spills")
           CHECK(count(ptx, "setmaxnreg") == 2);
           const runtime::CompileResult cubin = nvrtc.compileCubin(compile);
           REQUIRE(cubin.resources.size() == 1);
-          // ptxas serializes wgmma it cannot prove safe to overlap ("C7514/C7518 Potential Performance Loss: wgmma.mma_async
-          // instructions are serialized"): the pipeline would silently lose its overlap.
+          // ptxas serializes wgmma it cannot prove safe to overlap ("C7514/C7518 Potential Performance Loss:
+          // wgmma.mma_async instructions are serialized"): the pipeline would silently lose its overlap.
           CHECK(cubin.log.find("are serialized") == std::string::npos);
           constexpr int kSpillBudgetBytes = 32;
           CHECK(cubin.resources[0].spill_store_bytes <= kSpillBudgetBytes);
@@ -75,4 +75,21 @@ TEST_CASE("every sm90 kernel compiles for sm_90a to wgmma + TMA without spills")
         }
   std::printf("sm90 kernels compiled for sm_90a: %d\n", compiled);
   CHECK(compiled >= 24);
+}
+
+TEST_CASE("one consumer warpgroup compiles without the register hand-over") {
+  const AttentionVariant variant = test::presetVariant("sage-b", 128, MaskKind::causal, true);
+  runtime::AttentionKernelRequest request;
+  request.arch = schedules::GpuArch::sm90a;
+  request.schedule = std::string(schedules::Sm90Schedule::kName);
+  request.tunables = schedules::Tunables{64, 64, 4, 2};
+  const runtime::GeneratedKernel kernel = runtime::generateAttentionKernels(variant, request).kernels.back();
+  runtime::CompileRequest compile;
+  compile.key = kernel.name;
+  compile.source = runtime::selfContainedSource(kernel);
+  compile.options.arch = "sm_90a";
+  const runtime::ByteBuffer ptx_bytes = runtime::NvrtcCompiler().compilePtx(compile).image;
+  const std::string ptx(ptx_bytes.begin(), ptx_bytes.end());
+  CHECK(count(ptx, "wgmma.mma_async.sync.aligned.m64n64") >= 2);
+  CHECK(count(ptx, "setmaxnreg") == 0);
 }

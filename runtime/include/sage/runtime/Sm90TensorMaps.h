@@ -17,7 +17,9 @@ struct ValueTensor {
 };
 
 // Checks, without a GPU, that TMA can read the caller's V (ValueSource::input): empty when it can, else the reason.
-std::string valueTensorProblem(const schedules::KernelPlan &plan, const ValueTensor &v);
+// Strides of dimensions of size 1 are not looked at (any value is fine there).
+std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
+                               const ValueTensor &v);
 
 // `base` with the three tensor maps of this call. Throws std::invalid_argument (see above) or CudaError.
 SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,

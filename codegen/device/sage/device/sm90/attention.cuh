@@ -86,7 +86,7 @@ template <class Config> struct ConsumerState {
   static constexpr int kOutputRegisters = kF16Accumulator ? Config::kHeadDim / 4 : kOutputF32Registers;
   using OutputRegister = Select<kF16Accumulator, unsigned, float>;
 
-  OutputRegister output[kOutputRegisters]; // the P.V accumulator (f16x2 pairs or f32)
+  OutputRegister output[kOutputRegisters];                                  // the P.V accumulator (f16x2 pairs or f32)
   float flushed[Config::kPv == PvOperands::int8 ? kOutputF32Registers : 1]; // int8 P.V: the f32 sum of s32 blocks
   float output_max[2]; // the m that `output` is relative to (m of the last block added)
   float flush_max[2];  // two-level: the m that the shared-memory sum is relative to (-inf: nothing flushed yet)
@@ -489,18 +489,18 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 template <class Config> struct CodesSoftmax {
   static constexpr int kTiles = Config::kBlockKv / 8;
   static constexpr int kGroupTokens = Config::kKScaleTokensPerGroup;
-  static constexpr bool kApplies = Config::kQk == QkOperands::int8 && Config::kKScaleInterleave == 1 &&
-                                   (kGroupTokens == 0 || kGroupTokens % 8 == 0);
-  static constexpr int kTilesPerGroup = kGroupTokens == 0 || kGroupTokens >= Config::kBlockKv ? kTiles : kGroupTokens / 8;
+  static constexpr bool kApplies =
+      Config::kQk == QkOperands::int8 && Config::kKScaleInterleave == 1 && (kGroupTokens == 0 || kGroupTokens % 8 == 0);
+  static constexpr int kTilesPerGroup =
+      !kApplies ? 1 : (kGroupTokens == 0 || kGroupTokens >= Config::kBlockKv ? kTiles : kGroupTokens / 8);
   static constexpr int kGroups = kTiles / kTilesPerGroup;
   static constexpr float kOffset = 12582912.0f; // 1.5 x 2^23
 
   template <bool kMasked>
-  static __device__ __forceinline__ void run(ConsumerState<Config> &state, float (&x)[Config::kBlockKv / 2],
-                                             const int (&accumulator)[Config::kBlockKv / 2],
-                                             const SageProblemSize &size, const TileCoordinates &tile,
-                                             const float *k_scales, const int (&rows)[2], int kv_begin, int quad_lane,
-                                             float (&rescale)[2]) {
+  static __device__ __forceinline__ void
+  run(ConsumerState<Config> &state, float (&x)[Config::kBlockKv / 2], const int (&accumulator)[Config::kBlockKv / 2],
+      const SageProblemSize &size, const TileCoordinates &tile, const float *k_scales, const int (&rows)[2],
+      int kv_begin, int quad_lane, float (&rescale)[2]) {
     float k_scale[kGroups];
 #pragma unroll
     for (int group = 0; group < kGroups; ++group)
@@ -557,8 +557,7 @@ __device__ __forceinline__ void score_block(ConsumerState<Config> &state, float 
     CodesSoftmax<Config>::run<kMasked>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane,
                                        rescale);
   } else {
-    dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, size.k_scale_count, kv_begin,
-                              quad_lane);
+    dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, size.k_scale_count, kv_begin, quad_lane);
     if constexpr (kMasked)
       mask_scores<Config>(scores, rows, kv_begin, size.tokens_kv, tile.causal_offset, quad_lane);
     online_softmax<Config>(scores, state.row_max, state.row_sum, rescale);
@@ -692,9 +691,9 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   state.flush_sum = nullptr;
   if constexpr (Config::kTwoLevel) {
     extern __shared__ __align__(1024) unsigned char shared_memory[];
-    float *sums = reinterpret_cast<float *>(shared_memory + (shared_base - static_cast<unsigned>(__cvta_generic_to_shared(
-                                                                             shared_memory))) +
-                                            Layout::kFlushOffset);
+    float *sums = reinterpret_cast<float *>(
+        shared_memory + (shared_base - static_cast<unsigned>(__cvta_generic_to_shared(shared_memory))) +
+        Layout::kFlushOffset);
     state.flush_sum = sums + consumer * kWarpgroupThreads + thread;
 #pragma unroll
     for (int i = 0; i < Config::kHeadDim / 2; ++i)
@@ -824,11 +823,13 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   // divergent gets serialized (ptxas C7518).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
-    warpgroup_release_registers<Config::kProducerRegisters>();
+    if constexpr (Config::kProducerRegisters > 0) // one consumer: no hand-over needed
+      warpgroup_release_registers<Config::kProducerRegisters>();
     if (threadIdx.x == 0)
       produce<Config>(params, tile, shared_base, barriers);
   } else {
-    warpgroup_claim_registers<Config::kConsumerRegisters>();
+    if constexpr (Config::kConsumerRegisters > 0)
+      warpgroup_claim_registers<Config::kConsumerRegisters>();
     consume<Config>(params, tile, shared_base, barriers, warpgroup - 1);
   }
 }
