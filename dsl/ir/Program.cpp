@@ -78,6 +78,9 @@ std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view
   size_t line = 1, line_start = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
+    if (c == '\0') // MLIR's lexer takes a NUL for the end of its buffer: one inside it desynchronizes the parser
+      return {{std::string(source_name) + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1),
+               "a NUL byte: a sage program is text"}};
     if (c == '\n') {
       ++line;
       line_start = i + 1;
@@ -139,8 +142,12 @@ Program Program::parse(std::string_view text, std::string_view source_name) {
   state->context = makeContext();
   DiagnosticCollector collector(*state->context);
   mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
-  state->module = mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(text.data(), text.size()), config,
-                                                          llvm::StringRef(source_name.data(), source_name.size()));
+  // The lexer reads the NUL after the last byte to find the end: a string_view (from the C ABI, say) need not have
+  // one, so parse a NUL-terminated copy.
+  const std::string terminated(text);
+  state->module =
+      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(terminated.c_str(), terminated.size()), config,
+                                              llvm::StringRef(source_name.data(), source_name.size()));
   std::vector<Diagnostic> diagnostics = collector.take();
   if (!state->module)
     throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the sage program"}}

@@ -121,3 +121,13 @@ TEST_CASE("unknown or misspelled attributes are errors naming the attribute and 
                "unknown attribute 'blok_kv'");
   checkRefused(edited("sage.write_o %o", "sage.write_o %o {smoothing_correction}"), "unknown attribute");
 }
+
+TEST_CASE("a NUL byte is refused at its position; text without a terminating NUL parses") {
+  // Found by fuzz_ir: an embedded NUL made MLIR's lexer read past the end of the buffer.
+  std::string text = kValidProgram;
+  text.insert(text.find(" to int8 per_block"), 1, '\0');
+  checkRefused(text, "hostile.mlir:6:29: error: a NUL byte");
+  // A view into a larger buffer, not NUL-terminated after the program.
+  const std::string padded = kValidProgram + "garbage";
+  CHECK_NOTHROW(sage::ir::Program::parse(std::string_view(padded.data(), kValidProgram.size()), "view.mlir"));
+}
