@@ -1,7 +1,6 @@
 #include "sage/ir/OpTraits.h"
 
 #include "mlir/IR/Operation.h"
-#include "llvm/ADT/STLExtras.h"
 
 #include <string>
 
@@ -19,14 +18,14 @@ mlir::LogicalResult verifyOperandsDefinedEarlier(mlir::Operation *op) {
 }
 
 mlir::LogicalResult verifyOnlyKnownAttributes(mlir::Operation *op) {
-  for (mlir::NamedAttribute attribute : op->getDiscardableAttrs()) {
-    std::string known;
-    for (mlir::StringAttr name : op->getName().getAttributeNames())
-      known += (known.empty() ? "" : ", ") + name.str();
-    return op->emitOpError() << "unknown attribute '" << attribute.getName().getValue() << "'; expected "
-                             << (known.empty() ? std::string("none") : known);
-  }
-  return mlir::success();
+  auto unknown = op->getDiscardableAttrs(); // with properties, the op's own attributes are not in this list
+  if (unknown.begin() == unknown.end())
+    return mlir::success();
+  std::string known;
+  for (mlir::StringAttr name : op->getName().getAttributeNames())
+    known += (known.empty() ? "" : ", ") + name.str();
+  return op->emitOpError() << "unknown attribute '" << (*unknown.begin()).getName().getValue() << "'; expected "
+                           << (known.empty() ? std::string("none") : known);
 }
 
 } // namespace sage::ir

@@ -44,6 +44,12 @@ expect "reference --k-bias nan" 1 "--k-bias: expected a finite number in \[0, 10
 expect "reference --k-bias inf" 1 "--k-bias: expected a finite number" -- "$sagegen" reference --k-bias inf --n 64
 expect "reference --batch 0" 1 "--batch: .*0" -- "$sagegen" reference --batch 0 --n 64
 
+expect "tune --budget nan" 1 "--budget: expected a finite, non-negative number" -- "$sagegen" tune --preset sage-b --n 1024 --budget nan
+expect "tune --n 2^40" 1 "--n: expected positive sequence lengths, got 1099511627776 \(the limit is 2\^24\)" -- \
+  "$sagegen" tune --preset sage-b --n 1099511627776
+expect "tune --batch-heads overflow" 1 "--batch-heads: expected BATCHxHEADS with BATCH in \[1, 65535\]" -- \
+  "$sagegen" tune --preset sage-b --n 1024 --batch-heads 9223372036854775807x2
+
 # --- IR files: not regular files, oversized, nested, cyclic, out-of-range attributes
 "$sagegen" ir --preset sage-b --headdim 64 >"$work/good.mlir"
 mkfifo "$work/fifo.mlir"
