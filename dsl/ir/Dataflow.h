@@ -10,6 +10,11 @@ enum class Origin { q, k, v, p, scores, output, unknown };
 
 const char *originName(Origin origin);
 
+// The op defining `value` when it lies earlier than `user` in the same block, else null. The walks below step only
+// to earlier ops, so they end even on a program with a cycle or a use before a definition: the op verifiers that
+// call them run before MLIR's dominance check.
+mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user);
+
 // Q/K/V for values derived from sage.input through smooth/quantize; P for values derived from the
 // softmax; scores for the Q.K^T mma and what follows it up to the softmax; output for P.V and after.
 Origin originOf(mlir::Value value);

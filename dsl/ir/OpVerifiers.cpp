@@ -4,14 +4,16 @@
 #include "sage/ir/AttentionVariant.h"
 #include "sage/ir/Dialect.h"
 
-#include <cmath>
-
 namespace sage::ir {
 namespace {
 
 using dataflow::Origin;
 using dataflow::originName;
 using dataflow::originOf;
+
+// ODS's getters of I64Attr return uint64_t, which turns -64 into 2^64 - 64: every integer attribute is read as the
+// signed value it was written as, then range-checked.
+int64_t signedValue(mlir::IntegerAttr attribute) { return attribute ? attribute.getInt() : 0; }
 
 bool isCast(ElementType type) {
   return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16;
@@ -27,7 +29,7 @@ int64_t tileTokensFor(QuantizeOp op, Origin origin) {
   auto attention = op->getParentOfType<AttentionOp>();
   if (!attention)
     return 0;
-  return origin == Origin::q ? attention.getBlockQ() : attention.getBlockKv();
+  return signedValue(origin == Origin::q ? attention.getBlockQAttr() : attention.getBlockKvAttr());
 }
 
 mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
@@ -55,7 +57,7 @@ mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
 }
 
 mlir::LogicalResult verifyGroupTokens(QuantizeOp op, Origin origin) {
-  int64_t group = op.getGroupTokens();
+  int64_t group = signedValue(op.getGroupTokensAttr());
   Granularity granularity = op.getGranularity();
   if (!usesGroups(granularity)) {
     if (group != 0)
@@ -63,9 +65,9 @@ mlir::LogicalResult verifyGroupTokens(QuantizeOp op, Origin origin) {
                               << stringifyGranularity(granularity) << "'";
     return mlir::success();
   }
-  if (group <= 0)
-    return op.emitOpError() << "granularity '" << stringifyGranularity(granularity)
-                            << "' needs group_tokens > 0 (tokens sharing one scale)";
+  if (group <= 0 || group > kMaxBlockTokens)
+    return op.emitOpError() << "granularity '" << stringifyGranularity(granularity) << "' needs group_tokens in [1, "
+                            << kMaxBlockTokens << "] (tokens sharing one scale), got " << group;
   if (granularity == Granularity::per_thread && group % 8 != 0)
     return op.emitOpError() << "per_thread interleaves tokens by 8: group_tokens must be a multiple of 8, got "
                             << group;
@@ -104,8 +106,10 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
     if (origin != Origin::p)
       return op.emitOpError() << "a static_scale is only valid for P, whose rows have max 1; " << originName(origin)
                               << " needs a computed scale";
-    if (!(scale > 0.0) || !std::isfinite(scale))
-      return op.emitOpError() << "static_scale must be a positive finite number, got " << scale;
+    if (!(scale >= kMinStaticScale && scale <= kMaxStaticScale))
+      return op.emitOpError() << "static_scale must lie in [2^-64, 2^64] (a normal f32 whose reciprocal is one too), "
+                                 "got "
+                              << scale;
     if (granularity != Granularity::per_tensor)
       return op.emitOpError() << "a static_scale is one scale for the whole tensor: granularity must be "
                                  "'per_tensor', got '"
@@ -148,14 +152,16 @@ mlir::LogicalResult verifyMmaTypes(MmaOp op, ElementType lhs, ElementType rhs) {
 } // namespace
 
 mlir::LogicalResult AttentionOp::verify() {
-  if (getVersion() != kIrVersion)
-    return emitOpError() << "IR version " << getVersion() << " is not supported; this sagegen reads version "
-                         << kIrVersion;
-  if (getHeadDim() <= 0 || getHeadDim() % 16 != 0 || getHeadDim() > 256)
-    return emitOpError() << "head_dim must be a positive multiple of 16 up to 256, got " << getHeadDim();
-  for (auto [name, value] : {std::pair{"block_q", getBlockQ()}, std::pair{"block_kv", getBlockKv()}})
-    if (value <= 0 || value % 16 != 0)
-      return emitOpError() << name << " must be a positive multiple of 16, got " << value;
+  const int64_t version = signedValue(getVersionAttr()), head_dim = signedValue(getHeadDimAttr());
+  if (version != kIrVersion)
+    return emitOpError() << "IR version " << version << " is not supported; this sagegen reads version " << kIrVersion;
+  if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > kMaxHeadDim)
+    return emitOpError() << "head_dim must be a positive multiple of 16 up to " << kMaxHeadDim << ", got " << head_dim;
+  for (auto [name, value] :
+       {std::pair{"block_q", signedValue(getBlockQAttr())}, std::pair{"block_kv", signedValue(getBlockKvAttr())}})
+    if (value <= 0 || value % 16 != 0 || value > kMaxBlockTokens)
+      return emitOpError() << name << " must be a positive multiple of 16 up to " << kMaxBlockTokens << ", got "
+                           << value;
   return mlir::success();
 }
 
@@ -221,7 +227,7 @@ mlir::LogicalResult OnlineSoftmaxOp::verify() {
   MmaOp mma = dataflow::mmaBehind(getInput());
   if (mma && dataflow::operandsCarryScales(mma)) {
     bool dequantized = false;
-    for (mlir::Value value = getInput(); mlir::Operation *producer = value.getDefiningOp();) {
+    for (mlir::Operation *producer = dataflow::earlierProducer(getInput(), *this); producer;) {
       if (mlir::isa<DequantOp>(producer)) {
         dequantized = true;
         break;
@@ -229,7 +235,7 @@ mlir::LogicalResult OnlineSoftmaxOp::verify() {
       auto mask = mlir::dyn_cast<MaskOp>(producer);
       if (!mask)
         break;
-      value = mask.getInput();
+      producer = dataflow::earlierProducer(mask.getInput(), producer);
     }
     if (!dequantized)
       return emitOpError() << "scores of quantized operands must pass through sage.dequant before the softmax";
@@ -252,10 +258,11 @@ mlir::LogicalResult AccumulateOp::verify() {
     return emitOpError() << "the P.V mma accumulates in f16: use accumulation 'f16' or 'f16_then_f32'";
   if (dataflow::operandsCarryScales(mma) && !getInput().getDefiningOp<DequantOp>())
     return emitOpError() << "P.V of quantized operands must pass through sage.dequant before accumulation";
-  if (two_level && getFlushPeriod() <= 0)
-    return emitOpError() << stringifyAccumulationKind(kind)
-                         << " needs flush_period > 0 (KV blocks between flushes into f32)";
-  if (!two_level && getFlushPeriod() != 0)
+  const int64_t flush_period = signedValue(getFlushPeriodAttr());
+  if (two_level && (flush_period <= 0 || flush_period > kMaxFlushPeriod))
+    return emitOpError() << stringifyAccumulationKind(kind) << " needs flush_period in [1, " << kMaxFlushPeriod
+                         << "] (KV blocks between flushes into f32), got " << flush_period;
+  if (!two_level && flush_period != 0)
     return emitOpError() << "flush_period only applies to the two-level accumulations f16_then_f32 and "
                             "f32_two_level";
   return mlir::success();

@@ -15,6 +15,15 @@ namespace sage {
 // Version of the IR and of this struct's meaning; part of every cache key.
 inline constexpr int kIrVersion = 1;
 
+// Limits of the IR's integer and float attributes, checked by the verifier on the signed 64-bit (or double) value
+// before anything narrows it to int.
+inline constexpr int64_t kMaxHeadDim = 256;
+inline constexpr int64_t kMaxBlockTokens = 1024;    // block_q, block_kv (and so group_tokens)
+inline constexpr int64_t kMaxFlushPeriod = 1 << 20; // KV blocks between flushes of a two-level accumulator
+// A static scale and its reciprocal stay finite, normal f32 values in the generated kernels.
+inline constexpr double kMinStaticScale = 0x1p-64;
+inline constexpr double kMaxStaticScale = 0x1p64;
+
 enum class ElementType : uint8_t { f32, f16, bf16, int8, int4, e4m3, e5m2, e2m1 };
 
 enum class Granularity : uint8_t {

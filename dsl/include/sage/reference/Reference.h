@@ -30,6 +30,15 @@ struct BlockMask {
   std::vector<uint8_t> keep;
 };
 
+// The CPU reference runs in double precision on one thread: shapes whose memory or work it would not finish are
+// refused before anything is allocated. Memory: the f32 inputs, two f64 outputs (a variant's and the exact one) and
+// one head's f64 working copies of Q, K and V. Work: the multiply-adds of Q.K^T and P.V over all heads.
+inline constexpr int64_t kMaxReferenceBytes = int64_t(16) << 30;
+inline constexpr int64_t kMaxReferenceWork = int64_t(1) << 38;
+
+// Throws std::invalid_argument with the estimate and the limit when a run of this shape exceeds one of them.
+void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d);
+
 // Runs `variant` on Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d] (GQA: h_kv divides h_q).
 // Throws std::invalid_argument naming the argument when shapes disagree with each other or the variant.
 AttentionResult runReference(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k,
