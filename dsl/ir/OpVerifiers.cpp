@@ -15,8 +15,9 @@ using dataflow::originOf;
 // signed value it was written as, then range-checked.
 int64_t signedValue(mlir::IntegerAttr attribute) { return attribute ? attribute.getInt() : 0; }
 
-sage::Granularity toVocabularyGranularity(Granularity granularity) {
-  return sage::parseGranularity(stringifyGranularity(granularity).str()).value_or(sage::Granularity::none);
+// Elements sharing one microscale (16 for NVFP4, 32 for MXFP4), else 0.
+int microscaleGroup(Granularity granularity) {
+  return granularity == Granularity::microscale_1x16 ? 16 : granularity == Granularity::microscale_1x32 ? 32 : 0;
 }
 
 bool isCast(ElementType type) {
@@ -49,8 +50,7 @@ mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
   if (!isCast(dtype) && granularity == Granularity::none && !is_static)
     return op.emitOpError() << "quantizing to " << stringifyElementType(dtype)
                             << " needs a scale: give a granularity other than 'none' or a static_scale";
-  const bool microscaled = granularity == Granularity::microscale_1x16 || granularity == Granularity::microscale_1x32;
-  if ((dtype == ElementType::e2m1) != microscaled)
+  if ((dtype == ElementType::e2m1) != (microscaleGroup(granularity) > 0))
     return op.emitOpError()
            << "e2m1 (FP4) values and microscale_1x16 scales go together (microscale_1x32 for MXFP4), got dtype '"
            << stringifyElementType(dtype) << "' with granularity '" << stringifyGranularity(granularity) << "'";
@@ -70,7 +70,7 @@ mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
 // Microscale groups lie along the reduction axis: head_dim for Q and K, the KV tile for P and V. A group may not
 // straddle a tile (the mma's k extent), so the group size must divide it.
 mlir::LogicalResult verifyMicroscaleExtent(QuantizeOp op, Origin origin) {
-  const int group = microscaleGroupSize(toVocabularyGranularity(op.getGranularity()));
+  const int group = microscaleGroup(op.getGranularity());
   auto attention = op->getParentOfType<AttentionOp>();
   if (group == 0 || !attention)
     return mlir::success();
@@ -120,8 +120,7 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
                                "per_tensor or microscaled (along its tokens), not '"
                             << stringifyGranularity(granularity) << "'";
   if (origin == Origin::p && granularity != Granularity::none && granularity != Granularity::per_tensor &&
-      granularity != Granularity::per_token && granularity != Granularity::microscale_1x16 &&
-      granularity != Granularity::microscale_1x32)
+      granularity != Granularity::per_token && microscaleGroup(granularity) == 0)
     return op.emitOpError() << "P is quantized row by row as the softmax produces it: use a static_scale, per_token, "
                                "microscale_1x16 or microscale_1x32, not '"
                             << stringifyGranularity(granularity) << "'";
