@@ -57,6 +57,10 @@ Origin originOfProducer(mlir::Operation *producer) {
     return originThrough(smooth.getInput(), producer);
   if (auto quantize = mlir::dyn_cast<QuantizeOp>(producer))
     return originThrough(quantize.getInput(), producer);
+  if (auto decode = mlir::dyn_cast<DecodeOp>(producer))
+    return originThrough(decode.getInput(), producer);
+  if (auto correction = mlir::dyn_cast<QMeanCorrectionOp>(producer))
+    return originThrough(correction.getInput(), producer);
   if (mlir::isa<OnlineSoftmaxOp>(producer))
     return Origin::p;
   if (auto mma = mlir::dyn_cast<MmaOp>(producer))
@@ -74,7 +78,17 @@ Origin originOfProducer(mlir::Operation *producer) {
 
 Origin originOf(mlir::Value value) { return originOfProducer(value.getDefiningOp()); }
 
-QuantizeOp quantizerOf(mlir::Value value) { return value.getDefiningOp<QuantizeOp>(); }
+QuantizeOp quantizerOf(mlir::Value value) {
+  if (auto decode = value.getDefiningOp<DecodeOp>())
+    return mlir::dyn_cast_or_null<QuantizeOp>(earlierProducer(decode.getInput(), decode));
+  return value.getDefiningOp<QuantizeOp>();
+}
+
+ElementType operandType(mlir::Value value) {
+  if (auto decode = value.getDefiningOp<DecodeOp>())
+    return decode.getDtype();
+  return quantizerOf(value).getDtype();
+}
 
 MmaOp mmaBehind(mlir::Value value) {
   mlir::Operation *producer = value.getDefiningOp();
@@ -85,6 +99,8 @@ MmaOp mmaBehind(mlir::Value value) {
       producer = earlierProducer(dequant.getInput(), producer);
     else if (auto mask = mlir::dyn_cast<MaskOp>(producer))
       producer = earlierProducer(mask.getInput(), producer);
+    else if (auto correction = mlir::dyn_cast<QMeanCorrectionOp>(producer))
+      producer = earlierProducer(correction.getInput(), producer);
     else
       return nullptr;
   }

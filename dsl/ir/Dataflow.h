@@ -19,10 +19,14 @@ mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user);
 // softmax; scores for the Q.K^T mma and what follows it up to the softmax; output for P.V and after.
 Origin originOf(mlir::Value value);
 
-// The sage.quantize that produced `value`, or null.
+// The sage.quantize that produced `value` (directly or through a sage.decode), or null.
 QuantizeOp quantizerOf(mlir::Value value);
 
-// The sage.mma whose result feeds `value` through dequant/mask, or null.
+// The element type an mma operand arrives in: the sage.decode's dtype, else its quantizer's. Requires
+// quantizerOf(value).
+ElementType operandType(mlir::Value value);
+
+// The sage.mma whose result feeds `value` through dequant/q_mean_correction/mask, or null.
 MmaOp mmaBehind(mlir::Value value);
 
 // Whether an operand of the mma carries scales that a sage.dequant must apply.

@@ -103,6 +103,19 @@ KvOperands prepareKv(const AttentionVariant &variant, const HostTensor &k, const
     kv.v_mean = channelMean(v_matrix, 0, v_matrix.tokens);
     subtractRows(v_matrix, 0, v_matrix.tokens, kv.v_mean);
   }
+  if (isMicroscale(variant.v.granularity)) {
+    // V's microscales run along its tokens (the reduction axis of P.V): quantize V^T row by row.
+    OperandMatrix transposed{v_matrix.dim, v_matrix.tokens, std::vector<float>(v_matrix.values.size())};
+    for (int64_t t = 0; t < v_matrix.tokens; ++t)
+      for (int64_t c = 0; c < v_matrix.dim; ++c)
+        transposed.values[c * v_matrix.tokens + t] = v_matrix.at(t, c);
+    const std::vector<double> values = quantizeOperand(transposed, variant.v, variant.block_kv);
+    kv.v_values.resize(values.size());
+    for (int64_t t = 0; t < v_matrix.tokens; ++t)
+      for (int64_t c = 0; c < v_matrix.dim; ++c)
+        kv.v_values[t * v_matrix.dim + c] = values[c * v_matrix.tokens + t];
+    return kv;
+  }
   kv.v_values = quantizeOperand(v_matrix, variant.v, variant.block_kv); // psi_V
   return kv;
 }
@@ -208,10 +221,11 @@ AttentionResult runReference(const AttentionVariant &variant, const HostTensor &
               double row_max = kNegativeInfinity;
               for (int64_t col = 0; col < columns; ++col) {
                 const int64_t j = kv_begin + col;
-                double s = dot(&qo.values[i * d], &kv.k_values[j * d], d) * score_scale;
-                if (!qo.block_means.empty())
+                double s = dot(&qo.values[i * d], &kv.k_values[j * d], d);
+                if (!qo.block_means.empty()) // the GEMV of sage.q_mean_correction, in Q's (scaled) domain
                   for (int64_t c = 0; c < d; ++c)
                     s += static_cast<double>(qo.block_means[i / variant.block_q][c]) * kv.k_smoothed.at(j, c);
+                s *= score_scale;
                 if (causal && j > i + causal_offset)
                   s = kNegativeInfinity;
                 scores[col] = s;

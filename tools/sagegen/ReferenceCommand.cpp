@@ -27,7 +27,7 @@ struct ReferenceOptions {
   int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 2, kv_heads = 0; // 0: not given (same as Q's)
   uint64_t seed = 0;
   std::string dtype = "f16", layout = "hnd";
-  double k_bias = 0.0;
+  double k_bias = 0.0, q_bias = 0.0;
 };
 
 reference::StorageType storageOf(const std::string &text) {
@@ -82,7 +82,7 @@ void run(const ReferenceOptions &options) {
     throw UserError(std::string("--batch/--heads/--kv-heads/--n/--n-kv: ") + error.what());
   }
   auto q = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
-                                   {options.seed * 3 + 1, 0.0, 1.0, 0.0});
+                                   {options.seed * 3 + 1, 0.0, 1.0, options.q_bias});
   auto k = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
                                    {options.seed * 3 + 2, 0.0, 1.0, options.k_bias});
   auto v = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
@@ -90,9 +90,9 @@ void run(const ReferenceOptions &options) {
   const bool causal = variants.front().mask.kind == MaskKind::causal;
   const auto exact = reference::exactAttention(q, k, v, causal);
 
-  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} k_bias={} seed={}\n", options.batch,
-             options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
-             causal ? "yes" : "no", options.k_bias, options.seed);
+  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} q_bias={} k_bias={} seed={}\n",
+             options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
+             causal ? "yes" : "no", options.q_bias, options.k_bias, options.seed);
   size_t name_width = 12;
   for (const AttentionVariant &variant : variants)
     name_width = std::max(name_width, variant.name.size());
@@ -138,6 +138,11 @@ CommandAction addReferenceCommand(CLI::App &app) {
   command
       ->add_option("--k-bias", options->k_bias,
                    "stddev of a per-channel bias shared by all K tokens (the outliers K smoothing removes)")
+      ->capture_default_str()
+      ->check(finiteRange(0.0, 1e4));
+  command
+      ->add_option("--q-bias", options->q_bias,
+                   "stddev of a per-channel bias shared by all Q tokens (the outliers Q smoothing removes)")
       ->capture_default_str()
       ->check(finiteRange(0.0, 1e4));
   options->preset.addTo(*command);

@@ -35,10 +35,22 @@ enum class Granularity : uint8_t {
   per_thread,      // tokens of a `group_tokens` tile interleaved by 8 (token t -> group t mod 8),
                    // matching the rows one mma thread group owns
   per_channel,     // one scale per head-dim channel (V only: the outer axis of P.V)
-  microscale_1x16, // one ue4m3 scale per 16 consecutive channels of a token (NVFP4)
+  microscale_1x16, // one ue4m3 scale per 16 consecutive elements along the matmul's reduction axis (NVFP4):
+                   // channels of a Q/K token, KV columns of a P row, tokens of a V channel
+  microscale_1x32, // one ue8m0 (power-of-two) scale per 32 such elements (OCP MXFP4, SageAttention3's ablation)
 };
 
-enum class ScaleType : uint8_t { f32, ue4m3 };
+// A microscaled quantizer's scales lie along the reduction axis, so they are applied inside the (block-scaled) mma
+// rather than by sage.dequant afterwards.
+inline bool isMicroscale(Granularity granularity) {
+  return granularity == Granularity::microscale_1x16 || granularity == Granularity::microscale_1x32;
+}
+// Elements sharing one microscale (16 or 32), else 0.
+inline int microscaleGroupSize(Granularity granularity) {
+  return granularity == Granularity::microscale_1x16 ? 16 : granularity == Granularity::microscale_1x32 ? 32 : 0;
+}
+
+enum class ScaleType : uint8_t { f32, ue4m3, ue8m0 };
 
 enum class AccumulatorType : uint8_t { s32, f16, f32 };
 

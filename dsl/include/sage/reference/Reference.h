@@ -2,8 +2,11 @@
 // quantizers. It is the oracle of every kernel test.
 //
 // What is exact and what is modelled:
-//  - Quantizers (int8/int4/e4m3/e5m2 codes and f32 scales), K/V smoothing and Q's folded scale are the
-//    exact f32 arithmetic of sage/numerics/Quantizers.h, so a kernel computes the same codes bit for bit.
+//  - Quantizers (int8/int4/e4m3/e5m2 codes and f32 scales; e2m1 codes with ue4m3 or ue8m0 microscales, V's along
+//    its tokens; P's two-level scale), K/V smoothing and Q's folded scale are the exact f32 arithmetic of
+//    sage/numerics/Quantizers.h, so a kernel computes the same codes bit for bit.
+//  - Q smoothing's GEMV (sage.q_mean_correction) adds mean(Q_i) . K_j^T in double, with K as it enters its
+//    quantizer (smoothed, unquantized), before the softmax scale.
 //  - Products of codes are summed exactly in double, then scaled by the f32 scales.
 //  - The online softmax runs tile by tile (b_q x b_kv), exactly as the kernels do, in double.
 //  - An f16 accumulator is modelled by rounding to f16 after every 16-token step of P.V (the k extent of
