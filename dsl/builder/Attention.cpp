@@ -20,9 +20,32 @@ bool usesGroups(Granularity granularity) {
          granularity == Granularity::per_thread;
 }
 
+QuantizerSpec microscaled(Granularity granularity) {
+  QuantizerSpec spec = quantizer(ElementType::e2m1, granularity);
+  spec.scale_type = granularity == Granularity::microscale_1x16 ? ScaleType::ue4m3 : ScaleType::ue8m0;
+  return spec;
+}
+
+QkQuantization fp4Qk(Granularity granularity) {
+  QkQuantization spec;
+  spec.q = microscaled(granularity);
+  spec.q.fold_softmax_scale = true;
+  spec.k = microscaled(granularity);
+  return spec;
+}
+
+PvQuantization fp4Pv(Granularity granularity, bool two_level_p) {
+  PvQuantization spec;
+  spec.p = microscaled(granularity);
+  spec.p.two_level = two_level_p;
+  spec.v = microscaled(granularity);
+  spec.mma_accumulator = AccumulatorType::f32;
+  spec.accumulation = {AccumulationKind::f32, 0};
+  return spec;
+}
+
 QkQuantization integerQk(ElementType dtype, Granularity granularity) {
-  if (granularity == Granularity::per_channel || granularity == Granularity::none ||
-      granularity == Granularity::microscale_1x16)
+  if (granularity == Granularity::per_channel || granularity == Granularity::none || isMicroscale(granularity))
     throw std::invalid_argument("qk granularity: expected per_tensor, per_token, per_block, per_warp or per_thread, "
                                 "got '" +
                                 std::string(nameOf(granularity)) + "'");
@@ -62,6 +85,9 @@ QkQuantization full_precision() {
   spec.k = cast(ElementType::f32);
   return spec;
 }
+
+QkQuantization nvfp4() { return fp4Qk(Granularity::microscale_1x16); }
+QkQuantization mxfp4() { return fp4Qk(Granularity::microscale_1x32); }
 
 PvQuantization &PvQuantization::smooth_v() {
   smooth_v_scope = SmoothScope::sequence;
@@ -117,6 +143,9 @@ PvQuantization full_precision_pv() {
   spec.accumulation = {AccumulationKind::f32, 0};
   return spec;
 }
+
+PvQuantization nvfp4_pv(bool two_level_p) { return fp4Pv(Granularity::microscale_1x16, two_level_p); }
+PvQuantization mxfp4_pv() { return fp4Pv(Granularity::microscale_1x32, false); }
 
 AttentionBuilder::AttentionBuilder(std::string name) : name_(std::move(name)) {
   qk_ = int8(Granularity::per_block).smooth_k();

@@ -43,6 +43,8 @@ public:
     mlir::Value scores = mma(q_codes, k_codes, variant.qk.accumulator);
     if (variant.q.quantized() || variant.k.quantized())
       scores = builder_.create<ir::DequantOp>(location("dequant_s"), tileType(), scores);
+    if (variant.smooth_q != SmoothScope::none) // S += mean(Q_i) . K^T restores the smoothed-away block mean
+      scores = builder_.create<ir::QMeanCorrectionOp>(location("q_mean_correction"), tileType(), scores, q, k);
     if (variant.mask.kind != MaskKind::none)
       scores = builder_.create<ir::MaskOp>(location("mask"), tileType(), scores,
                                            toDialect(ir::symbolizeMaskKind, nameOf(variant.mask.kind)));

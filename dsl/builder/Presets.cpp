@@ -1,4 +1,5 @@
-// The named presets: SageAttention's Table 6 kernels, SageAttention2's FP8 P.V and an exact baseline.
+// The named presets: SageAttention's Table 6 kernels, SageAttention2's FP8 P.V and an exact baseline; and the
+// reference-only FP4/INT4 presets of SageAttention3 and SageAttention2 (no kernel schedule yet).
 #include "sage/dsl/Presets.h"
 
 #include <string>
@@ -20,6 +21,18 @@ AttentionBuilder makePreset(std::string_view name) {
     // Q per warp of 32 rows (a 128-row tile over 4 warps); every warp reads the whole K tile, so K's
     // per-warp group is the 64-token tile.
     builder.qk(int8(per_warp).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+  else if (name == "sage3-fp4")
+    builder.qk(nvfp4().smooth_q().smooth_k()).pv(nvfp4_pv());
+  else if (name == "sage3-fp4-direct-p")
+    builder.qk(nvfp4().smooth_q().smooth_k()).pv(nvfp4_pv(false));
+  else if (name == "sage3-mxfp4")
+    builder.qk(mxfp4().smooth_q().smooth_k()).pv(mxfp4_pv());
+  else if (name == "sage2-int4")
+    // Per-thread groups: a warp's 32 Q rows (a 128-row tile over 4 warps) and the 64-token K tile, each
+    // interleaved by 8 as the m16n8k64 fragments hold them.
+    builder.qk(int4(per_thread).groups(32, 64).smooth_q().smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+  else if (name == "sage2-int4-no-smooth-q")
+    builder.qk(int4(per_thread).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
   else
     builder.qk(full_precision()).pv(full_precision_pv());
   return builder;
@@ -39,13 +52,25 @@ const std::vector<PresetInfo> &presets() {
   return table;
 }
 
+const std::vector<PresetInfo> &referenceOnlyPresets() {
+  static const std::vector<PresetInfo> table = {
+      {"sage3-fp4", "SageAttention3: NVFP4 Q/K/P/V (1x16, UE4M3), Q and K smoothed, two-level P, f32 accumulation"},
+      {"sage3-fp4-direct-p", "sage3-fp4 with P~ microscaled directly (no per-row scale): Table 1(b)'s ablation"},
+      {"sage3-mxfp4", "sage3-fp4 in MXFP4 (1x32, UE8M0 scales), P direct: Table 1(a)'s ablation"},
+      {"sage2-int4", "SageAttention2: int4 per-thread Q/K, Q and K smoothed; e4m3 P.V, two-level f32"},
+      {"sage2-int4-no-smooth-q", "sage2-int4 without Q smoothing (the ablation)"},
+  };
+  return table;
+}
+
 std::optional<AttentionBuilder> preset(std::string_view name, int head_dim, MaskKind mask) {
-  for (const PresetInfo &info : presets())
-    if (info.name == name) {
-      AttentionBuilder builder = makePreset(name);
-      builder.head_dim(head_dim).mask(mask);
-      return builder;
-    }
+  for (const std::vector<PresetInfo> *table : {&presets(), &referenceOnlyPresets()})
+    for (const PresetInfo &info : *table)
+      if (info.name == name) {
+        AttentionBuilder builder = makePreset(name);
+        builder.head_dim(head_dim).mask(mask);
+        return builder;
+      }
   return std::nullopt;
 }
 

@@ -38,6 +38,10 @@ void SmoothOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
 void QuantizeOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
   setName(getResult(), roleName(getInput()) + "_" + stringifyElementType(getDtype()).str());
 }
+void DecodeOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), roleName(getInput()) + "_decoded_" + stringifyElementType(getDtype()).str());
+}
+void QMeanCorrectionOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "s_corrected"); }
 void MmaOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
   setName(getResult(), roleName(getResult()) == "s" ? "s" : "pv");
 }

@@ -17,15 +17,17 @@ constexpr NameTable<ElementType, 8> kElementTypes{{{ElementType::f32, "f32"},
                                                    {ElementType::e4m3, "e4m3"},
                                                    {ElementType::e5m2, "e5m2"},
                                                    {ElementType::e2m1, "e2m1"}}};
-constexpr NameTable<Granularity, 8> kGranularities{{{Granularity::none, "none"},
+constexpr NameTable<Granularity, 9> kGranularities{{{Granularity::none, "none"},
                                                     {Granularity::per_tensor, "per_tensor"},
                                                     {Granularity::per_token, "per_token"},
                                                     {Granularity::per_block, "per_block"},
                                                     {Granularity::per_warp, "per_warp"},
                                                     {Granularity::per_thread, "per_thread"},
                                                     {Granularity::per_channel, "per_channel"},
-                                                    {Granularity::microscale_1x16, "microscale_1x16"}}};
-constexpr NameTable<ScaleType, 2> kScaleTypes{{{ScaleType::f32, "f32"}, {ScaleType::ue4m3, "ue4m3"}}};
+                                                    {Granularity::microscale_1x16, "microscale_1x16"},
+                                                    {Granularity::microscale_1x32, "microscale_1x32"}}};
+constexpr NameTable<ScaleType, 3> kScaleTypes{
+    {{ScaleType::f32, "f32"}, {ScaleType::ue4m3, "ue4m3"}, {ScaleType::ue8m0, "ue8m0"}}};
 constexpr NameTable<AccumulatorType, 3> kAccumulatorTypes{
     {{AccumulatorType::s32, "s32"}, {AccumulatorType::f16, "f16"}, {AccumulatorType::f32, "f32"}}};
 constexpr NameTable<AccumulationKind, 4> kAccumulationKinds{{{AccumulationKind::f32, "f32"},

@@ -22,8 +22,24 @@ const char *originName(Origin origin) {
   return "an unknown value";
 }
 
-Origin originOf(mlir::Value value) {
+mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user) {
   mlir::Operation *producer = value.getDefiningOp();
+  if (!producer || !user || producer->getBlock() != user->getBlock() || producer == user ||
+      !producer->isBeforeInBlock(user))
+    return nullptr;
+  return producer;
+}
+
+namespace {
+
+Origin originOfProducer(mlir::Operation *producer);
+
+// The origin of `operand` of `user`, stepping only to an earlier op: each walk ends.
+Origin originThrough(mlir::Value operand, mlir::Operation *user) {
+  return originOfProducer(earlierProducer(operand, user));
+}
+
+Origin originOfProducer(mlir::Operation *producer) {
   if (!producer)
     return Origin::unknown;
   if (auto input = mlir::dyn_cast<InputOp>(producer)) {
@@ -38,23 +54,41 @@ Origin originOf(mlir::Value value) {
     return Origin::unknown;
   }
   if (auto smooth = mlir::dyn_cast<SmoothOp>(producer))
-    return originOf(smooth.getInput());
+    return originThrough(smooth.getInput(), producer);
   if (auto quantize = mlir::dyn_cast<QuantizeOp>(producer))
-    return originOf(quantize.getInput());
+    return originThrough(quantize.getInput(), producer);
+  if (auto decode = mlir::dyn_cast<DecodeOp>(producer))
+    return originThrough(decode.getInput(), producer);
+  if (auto correction = mlir::dyn_cast<QMeanCorrectionOp>(producer))
+    return originThrough(correction.getInput(), producer);
   if (mlir::isa<OnlineSoftmaxOp>(producer))
     return Origin::p;
   if (auto mma = mlir::dyn_cast<MmaOp>(producer))
-    return originOf(mma.getLhs()) == Origin::p ? Origin::output : Origin::scores;
+    return originThrough(mma.getLhs(), producer) == Origin::p ? Origin::output : Origin::scores;
   if (auto dequant = mlir::dyn_cast<DequantOp>(producer))
-    return originOf(dequant.getInput());
+    return originThrough(dequant.getInput(), producer);
   if (auto mask = mlir::dyn_cast<MaskOp>(producer))
-    return originOf(mask.getInput());
+    return originThrough(mask.getInput(), producer);
   if (mlir::isa<AccumulateOp, NormalizeOp>(producer))
     return Origin::output;
   return Origin::unknown;
 }
 
-QuantizeOp quantizerOf(mlir::Value value) { return value.getDefiningOp<QuantizeOp>(); }
+} // namespace
+
+Origin originOf(mlir::Value value) { return originOfProducer(value.getDefiningOp()); }
+
+QuantizeOp quantizerOf(mlir::Value value) {
+  if (auto decode = value.getDefiningOp<DecodeOp>())
+    return mlir::dyn_cast_or_null<QuantizeOp>(earlierProducer(decode.getInput(), decode));
+  return value.getDefiningOp<QuantizeOp>();
+}
+
+ElementType operandType(mlir::Value value) {
+  if (auto decode = value.getDefiningOp<DecodeOp>())
+    return decode.getDtype();
+  return quantizerOf(value).getDtype();
+}
 
 MmaOp mmaBehind(mlir::Value value) {
   mlir::Operation *producer = value.getDefiningOp();
@@ -62,9 +96,11 @@ MmaOp mmaBehind(mlir::Value value) {
     if (auto mma = mlir::dyn_cast<MmaOp>(producer))
       return mma;
     if (auto dequant = mlir::dyn_cast<DequantOp>(producer))
-      producer = dequant.getInput().getDefiningOp();
+      producer = earlierProducer(dequant.getInput(), producer);
     else if (auto mask = mlir::dyn_cast<MaskOp>(producer))
-      producer = mask.getInput().getDefiningOp();
+      producer = earlierProducer(mask.getInput(), producer);
+    else if (auto correction = mlir::dyn_cast<QMeanCorrectionOp>(producer))
+      producer = earlierProducer(correction.getInput(), producer);
     else
       return nullptr;
   }

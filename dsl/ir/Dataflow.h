@@ -10,14 +10,23 @@ enum class Origin { q, k, v, p, scores, output, unknown };
 
 const char *originName(Origin origin);
 
+// The op defining `value` when it lies earlier than `user` in the same block, else null. The walks below step only
+// to earlier ops, so they end even on a program with a cycle or a use before a definition: the op verifiers that
+// call them run before MLIR's dominance check.
+mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user);
+
 // Q/K/V for values derived from sage.input through smooth/quantize; P for values derived from the
 // softmax; scores for the Q.K^T mma and what follows it up to the softmax; output for P.V and after.
 Origin originOf(mlir::Value value);
 
-// The sage.quantize that produced `value`, or null.
+// The sage.quantize that produced `value` (directly or through a sage.decode), or null.
 QuantizeOp quantizerOf(mlir::Value value);
 
-// The sage.mma whose result feeds `value` through dequant/mask, or null.
+// The element type an mma operand arrives in: the sage.decode's dtype, else its quantizer's. Requires
+// quantizerOf(value).
+ElementType operandType(mlir::Value value);
+
+// The sage.mma whose result feeds `value` through dequant/q_mean_correction/mask, or null.
 MmaOp mmaBehind(mlir::Value value);
 
 // Whether an operand of the mma carries scales that a sage.dequant must apply.

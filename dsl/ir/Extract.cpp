@@ -69,8 +69,9 @@ AttentionVariant extractVariant(AttentionOp attention) {
       }
     } else if (auto mma = mlir::dyn_cast<MmaOp>(op)) {
       MatmulSpec spec;
-      spec.a = toVocabulary(dataflow::quantizerOf(mma.getLhs()).getDtype());
-      spec.b = toVocabulary(dataflow::quantizerOf(mma.getRhs()).getDtype());
+      // The types the mma multiplies: a sage.decode's (a legalized program) or the quantizer's.
+      spec.a = toVocabulary(dataflow::operandType(mma.getLhs()));
+      spec.b = toVocabulary(dataflow::operandType(mma.getRhs()));
       spec.accumulator = mapByName(sage::parseAccumulatorType(stringifyAccumulatorType(mma.getAccumulator()).str()),
                                    stringifyAccumulatorType(mma.getAccumulator()));
       (dataflow::originOf(mma.getResult()) == Origin::scores ? variant.qk : variant.pv) = spec;

@@ -4,14 +4,21 @@
 #include "sage/ir/AttentionVariant.h"
 #include "sage/ir/Dialect.h"
 
-#include <cmath>
-
 namespace sage::ir {
 namespace {
 
 using dataflow::Origin;
 using dataflow::originName;
 using dataflow::originOf;
+
+// ODS's getters of I64Attr return uint64_t, which turns -64 into 2^64 - 64: every integer attribute is read as the
+// signed value it was written as, then range-checked.
+int64_t signedValue(mlir::IntegerAttr attribute) { return attribute ? attribute.getInt() : 0; }
+
+// Elements sharing one microscale (16 for NVFP4, 32 for MXFP4), else 0.
+int microscaleGroup(Granularity granularity) {
+  return granularity == Granularity::microscale_1x16 ? 16 : granularity == Granularity::microscale_1x32 ? 32 : 0;
+}
 
 bool isCast(ElementType type) {
   return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16;
@@ -27,7 +34,7 @@ int64_t tileTokensFor(QuantizeOp op, Origin origin) {
   auto attention = op->getParentOfType<AttentionOp>();
   if (!attention)
     return 0;
-  return origin == Origin::q ? attention.getBlockQ() : attention.getBlockKv();
+  return signedValue(origin == Origin::q ? attention.getBlockQAttr() : attention.getBlockKvAttr());
 }
 
 mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
@@ -43,19 +50,42 @@ mlir::LogicalResult verifyDtypeAndGranularity(QuantizeOp op) {
   if (!isCast(dtype) && granularity == Granularity::none && !is_static)
     return op.emitOpError() << "quantizing to " << stringifyElementType(dtype)
                             << " needs a scale: give a granularity other than 'none' or a static_scale";
-  if ((dtype == ElementType::e2m1) != (granularity == Granularity::microscale_1x16))
-    return op.emitOpError() << "e2m1 (FP4) values and microscale_1x16 scales go together, got dtype '"
-                            << stringifyElementType(dtype) << "' with granularity '"
-                            << stringifyGranularity(granularity) << "'";
+  if ((dtype == ElementType::e2m1) != (microscaleGroup(granularity) > 0))
+    return op.emitOpError()
+           << "e2m1 (FP4) values and microscale_1x16 scales go together (microscale_1x32 for MXFP4), got dtype '"
+           << stringifyElementType(dtype) << "' with granularity '" << stringifyGranularity(granularity) << "'";
   if ((op.getScaleType() == ScaleType::ue4m3) != (granularity == Granularity::microscale_1x16))
-    return op.emitOpError() << "scale_type ue4m3 is the microscale_1x16 scale type and only that; got scale_type '"
+    return op.emitOpError() << "scale_type ue4m3 is the microscale_1x16 scale type (NVFP4) and only that; got "
+                               "scale_type '"
+                            << stringifyScaleType(op.getScaleType()) << "' with granularity '"
+                            << stringifyGranularity(granularity) << "'";
+  if ((op.getScaleType() == ScaleType::ue8m0) != (granularity == Granularity::microscale_1x32))
+    return op.emitOpError() << "scale_type ue8m0 is the microscale_1x32 scale type (MXFP4) and only that; got "
+                               "scale_type '"
                             << stringifyScaleType(op.getScaleType()) << "' with granularity '"
                             << stringifyGranularity(granularity) << "'";
   return mlir::success();
 }
 
+// Microscale groups lie along the reduction axis: head_dim for Q and K, the KV tile for P and V. A group may not
+// straddle a tile (the mma's k extent), so the group size must divide it.
+mlir::LogicalResult verifyMicroscaleExtent(QuantizeOp op, Origin origin) {
+  const int group = microscaleGroup(op.getGranularity());
+  auto attention = op->getParentOfType<AttentionOp>();
+  if (group == 0 || !attention)
+    return mlir::success();
+  const bool along_head_dim = origin == Origin::q || origin == Origin::k;
+  const int64_t extent = signedValue(along_head_dim ? attention.getHeadDimAttr() : attention.getBlockKvAttr());
+  if (extent % group != 0)
+    return op.emitOpError() << stringifyGranularity(op.getGranularity()) << " groups " << group << " elements along "
+                            << (along_head_dim ? "head_dim" : "the KV tile") << " of " << originName(origin) << ": "
+                            << (along_head_dim ? "head_dim" : "block_kv") << " must be a multiple of " << group
+                            << ", got " << extent;
+  return mlir::success();
+}
+
 mlir::LogicalResult verifyGroupTokens(QuantizeOp op, Origin origin) {
-  int64_t group = op.getGroupTokens();
+  int64_t group = signedValue(op.getGroupTokensAttr());
   Granularity granularity = op.getGranularity();
   if (!usesGroups(granularity)) {
     if (group != 0)
@@ -63,9 +93,9 @@ mlir::LogicalResult verifyGroupTokens(QuantizeOp op, Origin origin) {
                               << stringifyGranularity(granularity) << "'";
     return mlir::success();
   }
-  if (group <= 0)
-    return op.emitOpError() << "granularity '" << stringifyGranularity(granularity)
-                            << "' needs group_tokens > 0 (tokens sharing one scale)";
+  if (group <= 0 || group > kMaxBlockTokens)
+    return op.emitOpError() << "granularity '" << stringifyGranularity(granularity) << "' needs group_tokens in [1, "
+                            << kMaxBlockTokens << "] (tokens sharing one scale), got " << group;
   if (granularity == Granularity::per_thread && group % 8 != 0)
     return op.emitOpError() << "per_thread interleaves tokens by 8: group_tokens must be a multiple of 8, got "
                             << group;
@@ -85,15 +115,14 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
     return op.emitOpError() << "per_channel scales of " << originName(origin)
                             << " lie on the inner axis of its matmul and cannot be factored out; only V may be "
                                "quantized per_channel";
-  if (origin == Origin::v &&
-      (granularity == Granularity::per_token || usesGroups(granularity) || granularity == Granularity::microscale_1x16))
-    return op.emitOpError() << "V's token axis is the inner axis of P.V: V may be quantized per_channel or "
-                               "per_tensor, not '"
+  if (origin == Origin::v && (granularity == Granularity::per_token || usesGroups(granularity)))
+    return op.emitOpError() << "V's token axis is the inner axis of P.V: V may be quantized per_channel, "
+                               "per_tensor or microscaled (along its tokens), not '"
                             << stringifyGranularity(granularity) << "'";
   if (origin == Origin::p && granularity != Granularity::none && granularity != Granularity::per_tensor &&
-      granularity != Granularity::per_token && granularity != Granularity::microscale_1x16)
-    return op.emitOpError() << "P is quantized row by row as the softmax produces it: use a static_scale, per_token "
-                               "or microscale_1x16, not '"
+      granularity != Granularity::per_token && microscaleGroup(granularity) == 0)
+    return op.emitOpError() << "P is quantized row by row as the softmax produces it: use a static_scale, per_token, "
+                               "microscale_1x16 or microscale_1x32, not '"
                             << stringifyGranularity(granularity) << "'";
   if (origin == Origin::p && granularity == Granularity::per_tensor && !op.getStaticScale())
     return op.emitOpError() << "P has no whole-tensor amax while the softmax runs: per_tensor P needs a static_scale";
@@ -104,15 +133,18 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
     if (origin != Origin::p)
       return op.emitOpError() << "a static_scale is only valid for P, whose rows have max 1; " << originName(origin)
                               << " needs a computed scale";
-    if (!(scale > 0.0) || !std::isfinite(scale))
-      return op.emitOpError() << "static_scale must be a positive finite number, got " << scale;
+    if (!(scale >= kMinStaticScale && scale <= kMaxStaticScale))
+      return op.emitOpError() << "static_scale must lie in [2^-64, 2^64] (a normal f32 whose reciprocal is one too), "
+                                 "got "
+                              << scale;
     if (granularity != Granularity::per_tensor)
       return op.emitOpError() << "a static_scale is one scale for the whole tensor: granularity must be "
                                  "'per_tensor', got '"
                               << stringifyGranularity(granularity) << "'";
   }
-  if (op.getTwoLevel() && !(origin == Origin::p && dtype == ElementType::e2m1))
-    return op.emitOpError() << "two_level scaling is SageAttention3's P quantization: it needs P in e2m1";
+  if (op.getTwoLevel() && !(origin == Origin::p && granularity == Granularity::microscale_1x16))
+    return op.emitOpError() << "two_level scaling is SageAttention3's P quantization: it needs P in e2m1 with "
+                               "microscale_1x16 (its per-row scale fills the UE4M3 microscales' range)";
   if (op.getFoldSoftmaxScale() && origin != Origin::q)
     return op.emitOpError() << "fold_softmax_scale multiplies Q by 1/sqrt(d); it cannot be set on "
                             << originName(origin);
@@ -148,14 +180,16 @@ mlir::LogicalResult verifyMmaTypes(MmaOp op, ElementType lhs, ElementType rhs) {
 } // namespace
 
 mlir::LogicalResult AttentionOp::verify() {
-  if (getVersion() != kIrVersion)
-    return emitOpError() << "IR version " << getVersion() << " is not supported; this sagegen reads version "
-                         << kIrVersion;
-  if (getHeadDim() <= 0 || getHeadDim() % 16 != 0 || getHeadDim() > 256)
-    return emitOpError() << "head_dim must be a positive multiple of 16 up to 256, got " << getHeadDim();
-  for (auto [name, value] : {std::pair{"block_q", getBlockQ()}, std::pair{"block_kv", getBlockKv()}})
-    if (value <= 0 || value % 16 != 0)
-      return emitOpError() << name << " must be a positive multiple of 16, got " << value;
+  const int64_t version = signedValue(getVersionAttr()), head_dim = signedValue(getHeadDimAttr());
+  if (version != kIrVersion)
+    return emitOpError() << "IR version " << version << " is not supported; this sagegen reads version " << kIrVersion;
+  if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > kMaxHeadDim)
+    return emitOpError() << "head_dim must be a positive multiple of 16 up to " << kMaxHeadDim << ", got " << head_dim;
+  for (auto [name, value] :
+       {std::pair{"block_q", signedValue(getBlockQAttr())}, std::pair{"block_kv", signedValue(getBlockKvAttr())}})
+    if (value <= 0 || value % 16 != 0 || value > kMaxBlockTokens)
+      return emitOpError() << name << " must be a positive multiple of 16 up to " << kMaxBlockTokens << ", got "
+                           << value;
   return mlir::success();
 }
 
@@ -176,7 +210,8 @@ mlir::LogicalResult SmoothOp::verify() {
 
 mlir::LogicalResult QuantizeOp::verify() {
   Origin origin = originOf(getInput());
-  if (mlir::failed(verifyDtypeAndGranularity(*this)) || mlir::failed(verifyRoleRules(*this, origin)))
+  if (mlir::failed(verifyDtypeAndGranularity(*this)) || mlir::failed(verifyRoleRules(*this, origin)) ||
+      mlir::failed(verifyMicroscaleExtent(*this, origin)))
     return mlir::failure();
   return verifyGroupTokens(*this, origin);
 }
@@ -194,7 +229,50 @@ mlir::LogicalResult MmaOp::verify() {
   if (!is_qk && !is_pv)
     return emitOpError() << "multiplies " << originName(lhs_origin) << " by " << originName(rhs_origin)
                          << "; expected Q by K (scores) or P by V (output)";
-  return verifyMmaTypes(*this, lhs.getDtype(), rhs.getDtype());
+  return verifyMmaTypes(*this, dataflow::operandType(getLhs()), dataflow::operandType(getRhs()));
+}
+
+mlir::LogicalResult DecodeOp::verify() {
+  auto quantize = mlir::dyn_cast_or_null<QuantizeOp>(dataflow::earlierProducer(getInput(), *this));
+  if (!quantize)
+    return emitOpError() << "decodes quantized codes: its operand must come from sage.quantize";
+  const ElementType from = quantize.getDtype();
+  const Granularity granularity = quantize.getGranularity();
+  ElementType expected = ElementType::f32;
+  const char *why = "";
+  if (from == ElementType::e2m1 && granularity == Granularity::microscale_1x16) {
+    expected = ElementType::f16;
+    why = "E2M1 x UE4M3 is exact in f16";
+  } else if (from == ElementType::e2m1 && granularity == Granularity::microscale_1x32) {
+    expected = ElementType::bf16;
+    why = "E2M1 x a power-of-two UE8M0 scale needs f32's exponent range: bf16";
+  } else if (from == ElementType::int4) {
+    expected = ElementType::int8;
+    why = "int4 codes are int8 codes";
+  } else {
+    return emitOpError() << "only e2m1 and int4 codes are decoded (for targets without their mma), not '"
+                         << stringifyElementType(from) << "'";
+  }
+  if (getDtype() != expected)
+    return emitOpError() << "decoding " << stringifyElementType(from) << " with " << stringifyGranularity(granularity)
+                         << " scales gives " << stringifyElementType(expected) << " (" << why << "), not '"
+                         << stringifyElementType(getDtype()) << "'";
+  return mlir::success();
+}
+
+mlir::LogicalResult QMeanCorrectionOp::verify() {
+  mlir::Operation *scores = dataflow::earlierProducer(getInput(), *this);
+  if (!scores || !mlir::isa<DequantOp, MmaOp>(scores) || originOf(getInput()) != Origin::scores)
+    return emitOpError() << "corrects the scores S = Q.K^T: its first operand must be the Q.K^T mma or its "
+                            "sage.dequant";
+  auto smooth = mlir::dyn_cast_or_null<SmoothOp>(dataflow::earlierProducer(getQSmoothed(), *this));
+  if (!smooth || originOf(getQSmoothed()) != Origin::q)
+    return emitOpError() << "adds mean(Q_i) . K^T: its second operand must be the sage.smooth of Q";
+  mlir::Operation *k = dataflow::earlierProducer(getK(), *this);
+  if (!k || !mlir::isa<InputOp, SmoothOp>(k) || originOf(getK()) != Origin::k)
+    return emitOpError() << "the GEMV multiplies K as it enters its quantizer: its third operand must be the "
+                            "sage.input of K or its sage.smooth";
+  return mlir::success();
 }
 
 mlir::LogicalResult DequantOp::verify() {
@@ -221,15 +299,17 @@ mlir::LogicalResult OnlineSoftmaxOp::verify() {
   MmaOp mma = dataflow::mmaBehind(getInput());
   if (mma && dataflow::operandsCarryScales(mma)) {
     bool dequantized = false;
-    for (mlir::Value value = getInput(); mlir::Operation *producer = value.getDefiningOp();) {
+    for (mlir::Operation *producer = dataflow::earlierProducer(getInput(), *this); producer;) {
       if (mlir::isa<DequantOp>(producer)) {
         dequantized = true;
         break;
       }
-      auto mask = mlir::dyn_cast<MaskOp>(producer);
-      if (!mask)
+      if (auto mask = mlir::dyn_cast<MaskOp>(producer))
+        producer = dataflow::earlierProducer(mask.getInput(), producer);
+      else if (auto correction = mlir::dyn_cast<QMeanCorrectionOp>(producer))
+        producer = dataflow::earlierProducer(correction.getInput(), producer);
+      else
         break;
-      value = mask.getInput();
     }
     if (!dequantized)
       return emitOpError() << "scores of quantized operands must pass through sage.dequant before the softmax";
@@ -252,10 +332,11 @@ mlir::LogicalResult AccumulateOp::verify() {
     return emitOpError() << "the P.V mma accumulates in f16: use accumulation 'f16' or 'f16_then_f32'";
   if (dataflow::operandsCarryScales(mma) && !getInput().getDefiningOp<DequantOp>())
     return emitOpError() << "P.V of quantized operands must pass through sage.dequant before accumulation";
-  if (two_level && getFlushPeriod() <= 0)
-    return emitOpError() << stringifyAccumulationKind(kind)
-                         << " needs flush_period > 0 (KV blocks between flushes into f32)";
-  if (!two_level && getFlushPeriod() != 0)
+  const int64_t flush_period = signedValue(getFlushPeriodAttr());
+  if (two_level && (flush_period <= 0 || flush_period > kMaxFlushPeriod))
+    return emitOpError() << stringifyAccumulationKind(kind) << " needs flush_period in [1, " << kMaxFlushPeriod
+                         << "] (KV blocks between flushes into f32), got " << flush_period;
+  if (!two_level && flush_period != 0)
     return emitOpError() << "flush_period only applies to the two-level accumulations f16_then_f32 and "
                             "f32_two_level";
   return mlir::success();

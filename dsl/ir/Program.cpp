@@ -67,6 +67,44 @@ AttentionOp attentionOf(mlir::ModuleOp module) {
   return found;
 }
 
+// MLIR's parser recurses once per nested bracket, so a few thousand of them overflow the stack: bound the nesting
+// (and the size) before MLIR sees the text. Closers pop only their own opener, so the count is never below the
+// parser's real depth; strings and comments are skipped. Limits: Program.h.
+std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view source_name) {
+  if (text.size() > kMaxProgramBytes)
+    return {{std::string(source_name), "a sage program is at most " + std::to_string(kMaxProgramBytes) +
+                                           " bytes, got " + std::to_string(text.size())}};
+  std::string open;
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\0') // MLIR's lexer takes a NUL for the end of its buffer: one inside it desynchronizes the parser
+      return {{std::string(source_name) + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1),
+               "a NUL byte: a sage program is text"}};
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+    } else if (c == '"') { // skip to the closing quote; a newline ends the (bad) string so lines stay counted
+      while (i + 1 < text.size() && text[i + 1] != '"' && text[i + 1] != '\n')
+        i += (text[i + 1] == '\\' && i + 2 < text.size() && text[i + 2] != '\n') ? 2 : 1;
+      if (i + 1 < text.size() && text[i + 1] == '"')
+        ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i + 1 < text.size() && text[i + 1] != '\n')
+        ++i;
+    } else if (c == '(' || c == '[' || c == '{' || c == '<') {
+      open.push_back(c);
+      if (open.size() > kMaxNesting)
+        return {{std::string(source_name) + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1),
+                 "brackets nest deeper than " + std::to_string(kMaxNesting) + " levels"}};
+    } else if (!open.empty() && ((c == ')' && open.back() == '(') || (c == ']' && open.back() == '[') ||
+                                 (c == '}' && open.back() == '{') || (c == '>' && open.back() == '<'))) {
+      open.pop_back();
+    }
+  }
+  return {};
+}
+
 // A module must hold exactly one sage.attention and nothing else.
 std::vector<Diagnostic> checkTopLevel(mlir::ModuleOp module) {
   int count = 0;
@@ -98,12 +136,18 @@ std::unique_ptr<mlir::MLIRContext> Program::makeContext() {
 }
 
 Program Program::parse(std::string_view text, std::string_view source_name) {
+  if (auto problems = checkParserInput(text, source_name); !problems.empty())
+    throw ProgramError(std::move(problems));
   auto state = std::make_unique<State>();
   state->context = makeContext();
   DiagnosticCollector collector(*state->context);
   mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
-  state->module = mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(text.data(), text.size()), config,
-                                                          llvm::StringRef(source_name.data(), source_name.size()));
+  // The lexer reads the NUL after the last byte to find the end: a string_view (from the C ABI, say) need not have
+  // one, so parse a NUL-terminated copy.
+  const std::string terminated(text);
+  state->module =
+      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(terminated.c_str(), terminated.size()), config,
+                                              llvm::StringRef(source_name.data(), source_name.size()));
   std::vector<Diagnostic> diagnostics = collector.take();
   if (!state->module)
     throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the sage program"}}

@@ -42,6 +42,15 @@ mlir::LogicalResult AttentionOp::verifyRegions() {
       return smooth.emitOpError() << "smooths " << dataflow::originName(origin) << " a second time";
   }
 
+  // Q smoothing subtracts each block's mean before the mma; the GEMV adds mean . K^T back (exactly one of each).
+  auto corrections = opsOf<QMeanCorrectionOp>(body);
+  if (smooth_counts[0] == 1 && corrections.size() != 1)
+    return emitOpError() << "Q is smoothed, so S needs exactly one 'sage.q_mean_correction' (S += mean(Q_i) . "
+                            "K^T), found "
+                         << corrections.size();
+  if (smooth_counts[0] == 0 && !corrections.empty())
+    return corrections.front().emitOpError() << "Q is not smoothed: there is no block mean to add back";
+
   auto mmas = opsOf<MmaOp>(body);
   int qk_count = 0, pv_count = 0;
   for (MmaOp mma : mmas)

@@ -35,10 +35,10 @@ def Sage_ElementType : Sage_Enum<"ElementType", "element type", [
 def Sage_Granularity : Sage_Enum<"Granularity", "quantization granularity", [
   I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"per_tensor", 1>, I32EnumAttrCase<"per_token", 2>,
   I32EnumAttrCase<"per_block", 3>, I32EnumAttrCase<"per_warp", 4>, I32EnumAttrCase<"per_thread", 5>,
-  I32EnumAttrCase<"per_channel", 6>, I32EnumAttrCase<"microscale_1x16", 7>]>;
+  I32EnumAttrCase<"per_channel", 6>, I32EnumAttrCase<"microscale_1x16", 7>, I32EnumAttrCase<"microscale_1x32", 8>]>;
 
 def Sage_ScaleType : Sage_Enum<"ScaleType", "scale type", [
-  I32EnumAttrCase<"f32", 0>, I32EnumAttrCase<"ue4m3", 1>]>;
+  I32EnumAttrCase<"f32", 0>, I32EnumAttrCase<"ue4m3", 1>, I32EnumAttrCase<"ue8m0", 2>]>;
 
 def Sage_AccumulatorType : Sage_Enum<"AccumulatorType", "mma accumulator type", [
   I32EnumAttrCase<"s32", 0>, I32EnumAttrCase<"f16", 1>, I32EnumAttrCase<"f32", 2>]>;

@@ -7,8 +7,13 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/IR/OpAsmInterface.td"
 
+// See sage/ir/OpTraits.h: checked before each op's own verifier.
+def Sage_OperandsDefinedEarlier : NativeOpTrait<"OperandsDefinedEarlier"> { let cppNamespace = "::sage::ir"; }
+def Sage_OnlyKnownAttributes : NativeOpTrait<"OnlyKnownAttributes"> { let cppNamespace = "::sage::ir"; }
+
 // Enum attributes print their own leading space, so formats put an empty literal (``) before them.
-class Sage_Op<string mnemonic, list<Trait> traits = []> : Op<Sage_Dialect, mnemonic, traits> {
+class Sage_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Sage_Dialect, mnemonic, !listconcat([Sage_OperandsDefinedEarlier, Sage_OnlyKnownAttributes], traits)> {
   let hasVerifier = 1;
 }
 
@@ -65,6 +70,33 @@ def Sage_MmaOp : Sage_ValueOp<"mma"> {
   let arguments = (ins Sage_TileType:$lhs, Sage_TileType:$rhs, Sage_AccumulatorTypeAttr:$accumulator);
   let results = (outs Sage_TileType:$result);
   let assemblyFormat = "$lhs `,` $rhs `->` `` $accumulator attr-dict";
+}
+
+def Sage_DecodeOp : Sage_ValueOp<"decode"> {
+  let summary = "widen quantized codes into a type the target's mma takes, exactly (legalization)";
+  let description = [{
+    Written by the legalization pass for targets without the quantized mma. e2m1 codes times their
+    microscales become f16 (NVFP4: an E2M1 value times a UE4M3 scale has at most 5 significant bits and
+    lies in [2^-10, 2688]) or bf16 (MXFP4: a power-of-two scale), int4 codes become int8 codes. The
+    microscales lie along the reduction axis and are folded into the values; every other scale (per
+    token, per channel, P's per-row two-level scale) stays with sage.dequant after the mma.
+  }];
+  let arguments = (ins Sage_TileType:$input, Sage_ElementTypeAttr:$dtype);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `to` `` $dtype attr-dict";
+}
+
+def Sage_QMeanCorrectionOp : Sage_ValueOp<"q_mean_correction"> {
+  let summary = "S += mean(Q_i) . K_j^T: the GEMV that restores Q smoothing (SageAttention2/3)";
+  let description = [{
+    With Q smoothed per Q block, the mma multiplies Q_i - mean(Q_i); adding the GEMV of the block's
+    mean with the (smoothed, unquantized) K restores the scores: S = psi^-1(Q^ K^^T) + mean(Q_i) K_j^T
+    (SageAttention3's Algorithm 1, line 8). Operands: the dequantized scores, the sage.smooth of Q
+    whose block means are used, and K as it enters its quantizer.
+  }];
+  let arguments = (ins Sage_TileType:$input, Sage_TileType:$q_smoothed, Sage_TileType:$k);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `,` `mean` `(` $q_smoothed `)` `,` $k attr-dict";
 }
 
 def Sage_DequantOp : Sage_ValueOp<"dequant"> {

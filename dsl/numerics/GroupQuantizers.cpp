@@ -39,6 +39,17 @@ float quantizeSymmetric(std::span<const float> values, std::span<Code> codes, fl
 }
 
 constexpr size_t kNvfp4GroupSize = 16;
+constexpr size_t kMxfp4GroupSize = 32;
+constexpr int kE2m1MaxExponent = 2; // 6 = 1.5 * 2^2
+constexpr int kUe8m0Bias = 127;
+
+void requireScaleCount(size_t values, size_t group_size, size_t scale_codes, const char *function) {
+  const size_t groups = (values + group_size - 1) / group_size;
+  if (scale_codes != groups)
+    throw std::invalid_argument(std::string(function) + ": scale_codes must have one element per " +
+                                std::to_string(group_size) + " values (" + std::to_string(groups) + "), got " +
+                                std::to_string(scale_codes));
+}
 
 } // namespace
 
@@ -75,10 +86,8 @@ void quantizeNvfp4Row(std::span<const float> values, float global_scale, std::sp
     throw std::invalid_argument("quantizeNvfp4Row: global_scale must be finite and positive, got " +
                                 std::to_string(global_scale));
   requireSameSize(values.size(), codes.size(), "quantizeNvfp4Row");
-  const size_t groups = (values.size() + kNvfp4GroupSize - 1) / kNvfp4GroupSize;
-  if (scale_codes.size() != groups)
-    throw std::invalid_argument("quantizeNvfp4Row: scale_codes must have one element per 16 values (" +
-                                std::to_string(groups) + "), got " + std::to_string(scale_codes.size()));
+  requireScaleCount(values.size(), kNvfp4GroupSize, scale_codes.size(), "quantizeNvfp4Row");
+  const size_t groups = scale_codes.size();
 
   float scaled[kNvfp4GroupSize];
   for (size_t group = 0; group < groups; ++group) {
@@ -89,12 +98,39 @@ void quantizeNvfp4Row(std::span<const float> values, float global_scale, std::sp
       scaled[i] = values[begin + i] / global_scale;
     // 2. The microscale: amax / 6 in f32, rounded to UE4M3; quantize with the rounded scale.
     const float amax = absoluteMax(std::span<const float>(scaled, count));
-    scale_codes[group] = floatToUe4m3Bits(amax / 6.0f);
+    scale_codes[group] = nvfp4ScaleBits(amax);
     const float scale = ue4m3BitsToFloat(scale_codes[group]);
     const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
     // 3. Codes: E2M1 of the f32 product, saturating at 6.
     for (size_t i = 0; i < count; ++i)
       codes[begin + i] = floatToE2m1Bits(scaled[i] * inverse);
+  }
+}
+
+uint8_t nvfp4ScaleBits(float amax) { return floatToUe4m3Bits(amax / 6.0f); }
+
+uint8_t mxfp4ScaleBits(float amax) {
+  if (!(amax > 0.0f))
+    return 0; // an all-zero group (or a NaN-only one): the smallest scale, every code 0
+  if (std::isinf(amax))
+    return 254;
+  const int exponent = std::ilogb(amax) - kE2m1MaxExponent; // floor(log2 amax), exact also for subnormals
+  return static_cast<uint8_t>(std::clamp(exponent + kUe8m0Bias, 0, 254));
+}
+
+void quantizeMxfp4Row(std::span<const float> values, std::span<uint8_t> codes, std::span<uint8_t> scale_codes) {
+  requireSameSize(values.size(), codes.size(), "quantizeMxfp4Row");
+  requireScaleCount(values.size(), kMxfp4GroupSize, scale_codes.size(), "quantizeMxfp4Row");
+  for (size_t group = 0; group < scale_codes.size(); ++group) {
+    const size_t begin = group * kMxfp4GroupSize;
+    const size_t count = std::min(kMxfp4GroupSize, values.size() - begin);
+    const std::span<const float> members = values.subspan(begin, count);
+    scale_codes[group] = mxfp4ScaleBits(absoluteMax(members));
+    // 2^-(code - 127) lies in [2^-127, 2^127]: a normal or subnormal float, so the product is a scaling by a
+    // power of two, exact unless it underflows (then E2M1 rounds it to 0 anyway).
+    const float inverse = std::ldexp(1.0f, kUe8m0Bias - static_cast<int>(scale_codes[group]));
+    for (size_t i = 0; i < count; ++i)
+      codes[begin + i] = floatToE2m1Bits(members[i] * inverse);
   }
 }
 

@@ -163,6 +163,12 @@ float ue4m3BitsToFloat(uint8_t bits) {
   return e4m3BitsToFloat(bits);
 }
 
+float ue8m0BitsToFloat(uint8_t bits) {
+  if (bits == 0xff)
+    return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(bits) - 127); // 2^-127 is a float subnormal: exact
+}
+
 // --- integers ---------------------------------------------------------------------------------
 
 int8_t roundToInt8(float value) { return roundHalfToEvenSaturated(value, 127.0f); }

@@ -1,5 +1,6 @@
 #include "sage/reference/HostTensor.h"
 
+#include "sage/numerics/CheckedSize.h"
 #include "sage/numerics/Quantizers.h"
 
 #include <cmath>
@@ -28,7 +29,9 @@ HostTensor::HostTensor(int64_t batch, int64_t heads, int64_t tokens, int64_t dim
     throw std::invalid_argument("HostTensor: batch, heads, tokens and dim must be positive, got [" +
                                 std::to_string(batch) + ", " + std::to_string(heads) + ", " + std::to_string(tokens) +
                                 ", " + std::to_string(dim) + "]");
-  values_.assign(static_cast<size_t>(batch * heads * tokens * dim), 0.0f);
+  const int64_t count = numerics::productAtMost({batch, heads, tokens, dim}, kMaxHostTensorElements,
+                                                "HostTensor: elements of [batch, heads, tokens, dim]");
+  values_.assign(static_cast<size_t>(count), 0.0f);
 }
 
 int64_t HostTensor::offset(int64_t b, int64_t h, int64_t t, int64_t c) const {

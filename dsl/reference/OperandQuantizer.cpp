@@ -65,6 +65,11 @@ struct Grouping {
   Granularity granularity;
   int64_t tokens, dim, group_tokens;
 
+  int64_t groupsPerRow() const {
+    const int64_t size = microscaleGroupSize(granularity);
+    return (dim + size - 1) / size;
+  }
+
   int64_t count() const {
     switch (granularity) {
     case Granularity::per_tensor:
@@ -79,7 +84,8 @@ struct Grouping {
     case Granularity::per_channel:
       return dim;
     case Granularity::microscale_1x16:
-      return tokens * ((dim + 15) / 16);
+    case Granularity::microscale_1x32:
+      return tokens * groupsPerRow();
     case Granularity::none:
       break;
     }
@@ -100,7 +106,8 @@ struct Grouping {
     case Granularity::per_channel:
       return c;
     case Granularity::microscale_1x16:
-      return t * ((dim + 15) / 16) + c / 16;
+    case Granularity::microscale_1x32:
+      return t * groupsPerRow() + c / microscaleGroupSize(granularity);
     case Granularity::none:
       break;
     }
@@ -136,8 +143,12 @@ std::vector<double> quantizeOperand(const OperandMatrix &matrix, const Quantizer
   for (size_t g = 0; g < amax.size(); ++g) {
     if (spec.scale_type == ScaleType::ue4m3) {
       // NVFP4: the microscale itself is stored in UE4M3, so quantize with the rounded scale.
-      float scale = ue4m3BitsToFloat(floatToUe4m3Bits(amax[g] / maxCode(spec.dtype)));
+      float scale = ue4m3BitsToFloat(nvfp4ScaleBits(amax[g]));
       scales[g] = {scale, scale > 0.0f ? 1.0f / scale : 0.0f};
+    } else if (spec.scale_type == ScaleType::ue8m0) {
+      // MXFP4: a power-of-two scale, whose inverse is exact (quantizeMxfp4Row's arithmetic).
+      const int code = mxfp4ScaleBits(amax[g]);
+      scales[g] = {ue8m0BitsToFloat(static_cast<uint8_t>(code)), std::ldexp(1.0f, 127 - code)};
     } else {
       scales[g] = symmetricScale(amax[g], maxCode(spec.dtype));
     }

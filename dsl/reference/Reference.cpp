@@ -4,11 +4,13 @@
 
 #include "OperandQuantizer.h"
 #include "PvAccumulator.h"
+#include "sage/numerics/CheckedSize.h"
 #include "sage/numerics/Quantizers.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -101,6 +103,19 @@ KvOperands prepareKv(const AttentionVariant &variant, const HostTensor &k, const
     kv.v_mean = channelMean(v_matrix, 0, v_matrix.tokens);
     subtractRows(v_matrix, 0, v_matrix.tokens, kv.v_mean);
   }
+  if (isMicroscale(variant.v.granularity)) {
+    // V's microscales run along its tokens (the reduction axis of P.V): quantize V^T row by row.
+    OperandMatrix transposed{v_matrix.dim, v_matrix.tokens, std::vector<float>(v_matrix.values.size())};
+    for (int64_t t = 0; t < v_matrix.tokens; ++t)
+      for (int64_t c = 0; c < v_matrix.dim; ++c)
+        transposed.values[c * v_matrix.tokens + t] = v_matrix.at(t, c);
+    const std::vector<double> values = quantizeOperand(transposed, variant.v, variant.block_kv);
+    kv.v_values.resize(values.size());
+    for (int64_t t = 0; t < v_matrix.tokens; ++t)
+      for (int64_t c = 0; c < v_matrix.dim; ++c)
+        kv.v_values[t * v_matrix.dim + c] = values[c * v_matrix.tokens + t];
+    return kv;
+  }
   kv.v_values = quantizeOperand(v_matrix, variant.v, variant.block_kv); // psi_V
   return kv;
 }
@@ -136,9 +151,35 @@ bool keepBlock(const BlockMask *mask, int64_t b, int64_t h, int64_t heads, int64
 
 } // namespace
 
+void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d) {
+  using numerics::checkedProduct;
+  const auto q_elements = checkedProduct({batch, heads_q, n_q, d});
+  const auto kv_elements = checkedProduct({batch, heads_kv, n_kv, d});
+  std::optional<int64_t> bytes;
+  if (q_elements && kv_elements && *q_elements <= kMaxReferenceBytes && *kv_elements <= kMaxReferenceBytes) {
+    const auto working = checkedProduct({8, n_q + 2 * n_kv, d});
+    if (working && *working <= kMaxReferenceBytes)
+      bytes = 4 * (*q_elements + 2 * *kv_elements) + 16 * *q_elements + *working;
+  }
+  if (!bytes || *bytes > kMaxReferenceBytes)
+    throw std::invalid_argument(
+        "the CPU reference would need " +
+        (bytes ? std::to_string(*bytes / (int64_t(1) << 20)) + " MiB" : std::string("more than 2^63 bytes")) +
+        " of memory for batch " + std::to_string(batch) + ", heads " + std::to_string(heads_q) + "/" +
+        std::to_string(heads_kv) + ", n_q " + std::to_string(n_q) + ", n_kv " + std::to_string(n_kv) + ", d " +
+        std::to_string(d) + "; the limit is " + std::to_string(kMaxReferenceBytes >> 30) + " GiB");
+  const auto work = checkedProduct({batch, heads_q, n_q, n_kv, d, 2});
+  if (!work || *work > kMaxReferenceWork)
+    throw std::invalid_argument("the CPU reference would do " +
+                                (work ? std::to_string(*work) : std::string("more than 2^63")) +
+                                " multiply-adds (batch x heads x n_q x n_kv x d x 2); the limit is 2^38 = " +
+                                std::to_string(kMaxReferenceWork));
+}
+
 AttentionResult runReference(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k,
                              const HostTensor &v, const BlockMask *block_mask) {
   validateShapes(variant, q, k, v, block_mask);
+  checkReferenceShape(q.batch(), q.heads(), k.heads(), q.tokens(), k.tokens(), q.dim());
   const int64_t d = q.dim(), n_q = q.tokens(), n_kv = k.tokens();
   const int64_t group = q.heads() / k.heads();
   const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -180,10 +221,11 @@ AttentionResult runReference(const AttentionVariant &variant, const HostTensor &
               double row_max = kNegativeInfinity;
               for (int64_t col = 0; col < columns; ++col) {
                 const int64_t j = kv_begin + col;
-                double s = dot(&qo.values[i * d], &kv.k_values[j * d], d) * score_scale;
-                if (!qo.block_means.empty())
+                double s = dot(&qo.values[i * d], &kv.k_values[j * d], d);
+                if (!qo.block_means.empty()) // the GEMV of sage.q_mean_correction, in Q's (scaled) domain
                   for (int64_t c = 0; c < d; ++c)
                     s += static_cast<double>(qo.block_means[i / variant.block_q][c]) * kv.k_smoothed.at(j, c);
+                s *= score_scale;
                 if (causal && j > i + causal_offset)
                   s = kNegativeInfinity;
                 scores[col] = s;
@@ -241,6 +283,9 @@ AttentionResult runReference(const AttentionVariant &variant, const HostTensor &
 }
 
 AttentionResult exactAttention(const HostTensor &q, const HostTensor &k, const HostTensor &v, bool causal) {
+  checkReferenceShape(q.batch(), q.heads(), k.heads(), q.tokens(), k.tokens(), q.dim());
+  if (q.dim() > kMaxHeadDim)
+    throw std::invalid_argument("q: head dim " + std::to_string(q.dim()) + " exceeds " + std::to_string(kMaxHeadDim));
   AttentionVariant shape_only;
   shape_only.head_dim = static_cast<int>(q.dim());
   validateShapes(shape_only, q, k, v, nullptr);

@@ -1,14 +1,14 @@
 #include "sage/runtime/AotManifest.h"
 
+#include "CacheFiles.h"
+
 #include "sage/runtime/KernelKey.h"
 #include "sage/runtime/Sha256.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace sage::runtime {
 namespace {
@@ -76,6 +76,15 @@ public:
       fail(field_path, fmt::format("expected an integer >= {}, found {}", minimum, writeJson(value, 0)));
     return static_cast<int>(number);
   }
+  // A preset name or a variant's symbol name: printable, short, no quotes or separators.
+  std::string name(std::string_view field) {
+    std::string text = string(field);
+    if (text.size() > 128 ||
+        text.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+            std::string::npos)
+      fail(fieldPath(field), fmt::format("expected a name of at most 128 of [A-Za-z0-9_.-], found \"{}\"", text));
+    return text;
+  }
   std::string hex(std::string_view name, size_t size) {
     std::string text = string(name);
     if (!isLowerHex(text, size))
@@ -128,9 +137,12 @@ AotKernelEntry readKernel(const JsonValue &value, const std::string &path, std::
   if (!key)
     reader.fail(reader.fieldPath("key_text"),
                 fmt::format("not a kernel key text of key format version {}", kKernelKeyFormatVersion));
-  entry.variant = reader.string("variant");
-  entry.preset = reader.string("preset");
-  entry.head_dim = reader.integer("head_dim", 1);
+  entry.variant = reader.name("variant");
+  entry.preset = reader.name("preset");
+  entry.head_dim = reader.integer("head_dim", 16);
+  if (entry.head_dim % 16 != 0 || entry.head_dim > 256)
+    reader.fail(reader.fieldPath("head_dim"),
+                fmt::format("expected a multiple of 16 in [16, 256], found {}", entry.head_dim));
   entry.causal = reader.boolean("causal");
   entry.lse = reader.boolean("lse");
   entry.role = reader.string("role");
@@ -162,8 +174,15 @@ AotKernelEntry readKernel(const JsonValue &value, const std::string &path, std::
     launch.fail(launch.fieldPath("block"), fmt::format("expected 3 dimensions, found {}", block.size()));
   for (size_t axis = 0; axis < 3; ++axis)
     entry.block[axis] = launch.integerOf(block[axis], fmt::format("{}[{}]", launch.fieldPath("block"), axis), 1);
+  // CUDA's limits: at most 1024 threads per block (and so per axis), at most 227 KiB of shared memory per block.
+  if (int64_t(entry.block[0]) * entry.block[1] * entry.block[2] > 1024)
+    launch.fail(launch.fieldPath("block"), fmt::format("{} x {} x {} threads: a block has at most 1024", entry.block[0],
+                                                       entry.block[1], entry.block[2]));
   entry.grid_rule = launch.string("grid");
   entry.dynamic_shared_bytes = launch.integer("dynamic_shared_bytes", 0);
+  if (entry.dynamic_shared_bytes > 227 * 1024)
+    launch.fail(launch.fieldPath("dynamic_shared_bytes"),
+                fmt::format("expected at most 232448 (227 KiB), found {}", entry.dynamic_shared_bytes));
   launch.rejectUnknownFields();
 
   if (const JsonValue *resources = reader.optional("resources"))
@@ -249,14 +268,12 @@ AotManifest parseAotManifest(std::string_view text, std::string_view origin) {
 
 AotManifest loadAotManifest(const std::filesystem::path &directory) {
   const std::filesystem::path path = directory / kAotManifestFileName;
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    throw AotManifestError(fmt::format("{}: cannot open the manifest", path.string()));
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad())
-    throw AotManifestError(fmt::format("{}: cannot read the manifest", path.string()));
-  return parseAotManifest(text.str(), path.string());
+  cache_files::ReadResult file = cache_files::readWholeFile(path);
+  if (file.outcome == cache_files::ReadOutcome::missing)
+    throw AotManifestError(fmt::format("{}: cannot open the manifest: no such file", path.string()));
+  if (file.outcome == cache_files::ReadOutcome::failed)
+    throw AotManifestError(fmt::format("cannot read the manifest: {}", file.error));
+  return parseAotManifest(std::string(file.bytes.begin(), file.bytes.end()), path.string());
 }
 
 JsonValue aotManifestJson(const AotManifest &manifest) {

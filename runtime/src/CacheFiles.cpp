@@ -39,17 +39,27 @@ bool writeAll(int descriptor, ByteSpan bytes) {
 
 } // namespace
 
-ReadResult readWholeFile(const std::filesystem::path &path) {
-  Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+ReadResult readWholeFile(const std::filesystem::path &path, std::uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (file.value < 0) {
     if (errno == ENOENT)
       return {.outcome = ReadOutcome::missing, .bytes = {}, .error = {}};
     return {.outcome = ReadOutcome::failed, .bytes = {}, .error = describeErrno("open", path, errno)};
   }
-  ReadResult result{.outcome = ReadOutcome::read, .bytes = {}, .error = {}};
   struct stat status {};
-  if (::fstat(file.value, &status) == 0 && status.st_size > 0)
-    result.bytes.reserve(std::size_t(status.st_size));
+  if (::fstat(file.value, &status) != 0)
+    return {.outcome = ReadOutcome::failed, .bytes = {}, .error = describeErrno("stat", path, errno)};
+  if (!S_ISREG(status.st_mode))
+    return {.outcome = ReadOutcome::failed,
+            .bytes = {},
+            .error = fmt::format("{}: expected a regular file (not a directory, FIFO or device)", path.string())};
+  if (std::uint64_t(status.st_size) > max_bytes)
+    return {.outcome = ReadOutcome::failed,
+            .bytes = {},
+            .error = fmt::format("{}: {} bytes, more than the limit of {}", path.string(), status.st_size, max_bytes)};
+  ReadResult result{.outcome = ReadOutcome::read, .bytes = {}, .error = {}};
+  result.bytes.reserve(std::size_t(status.st_size));
   std::uint8_t chunk[1 << 16];
   while (true) {
     ssize_t count = ::read(file.value, chunk, sizeof(chunk));
@@ -59,9 +69,31 @@ ReadResult readWholeFile(const std::filesystem::path &path) {
       return {.outcome = ReadOutcome::failed, .bytes = {}, .error = describeErrno("read", path, errno)};
     if (count == 0)
       break;
+    if (result.bytes.size() + std::size_t(count) > max_bytes) // it grew while being read
+      return {.outcome = ReadOutcome::failed,
+              .bytes = {},
+              .error = fmt::format("{}: more than the limit of {} bytes", path.string(), max_bytes)};
     result.bytes.insert(result.bytes.end(), chunk, chunk + count);
   }
   return result;
+}
+
+bool regularFileStartsWith(const std::filesystem::path &path, std::string_view prefix) {
+  Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  struct stat status {};
+  if (file.value < 0 || ::fstat(file.value, &status) != 0 || !S_ISREG(status.st_mode))
+    return false;
+  std::string head(prefix.size(), '\0');
+  std::size_t got = 0;
+  while (got < head.size()) {
+    ssize_t count = ::read(file.value, head.data() + got, head.size() - got);
+    if (count < 0 && errno == EINTR)
+      continue;
+    if (count <= 0)
+      return false;
+    got += std::size_t(count);
+  }
+  return head == prefix;
 }
 
 std::optional<std::string> writeFileAtomically(const std::filesystem::path &path, ByteSpan bytes) {

@@ -4,9 +4,11 @@
 
 #include "sage/runtime/Bytes.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace sage::runtime::cache_files {
 
@@ -18,7 +20,15 @@ struct ReadResult {
   std::string error; // when failed
 };
 
-ReadResult readWholeFile(const std::filesystem::path &path);
+// The most any reader of cache entries, cubins, manifests or databases takes from one file (a cubin is a few MB).
+inline constexpr std::uint64_t kMaxReadBytes = std::uint64_t(256) << 20;
+
+// Reads a regular file of at most `max_bytes`: a FIFO, device or directory (which would block or never end) and a
+// larger file are `failed` with a message, before anything is allocated for them.
+ReadResult readWholeFile(const std::filesystem::path &path, std::uint64_t max_bytes = kMaxReadBytes);
+
+// Whether `path` is a regular file whose first bytes are `prefix` (read without following a FIFO or device).
+bool regularFileStartsWith(const std::filesystem::path &path, std::string_view prefix);
 
 // Writes `bytes` to a temporary file in the same directory, fsyncs it, renames it over `path` and fsyncs the
 // directory: readers see either the old file or the whole new one. Returns an error message, or nothing.

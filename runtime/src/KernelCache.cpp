@@ -24,6 +24,29 @@ std::filesystem::path environmentPath(const char *name) {
 
 bool endsWith(const std::string &text, std::string_view suffix) { return text.ends_with(suffix); }
 
+bool isLowerHex(std::string_view text) {
+  return !text.empty() && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// "<64 hex digits><suffix>": the names the cache gives its entries and locks (a user's notes.kernel is not one).
+bool isDigestName(std::string_view name, std::string_view suffix) {
+  return name.size() == 64 + suffix.size() && name.ends_with(suffix) && isLowerHex(name.substr(0, 64));
+}
+
+// "<prefix>XXXXXX" as mkstemp completes it.
+bool isTemporaryName(std::string_view name, std::string_view prefix) {
+  return name.size() == prefix.size() + 6 && name.starts_with(prefix) &&
+         name.substr(prefix.size())
+                 .find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") ==
+             std::string_view::npos;
+}
+
+// Files this cache wrote, by name and, for entries, by their header: clear and verify --fix delete only these.
+bool isOwnEntryFile(const std::filesystem::path &path) {
+  return isDigestName(path.filename().string(), kEntryExtension) &&
+         cache_files::regularFileStartsWith(path, kCacheEntryMagic);
+}
+
 } // namespace
 
 const char *cacheSourceName(CacheSource source) {
@@ -192,7 +215,7 @@ std::vector<CacheEntryInfo> KernelCache::list() {
   std::error_code error;
   for (const auto &item : std::filesystem::directory_iterator(options_.directory, error)) {
     std::string name = item.path().filename().string();
-    if (!endsWith(name, kEntryExtension) || !item.is_regular_file(error))
+    if (!isDigestName(name, kEntryExtension) || !item.is_regular_file(error))
       continue;
     CacheEntryInfo info;
     info.path = item.path();
@@ -223,12 +246,16 @@ CacheVerifyReport KernelCache::verify(bool remove_invalid) {
     if (entry.valid)
       continue;
     if (remove_invalid) {
-      // Under the entry's lock, so a process that is rebuilding it is not disturbed.
-      cache_files::ExclusiveFileLock file_lock(lockPath(entry.digest));
-      std::error_code error;
-      std::filesystem::remove(entry.path, error);
-      if (error)
-        entry.problem += fmt::format(" (could not remove: {})", error.message());
+      if (!isOwnEntryFile(entry.path)) {
+        entry.problem += " (no sagegen entry header: not written by sagegen, left in place)";
+      } else {
+        // Under the entry's lock, so a process that is rebuilding it is not disturbed.
+        cache_files::ExclusiveFileLock file_lock(lockPath(entry.digest));
+        std::error_code error;
+        entry.removed = std::filesystem::remove(entry.path, error);
+        if (error)
+          entry.problem += fmt::format(" (could not remove: {})", error.message());
+      }
     }
     report.invalid.push_back(std::move(entry));
   }
@@ -247,9 +274,11 @@ std::size_t KernelCache::clear() {
   std::vector<std::filesystem::path> doomed;
   for (const auto &item : std::filesystem::directory_iterator(options_.directory, error)) {
     std::string name = item.path().filename().string();
-    bool ours = endsWith(name, kEntryExtension) || endsWith(name, kLockExtension) ||
-                name.find(".kernel.tmp.") != std::string::npos || name.starts_with(".write-probe.");
-    if (ours)
+    bool ours = (isDigestName(name, kEntryExtension) && isOwnEntryFile(item.path())) ||
+                isDigestName(name, kLockExtension) || isTemporaryName(name, ".write-probe.") ||
+                (name.size() > 64 && isLowerHex(name.substr(0, 64)) &&
+                 isTemporaryName(name.substr(64), std::string(kEntryExtension) + ".tmp."));
+    if (ours && !item.is_symlink(error))
       doomed.push_back(item.path());
   }
   for (const std::filesystem::path &path : doomed) {

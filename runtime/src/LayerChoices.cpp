@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace sage::runtime {
 namespace {
@@ -20,6 +21,24 @@ double similarity(const JsonValue &object, std::string_view key, const std::stri
   if (!std::isfinite(value))
     throw JsonError(what + ": expected a finite number");
   return value;
+}
+
+// Cosine similarities lie in [-1, 1]; a relative L1 error is a non-negative number.
+double boundedSimilarity(const JsonValue &object, std::string_view key, const std::string &where, double low,
+                         double high) {
+  const double value = similarity(object, key, where);
+  if (value < low || value > high)
+    throw JsonError(fmt::format("{}.{}: expected a number in [{}, {}], got {}", where, key, low, high, value));
+  return value;
+}
+
+// A preset name as sagegen spells them (sage-b, sage2-fp8, exact, ...).
+std::string presetName(const JsonValue &object, std::string_view key, const std::string &where) {
+  std::string name = requiredNonEmptyString(object, key, where);
+  if (name.size() > 64 || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_.-") != std::string::npos)
+    throw JsonError(
+        fmt::format("{}.{}: expected a preset name (at most 64 of [a-z0-9_.-]), got \"{}\"", where, key, name));
+  return name;
 }
 
 size_t rankIn(const std::vector<std::string> &order, const std::string &name) {
@@ -130,16 +149,17 @@ LayerChoices layerChoicesFromJson(const JsonValue &json, std::string_view source
       throw JsonError(
           fmt::format("\"version\": this sagegen reads version {}, the file has {}", kFormatVersion, version));
     LayerChoices choices;
-    choices.threshold = similarity(json, "threshold", "the file");
+    choices.threshold = boundedSimilarity(json, "threshold", "the file", -1.0, 1.0);
     if (const JsonValue *order = json.find("speed_order"))
       choices.speed_order = order->asString("speed_order");
     const JsonValue::Array &layers = requiredMember(json, "layers", "the file").asArray("layers");
+    std::set<std::string, std::less<>> layer_names; // duplicates found in O(n log n), not by a scan per layer
     for (size_t i = 0; i < layers.size(); ++i) {
       const std::string where = fmt::format("layers[{}]", i);
       layers[i].asObject(where);
       LayerChoice choice;
       choice.layer = requiredNonEmptyString(layers[i], "layer", where);
-      choice.preset = requiredNonEmptyString(layers[i], "preset", where);
+      choice.preset = presetName(layers[i], "preset", where);
       if (const JsonValue *reason = layers[i].find("reason"))
         choice.reason = reason->asString(where + ".reason");
       if (const JsonValue *candidates = layers[i].find("candidates")) {
@@ -147,16 +167,16 @@ LayerChoices layerChoicesFromJson(const JsonValue &json, std::string_view source
         for (size_t c = 0; c < items.size(); ++c) {
           const std::string item_where = fmt::format("{}.candidates[{}]", where, c);
           items[c].asObject(item_where);
-          choice.candidates.push_back({requiredNonEmptyString(items[c], "preset", item_where),
-                                       similarity(items[c], "cos_similarity", item_where),
-                                       similarity(items[c], "relative_l1", item_where)});
+          choice.candidates.push_back({presetName(items[c], "preset", item_where),
+                                       boundedSimilarity(items[c], "cos_similarity", item_where, -1.0, 1.0),
+                                       boundedSimilarity(items[c], "relative_l1", item_where, 0.0, 1e300)});
         }
       }
       const bool listed = std::any_of(choice.candidates.begin(), choice.candidates.end(),
                                       [&](const CandidateAccuracy &c) { return c.preset == choice.preset; });
       if (choice.preset != "exact" && !choice.candidates.empty() && !listed)
         throw JsonError(where + ".preset: \"" + choice.preset + "\" is neither \"exact\" nor one of the candidates");
-      if (choices.find(choice.layer))
+      if (!layer_names.insert(choice.layer).second)
         throw JsonError(where + ".layer: \"" + choice.layer + "\" appears twice");
       choices.layers.push_back(std::move(choice));
     }

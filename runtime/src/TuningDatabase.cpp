@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <system_error>
+#include <tuple>
 
 namespace sage::runtime {
 namespace {
@@ -29,22 +31,72 @@ double positiveNumber(const JsonValue &object, std::string_view key, const std::
   return value;
 }
 
+constexpr int64_t kMaxTokens = int64_t(1) << 40;
+constexpr size_t kMaxNameBytes = 128;
+
+// A preset name or an IR fingerprint: short, and made of the characters those use.
+void checkVariantName(const std::string &name, const std::string &what) {
+  if (name.size() > kMaxNameBytes ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != std::string::npos)
+    throw JsonError(what + ": expected a preset name or an IR fingerprint (at most 128 of [A-Za-z0-9_.-]), got \"" +
+                    name + "\"");
+}
+
+// tunablesText's format: block_q, block_kv, warps and stages, each once, as positive integers (the runtime's core
+// does not link the schedules, so this checks the form; the schedule checks the values when it applies them).
+void checkTunablesText(const std::string &text, const std::string &what) {
+  constexpr std::string_view kNames[] = {"block_q", "block_kv", "warps", "stages"};
+  bool seen[4] = {false, false, false, false};
+  std::string_view rest = text;
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const size_t equals = item.find('=');
+    const std::string_view name = item.substr(0, equals);
+    size_t index = 0;
+    while (index < 4 && kNames[index] != name)
+      ++index;
+    const std::string_view digits = equals == std::string_view::npos ? std::string_view() : item.substr(equals + 1);
+    if (index == 4 || seen[index] || digits.empty() || digits.size() > 4 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos || digits.front() == '0')
+      throw JsonError(what +
+                      ": expected \"block_q=B,block_kv=B,warps=W,stages=S\" (each once, positive integers), "
+                      "got \"" +
+                      text + "\"");
+    seen[index] = true;
+    if (comma == std::string_view::npos)
+      break;
+    rest = rest.substr(comma + 1);
+  }
+  for (bool present : seen)
+    if (!present)
+      throw JsonError(what + ": expected all of block_q, block_kv, warps and stages, got \"" + text + "\"");
+}
+
 TuningEntry entryFromJson(const JsonValue &json, const std::string &where) {
   json.asObject(where);
   TuningEntry entry;
   entry.variant = requiredNonEmptyString(json, "variant", where);
-  entry.head_dim = static_cast<int>(requiredMember(json, "head_dim", where).asInteger(where + ".head_dim"));
+  checkVariantName(entry.variant, where + ".variant");
+  const int64_t head_dim = requiredMember(json, "head_dim", where).asInteger(where + ".head_dim");
+  if (head_dim < 16 || head_dim > 256 || head_dim % 16 != 0)
+    throw JsonError(fmt::format("{}.head_dim: expected a multiple of 16 in [16, 256], got {}", where, head_dim));
+  entry.head_dim = static_cast<int>(head_dim);
   entry.causal = requiredMember(json, "causal", where).asBool(where + ".causal");
   entry.input = requiredNonEmptyString(json, "input", where);
   if (entry.input != "f16" && entry.input != "bf16")
     throw JsonError(where + ".input: expected \"f16\" or \"bf16\", got \"" + entry.input + "\"");
   entry.tokens = requiredMember(json, "tokens", where).asInteger(where + ".tokens");
-  if (entry.head_dim <= 0 || entry.tokens <= 0)
-    throw JsonError(where + ": head_dim and tokens must be positive");
+  if (entry.tokens <= 0 || entry.tokens > kMaxTokens)
+    throw JsonError(fmt::format("{}.tokens: expected an integer in [1, 2^40], got {}", where, entry.tokens));
   entry.tunables = requiredNonEmptyString(json, "tunables", where);
+  checkTunablesText(entry.tunables, where + ".tunables");
   entry.milliseconds = positiveNumber(json, "milliseconds", where);
   entry.default_milliseconds = positiveNumber(json, "default_milliseconds", where);
   entry.date = requiredNonEmptyString(json, "date", where);
+  if (entry.date.size() > 64)
+    throw JsonError(where + ".date: expected an ISO 8601 UTC time, got " + std::to_string(entry.date.size()) +
+                    " characters");
   return entry;
 }
 
@@ -89,6 +141,9 @@ TuningDatabase TuningDatabase::fromJson(const JsonValue &json, std::string_view 
           fmt::format("\"version\": this sagegen reads version {}, the file has {}", kFormatVersion, version));
     TuningDatabase database;
     const JsonValue::Array &devices = requiredMember(json, "devices", "the database").asArray("devices");
+    // A file that store() wrote lists each device once and each key once per device; anything else is malformed.
+    // Both are found through ordered sets, so loading stays O(n log n) however many entries the file holds.
+    std::map<std::tuple<std::string, std::string, std::string>, size_t> device_index;
     for (size_t i = 0; i < devices.size(); ++i) {
       const std::string where = fmt::format("devices[{}]", i);
       devices[i].asObject(where);
@@ -96,11 +151,23 @@ TuningDatabase TuningDatabase::fromJson(const JsonValue &json, std::string_view 
       group.device.gpu = requiredNonEmptyString(devices[i], "gpu", where);
       group.device.arch = requiredNonEmptyString(devices[i], "arch", where);
       group.device.sagegen_version = requiredNonEmptyString(devices[i], "sagegen_version", where);
+      const auto [found, added] =
+          device_index.emplace(std::tuple{group.device.gpu, group.device.arch, group.device.sagegen_version}, i);
+      if (!added)
+        throw JsonError(fmt::format("{}: the same gpu, arch and sagegen_version as devices[{}]", where, found->second));
       const JsonValue::Array &entries = requiredMember(devices[i], "entries", where).asArray(where + ".entries");
-      for (size_t e = 0; e < entries.size(); ++e)
-        database.put(group.device, entryFromJson(entries[e], fmt::format("{}.entries[{}]", where, e)));
-      if (entries.empty())
-        database.groups_.push_back(std::move(group));
+      std::map<std::tuple<std::string, int, bool, std::string, int64_t>, size_t> keys;
+      for (size_t e = 0; e < entries.size(); ++e) {
+        const std::string entry_where = fmt::format("{}.entries[{}]", where, e);
+        TuningEntry entry = entryFromJson(entries[e], entry_where);
+        const auto [same, fresh] =
+            keys.emplace(std::tuple{entry.variant, entry.head_dim, entry.causal, entry.input, entry.tokens}, e);
+        if (!fresh)
+          throw JsonError(fmt::format("{}: the same variant, head_dim, causal, input and tokens as {}.entries[{}]",
+                                      entry_where, where, same->second));
+        group.entries.push_back(std::move(entry));
+      }
+      database.groups_.push_back(std::move(group));
     }
     return database;
   } catch (const JsonError &error) {
@@ -192,6 +259,12 @@ void TuningDatabase::store(const std::filesystem::path &path, const TuningDevice
                            const std::vector<TuningEntry> &entries, std::vector<std::string> &warnings) {
   if (path.empty())
     throw TuningDatabaseError("no tuning database path: set $SAGEGEN_TUNING_DB, $SAGEGEN_CACHE_DIR or $HOME");
+  for (size_t index = 0; index < entries.size(); ++index) // nothing is written that the reader would refuse
+    try {
+      entryFromJson(entryToJson(entries[index]), fmt::format("entries[{}]", index));
+    } catch (const JsonError &error) {
+      throw TuningDatabaseError(path.string() + ": not stored: " + error.what());
+    }
   if (path.has_parent_path())
     if (std::optional<std::string> error = cache_files::prepareWritableDirectory(path.parent_path()))
       throw TuningDatabaseError(path.string() + ": " + *error);

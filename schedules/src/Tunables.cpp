@@ -43,6 +43,7 @@ std::string tunablesText(const Tunables &tunables) {
 
 Tunables parseTunables(std::string_view text, const Tunables &base) {
   Tunables tunables = base;
+  std::string seen; // each name once: "warps=4,warps=8" is a mistake, not a choice of the last
   while (!text.empty()) {
     size_t comma = text.find(',');
     std::string_view item = text.substr(0, comma);
@@ -53,10 +54,13 @@ Tunables parseTunables(std::string_view text, const Tunables &base) {
     if (equals == std::string_view::npos)
       throw std::invalid_argument("tunables: expected name=value, got '" + std::string(item) + "'");
     std::string_view name = item.substr(0, equals), value_text = item.substr(equals + 1);
+    if (seen.find("," + std::string(name) + ",") != std::string::npos)
+      throw std::invalid_argument("tunables: " + std::string(name) + " is given twice");
+    seen += "," + std::string(name) + ",";
     int value = 0;
     auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
-    if (error != std::errc() || end != value_text.data() + value_text.size())
-      throw std::invalid_argument("tunables: " + std::string(name) + " expects an integer, got '" +
+    if (error != std::errc() || end != value_text.data() + value_text.size() || value <= 0)
+      throw std::invalid_argument("tunables: " + std::string(name) + " expects a positive integer, got '" +
                                   std::string(value_text) + "'");
     if (name == "block_q")
       tunables.block_q = value;

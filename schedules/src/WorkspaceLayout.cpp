@@ -8,8 +8,11 @@
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include "sage/ir/AttentionVariant.h"
+#include "sage/numerics/CheckedSize.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -30,6 +33,9 @@ std::string dtypeName(ElementType type) { return std::string(nameOf(type)); }
 bool isByteCode(ElementType type) {
   return type == ElementType::int8 || type == ElementType::e4m3 || type == ElementType::e5m2;
 }
+
+// The most tokens a shape may have: far beyond any GPU's memory, and small enough that no padding overflows.
+constexpr int64_t kMaxShapeTokens = int64_t(1) << 31;
 
 int64_t roundUp(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -81,8 +87,10 @@ void validateShape(const AttentionVariant &variant, const ProblemShape &shape) {
   require(shape.heads_kv > 0 && shape.heads_q % shape.heads_kv == 0,
           "shape.heads_kv must be positive and divide heads_q (" + std::to_string(shape.heads_q) + "), got " +
               std::to_string(shape.heads_kv));
-  require(shape.tokens_q > 0, "shape.tokens_q must be positive, got " + std::to_string(shape.tokens_q));
-  require(shape.tokens_kv > 0, "shape.tokens_kv must be positive, got " + std::to_string(shape.tokens_kv));
+  require(shape.tokens_q > 0 && shape.tokens_q <= kMaxShapeTokens,
+          "shape.tokens_q must be in [1, 2^31], got " + std::to_string(shape.tokens_q));
+  require(shape.tokens_kv > 0 && shape.tokens_kv <= kMaxShapeTokens,
+          "shape.tokens_kv must be in [1, 2^31], got " + std::to_string(shape.tokens_kv));
   require(shape.head_dim == variant.head_dim, "shape.head_dim " + std::to_string(shape.head_dim) +
                                                   " does not match the variant's head_dim " +
                                                   std::to_string(variant.head_dim));
@@ -91,21 +99,35 @@ void validateShape(const AttentionVariant &variant, const ProblemShape &shape) {
                                                            std::to_string(variant.block_kv));
 }
 
-// Appends buffers at aligned offsets.
+// Appends buffers at aligned offsets; a total past 2^62 bytes is an error, not a wrapped size.
 class Allocator {
 public:
   BufferSlice take(size_t bytes) {
+    const size_t rounded = (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    require(bytes <= kMaxWorkspaceBytes && end_ + rounded <= kMaxWorkspaceBytes,
+            "shape: the workspace would exceed 2^62 bytes (batch x heads x tokens x head_dim is too large)");
     BufferSlice slice{end_, bytes};
-    end_ += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    end_ += rounded;
     return slice;
   }
   size_t end() const { return end_; }
 
 private:
+  static constexpr size_t kMaxWorkspaceBytes = size_t(1) << 62;
   size_t end_ = 0;
 };
 
-size_t bytes(int64_t count, size_t element_bytes) { return static_cast<size_t>(count) * element_bytes; }
+// Products of the caller's sizes, checked in 64 bits: a huge shape is an error, never a wrapped size.
+int64_t count(std::initializer_list<int64_t> factors) {
+  const std::optional<int64_t> product = numerics::checkedProduct(factors);
+  require(product.has_value(),
+          "shape: the workspace size overflows 64 bits (batch x heads x tokens x head_dim is too large)");
+  return *product;
+}
+
+size_t bytes(std::initializer_list<int64_t> factors, size_t element_bytes) {
+  return static_cast<size_t>(count({count(factors), static_cast<int64_t>(element_bytes)}));
+}
 
 } // namespace
 
@@ -187,27 +209,27 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   const auto scaleCount = [](const QuantizerSpec &spec, int64_t blocks, int64_t block_tokens) -> int64_t {
     if (spec.granularity == Granularity::per_tensor)
       return 1;
-    return blocks * groupsPerBlock(spec, block_tokens);
+    return count({blocks, groupsPerBlock(spec, block_tokens)});
   };
   layout.q_scale_count = scaleCount(variant.q, q_blocks, variant.block_q);
   layout.k_scale_count = scaleCount(variant.k, kv_blocks, variant.block_kv);
 
   const int64_t d = shape.head_dim;
-  const int64_t q_heads = shape.batch * shape.heads_q;
-  const int64_t kv_heads = shape.batch * shape.heads_kv;
+  const int64_t q_heads = count({shape.batch, shape.heads_q});
+  const int64_t kv_heads = count({shape.batch, shape.heads_kv});
 
   Allocator allocator;
-  layout.q_codes = allocator.take(bytes(q_heads * layout.padded_q * d, workspaceOperandBytes(variant.q)));
-  layout.k_codes = allocator.take(bytes(kv_heads * layout.padded_kv * d, workspaceOperandBytes(variant.k)));
-  layout.v_codes = allocator.take(v_quantized ? bytes(kv_heads * d * layout.padded_kv, 1) : 0);
-  layout.q_scales = allocator.take(bytes(q_heads * layout.q_scale_count, sizeof(float)));
-  layout.k_scales = allocator.take(bytes(kv_heads * layout.k_scale_count, sizeof(float)));
-  layout.v_scales = allocator.take(v_quantized ? bytes(kv_heads * d, sizeof(float)) : 0);
-  layout.k_mean = allocator.take(variant.smooth_k == SmoothScope::sequence ? bytes(kv_heads * d, sizeof(float)) : 0);
+  layout.q_codes = allocator.take(bytes({q_heads, layout.padded_q, d}, workspaceOperandBytes(variant.q)));
+  layout.k_codes = allocator.take(bytes({kv_heads, layout.padded_kv, d}, workspaceOperandBytes(variant.k)));
+  layout.v_codes = allocator.take(v_quantized ? bytes({kv_heads, d, layout.padded_kv}, 1) : 0);
+  layout.q_scales = allocator.take(bytes({q_heads, layout.q_scale_count}, sizeof(float)));
+  layout.k_scales = allocator.take(bytes({kv_heads, layout.k_scale_count}, sizeof(float)));
+  layout.v_scales = allocator.take(v_quantized ? bytes({kv_heads, d}, sizeof(float)) : 0);
+  layout.k_mean = allocator.take(variant.smooth_k == SmoothScope::sequence ? bytes({kv_heads, d}, sizeof(float)) : 0);
   layout.q_mean =
-      allocator.take(variant.smooth_q == SmoothScope::block ? bytes(q_heads * q_blocks * d, sizeof(float)) : 0);
-  layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes(kv_heads * d, sizeof(float)) : 0);
-  layout.v_values = allocator.take(v_copy ? bytes(kv_heads * layout.padded_kv * d, sizeof(uint16_t)) : 0);
+      allocator.take(variant.smooth_q == SmoothScope::block ? bytes({q_heads, q_blocks, d}, sizeof(float)) : 0);
+  layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes({kv_heads, d}, sizeof(float)) : 0);
+  layout.v_values = allocator.take(v_copy ? bytes({kv_heads, layout.padded_kv, d}, sizeof(uint16_t)) : 0);
   // Per channel and slice: a K sum (mean(K)), a V sum (mean(V)), K's min and max (per-tensor psi_K, 2 bytes
   // each) and V's (per-channel psi_V); per-tensor psi_Q adds one amax per Q block.
   const bool k_per_tensor = variant.k.granularity == Granularity::per_tensor;
@@ -215,8 +237,9 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
                                (variant.smooth_v == SmoothScope::sequence ? 4 : 0) + (k_per_tensor ? 4 : 0) +
                                (v_quantized ? 4 : 0);
   const int64_t slices = std::min<int64_t>(kMaxPrologueStatisticsSlices, (shape.tokens_kv + 15) / 16);
-  const int64_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? q_heads * q_blocks * 4 : 0;
-  layout.prologue_statistics = allocator.take(static_cast<size_t>(q_amax_bytes + kv_heads * slices * d * column_bytes));
+  const size_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? bytes({q_heads, q_blocks}, 4) : 0;
+  layout.prologue_statistics =
+      allocator.take(q_amax_bytes + (column_bytes > 0 ? bytes({kv_heads, slices, d}, column_bytes) : 0));
   layout.total_bytes = allocator.end();
   return layout;
 }

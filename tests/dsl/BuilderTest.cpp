@@ -66,7 +66,7 @@ TEST_CASE("what the DSL lets through, the verifier still checks") {
   CHECK_THROWS_WITH_AS(attention().qk(int8(per_thread).groups(12, 64)).build(),
                        doctest::Contains("per_thread interleaves tokens by 8"), ir::ProgramError);
   CHECK_THROWS_WITH_AS(attention().pv(f16(accum::f16_then_f32)).build(),
-                       doctest::Contains("f16_then_f32 needs flush_period > 0"), ir::ProgramError);
+                       doctest::Contains("f16_then_f32 needs flush_period in [1, 1048576]"), ir::ProgramError);
 }
 
 TEST_CASE("the preset table") {
@@ -79,4 +79,41 @@ TEST_CASE("the preset table") {
   CHECK(preset("sage-t")->describe().q.granularity == Granularity::per_token);
   CHECK(preset("sage-vb")->describe().pv.accumulator == AccumulatorType::s32);
   CHECK(preset("exact")->describe().q.dtype == ElementType::f32);
+}
+
+TEST_CASE("the reference-only presets: SageAttention3 FP4 and SageAttention2 INT4 with their ablations") {
+  std::string names;
+  for (const PresetInfo &info : referenceOnlyPresets())
+    names += std::string(info.name) + " ";
+  CHECK(names == "sage3-fp4 sage3-fp4-direct-p sage3-mxfp4 sage2-int4 sage2-int4-no-smooth-q ");
+
+  const AttentionVariant fp4 = preset("sage3-fp4")->describe();
+  for (const QuantizerSpec *spec : {&fp4.q, &fp4.k, &fp4.p, &fp4.v}) {
+    CHECK(spec->dtype == ElementType::e2m1);
+    CHECK(spec->granularity == Granularity::microscale_1x16);
+    CHECK(spec->scale_type == ScaleType::ue4m3);
+  }
+  CHECK(fp4.p.two_level);
+  CHECK(fp4.q.fold_softmax_scale);
+  CHECK(fp4.smooth_q == SmoothScope::block);
+  CHECK(fp4.smooth_k == SmoothScope::sequence);
+  CHECK(fp4.qk == MatmulSpec{ElementType::e2m1, ElementType::e2m1, AccumulatorType::f32});
+  CHECK_FALSE(preset("sage3-fp4-direct-p")->describe().p.two_level);
+
+  const AttentionVariant mx = preset("sage3-mxfp4")->describe();
+  CHECK(mx.v.granularity == Granularity::microscale_1x32);
+  CHECK(mx.v.scale_type == ScaleType::ue8m0);
+  CHECK_FALSE(mx.p.two_level);
+
+  const AttentionVariant int4_variant = preset("sage2-int4")->describe();
+  CHECK(int4_variant.q.dtype == ElementType::int4);
+  CHECK(int4_variant.q.granularity == Granularity::per_thread);
+  CHECK(int4_variant.q.group_tokens == 32);
+  CHECK(int4_variant.k.group_tokens == 64);
+  CHECK(int4_variant.smooth_q == SmoothScope::block);
+  CHECK(int4_variant.qk.accumulator == AccumulatorType::s32);
+  CHECK(preset("sage2-int4-no-smooth-q")->describe().smooth_q == SmoothScope::none);
+  // Built programs verify (the IR's own checks, not only the struct).
+  for (const PresetInfo &info : referenceOnlyPresets())
+    CHECK_NOTHROW(preset(info.name, 64, MaskKind::causal)->lse().build());
 }

@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 using namespace sage;
 
 TEST_CASE("every preset round-trips through the textual IR") {
-  for (const auto &info : dsl::presets())
+  std::vector<dsl::PresetInfo> all = dsl::presets();
+  all.insert(all.end(), dsl::referenceOnlyPresets().begin(), dsl::referenceOnlyPresets().end());
+  for (const auto &info : all)
     for (int head_dim : {64, 128})
       for (MaskKind mask : {MaskKind::none, MaskKind::causal})
         for (bool lse : {false, true}) {
@@ -72,4 +75,23 @@ sage.attention @"sage-b" version(1) head_dim(64) block_q(128) block_kv(64) {
   const ir::Program parsed = ir::Program::parse(text, "hand.mlir");
   CHECK(parsed.variant() == dsl::preset("sage-b", 64, MaskKind::none)->describe());
   CHECK(parsed.print() == dsl::preset("sage-b", 64, MaskKind::none)->build().print());
+}
+
+TEST_CASE("the FP4 and INT4 presets say what they are in the IR") {
+  const std::string fp4 = dsl::preset("sage3-fp4", 128, MaskKind::none)->build().print();
+  for (const char *step : {"sage.smooth %q over block", "sage.quantize %q_smoothed to e2m1 microscale_1x16",
+                           "scale_type = #sage<scale_type ue4m3>", "sage.mma %q_e2m1, %k_e2m1 -> f32",
+                           "sage.q_mean_correction %s_dequant, mean(%q_smoothed), %k_smoothed",
+                           "%v to e2m1 microscale_1x16", "two_level"}) {
+    CAPTURE(step);
+    CHECK(fp4.find(step) != std::string::npos);
+  }
+  CHECK(dsl::preset("sage3-fp4-direct-p", 128)->build().print().find("two_level") == std::string::npos);
+  const std::string mx = dsl::preset("sage3-mxfp4", 128)->build().print();
+  CHECK(mx.find("microscale_1x32") != std::string::npos);
+  CHECK(mx.find("ue8m0") != std::string::npos);
+  const std::string int4 = dsl::preset("sage2-int4", 128)->build().print();
+  CHECK(int4.find("to int4 per_thread") != std::string::npos);
+  CHECK(int4.find("sage.q_mean_correction") != std::string::npos);
+  CHECK(dsl::preset("sage2-int4-no-smooth-q", 128)->build().print().find("q_mean_correction") == std::string::npos);
 }

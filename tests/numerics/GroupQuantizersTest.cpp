@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -214,4 +215,61 @@ TEST_CASE("quantizeNvfp4Row: an all-zero row and bad arguments") {
   CHECK_THROWS_AS(quantizeNvfp4Row(zeros, kInf, codes, scale_codes), std::invalid_argument);
   CHECK_THROWS_AS(quantizeNvfp4Row(zeros, 1.0f, short_codes, scale_codes), std::invalid_argument);
   CHECK_THROWS_AS(quantizeNvfp4Row(zeros, 1.0f, codes, no_scales), std::invalid_argument);
+}
+
+// --- MXFP4 and the scale codes -----------------------------------------------------------------
+
+TEST_CASE("nvfp4ScaleBits and mxfp4ScaleBits: one scale code per group amax") {
+  CHECK(nvfp4ScaleBits(6.0f) == 0x38);    // 6 / 6 = 1
+  CHECK(nvfp4ScaleBits(1.0f) == 0x23);    // 1/6 -> 0.171875
+  CHECK(nvfp4ScaleBits(0.0f) == 0x00);    // all-zero group
+  CHECK(nvfp4ScaleBits(1.0e6f) == 0x7e);  // saturates at 448
+  CHECK(mxfp4ScaleBits(3.0f) == 126);     // floor(log2 3) = 1, minus 2: 2^-1
+  CHECK(mxfp4ScaleBits(4.0f) == 127);     // 2^2 / 2^2 = 1
+  CHECK(mxfp4ScaleBits(7.99f) == 127);    // still 2^0: 7.99 saturates to 6
+  CHECK(mxfp4ScaleBits(0.75f) == 124);    // floor(log2 0.75) = -1, minus 2: 2^-3
+  CHECK(mxfp4ScaleBits(0.0f) == 0);       // all-zero group: 2^-127
+  CHECK(mxfp4ScaleBits(0x1p-140f) == 0);  // below 2^-125: clamped to the smallest scale
+  CHECK(mxfp4ScaleBits(0x1p126f) == 251); // 126 - 2 + 127
+  CHECK(mxfp4ScaleBits(kInf) == 254);     // clamped to the largest scale
+  CHECK(ue8m0BitsToFloat(127) == 1.0f);
+  CHECK(ue8m0BitsToFloat(126) == 0.5f);
+  CHECK(ue8m0BitsToFloat(0) == 0x1p-127f);
+  CHECK(ue8m0BitsToFloat(254) == 0x1p127f);
+  CHECK(std::isnan(ue8m0BitsToFloat(255)));
+}
+
+TEST_CASE("quantizeMxfp4Row: 32-value groups, power-of-two scales, a partial last group") {
+  std::vector<float> values(35, 0.0f);
+  // Group 0 (32 values): amax 3 -> scale 2^-1 (code 126), inverse 2; v = 2x:
+  // 3 -> 6 (0x7); 1.25 -> 2.5, tie of 2 and 3 -> 2 (even code 0x4); -0.2 -> -0.4 -> -0.5 (0x9);
+  // 0.1 -> 0.2 -> 0 (0x0); 2 -> 4 (0x6); -1.75 -> -3.5, tie of 3 and 4 -> -4 (even code 0xe); the 0s -> 0x0.
+  const std::array<float, 6> group0 = {3.0f, 1.25f, -0.2f, 0.1f, 2.0f, -1.75f};
+  std::copy(group0.begin(), group0.end(), values.begin());
+  // Group 1 (3 values): amax 7 -> floor(log2 7) = 2 -> scale 2^0 (code 127): 7 -> saturates to 6 (0x7),
+  // 6.5 -> 6 (0x7), -5 -> tie of 4 and 6 -> -4 (even code 0xe).
+  values[32] = 7.0f;
+  values[33] = 6.5f;
+  values[34] = -5.0f;
+  std::vector<uint8_t> codes(35, 99);
+  std::vector<uint8_t> scale_codes(2, 99);
+  quantizeMxfp4Row(values, codes, scale_codes);
+  CHECK(scale_codes == std::vector<uint8_t>{126, 127});
+  CHECK(std::vector<uint8_t>(codes.begin(), codes.begin() + 6) == std::vector<uint8_t>{0x7, 0x4, 0x9, 0x0, 0x6, 0xe});
+  CHECK(std::all_of(codes.begin() + 6, codes.begin() + 32, [](uint8_t code) { return code == 0x0; }));
+  CHECK(std::vector<uint8_t>(codes.begin() + 32, codes.end()) == std::vector<uint8_t>{0x7, 0x7, 0xe});
+
+  std::vector<uint8_t> one_scale(1);
+  std::vector<uint8_t> short_codes(34);
+  CHECK_THROWS_AS(quantizeMxfp4Row(values, codes, one_scale), std::invalid_argument);
+  CHECK_THROWS_AS(quantizeMxfp4Row(values, short_codes, scale_codes), std::invalid_argument);
+}
+
+TEST_CASE("quantizeInt4: symmetric [-7, 7], the negative amax maps to -7 too") {
+  // amax = |-3.5| = 3.5: scale 0.5, inverse 2 (both exact). v = 2x: -3.5 -> -7; 3.5 -> 7; 0.25 -> 0.5 -> 0
+  // (tie, even); 0.75 -> 1.5 -> 2 (tie, even); -1.3 -> -2.6 -> -3; 1.0 -> 2.
+  const std::vector<float> values = {-3.5f, 3.5f, 0.25f, 0.75f, -1.3f, 1.0f};
+  std::vector<int8_t> codes(values.size());
+  CHECK(quantizeInt4(values, codes) == 0.5f);
+  CHECK(codes == std::vector<int8_t>{-7, 7, 0, 2, -3, 2});
 }

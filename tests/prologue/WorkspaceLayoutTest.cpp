@@ -255,3 +255,19 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
                        doctest::Contains("v quantizer: expected per_channel codes or an f16/f32 cast"),
                        std::invalid_argument);
 }
+
+TEST_CASE("computeWorkspaceLayout: a shape whose sizes overflow 64 bits is refused, never a wrapped size") {
+  const AttentionVariant variant = variantOf(Granularity::per_block, 0, 0, false, true, false, VKind::f16);
+  ProblemShape shape = smallShape();
+  shape.tokens_q = int64_t(1) << 40;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16),
+                       doctest::Contains("shape.tokens_q must be in [1, 2^31]"), std::invalid_argument);
+  shape = smallShape();
+  shape.batch = int64_t(1) << 40;
+  shape.heads_q = shape.heads_kv = int64_t(1) << 20;
+  shape.tokens_q = shape.tokens_kv = int64_t(1) << 31;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("overflows 64 bits"),
+                       std::invalid_argument);
+  shape.batch = 1 << 20; // 2^20 x 2^20 heads x 2^31 tokens x 64 channels = 2^77 elements
+  CHECK_THROWS_AS(computeWorkspaceLayout(variant, shape, InputType::f16), std::invalid_argument);
+}

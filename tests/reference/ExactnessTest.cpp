@@ -137,3 +137,18 @@ TEST_CASE("shape mistakes name the argument") {
   CHECK_THROWS_WITH_AS(runReference(wrong_dim, fine.q, fine.k, fine.v), doctest::Contains("q: head dim 64"),
                        std::invalid_argument);
 }
+
+TEST_CASE("Q smoothing with its GEMV correction is exact without quantization, folded scale or not") {
+  const Shape shape{1, 2, 2, 200, 150, 64, StorageType::f16, Layout::hnd, false};
+  const Inputs in = makeInputs(shape, 17);
+  const AttentionResult truth = exactAttention(in.q, in.k, in.v, false);
+  for (bool fold : {false, true}) {
+    CAPTURE(fold);
+    // f32 Q and K minus each Q block's mean, plus mean(Q_i) . K^T: only f32 rounding of Q - mean separates it from
+    // exact attention (so the GEMV must be scaled like the scores when the scale is not folded into Q).
+    AttentionVariant variant = dsl::preset("exact", 64)->qk(dsl::full_precision().smooth_q()).describe();
+    variant.q.fold_softmax_scale = fold;
+    const AttentionResult smoothed = runReference(variant, in.q, in.k, in.v);
+    CHECK(maxAbsDifference(smoothed.output, truth.output) < 1e-5);
+  }
+}

@@ -170,7 +170,11 @@ TEST_CASE("malformed manifests are rejected with the field's path and the proble
   CHECK(errorAfter([](JsonValue &root) { removeField(firstKernel(root), "entry_point"); }) ==
         "test.json: kernels[0].entry_point: required field is missing");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("head_dim", 64.5); }) ==
-        "test.json: kernels[0].head_dim: expected an integer >= 1, found 64.5");
+        "test.json: kernels[0].head_dim: expected an integer >= 16, found 64.5");
+  CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("head_dim", 100); }) ==
+        "test.json: kernels[0].head_dim: expected a multiple of 16 in [16, 256], found 100");
+  CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("preset", "sage b\"; rm"); }) ==
+        "test.json: kernels[0].preset: expected a name of at most 128 of [A-Za-z0-9_.-], found \"sage b\"; rm\"");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("causal", "no"); }) ==
         "test.json: kernels[0].causal: expected a boolean, found a string");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("key_digest", std::string(64, 'a')); }) ==
@@ -199,6 +203,11 @@ TEST_CASE("malformed manifests are rejected with the field's path and the proble
   CHECK(errorAfter([](JsonValue &root) {
           firstKernel(root).find("launch")->set("block", JsonValue(JsonValue::Array{256, 1}));
         }) == "test.json: kernels[0].launch.block: expected 3 dimensions, found 2");
+  CHECK(errorAfter([](JsonValue &root) {
+          firstKernel(root).find("launch")->set("block", JsonValue(JsonValue::Array{1024, 1024, 1024}));
+        }) == "test.json: kernels[0].launch.block: 1024 x 1024 x 1024 threads: a block has at most 1024");
+  CHECK(errorAfter([](JsonValue &root) { firstKernel(root).find("launch")->set("dynamic_shared_bytes", 1 << 20); }) ==
+        "test.json: kernels[0].launch.dynamic_shared_bytes: expected at most 232448 (227 KiB), found 1048576");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).find("resources")->set("registers", "many"); }) ==
         "test.json: kernels[0].resources.registers: expected an integer, found a string");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("colour", "blue"); }) ==

@@ -448,3 +448,51 @@ TEST_CASE("the default directory: SAGEGEN_CACHE_DIR, then XDG_CACHE_HOME/sagegen
   restore("XDG_CACHE_HOME", xdg);
   restore("HOME", home);
 }
+
+TEST_CASE("clear and verify --fix delete only files the cache wrote; a fix that cannot remove says so") {
+  TemporaryDirectory directory;
+  Harness harness;
+  KernelCache cache(harness.options(directory.path));
+  KernelKey good = keyFor("good");
+  cache.getOrBuild(good, harness.builder(good));
+  const std::string foreign_digest(64, 'a');
+  const fs::path notes = directory.path / "notes.kernel", foreign = directory.path / (foreign_digest + ".kernel");
+  writeFile(notes, ByteBuffer{'m', 'i', 'n', 'e'});
+  writeFile(foreign, ByteBuffer{'n', 'o', 't', ' ', 'a', 'n', ' ', 'e', 'n', 't', 'r', 'y'});
+
+  CacheVerifyReport report = cache.verify(true);
+  REQUIRE(report.invalid.size() == 1); // notes.kernel is not named like an entry: not listed at all
+  CHECK(report.invalid[0].digest == foreign_digest);
+  CHECK_FALSE(report.invalid[0].removed);
+  CHECK(contains(report.invalid[0].problem, "not written by sagegen, left in place"));
+  CHECK(fs::exists(foreign));
+
+  CHECK(cache.clear() == 1);
+  CHECK(fs::exists(notes));
+  CHECK(fs::exists(foreign));
+  CHECK_FALSE(fs::exists(entryPath(directory.path, good)));
+}
+
+TEST_CASE("a FIFO or an oversized sparse file where an entry should be neither blocks nor is read") {
+  TemporaryDirectory directory;
+  KernelKey key = keyFor("sm80.mma_sync");
+  REQUIRE(::mkfifo(entryPath(directory.path, key).c_str(), 0644) == 0);
+  Harness harness;
+  KernelCache cache(harness.options(directory.path));
+  CHECK(cache.list().empty()); // not a regular file: not an entry
+  CacheResult result = cache.getOrBuild(key, harness.builder(key));
+  CHECK(result.source == CacheSource::built);
+  CHECK(*result.image == imageFor(key));
+  REQUIRE_FALSE(result.warnings.empty());
+  CHECK(contains(result.warnings[0], "expected a regular file"));
+  CHECK(fs::is_regular_file(entryPath(directory.path, key))); // the FIFO was replaced by the entry
+
+  KernelKey sparse = keyFor("sparse");
+  { std::ofstream(entryPath(directory.path, sparse)) << "x"; }
+  fs::resize_file(entryPath(directory.path, sparse), std::uintmax_t(16) << 30); // 16 GiB, no blocks on disk
+  Harness second;
+  CacheResult rebuilt = KernelCache(second.options(directory.path)).getOrBuild(sparse, second.builder(sparse));
+  CHECK(rebuilt.source == CacheSource::built);
+  REQUIRE_FALSE(rebuilt.warnings.empty());
+  CHECK(contains(rebuilt.warnings[0], "more than the limit"));
+}

@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -123,4 +125,27 @@ TEST_CASE("bad files get errors naming the file and the place") {
             .find("layers[0].candidates[0].cos_similarity") != std::string::npos);
   CHECK_THROWS_WITH_AS(loadLayerChoices("/nonexistent/choices.json"), "/nonexistent/choices.json: no such file",
                        LayerChoicesError);
+  // Issue 10: values out of their range and names no preset has are errors, not silently kept.
+  CHECK(errorOf(R"({"format": "sagegen-layer-choices", "version": 1, "threshold": 1e308, "layers": []})") ==
+        "the file.threshold: expected a number in [-1, 1], got 1e+308");
+  CHECK(errorOf(head + R"("layers": [{"layer": "a", "preset": "sage-b", "candidates": [{"preset": "sage-b",
+      "cos_similarity": 2.5, "relative_l1": 0.01}]}]})") ==
+        "layers[0].candidates[0].cos_similarity: expected a number in [-1, 1], got 2.5");
+  CHECK(errorOf(head + R"("layers": [{"layer": "a", "preset": "sage-b", "candidates": [{"preset": "sage-b",
+      "cos_similarity": 0.99, "relative_l1": -1}]}]})") ==
+        "layers[0].candidates[0].relative_l1: expected a number in [0, 1e+300], got -1");
+  CHECK(errorOf(head + R"("layers": [{"layer": "a", "preset": "Sage B; rm"}]})") ==
+        "layers[0].preset: expected a preset name (at most 64 of [a-z0-9_.-]), got \"Sage B; rm\"");
+}
+
+TEST_CASE("many layers load in O(n log n): duplicates are found through a set") {
+  std::string text = R"({"format": "sagegen-layer-choices", "version": 1, "threshold": 0.998, "layers": [)";
+  for (int index = 0; index < 50000; ++index)
+    text +=
+        std::string(index ? "," : "") + R"({"layer": "blocks.)" + std::to_string(index) + R"(", "preset": "exact"})";
+  text += "]}";
+  const JsonValue json = parseJson(text);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(layerChoicesFromJson(json, "big.json").layers.size() == 50000);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5.0);
 }

@@ -61,7 +61,16 @@ TEST_CASE("tunables text is canonical and parses back") {
 }
 
 TEST_CASE("malformed tunables text names the problem") {
-  CHECK_THROWS_WITH_AS(parseTunables("warps=four", Tunables{}), doctest::Contains("warps expects an integer"),
+  CHECK_THROWS_WITH_AS(parseTunables("warps=four", Tunables{}), doctest::Contains("warps expects a positive integer"),
+                       std::invalid_argument);
+  // Issue 10: a repeated name is a mistake, not a choice of the last; zero and negative values are not tunables.
+  CHECK_THROWS_WITH_AS(parseTunables("warps=4,warps=8", Tunables{}), doctest::Contains("warps is given twice"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("block_q=-64", Tunables{}),
+                       doctest::Contains("block_q expects a positive integer"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("stages=0", Tunables{}), doctest::Contains("stages expects a positive integer"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("block_kv=99999999999", Tunables{}), doctest::Contains("block_kv expects"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(parseTunables("threads=4", Tunables{}), doctest::Contains("unknown name 'threads'"),
                        std::invalid_argument);

@@ -29,6 +29,14 @@ expect "ir with causal and lse" 0 "sage.write_lse %p \{smoothing_correction\}" -
 expect "ir unknown preset" 1 "--preset: unknown preset 'sage-x'; expected one of sage-t" -- "$sagegen" ir --preset sage-x
 expect "ir bad head dim" 1 "head_dim: expected a positive multiple of 16" -- "$sagegen" ir --preset sage-b --headdim 100
 expect "ir without --preset" 1 "preset is required" -- "$sagegen" ir
+expect "list has the reference-only presets" 0 "sage3-fp4 .*NVFP4" -- "$sagegen" list
+expect "ir of sage3-fp4" 0 "sage.q_mean_correction %s_dequant, mean\(%q_smoothed\), %k_smoothed" -- "$sagegen" ir --preset sage3-fp4
+expect "ir --legalize sm_90a decodes FP4" 0 "sage.mma %q_decoded_f16, %k_decoded_f16 -> f32" -- "$sagegen" ir --preset sage3-fp4 --legalize sm_90a
+expect "ir --legalize sm_90a decodes INT4" 0 "sage.decode %q_int4 to int8" -- "$sagegen" ir --preset sage2-int4 --legalize sm_90a
+expect "ir --legalize unknown target" 1 "--legalize: unknown target 'sm_75'" -- "$sagegen" ir --preset sage3-fp4 --legalize sm_75
+"$sagegen" ir --preset sage3-fp4 --legalize sm_90a >"$work/legalized.mlir"
+expect "check accepts legalized IR" 0 "legalized.mlir: ok \(sage.attention @sage3-fp4" -- "$sagegen" check "$work/legalized.mlir"
+expect "reference runs the FP4 presets" 0 "sage3-fp4-direct-p" -- "$sagegen" reference --preset sage3-fp4,sage3-fp4-direct-p --n 128 --headdim 64 --q-bias 1
 expect "unknown subcommand" 1 "" -- "$sagegen" frobnicate
 
 "$sagegen" ir --preset sage-vb --lse >"$work/good.mlir"

@@ -9,13 +9,19 @@
 #include <fmt/core.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
-#include <fstream>
+#include <fcntl.h>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 namespace sage::tool {
 namespace {
@@ -78,39 +84,117 @@ void runJobs(std::vector<CompileJob> &jobs, unsigned threads) {
 }
 
 void writeFile(const std::filesystem::path &path, std::string_view bytes) {
-  // Written beside the target and renamed over it, so an interrupted run never leaves half a file.
-  std::filesystem::path temporary = path;
-  temporary += ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!file.flush())
-      throw UserError(fmt::format("-o: cannot write {}", temporary.string()));
+  // Written to a fresh temporary beside the target (mkstemp: O_CREAT|O_EXCL, so a planted symlink or file of that
+  // name is never followed or reused) and renamed over it, so an interrupted run never leaves half a file.
+  std::string temporary = path.string() + ".tmp.XXXXXX";
+  const int descriptor = ::mkstemp(temporary.data());
+  if (descriptor < 0)
+    throw UserError(fmt::format("-o: cannot create a temporary file for {}: {}", path.string(), std::strerror(errno)));
+  ::fchmod(descriptor, 0644); // mkstemp makes 0600; the emitted set is meant to be shipped and read by others
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t count = ::write(descriptor, bytes.data() + written, bytes.size() - written);
+    if (count < 0 && errno == EINTR)
+      continue;
+    if (count <= 0)
+      break;
+    written += size_t(count);
   }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error)
-    throw UserError(fmt::format("-o: cannot write {}: {}", path.string(), error.message()));
+  const int write_error = errno;
+  if (::close(descriptor) != 0 || written != bytes.size()) {
+    ::unlink(temporary.c_str());
+    throw UserError(fmt::format("-o: cannot write {}: {}", temporary, std::strerror(write_error)));
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int rename_error = errno;
+    ::unlink(temporary.c_str());
+    throw UserError(fmt::format("-o: cannot write {}: {}", path.string(), std::strerror(rename_error)));
+  }
+}
+
+// An exclusive, non-blocking flock on the output directory itself (no lock file is left behind): a second emit into
+// the same directory fails at once instead of silently replacing the first one's manifest.
+class DirectoryLock {
+public:
+  explicit DirectoryLock(const std::filesystem::path &directory)
+      : descriptor_(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (descriptor_ < 0)
+      throw UserError(fmt::format("-o: cannot open the directory {}: {}", directory.string(), std::strerror(errno)));
+    if (::flock(descriptor_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      ::close(descriptor_);
+      throw UserError(error == EWOULDBLOCK
+                          ? fmt::format("-o: another sagegen emit is writing {}; run one emit per directory at a time",
+                                        directory.string())
+                          : fmt::format("-o: cannot lock {}: {}", directory.string(), std::strerror(error)));
+    }
+  }
+  ~DirectoryLock() { ::close(descriptor_); }
+  DirectoryLock(const DirectoryLock &) = delete;
+  DirectoryLock &operator=(const DirectoryLock &) = delete;
+
+private:
+  int descriptor_;
+};
+
+// The whole of a regular file of at most `max_bytes`, or nothing (missing, not regular, too large, unreadable).
+std::optional<std::string> readSmallRegularFile(const std::filesystem::path &path, size_t max_bytes) {
+  const int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (descriptor < 0)
+    return std::nullopt;
+  struct stat status {};
+  std::optional<std::string> text;
+  if (::fstat(descriptor, &status) == 0 && S_ISREG(status.st_mode) && size_t(status.st_size) <= max_bytes) {
+    text.emplace(size_t(status.st_size), '\0');
+    size_t got = 0;
+    while (got < text->size()) {
+      const ssize_t count = ::read(descriptor, text->data() + got, text->size() - got);
+      if (count < 0 && errno == EINTR)
+        continue;
+      if (count <= 0)
+        break;
+      got += size_t(count);
+    }
+    if (got != text->size())
+      text.reset();
+  }
+  ::close(descriptor);
+  return text;
 }
 
 std::string_view textOf(const runtime::ByteBuffer &bytes) {
   return {reinterpret_cast<const char *>(bytes.data()), bytes.size()};
 }
 
-// Files the directory's previous manifest listed: emit owns them, so those not written again are stale.
-std::set<std::string> previouslyEmittedFiles(const std::filesystem::path &directory) {
-  std::set<std::string> files;
+// Files the directory's previous manifest listed, with the SHA-256 it gave each (empty for PTX, which it does not
+// hash): emit owns those, so the ones not written again are stale and removed, if they are still what emit wrote.
+std::map<std::string, std::string> previouslyEmittedFiles(const std::filesystem::path &directory) {
+  std::map<std::string, std::string> files;
   if (!std::filesystem::exists(directory / runtime::kAotManifestFileName))
     return files;
   try {
-    for (const runtime::AotKernelEntry &entry : runtime::loadAotManifest(directory).kernels)
-      for (const std::string *file : {&entry.source_file, &entry.ptx_file, &entry.cubin_file})
-        if (!file->empty())
-          files.insert(*file);
+    for (const runtime::AotKernelEntry &entry : runtime::loadAotManifest(directory).kernels) {
+      files.emplace(entry.source_file, entry.source_sha256);
+      if (!entry.ptx_file.empty())
+        files.emplace(entry.ptx_file, "");
+      if (!entry.cubin_file.empty())
+        files.emplace(entry.cubin_file, entry.cubin_sha256);
+    }
   } catch (const runtime::AotManifestError &error) {
     fmt::print(stderr, "warning: {}; leaving the files it may list in place\n", error.what());
   }
   return files;
+}
+
+// Whether the stale file `name` is still the one emit wrote: its SHA-256 matches the old manifest, or, for PTX
+// (not hashed there), it is NVRTC's PTX text. A file the user replaced or planted under that name is kept.
+bool stillEmitted(const std::filesystem::path &path, const std::string &sha256) {
+  const std::optional<std::string> text = readSmallRegularFile(path, size_t(256) << 20);
+  if (!text)
+    return false;
+  if (!sha256.empty())
+    return runtime::sha256Hex(*text) == sha256;
+  return text->starts_with("//\n// Generated by NVIDIA NVVM Compiler");
 }
 
 } // namespace
@@ -218,7 +302,8 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   if (error || !std::filesystem::is_directory(options.directory))
     throw UserError(fmt::format("-o: cannot create the directory {}{}", options.directory.string(),
                                 error ? ": " + error.message() : std::string()));
-  const std::set<std::string> previous = previouslyEmittedFiles(options.directory);
+  const DirectoryLock lock(options.directory);
+  const std::map<std::string, std::string> previous = previouslyEmittedFiles(options.directory);
 
   std::set<std::string> written;
   auto write = [&](const std::string &name, std::string_view bytes) {
@@ -247,12 +332,21 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   }
   write(std::string(runtime::kAotManifestFileName), runtime::writeAotManifest(manifest));
 
-  for (const std::string &name : previous) {
+  for (const auto &[name, sha256] : previous) {
     if (written.contains(name))
       continue;
+    if (!stillEmitted(options.directory / name, sha256)) {
+      if (std::filesystem::exists(std::filesystem::symlink_status(options.directory / name)))
+        fmt::print(stderr, "warning: {} is listed by the old manifest but is no longer the file emit wrote: kept\n",
+                   (options.directory / name).string());
+      continue;
+    }
     std::error_code remove_error;
     if (std::filesystem::remove(options.directory / name, remove_error))
       report.files_removed.push_back(name);
+    else if (remove_error)
+      throw UserError(fmt::format("-o: cannot remove the stale file {}: {}", (options.directory / name).string(),
+                                  remove_error.message()));
   }
   return report;
 }

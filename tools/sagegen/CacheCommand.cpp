@@ -72,9 +72,15 @@ void list(const CacheCommandOptions &options) {
 void verify(const CacheCommandOptions &options) {
   runtime::KernelCache cache = openCache(cacheDirectory(options, true));
   runtime::CacheVerifyReport report = cache.verify(options.fix);
-  for (const runtime::CacheEntryInfo &entry : report.invalid)
-    fmt::print("{} {}: {}\n", options.fix ? "removed" : "damaged", entry.path.string(), entry.problem);
+  std::size_t left = 0;
+  for (const runtime::CacheEntryInfo &entry : report.invalid) {
+    left += entry.removed ? 0 : 1;
+    fmt::print("{} {}: {}\n", entry.removed ? "removed" : "damaged", entry.path.string(), entry.problem);
+  }
   fmt::print("checked {} entries: {} damaged\n", report.checked, report.invalid.size());
+  if (options.fix && left > 0)
+    throw UserError(fmt::format("cache verify --fix: {} damaged entr{} could not be removed (see above)", left,
+                                left == 1 ? "y" : "ies"));
   if (!report.invalid.empty() && !options.fix)
     throw UserError(fmt::format("cache verify: {} damaged entries (remove them with `sagegen cache verify --fix`)",
                                 report.invalid.size()));

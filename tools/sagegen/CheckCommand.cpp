@@ -1,12 +1,11 @@
 #include "Commands.h"
 
 #include "sage/ir/Program.h"
+#include "sage/reference/RegularFile.h"
 
 #include <fmt/core.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 namespace sage::tool {
 
@@ -15,12 +14,8 @@ CommandAction addCheckCommand(CLI::App &app) {
   auto path = std::make_shared<std::string>();
   command->add_option("FILE", *path, "the IR file")->required();
   return [path] {
-    std::ifstream file(*path);
-    if (!file)
-      throw UserError("FILE: cannot open '" + *path + "'");
-    std::stringstream text;
-    text << file.rdbuf();
-    ir::Program program = ir::Program::parse(text.str(), *path); // throws ProgramError with locations
+    const std::string text = reference::readRegularFile(*path, int64_t(ir::kMaxProgramBytes), "FILE");
+    ir::Program program = ir::Program::parse(text, *path); // throws ProgramError with locations
     fmt::print("{}: ok (sage.attention @{}, IR version {})\n", *path, program.name(), program.variant().version);
   };
 }

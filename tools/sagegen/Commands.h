@@ -3,8 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
+#include <string>
 
 namespace sage::tool {
 
@@ -15,6 +18,20 @@ public:
 };
 
 using CommandAction = std::function<void()>;
+
+// A CLI11 check that a number is finite and in [low, high] (CLI::Range lets NaN through); CLI11 names the option.
+inline CLI::Validator finiteRange(double low, double high) {
+  return CLI::Validator(
+      [low, high](std::string &text) -> std::string {
+        char *end = nullptr;
+        double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(value) || value < low || value > high)
+          return "expected a finite number in [" + CLI::detail::to_string(low) + ", " + CLI::detail::to_string(high) +
+                 "], got '" + text + "'";
+        return std::string();
+      },
+      "NUMBER in [" + CLI::detail::to_string(low) + " - " + CLI::detail::to_string(high) + "]");
+}
 
 CommandAction addListCommand(CLI::App &app);
 CommandAction addIrCommand(CLI::App &app);

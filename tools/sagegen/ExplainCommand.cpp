@@ -92,7 +92,7 @@ void explain(const ExplainOptions &options) {
   if (!options.ir_file.empty() && options.preset_shape_given)
     throw UserError("--headdim/--causal/--lse: they apply to --preset; an --ir file sets its own");
   if (options.kernel.arch.empty())
-    throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100a, sm_120a)");
+    throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f)");
   const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
   const schedules::InputType input = parseInputOption(options.kernel.input);
   const AttentionVariant variant = options.ir_file.empty()

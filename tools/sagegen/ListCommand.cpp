@@ -11,6 +11,10 @@ CommandAction addListCommand(CLI::App &app) {
   return [] {
     for (const auto &info : dsl::presets())
       fmt::print("{:<10} {}\n", info.name, info.summary);
+    fmt::print("\nIR and CPU reference only (no kernel schedule yet; `sagegen ir --legalize <arch>` shows the "
+               "rewrite):\n");
+    for (const auto &info : dsl::referenceOnlyPresets())
+      fmt::print("{:<22} {}\n", info.name, info.summary);
   };
 }
 

@@ -28,8 +28,9 @@ struct PresetOptions {
     auto found = dsl::preset(name, head_dim, causal ? MaskKind::causal : MaskKind::none);
     if (!found) {
       std::string known;
-      for (const auto &info : dsl::presets())
-        known += (known.empty() ? "" : ", ") + std::string(info.name);
+      for (const auto *table : {&dsl::presets(), &dsl::referenceOnlyPresets()})
+        for (const auto &info : *table)
+          known += (known.empty() ? "" : ", ") + std::string(info.name);
       throw UserError("--preset: unknown preset '" + name + "'; expected one of " + known);
     }
     found->lse(lse);

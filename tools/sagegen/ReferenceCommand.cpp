@@ -4,13 +4,13 @@
 #include "sage/ir/Program.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Reference.h"
+#include "sage/reference/RegularFile.h"
 
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -18,14 +18,16 @@
 namespace sage::tool {
 namespace {
 
+constexpr int64_t kMaxTokens = int64_t(1) << 24;
+
 struct ReferenceOptions {
   PresetOptions preset;
   std::vector<std::string> presets;
   std::string ir_file;
-  int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 2, kv_heads = 0;
+  int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 2, kv_heads = 0; // 0: not given (same as Q's)
   uint64_t seed = 0;
   std::string dtype = "f16", layout = "hnd";
-  double k_bias = 0.0;
+  double k_bias = 0.0, q_bias = 0.0;
 };
 
 reference::StorageType storageOf(const std::string &text) {
@@ -47,17 +49,10 @@ reference::Layout layoutOf(const std::string &text) {
 }
 
 AttentionVariant variantFromFile(const std::string &path) {
-  std::ifstream file(path);
-  if (!file)
-    throw UserError("--ir: cannot open '" + path + "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  return ir::Program::parse(text.str(), path).variant();
+  return ir::Program::parse(reference::readRegularFile(path, int64_t(ir::kMaxProgramBytes), "--ir"), path).variant();
 }
 
 void run(const ReferenceOptions &options) {
-  if (options.tokens <= 0 || options.batch <= 0 || options.heads <= 0)
-    throw UserError("--n, --batch, --heads: expected positive values");
   const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : options.tokens;
   const int64_t kv_heads = options.kv_heads > 0 ? options.kv_heads : options.heads;
   if (options.heads % kv_heads != 0)
@@ -81,8 +76,13 @@ void run(const ReferenceOptions &options) {
   for (const AttentionVariant &variant : variants)
     if (variant.head_dim != d)
       throw UserError("--ir/--preset: all variants must share one head dim");
+  try {
+    reference::checkReferenceShape(options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d);
+  } catch (const std::invalid_argument &error) {
+    throw UserError(std::string("--batch/--heads/--kv-heads/--n/--n-kv: ") + error.what());
+  }
   auto q = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
-                                   {options.seed * 3 + 1, 0.0, 1.0, 0.0});
+                                   {options.seed * 3 + 1, 0.0, 1.0, options.q_bias});
   auto k = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
                                    {options.seed * 3 + 2, 0.0, 1.0, options.k_bias});
   auto v = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
@@ -90,9 +90,9 @@ void run(const ReferenceOptions &options) {
   const bool causal = variants.front().mask.kind == MaskKind::causal;
   const auto exact = reference::exactAttention(q, k, v, causal);
 
-  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} k_bias={} seed={}\n", options.batch,
-             options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
-             causal ? "yes" : "no", options.k_bias, options.seed);
+  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} q_bias={} k_bias={} seed={}\n",
+             options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
+             causal ? "yes" : "no", options.q_bias, options.k_bias, options.seed);
   size_t name_width = 12;
   for (const AttentionVariant &variant : variants)
     name_width = std::max(name_width, variant.name.size());
@@ -123,18 +123,28 @@ CommandAction addReferenceCommand(CLI::App &app) {
   auto options = std::make_shared<ReferenceOptions>();
   command->add_option("--preset", options->presets, "preset name(s), repeatable or comma-separated")->delimiter(',');
   command->add_option("--ir", options->ir_file, "a textual sage IR file to run instead of / besides presets");
-  command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")->capture_default_str();
-  command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)");
-  command->add_option("--batch", options->batch, "batch size")->capture_default_str();
-  command->add_option("--heads", options->heads, "query heads")->capture_default_str();
-  command->add_option("--kv-heads", options->kv_heads, "key/value heads (GQA; default: --heads)");
+  command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), kMaxTokens));
+  command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)")
+      ->check(CLI::Range(int64_t(1), kMaxTokens));
+  command->add_option("--batch", options->batch, "batch size")->capture_default_str()->check(CLI::Range(1, 65535));
+  command->add_option("--heads", options->heads, "query heads")->capture_default_str()->check(CLI::Range(1, 4096));
+  command->add_option("--kv-heads", options->kv_heads, "key/value heads (GQA; default: --heads)")
+      ->check(CLI::Range(1, 4096));
   command->add_option("--seed", options->seed, "random seed")->capture_default_str();
   command->add_option("--dtype", options->dtype, "storage type of Q, K, V: f16, bf16 or f32")->capture_default_str();
   command->add_option("--layout", options->layout, "hnd or nhd")->capture_default_str();
   command
       ->add_option("--k-bias", options->k_bias,
                    "stddev of a per-channel bias shared by all K tokens (the outliers K smoothing removes)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finiteRange(0.0, 1e4));
+  command
+      ->add_option("--q-bias", options->q_bias,
+                   "stddev of a per-channel bias shared by all Q tokens (the outliers Q smoothing removes)")
+      ->capture_default_str()
+      ->check(finiteRange(0.0, 1e4));
   options->preset.addTo(*command);
   return [options] { run(*options); };
 }

@@ -12,6 +12,7 @@
 #include "sage/reference/Metrics.h"
 #include "sage/reference/NpyFile.h"
 #include "sage/reference/Reference.h"
+#include "sage/reference/RegularFile.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/Json.h"
@@ -72,15 +73,13 @@ std::vector<LayerFiles> layersInDirectory(const fs::path &directory) {
   return layers;
 }
 
+constexpr int64_t kMaxLayerListBytes = int64_t(16) << 20;
+
 std::vector<LayerFiles> layersInList(const fs::path &list) {
-  std::ifstream file(list);
-  if (!file)
-    throw UserError("SAMPLES: cannot open " + list.string());
-  std::stringstream text;
-  text << file.rdbuf();
+  const std::string text = reference::readRegularFile(list.string(), kMaxLayerListBytes, "SAMPLES");
   std::vector<LayerFiles> layers;
   try {
-    const runtime::JsonValue json = runtime::parseJson(text.str());
+    const runtime::JsonValue json = runtime::parseJson(text);
     const runtime::JsonValue::Array &items = json.asArray("the layer list");
     for (size_t i = 0; i < items.size(); ++i) {
       const std::string where = fmt::format("[{}]", i);

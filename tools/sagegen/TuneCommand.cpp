@@ -26,6 +26,8 @@ namespace {
 constexpr int64_t kBenchTokensPerCall = 16384; // the benchmark: 16k tokens per call, hidden size 2048
 constexpr int64_t kBenchHidden = 2048;
 
+constexpr int64_t kMaxTuneTokens = int64_t(1) << 24;
+
 struct TuneOptions {
   PresetOptions preset;
   std::string input = "f16";
@@ -79,11 +81,13 @@ std::pair<int64_t, int64_t> parseBatchHeads(const std::string &text) {
     size_t used_batch = 0, used_heads = 0;
     const std::string batch = text.substr(0, x), heads = x == std::string::npos ? "" : text.substr(x + 1);
     const long long b = std::stoll(batch, &used_batch), h = std::stoll(heads, &used_heads);
-    if (used_batch == batch.size() && used_heads == heads.size() && b > 0 && h > 0)
+    if (used_batch == batch.size() && used_heads == heads.size() && b > 0 && h > 0 && b <= 65535 && h <= 4096)
       return {b, h};
   } catch (const std::exception &) {
   }
-  throw UserError("--batch-heads: expected BATCHxHEADS with positive integers (e.g. 16x16), got '" + text + "'");
+  throw UserError("--batch-heads: expected BATCHxHEADS with BATCH in [1, 65535] and HEADS in [1, 4096] (e.g. 16x16), "
+                  "got '" +
+                  text + "'");
 }
 
 // One line per candidate when stderr is a file or pipe; one self-overwriting status line on a terminal.
@@ -114,11 +118,11 @@ void tune(const TuneOptions &options) {
   if (options.tokens.empty())
     throw UserError("--n: give at least one sequence length to tune for");
   for (int64_t n : options.tokens)
-    if (n <= 0)
-      throw UserError("--n: expected positive sequence lengths, got " + std::to_string(n));
+    if (n <= 0 || n > kMaxTuneTokens)
+      throw UserError("--n: expected positive sequence lengths, got " + std::to_string(n) + " (the limit is 2^24)");
   const schedules::InputType input = parseInputOption(options.input);
-  if (options.budget_seconds < 0)
-    throw UserError("--budget: expected a non-negative number of seconds");
+  if (!(options.budget_seconds >= 0) || !std::isfinite(options.budget_seconds)) // NaN fails the first test
+    throw UserError("--budget: expected a finite, non-negative number of seconds");
   if (options.warmup < 0 || options.repeats < 1)
     throw UserError("--warmup, --repeats: expected >= 0 and >= 1");
   std::optional<std::pair<int64_t, int64_t>> batch_heads;

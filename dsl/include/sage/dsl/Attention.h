@@ -50,6 +50,9 @@ struct QkQuantization {
 QkQuantization int8(Granularity granularity);
 QkQuantization int4(Granularity granularity);
 QkQuantization full_precision(); // no quantization: f32 Q and K
+// FP4 Q and K (SageAttention3): E2M1 values with microscales along head_dim; the softmax scale is folded into Q.
+QkQuantization nvfp4(); // 1x16 groups, UE4M3 scales
+QkQuantization mxfp4(); // 1x32 groups, UE8M0 (power-of-two) scales: the paper's ablation
 
 // How P and V are represented for O = P.V and how O is accumulated.
 struct PvQuantization {
@@ -66,6 +69,11 @@ PvQuantization f16(AccumulationKind accumulation, int flush_period = 0); // P, V
 PvQuantization int8_pv(); // P int8 with static scale 1/127, V int8 per-channel, f32 accumulation (vT/vB)
 PvQuantization fp8_e4m3(AccumulationKind accumulation = AccumulationKind::f32_two_level, int flush_period = 4);
 PvQuantization full_precision_pv(); // f32 P and V, f32 accumulation
+// FP4 P and V (SageAttention3), microscaled along the KV axis, f32 accumulation. NVFP4 P is two-level by default
+// (Algorithm 1 line 10: a per-row f32 scale rowmax/(448*6), then the 1x16 microscales); `two_level_p = false`
+// microscales P~ directly (the ablation).
+PvQuantization nvfp4_pv(bool two_level_p = true);
+PvQuantization mxfp4_pv(); // 1x32 UE8M0 microscales, P quantized directly
 
 class AttentionBuilder {
 public:

@@ -15,6 +15,15 @@ namespace sage {
 // Version of the IR and of this struct's meaning; part of every cache key.
 inline constexpr int kIrVersion = 1;
 
+// Limits of the IR's integer and float attributes, checked by the verifier on the signed 64-bit (or double) value
+// before anything narrows it to int.
+inline constexpr int64_t kMaxHeadDim = 256;
+inline constexpr int64_t kMaxBlockTokens = 1024;    // block_q, block_kv (and so group_tokens)
+inline constexpr int64_t kMaxFlushPeriod = 1 << 20; // KV blocks between flushes of a two-level accumulator
+// A static scale and its reciprocal stay finite, normal f32 values in the generated kernels.
+inline constexpr double kMinStaticScale = 0x1p-64;
+inline constexpr double kMaxStaticScale = 0x1p64;
+
 enum class ElementType : uint8_t { f32, f16, bf16, int8, int4, e4m3, e5m2, e2m1 };
 
 enum class Granularity : uint8_t {
@@ -26,10 +35,22 @@ enum class Granularity : uint8_t {
   per_thread,      // tokens of a `group_tokens` tile interleaved by 8 (token t -> group t mod 8),
                    // matching the rows one mma thread group owns
   per_channel,     // one scale per head-dim channel (V only: the outer axis of P.V)
-  microscale_1x16, // one ue4m3 scale per 16 consecutive channels of a token (NVFP4)
+  microscale_1x16, // one ue4m3 scale per 16 consecutive elements along the matmul's reduction axis (NVFP4):
+                   // channels of a Q/K token, KV columns of a P row, tokens of a V channel
+  microscale_1x32, // one ue8m0 (power-of-two) scale per 32 such elements (OCP MXFP4, SageAttention3's ablation)
 };
 
-enum class ScaleType : uint8_t { f32, ue4m3 };
+// A microscaled quantizer's scales lie along the reduction axis, so they are applied inside the (block-scaled) mma
+// rather than by sage.dequant afterwards.
+inline bool isMicroscale(Granularity granularity) {
+  return granularity == Granularity::microscale_1x16 || granularity == Granularity::microscale_1x32;
+}
+// Elements sharing one microscale (16 or 32), else 0.
+inline int microscaleGroupSize(Granularity granularity) {
+  return granularity == Granularity::microscale_1x16 ? 16 : granularity == Granularity::microscale_1x32 ? 32 : 0;
+}
+
+enum class ScaleType : uint8_t { f32, ue4m3, ue8m0 };
 
 enum class AccumulatorType : uint8_t { s32, f16, f32 };
 

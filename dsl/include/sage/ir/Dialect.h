@@ -8,6 +8,7 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/SymbolTable.h"
+#include "sage/ir/OpTraits.h"
 
 #include "SageDialect.h.inc"
 #include "SageEnums.h.inc"

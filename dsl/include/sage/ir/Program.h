@@ -16,6 +16,11 @@ class ModuleOp;
 
 namespace sage::ir {
 
+// Textual programs are at most this large, and their brackets nest at most kMaxNesting deep (checked before MLIR's
+// recursive parser sees the text).
+inline constexpr size_t kMaxProgramBytes = size_t(1) << 20;
+inline constexpr size_t kMaxNesting = 32;
+
 struct Diagnostic {
   std::string location; // "file:line:col", or the op's name when it has no file location
   std::string message;

@@ -9,9 +9,9 @@
 // A group whose amax is 0 gets scale 0 and inverse 0: all codes are 0, nothing is NaN.
 // NaN and edge choices (the f16/bf16/e4m3/e5m2/int8 ones match an H100's cvt on all 2^32 floats):
 //   f16/bf16: any NaN -> 0x7fff; e4m3/e5m2: any NaN -> 0x7f (sign dropped); int8/int4: NaN -> 0;
-//   e2m1: NaN -> +6 (0x7); ue4m3: negative, -0 and NaN -> 0x00. Zero keeps its sign where the
-//   format has one (e4m3(-0) = 0x80). Decoders reject bits outside the format (e2m1 >= 16,
-//   ue4m3 >= 0x80) with std::invalid_argument.
+//   e2m1: NaN -> +6 (0x7); ue4m3: negative, -0 and NaN -> 0x00; ue8m0 (MX scale): 0xff is NaN. Zero keeps its sign
+//   where the format has one (e4m3(-0) = 0x80). Decoders reject bits outside the format (e2m1 >= 16, ue4m3 >= 0x80)
+//   with std::invalid_argument.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +39,14 @@ float e2m1BitsToFloat(uint8_t bits);
 // UE4M3: an unsigned E4M3 scale (NVFP4's microscale), round to nearest even, saturating at 448.
 uint8_t floatToUe4m3Bits(float value);
 float ue4m3BitsToFloat(uint8_t bits);
+// UE8M0: the OCP MX scale, a bare biased exponent: bits b mean 2^(b - 127); 0xff is NaN.
+float ue8m0BitsToFloat(uint8_t bits);
 
 // cvt.rni.sat.s8.f32 / an int4 equivalent: round half to even, saturate to [-qmax, qmax].
 int8_t roundToInt8(float value);
+// INT4 is symmetric, [-7, 7], not [-8, 7]: the scale is amax / 7 for both signs, so -x gets exactly the code
+// -code(x) and a group's largest magnitude maps to +-7 whichever its sign (SageAttention2's int4 does the same);
+// -8 would be reachable only by negative values and never by the amax of the group.
 int8_t roundToInt4(float value); // saturates to [-7, 7]
 
 // --- group quantizers ----------------------------------------------------------------------
@@ -72,5 +77,18 @@ float quantizeE5m2(std::span<const float> values, std::span<uint8_t> codes);
 // scale_codes holds ceil(n / 16) entries. global_scale must be finite and positive.
 void quantizeNvfp4Row(std::span<const float> values, float global_scale, std::span<uint8_t> codes,
                       std::span<uint8_t> scale_codes);
+
+// The scale codes of one microscaled group from its f32 amax (>= 0, as absoluteMax gives it):
+//   NVFP4: ue4m3(amax / 6) (round to nearest even, saturating at 448; 0 for an all-zero group).
+//   MXFP4: OCP MX v1.0: 2^(floor(log2 amax) - 2), 2 being E2M1's largest exponent, as a UE8M0 code clamped to
+//          [0, 254]; an all-zero group gets code 0 (2^-127). The largest value may land in [6, 8) and saturate to
+//          6: the spec's choice, part of why MXFP4 is less accurate than NVFP4.
+uint8_t nvfp4ScaleBits(float amax);
+uint8_t mxfp4ScaleBits(float amax);
+
+// MXFP4 microscaling of one row: groups of 32 values share a UE8M0 scale (mxfp4ScaleBits of their amax); codes
+// are E2M1 bit patterns, one per byte: code = e2m1(x * 2^-(exponent)), where the power-of-two product is exact.
+// Dequantize: x ~= e2m1(code) * ue8m0(scale). scale_codes holds ceil(n / 32) entries.
+void quantizeMxfp4Row(std::span<const float> values, std::span<uint8_t> codes, std::span<uint8_t> scale_codes);
 
 } // namespace sage::numerics

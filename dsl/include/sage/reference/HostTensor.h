@@ -13,8 +13,12 @@ enum class Layout { hnd, nhd }; // [batch, heads, tokens, dim] or [batch, tokens
 std::string_view nameOf(StorageType type);
 std::string_view nameOf(Layout layout);
 
+// The most elements one host tensor holds (16 GiB of f32): larger shapes are refused before anything is allocated.
+inline constexpr int64_t kMaxHostTensorElements = int64_t(1) << 32;
+
 class HostTensor {
 public:
+  // Throws std::invalid_argument when a size is not positive or the element count exceeds kMaxHostTensorElements.
   HostTensor(int64_t batch, int64_t heads, int64_t tokens, int64_t dim, StorageType storage, Layout layout);
 
   int64_t batch() const { return batch_; }

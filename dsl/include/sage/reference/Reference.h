@@ -2,8 +2,11 @@
 // quantizers. It is the oracle of every kernel test.
 //
 // What is exact and what is modelled:
-//  - Quantizers (int8/int4/e4m3/e5m2 codes and f32 scales), K/V smoothing and Q's folded scale are the
-//    exact f32 arithmetic of sage/numerics/Quantizers.h, so a kernel computes the same codes bit for bit.
+//  - Quantizers (int8/int4/e4m3/e5m2 codes and f32 scales; e2m1 codes with ue4m3 or ue8m0 microscales, V's along
+//    its tokens; P's two-level scale), K/V smoothing and Q's folded scale are the exact f32 arithmetic of
+//    sage/numerics/Quantizers.h, so a kernel computes the same codes bit for bit.
+//  - Q smoothing's GEMV (sage.q_mean_correction) adds mean(Q_i) . K_j^T in double, with K as it enters its
+//    quantizer (smoothed, unquantized), before the softmax scale.
 //  - Products of codes are summed exactly in double, then scaled by the f32 scales.
 //  - The online softmax runs tile by tile (b_q x b_kv), exactly as the kernels do, in double.
 //  - An f16 accumulator is modelled by rounding to f16 after every 16-token step of P.V (the k extent of
@@ -29,6 +32,15 @@ struct BlockMask {
   int64_t q_blocks = 0, kv_blocks = 0;
   std::vector<uint8_t> keep;
 };
+
+// The CPU reference runs in double precision on one thread: shapes whose memory or work it would not finish are
+// refused before anything is allocated. Memory: the f32 inputs, two f64 outputs (a variant's and the exact one) and
+// one head's f64 working copies of Q, K and V. Work: the multiply-adds of Q.K^T and P.V over all heads.
+inline constexpr int64_t kMaxReferenceBytes = int64_t(16) << 30;
+inline constexpr int64_t kMaxReferenceWork = int64_t(1) << 38;
+
+// Throws std::invalid_argument with the estimate and the limit when a run of this shape exceeds one of them.
+void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d);
 
 // Runs `variant` on Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d] (GQA: h_kv divides h_q).
 // Throws std::invalid_argument naming the argument when shapes disagree with each other or the variant.

@@ -54,12 +54,13 @@ struct CacheEntryInfo {
   std::string key_text;
   std::uint64_t file_bytes = 0;
   bool valid = false;
-  std::string problem; // when not valid
+  std::string problem;  // when not valid
+  bool removed = false; // by verify(true); a file without a sagegen entry header is never removed
 };
 
 struct CacheVerifyReport {
   std::size_t checked = 0;
-  std::vector<CacheEntryInfo> invalid; // removed when verify(true)
+  std::vector<CacheEntryInfo> invalid; // removed when verify(true), if sagegen wrote them (see `removed`)
 };
 
 class KernelCache {

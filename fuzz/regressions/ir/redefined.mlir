@@ -1,0 +1,5 @@
+sage.attention @t version(1) head_dim(64) block_q(64) block_kv(64) {
+  %a = sage.dequant %b
+  %b = sage.input q
+  %b = sage.input k
+}

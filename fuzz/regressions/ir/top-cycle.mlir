@@ -1,0 +1,2 @@
+%a = sage.dequant %b
+%b = sage.dequant %a

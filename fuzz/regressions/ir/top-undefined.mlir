@@ -1,0 +1,1 @@
+%a = sage.dequant %b

@@ -1,0 +1,2 @@
+sage.attention @t version(1) head_dim(64) block_q(64) block_kv(64) {
+  %q = sage.input q
