@@ -107,6 +107,7 @@ AccuracyMetrics runCausal(const CausalCase &c) {
   options.ir_fingerprint = program.fingerprint();
   options.device = 0;
   runtime::AttentionRunner runner(program.variant(), options);
+  runtime::CudaDriver::instance().ensureContext(); // the runner left the thread's (empty) context as it was
   const HostTensor q = randomTensor(c.batch, c.heads_q, c.tokens_q, d, StorageType::f16, Layout::hnd, {11});
   const HostTensor k = randomTensor(c.batch, c.heads_kv, c.tokens_kv, d, StorageType::f16, Layout::hnd, {12});
   const HostTensor v = randomTensor(c.batch, c.heads_kv, c.tokens_kv, d, StorageType::f16, Layout::hnd, {13});

@@ -496,15 +496,24 @@ template <class Config> struct CodesSoftmax {
   static constexpr int kGroups = kTiles / kTilesPerGroup;
   static constexpr float kOffset = 12582912.0f; // 1.5 x 2^23
 
+  // The K scales of a block, loaded before its S is waited for (their latency then hides behind the wgmma).
+  struct BlockScales {
+    float k_scale[kGroups];
+  };
+  static __device__ __forceinline__ BlockScales load(const float *k_scales, int k_scale_count, int kv_begin) {
+    BlockScales scales;
+#pragma unroll
+    for (int group = 0; group < kGroups; ++group)
+      scales.k_scale[group] = k_column_scale<Config>(k_scales, k_scale_count, kv_begin + group * kTilesPerGroup * 8);
+    return scales;
+  }
+
   template <bool kMasked>
   static __device__ __forceinline__ void
   run(ConsumerState<Config> &state, float (&x)[Config::kBlockKv / 2], const int (&accumulator)[Config::kBlockKv / 2],
-      const SageProblemSize &size, const TileCoordinates &tile, const float *k_scales, const int (&rows)[2],
+      const SageProblemSize &size, const TileCoordinates &tile, const BlockScales &scales, const int (&rows)[2],
       int kv_begin, int quad_lane, float (&rescale)[2]) {
-    float k_scale[kGroups];
-#pragma unroll
-    for (int group = 0; group < kGroups; ++group)
-      k_scale[group] = k_column_scale<Config>(k_scales, size.k_scale_count, kv_begin + group * kTilesPerGroup * 8);
+    const float(&k_scale)[kGroups] = scales.k_scale;
 #pragma unroll
     for (int i = 0; i < Config::kBlockKv / 2; ++i)
       x[i] = __int_as_float(accumulator[i] + 0x4B400000);
@@ -551,11 +560,12 @@ template <class Config, bool kMasked, class Accumulator>
 __device__ __forceinline__ void score_block(ConsumerState<Config> &state, float (&scores)[Config::kBlockKv / 2],
                                             const Accumulator (&accumulator)[Config::kBlockKv / 2],
                                             const SageProblemSize &size, const TileCoordinates &tile,
-                                            const float *k_scales, const int (&rows)[2], int kv_begin, int quad_lane,
-                                            float (&rescale)[2]) {
+                                            const float *k_scales,
+                                            const typename CodesSoftmax<Config>::BlockScales &block_scales,
+                                            const int (&rows)[2], int kv_begin, int quad_lane, float (&rescale)[2]) {
   if constexpr (CodesSoftmax<Config>::kApplies) {
-    CodesSoftmax<Config>::run<kMasked>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane,
-                                       rescale);
+    CodesSoftmax<Config>::template run<kMasked>(state, scores, accumulator, size, tile, block_scales, rows, kv_begin,
+                                                quad_lane, rescale);
   } else {
     dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, size.k_scale_count, kv_begin, quad_lane);
     if constexpr (kMasked)
@@ -726,12 +736,21 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   ProbabilityFragments<Config> p;
   int block_product[Config::kPv == PvOperands::int8 ? Config::kHeadDim / 2 : 1];
   // S_j (waited for) -> P~_j's f32 scores, then P~_j packed once the previous P.V no longer reads P~'s registers.
-  auto score = [&](int block) {
+  using BlockScales = typename CodesSoftmax<Config>::BlockScales;
+  auto load_scales = [&](int block) {
+    if constexpr (CodesSoftmax<Config>::kApplies)
+      return CodesSoftmax<Config>::load(k_scales, size.k_scale_count, block * Config::kBlockKv);
+    else
+      return BlockScales{};
+  };
+  auto score = [&](int block, const BlockScales &block_scales) {
     const int kv_begin = block * Config::kBlockKv;
     if (block >= unmasked_end)
-      score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane, rescale);
+      score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, block_scales, rows, kv_begin,
+                                quad_lane, rescale);
     else
-      score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, rows, kv_begin, quad_lane, rescale);
+      score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, block_scales, rows, kv_begin,
+                                 quad_lane, rescale);
   };
   // O += P~_j V_j: rescale O to m_j, issue; the caller passes the turn and waits.
   auto issue_product = [&](int block) {
@@ -763,17 +782,19 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   // The loop is peeled so that its body issues every wgmma unconditionally (ptxas serializes wgmma whose register
   // dependences it cannot follow through branches).
   if (blocks > 0) {
+    const BlockScales block_scales = load_scales(0);
     mbarrier_wait(full_barrier(0), 0);
     turns.wait_turn();
     issue_q_k<Config>(accumulator, q_tile, stage_base(0) + Layout::kKOffset);
     turns.pass_turn(false);
     wgmma_wait_group<0>();
     warpgroup_fence_operands(accumulator);
-    score(0);
+    score(0, block_scales);
     pack_probabilities<Config>(p, scores);
   }
   for (int block = 1; block < blocks; ++block) {
     // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
+    const BlockScales block_scales = load_scales(block);
     mbarrier_wait(full_barrier(block), phase_of(block));
     turns.wait_turn();
     issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
@@ -781,7 +802,7 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     turns.pass_turn(false);
     wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
     warpgroup_fence_operands(accumulator);
-    score(block);
+    score(block, block_scales);
     wgmma_wait_group<0>();
     fence_product();
     finish_product(block - 1);
