@@ -101,13 +101,14 @@ std::string_view Sm90Schedule::summary() const {
 
 int Sm90Schedule::preference(GpuArch arch) const { return arch == GpuArch::sm90a ? 200 : 0; }
 
-Tunables Sm90Schedule::defaultTunables(const AttentionVariant &) {
+Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   Tunables tunables;
   tunables.warps = 8;
   tunables.block_q = 128;
-  // 128-token S tiles fit 240 registers beside O, P~ and int8 P.V's s32 block product; two-level accumulation keeps
-  // its outer sum in shared memory (in registers, ptxas spilled ~800 bytes for sage2-fp8 at d = 128).
-  tunables.block_kv = 128;
+  // int8 P.V keeps an s32 block product beside the f32 sum, S, P~ and the next block's K scales: at d = 128 with
+  // 128-token S tiles ptxas spills 60-84 bytes, so those take 64. (Two-level accumulation keeps its outer sum in
+  // shared memory: in registers, ptxas spilled ~800 bytes for sage2-fp8 at d = 128.)
+  tunables.block_kv = variant.p.dtype == ElementType::int8 && variant.head_dim > 64 ? 64 : 128;
   tunables.stages = kDefaultStages;
   return tunables;
 }

@@ -29,7 +29,7 @@ TEST_CASE("the default plan is in the space and supported") {
     for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
       const AttentionVariant variant = test::presetVariant("sage-b", head_dim, mask);
       const TunableSpace space = tunableSpace(variant, GpuArch::sm90a, InputType::f16);
-      CHECK(space.schedule == "sm80.mma_sync");
+      CHECK(space.schedule == "sm90.wgmma_tma"); // the best schedule's space
       CHECK(space.defaults == planBestSchedule(variant, GpuArch::sm90a, InputType::f16).tunables);
       const TunableCandidate *defaults = find(space, space.defaults);
       REQUIRE(defaults != nullptr);

@@ -55,8 +55,10 @@ expect "reference bad GQA" 1 "--kv-heads: must divide --heads" -- "$sagegen" ref
 
 # explain: every schedule's verdict in rank order, the choice and its plan (no GPU needed).
 expect "explain lists the verdicts" 0 "1\. sm80\.mma_sync: supported" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
-expect "explain names the choice" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_90a
-expect "explain prints the tunables" 0 "tunables +block_q=128,block_kv=64,warps=[0-9]+,stages=[0-9]+" -- "$sagegen" explain --preset sage-b --causal --arch sm_90a
+expect "explain names the choice" 0 "chosen: sm90\.wgmma_tma \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_90a
+expect "explain falls back to sm80 where sm90 cannot run" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_89
+expect "explain prints the tunables" 0 "tunables +block_q=128,block_kv=128,warps=8,stages=[0-9]+" -- "$sagegen" explain --preset sage-b --causal --arch sm_90a
+expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpgroups" -- "$sagegen" explain --preset sage2-fp8 --arch sm_90a
 expect "explain prints the Q.K^T mma" 0 "Q\.K\^T mma +m16n8k32 int8\.int8 -> s32" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
 expect "explain prints the P.V path" 0 "P\.V path +e4m3 P x e4m3 V\^T, f32 accumulator" -- "$sagegen" explain --preset sage2-fp8 --arch sm_89
 expect "explain prints the V source" 0 "V source +workspace v_values" -- "$sagegen" explain --preset sage-b --arch sm_80 --input bf16

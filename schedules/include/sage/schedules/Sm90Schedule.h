@@ -29,7 +29,8 @@ public:
                   std::optional<Tunables> tunables = std::nullopt) const override;
   TunableSpace tunableSpace(const AttentionVariant &variant, GpuArch arch, InputType input) const override;
 
-  // The defaults on sm_90a: 2 consumer warpgroups (block_q 128), block_kv 128, as many stages as fit up to 4.
+  // The defaults on sm_90a: 2 consumer warpgroups (block_q 128), block_kv 128 (64 for int8 P.V at d = 128), as
+  // many stages as fit up to 4.
   static Tunables defaultTunables(const AttentionVariant &variant);
 };
 
