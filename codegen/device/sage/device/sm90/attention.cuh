@@ -115,23 +115,7 @@ dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&acc
 #pragma unroll
     for (int i = 0; i < Config::kBlockKv / 2; ++i)
       scores[i] = accumulator[i] * row_factor[(i / 2) % 2];
-  } else if constexpr (Config::kKScaleInterleave == 1 &&
-                       (Config::kKScaleTokensPerGroup == 0 || Config::kKScaleTokensPerGroup % 8 == 0)) {
-    // A K scale covers whole 8-column tiles: one load per distinct group of the block.
-    constexpr int kGroupTokens = Config::kKScaleTokensPerGroup;
-    constexpr int kTilesPerGroup = kGroupTokens == 0 || kGroupTokens >= Config::kBlockKv ? kTiles : kGroupTokens / 8;
-    constexpr int kGroups = kTiles / kTilesPerGroup;
-    float k_scale[kGroups];
-#pragma unroll
-    for (int group = 0; group < kGroups; ++group)
-      k_scale[group] = k_column_scale<Config>(k_scales, k_scale_count, kv_begin + group * kTilesPerGroup * 8);
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        scores[tile * 4 + i] =
-            small_int_to_float(accumulator[tile * 4 + i]) * (row_factor[i / 2] * k_scale[tile / kTilesPerGroup]);
-  } else {
+  } else { // int8 codes with K scales that vary inside an 8-column tile (per-thread groups): CodesSoftmax does the rest
 #pragma unroll
     for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
