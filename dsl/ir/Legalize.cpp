@@ -15,7 +15,8 @@ namespace sage::ir {
 namespace {
 
 // sm_100f / sm_120f are the family targets the runtime compiles for (the "a" targets load only on 10.0 / 12.0).
-constexpr std::array<TargetCapabilities, 8> kTargets{{
+// Not constexpr: clang 14 (the fuzz and sanitizer builds) has no constexpr std::string.
+const std::array<TargetCapabilities, 8> kTargets{{
     {"sm_80", false, true},
     {"sm_86", false, true},
     {"sm_89", false, true},
