@@ -8,6 +8,30 @@ int64_t ScaleIndexing::groupOf(int64_t token) const {
   return token / tokens_per_group * interleave + token % interleave;
 }
 
+ScaleIndexing scaleIndexingOf(const QuantizerSpec &spec, int block_tokens) {
+  ScaleIndexing indexing;
+  indexing.used = spec.quantized();
+  if (!indexing.used)
+    return indexing;
+  switch (spec.granularity) {
+  case Granularity::per_token:
+    indexing.tokens_per_group = 1;
+    break;
+  case Granularity::per_block:
+  case Granularity::per_warp:
+    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
+    break;
+  case Granularity::per_thread:
+    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
+    indexing.interleave = 8;
+    break;
+  default:
+    indexing.tokens_per_group = 0; // per_tensor: one scale
+    break;
+  }
+  return indexing;
+}
+
 std::array<int64_t, 3> GridMapping::gridFor(const ProblemShape &shape) const {
   return {(shape.tokens_q + block_q - 1) / block_q, shape.heads_q, shape.batch};
 }

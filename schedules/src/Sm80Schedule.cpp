@@ -210,31 +210,6 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
   }
 }
 
-// `block_tokens`: the variant's tile, which a group_tokens of 0 stands for.
-ScaleIndexing scaleIndexingOf(const QuantizerSpec &spec, int block_tokens) {
-  ScaleIndexing indexing;
-  indexing.used = spec.quantized();
-  if (!indexing.used)
-    return indexing;
-  switch (spec.granularity) {
-  case Granularity::per_token:
-    indexing.tokens_per_group = 1;
-    break;
-  case Granularity::per_block:
-  case Granularity::per_warp:
-    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
-    break;
-  case Granularity::per_thread:
-    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
-    indexing.interleave = 8;
-    break;
-  default:
-    indexing.tokens_per_group = 0; // per_tensor: one scale
-    break;
-  }
-  return indexing;
-}
-
 int alignUp(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 SharedRegion region(int offset, int rows, int row_bytes) {

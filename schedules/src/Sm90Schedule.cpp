@@ -54,28 +54,6 @@ SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
   return layout;
 }
 
-ScaleIndexing scaleIndexing(const QuantizerSpec &spec, int block_tokens) {
-  ScaleIndexing indexing;
-  indexing.used = spec.quantized();
-  if (!indexing.used)
-    return indexing;
-  switch (spec.granularity) {
-  case Granularity::per_token:
-    indexing.tokens_per_group = 1;
-    break;
-  case Granularity::per_block:
-  case Granularity::per_warp:
-  case Granularity::per_thread:
-    indexing.tokens_per_group = spec.group_tokens > 0 ? spec.group_tokens : block_tokens;
-    indexing.interleave = spec.granularity == Granularity::per_thread ? 8 : 1;
-    break;
-  default:
-    indexing.tokens_per_group = 0; // per_tensor: one scale
-    break;
-  }
-  return indexing;
-}
-
 void validateTunables(const Tunables &tunables) {
   require(
       tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 12,
@@ -153,8 +131,8 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   plan.qk_mma = quantized_qk
                     ? MmaShape{64, chosen.block_kv, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32}
                     : MmaShape{64, chosen.block_kv, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
-  plan.q_scales = scaleIndexing(variant.q, variant.block_q);
-  plan.k_scales = scaleIndexing(variant.k, variant.block_kv);
+  plan.q_scales = scaleIndexingOf(variant.q, variant.block_q);
+  plan.k_scales = scaleIndexingOf(variant.k, variant.block_kv);
   if (plan.k_scales.used)
     plan.k_scales_per_block =
         static_cast<int>(plan.k_scales.groupOf(chosen.block_kv - 1) - plan.k_scales.groupOf(0) + 1);

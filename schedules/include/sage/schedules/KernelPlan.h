@@ -48,6 +48,10 @@ struct ScaleIndexing {
   bool operator==(const ScaleIndexing &) const = default;
 };
 
+// How `spec`'s scales are indexed; `block_tokens` is the variant's tile, which a group_tokens of 0 stands for.
+// Shared by the schedules (the prologue writes the scales the same way for all of them).
+ScaleIndexing scaleIndexingOf(const QuantizerSpec &spec, int block_tokens);
+
 // One shared-memory buffer: `rows` rows of `row_bytes` bytes, XOR-swizzled in 16-byte chunks.
 struct SharedRegion {
   int offset = 0; // bytes from the start of its owner (the CTA's buffer for q, the stage for k/v/k_scales)

@@ -106,9 +106,7 @@ template <bool kBf16> __device__ __forceinline__ float decode_input_element(unsi
 // An s32 as f32, exactly, for |x| < 2^22, without the quarter-rate I2F: 0x4B400000 is 1.5 x 2^23, whose mantissa's
 // last bit is 1.0, so adding x to its bits adds x to its value; the subtraction is exact too (an integer add and an
 // FADD instead of a conversion).
-__device__ __forceinline__ float small_int_to_float(int x) {
-  return __int_as_float(x + 0x4B400000) - 12582912.0f;
-}
+__device__ __forceinline__ float small_int_to_float(int x) { return __int_as_float(x + 0x4B400000) - 12582912.0f; }
 
 // ---- Reductions over the 4 lanes that hold one accumulator row (PTX: threadID_in_group) ----
 __device__ __forceinline__ float quad_max(float value) {

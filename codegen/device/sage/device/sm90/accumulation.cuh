@@ -1,0 +1,171 @@
+// O in a consumer's registers: its rescaling by the online softmax, int8 P.V's per-block sums, two-level
+// accumulation's outer sum in shared memory, and the epilogue that writes O and the LSE.
+#pragma once
+
+#include "sage/device/sm90/common.cuh"
+#include "sage/device/sm90/tiles.cuh"
+#include "sage/device/sm90/warpgroup.cuh"
+
+namespace sage::device::sm90 {
+
+// O *= exp2(m_old - m_new), per row half (registers 4j + 2h, 4j + 2h + 1 of an f32 accumulator; 2j + h of f16x2).
+template <int kCount> __device__ __forceinline__ void rescale_f32(float (&values)[kCount], const float (&rescale)[2]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+    values[i] *= rescale[(i / 2) % 2];
+}
+
+template <int kCount>
+__device__ __forceinline__ void rescale_f16x2(unsigned (&values)[kCount], const float (&rescale)[2]) {
+  const unsigned factors[2] = {pack_f16x2(rescale[0], rescale[0]), pack_f16x2(rescale[1], rescale[1])};
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+    values[i] = scale_f16x2(values[i], factors[i % 2]);
+}
+
+// exp2(m_flush - m) for a row half: what the shared-memory sum is multiplied by to be relative to the m of `output`
+// (0 while nothing was flushed; rows that saw no key yet have nothing to scale).
+template <class Config> __device__ __forceinline__ float flush_factor(const ConsumerState<Config> &state, int half) {
+  const float flushed = state.flush_max[half], current = state.output_max[half];
+  return flushed == negative_infinity() || current == negative_infinity() ? 0.0f : fast_exp2(flushed - current);
+}
+
+// O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator(s) this P.V path keeps.
+template <class Config>
+__device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, const float (&rescale)[2]) {
+  if constexpr (Config::kPv != PvOperands::int8) {
+    if constexpr (ConsumerState<Config>::kF16Accumulator)
+      rescale_f16x2(state.output, rescale);
+    else
+      rescale_f32(state.output, rescale);
+  }
+  if constexpr (Config::kPv == PvOperands::int8)
+    rescale_f32(state.flushed, rescale);
+}
+
+// After P~_i^j V_j has completed: int8 adds its s32 block product into the f32 sum; two-level accumulation adds the
+// inner accumulator into the outer one every kFlushPeriod blocks and restarts it.
+template <class Config, int kProductRegisters>
+__device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
+                                             const int (&block_product)[kProductRegisters]) {
+  if constexpr (Config::kPv == PvOperands::int8) {
+#pragma unroll
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      state.flushed[i] += small_int_to_float(block_product[i]); // |P V| <= 128 x 127 x 127 < 2^22
+  } else if constexpr (Config::kTwoLevel) {
+    if (++state.blocks_since_flush == Config::kFlushPeriod) {
+      // sum = sum x exp2(m_flush - m) + inner, now relative to m; the inner accumulator restarts.
+      state.blocks_since_flush = 0;
+      const float factors[2] = {flush_factor(state, 0), flush_factor(state, 1)};
+#pragma unroll
+      for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+        float inner;
+        if constexpr (ConsumerState<Config>::kF16Accumulator) {
+          float low, high;
+          unpack_f16x2(state.output[i / 2], low, high);
+          inner = i % 2 == 0 ? low : high;
+        } else {
+          inner = state.output[i];
+        }
+        float &sum = state.flush_sum[i * kWarpgroupThreads * Config::kConsumers];
+        sum = sum * factors[(i / 2) % 2] + inner;
+      }
+#pragma unroll
+      for (int i = 0; i < ConsumerState<Config>::kOutputRegisters; ++i)
+        state.output[i] = 0;
+      state.flush_max[0] = state.output_max[0];
+      state.flush_max[1] = state.output_max[1];
+    }
+  }
+}
+
+// O_i = diag(l_i)^-1 O_i (x delta_V x P's scale) (+ mean(V)) in the input's dtype, then the LSE.
+template <class Config>
+__device__ __forceinline__ void write_results(ConsumerState<Config> &state, const SageSm90AttentionParams &params,
+                                              const TileCoordinates &tile, const int (&rows)[2], int quad_lane) {
+  const SageAttentionParams &base = params.base;
+  const SageProblemSize &size = base.size;
+  constexpr bool kCodes = Config::kPv == PvOperands::int8 || Config::kPv == PvOperands::e4m3;
+  float output[Config::kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+    float value;
+    if constexpr (Config::kPv == PvOperands::int8) {
+      value = state.flushed[i];
+    } else if constexpr (ConsumerState<Config>::kF16Accumulator) {
+      float low, high;
+      unpack_f16x2(state.output[i / 2], low, high);
+      value = i % 2 == 0 ? low : high;
+    } else {
+      value = state.output[i];
+    }
+    if constexpr (Config::kTwoLevel) // the flushed sum, brought to the final m
+      value += state.flush_sum[i * kWarpgroupThreads * Config::kConsumers] * flush_factor(state, (i / 2) % 2);
+    output[i] = value;
+  }
+  const unsigned char *workspace = base.workspace;
+  const float *v_scales =
+      reinterpret_cast<const float *>(workspace + base.offsets.v_scales) + tile.kv_head_index * Config::kHeadDim;
+  const float *v_mean =
+      reinterpret_cast<const float *>(workspace + base.offsets.v_mean) + tile.kv_head_index * Config::kHeadDim;
+  unsigned short *o =
+      static_cast<unsigned short *>(base.o) + tile.batch * base.o_strides.batch + tile.head * base.o_strides.head;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    state.row_sum[half] = quad_sum(state.row_sum[half]);
+    const int row = rows[half];
+    if (row >= size.tokens_q)
+      continue;
+    const bool visible = state.row_sum[half] > 0.0f;
+    const float inverse_sum = visible ? 1.0f / state.row_sum[half] : 0.0f;
+#pragma unroll
+    for (int tile_n = 0; tile_n < Config::kHeadDim / 8; ++tile_n) {
+      const int channel = tile_n * 8 + quad_lane * 2;
+      float low = output[tile_n * 4 + half * 2] * inverse_sum;
+      float high = output[tile_n * 4 + half * 2 + 1] * inverse_sum;
+      if constexpr (kCodes) {
+        low *= v_scales[channel]; // psi_V^-1 (P's code scale is in l, which summed the codes' values)
+        high *= v_scales[channel + 1];
+      }
+      if constexpr (Config::kSmoothedV) {
+        if (visible) {
+          low += v_mean[channel];
+          high += v_mean[channel + 1];
+        }
+      }
+      const unsigned packed = Config::kBf16 ? pack_bf16x2(low, high) : pack_f16x2(low, high);
+      *reinterpret_cast<unsigned *>(o + row * base.o_strides.token + channel) = packed;
+    }
+  }
+  if constexpr (Config::kWriteLse) {
+    if (!base.lse)
+      return;
+    constexpr float kLn2 = 0.693147180559945309f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = rows[half];
+      float correction = 0.0f;
+      if constexpr (Config::kLseCorrection) {
+        // K was smoothed: every score of row i moved by q_i . mean(K) / sqrt(d); read from the caller's Q (the
+        // quantization error of q times mean(K) would not be small). The quad's lanes split the channels.
+        const float *k_mean =
+            reinterpret_cast<const float *>(workspace + base.offsets.k_mean) + tile.kv_head_index * Config::kHeadDim;
+        const unsigned short *q = static_cast<const unsigned short *>(base.q) + tile.batch * base.q_strides.batch +
+                                  tile.head * base.q_strides.head;
+        float sum = 0.0f;
+        if (row < size.tokens_q)
+          for (int channel = quad_lane; channel < Config::kHeadDim; channel += 4)
+            sum += decode_input_element<Config::kBf16>(q[row * base.q_strides.token + channel]) * k_mean[channel];
+        correction = quad_sum(sum) * base.softmax_scale;
+      }
+      if (quad_lane != 0 || row >= size.tokens_q)
+        continue;
+      const float sum = state.row_sum[half];
+      base.lse[tile.q_head_index * size.tokens_q + row] =
+          sum > 0.0f ? (state.row_max[half] + fast_log2(sum) - Config::kProbabilityCodeLog2) * kLn2 + correction
+                     : negative_infinity();
+    }
+  }
+}
+
+} // namespace sage::device::sm90

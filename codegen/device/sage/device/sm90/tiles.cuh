@@ -1,0 +1,110 @@
+// The sm90 attention kernel's geometry and state, all derived from the generated Config: what its operands are,
+// the shared-memory layout, the registers a consumer thread keeps, and which tile a CTA works on.
+#pragma once
+
+#include "sage/device/sm90/common.cuh"
+
+namespace sage::device::sm90 {
+
+enum class QkOperands { int8, f16, bf16 };
+enum class PvOperands { f16_accumulate_f16, f16_accumulate_f32, int8, e4m3 };
+enum class ValueTiles { input, workspace_values, workspace_codes }; // where V_j comes from (KernelPlan ValueSource)
+
+// Shared-memory geometry derived from a Config: every tile is split into column chunks of at most 128 bytes (one
+// TMA box and one swizzle atom wide), each chunk a [rows][chunk bytes] block aligned to 1024 bytes.
+template <class Config> struct SharedLayout {
+  static constexpr int kQkElementBytes = Config::kQk == QkOperands::int8 ? 1 : 2;
+  static constexpr int kQkRowBytes = Config::kHeadDim * kQkElementBytes;
+  static constexpr int kQkChunkBytes = kQkRowBytes < 128 ? kQkRowBytes : 128;
+  static constexpr int kQkChunks = kQkRowBytes / kQkChunkBytes;
+  static constexpr int kQChunkStride = Config::kBlockQ * kQkChunkBytes;
+  static constexpr int kKChunkStride = Config::kBlockKv * kQkChunkBytes;
+  static constexpr int kQBytes = kQkChunks * kQChunkStride;
+  static constexpr int kKBytes = kQkChunks * kKChunkStride;
+
+  static constexpr bool kTransposedV = Config::kValues == ValueTiles::workspace_codes;
+  // V^T codes: rows are channels, kBlockKv one-byte tokens each. f16 V: rows are tokens, 2 * kHeadDim bytes each.
+  static constexpr int kVRows = kTransposedV ? Config::kHeadDim : Config::kBlockKv;
+  static constexpr int kVRowBytes = kTransposedV ? Config::kBlockKv : 2 * Config::kHeadDim;
+  static constexpr int kVChunkBytes = kVRowBytes < 128 ? kVRowBytes : 128;
+  static constexpr int kVChunks = kVRowBytes / kVChunkBytes;
+  static constexpr int kVChunkStride = kVRows * kVChunkBytes;
+  static constexpr int kVBytes = kVChunks * kVChunkStride;
+
+  static __host__ __device__ constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  static constexpr int kQOffset = 0;
+  static constexpr int kStageOffset = align(kQBytes);
+  static constexpr int kKOffset = 0; // within a stage
+  static constexpr int kVOffset = align(kKBytes);
+  static constexpr int kStageBytes = align(kVOffset + kVBytes);
+  // Two-level accumulation keeps its outer f32 sum here, not in registers: [consumer thread][register], by register
+  // first so that a warpgroup's accesses are consecutive words.
+  static constexpr int kFlushBytes = Config::kTwoLevel ? Config::kConsumers * 128 * (Config::kHeadDim / 2) * 4 : 0;
+  static constexpr int kFlushOffset = kStageOffset + Config::kStages * kStageBytes;
+  static constexpr int kBarrierOffset = kFlushOffset + kFlushBytes;
+  // full[kStages], empty[kStages], q_full: 8 bytes each
+  static constexpr int kBarrierBytes = (2 * Config::kStages + 1) * 8;
+  static constexpr int kTotalBytes = kBarrierOffset + kBarrierBytes;
+  // The dynamic buffer is only guaranteed 16-byte alignment: the kernel rounds its base up to 1024.
+  static constexpr int kDynamicBytes = kTotalBytes + 1024;
+
+  static constexpr int kStageTransactionBytes = kKBytes + kVBytes;
+};
+
+template <int kTokensPerGroup, int kInterleave> __device__ __forceinline__ int scale_group(int token) {
+  if constexpr (kTokensPerGroup == 0)
+    return 0;
+  else
+    return token / kTokensPerGroup * kInterleave + token % kInterleave;
+}
+
+// What one consumer thread keeps across the KV loop: its two rows (g and g + 8 of its warp's 16) and their state.
+template <class Config> struct ConsumerState {
+  static constexpr int kScoreRegisters = Config::kBlockKv / 2;     // m64 x kBlockKv, per thread
+  static constexpr int kOutputF32Registers = Config::kHeadDim / 2; // m64 x kHeadDim f32, per thread
+  static constexpr bool kF16Accumulator = Config::kPv == PvOperands::f16_accumulate_f16;
+  static constexpr int kOutputRegisters = kF16Accumulator ? Config::kHeadDim / 4 : kOutputF32Registers;
+  using OutputRegister = Select<kF16Accumulator, unsigned, float>;
+
+  OutputRegister output[kOutputRegisters];                                  // the P.V accumulator (f16x2 pairs or f32)
+  float flushed[Config::kPv == PvOperands::int8 ? kOutputF32Registers : 1]; // int8 P.V: the f32 sum of s32 blocks
+  float output_max[2]; // the m that `output` is relative to (m of the last block added)
+  float flush_max[2];  // two-level: the m that the shared-memory sum is relative to (-inf: nothing flushed yet)
+  float *flush_sum;    // two-level: this thread's column of the shared-memory sum ([register][thread])
+  float row_factor[2]; // delta_Q x the factor that puts S in base 2
+  float row_max[2];    // m_i
+  float row_sum[2];    // this thread's share of l_i (its own columns)
+  int blocks_since_flush;
+};
+
+// Where this CTA works: its Q block, head, batch and the KV blocks it visits.
+struct TileCoordinates {
+  int q_block, head, batch, kv_head;
+  int q_begin;
+  long long q_head_index, kv_head_index;
+  int kv_blocks, block_end; // [0, block_end) of kv_blocks
+  int causal_offset;        // key j is visible to row i iff j <= i + causal_offset (SageAttentionParams)
+};
+
+template <class Config>
+__device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSize &size, int causal_offset) {
+  TileCoordinates tile;
+  tile.q_block = Config::kReverseQBlocks ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  tile.head = blockIdx.y;
+  tile.batch = blockIdx.z;
+  tile.kv_head = tile.head / (size.heads_q / size.heads_kv);
+  tile.q_begin = tile.q_block * Config::kBlockQ;
+  tile.q_head_index = static_cast<long long>(tile.batch) * size.heads_q + tile.head;
+  tile.kv_head_index = static_cast<long long>(tile.batch) * size.heads_kv + tile.kv_head;
+  tile.kv_blocks = (size.tokens_kv + Config::kBlockKv - 1) / Config::kBlockKv;
+  tile.causal_offset = causal_offset; // tokens_kv - tokens_q: bottom-right aligned; 0: top-left
+  tile.block_end = tile.kv_blocks;
+  if constexpr (Config::kCausal) { // blocks after the diagonal of this Q block's last row are skipped
+    const int last_row = min(tile.q_begin + Config::kBlockQ, size.tokens_q) - 1;
+    const int last_visible_token = last_row + tile.causal_offset;
+    tile.block_end = last_visible_token < 0 ? 0 : min(tile.kv_blocks, last_visible_token / Config::kBlockKv + 1);
+  }
+  return tile;
+}
+
+} // namespace sage::device::sm90
