@@ -7,7 +7,7 @@
 namespace sage::reference {
 
 PvAccumulator::PvAccumulator(const AccumulationSpec &spec, int64_t rows, int64_t dim)
-    : spec_(spec), rows_(rows), dim_(dim),
+    : spec_(spec), dim_(dim),
       // mma.m16n8k16 (f16) adds 16 products per step; the FP8 mma.m16n8k32 adds 32.
       chunk_tokens_(spec.kind == AccumulationKind::f32_two_level ? 32 : 16),
       inner_(static_cast<size_t>(rows * dim), 0.0), outer_(static_cast<size_t>(rows * dim), 0.0) {}

@@ -23,7 +23,7 @@ private:
   double roundInner(double value) const;
 
   AccumulationSpec spec_;
-  int64_t rows_, dim_;
+  int64_t dim_;
   int64_t chunk_tokens_;      // tokens summed exactly before the accumulator rounds
   std::vector<double> inner_; // the mma's accumulator (f16, or f32 for f32_two_level; exact for f32)
   std::vector<double> outer_; // the f32 buffer of two-level accumulation

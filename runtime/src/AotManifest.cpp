@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace sage::runtime {
@@ -71,8 +72,9 @@ public:
   int integerOf(const JsonValue &value, const std::string &field_path, int minimum) const {
     if (!value.isNumber())
       fail(field_path, fmt::format("expected an integer, found {}", nameOf(value.kind())));
+    // Range first: converting an out-of-range double to an integer is undefined behaviour.
     double number = value.asNumber();
-    if (number != static_cast<double>(static_cast<long long>(number)) || number < minimum || number > 1e9)
+    if (!(number >= minimum && number <= 1e9) || number != std::floor(number))
       fail(field_path, fmt::format("expected an integer >= {}, found {}", minimum, writeJson(value, 0)));
     return static_cast<int>(number);
   }
