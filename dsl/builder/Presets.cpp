@@ -31,6 +31,10 @@ AttentionBuilder makePreset(std::string_view name) {
     // Per-thread groups: a warp's 32 Q rows (a 128-row tile over 4 warps) and the 64-token K tile, each
     // interleaved by 8 as the m16n8k64 fragments hold them.
     builder.qk(int4(per_thread).groups(32, 64).smooth_q().smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+  else if (name == "sagebwd")
+    // SageBwd's forward (SageAttention3, Algorithm 2): per-block int8 Q/K (K smoothed), per-token int8 P reusing
+    // the softmax's max, per-block int8 V; the LSE is saved for the backward.
+    builder.qk(int8(per_block).smooth_k()).pv(int8_pv_per_token_p()).lse();
   else if (name == "sage2-int4-no-smooth-q")
     builder.qk(int4(per_thread).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
   else
@@ -59,6 +63,7 @@ const std::vector<PresetInfo> &referenceOnlyPresets() {
       {"sage3-mxfp4", "sage3-fp4 in MXFP4 (1x32, UE8M0 scales), P direct: Table 1(a)'s ablation"},
       {"sage2-int4", "SageAttention2: int4 per-thread Q/K, Q and K smoothed; e4m3 P.V, two-level f32"},
       {"sage2-int4-no-smooth-q", "sage2-int4 without Q smoothing (the ablation)"},
+      {"sagebwd", "SageBwd's forward (Algorithm 2): int8 per-block Q/K/V, K smoothed; int8 per-token P; LSE saved"},
   };
   return table;
 }

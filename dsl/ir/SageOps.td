@@ -151,4 +151,7 @@ def Sage_WriteLseOp : Sage_Op<"write_lse"> {
   let assemblyFormat = "$softmax attr-dict";
 }
 
+// SageBwd (issue 12): the backward program's ops.
+include "SageBackwardOps.td"
+
 #endif // SAGE_OPS_TD
