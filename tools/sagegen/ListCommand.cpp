@@ -1,5 +1,6 @@
 #include "Commands.h"
 
+#include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 
 #include <fmt/core.h>
@@ -14,6 +15,9 @@ CommandAction addListCommand(CLI::App &app) {
     fmt::print("\nIR and CPU reference only (no kernel schedule yet; `sagegen ir --legalize <arch>` shows the "
                "rewrite):\n");
     for (const auto &info : dsl::referenceOnlyPresets())
+      fmt::print("{:<22} {}\n", info.name, info.summary);
+    fmt::print("\nBackward programs (SageBwd; `sagegen ir --backward --preset NAME`, `sagegen reference-backward`):\n");
+    for (const auto &info : dsl::backwardPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);
   };
 }
