@@ -21,6 +21,7 @@ from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE
 from ._tensors import DTYPE_NAMES, describe, heads_tokens, layout_code
 
 __all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sdpa", "version",
+           "sagebwd_attention",
            "PHASE_ALL", "PHASE_PROLOGUE", "PHASE_ATTENTION", "BOTTOM_RIGHT", "TOP_LEFT"]
 
 _ALIGNMENTS = {BOTTOM_RIGHT: CAUSAL_BOTTOM_RIGHT, TOP_LEFT: CAUSAL_TOP_LEFT}
@@ -182,3 +183,4 @@ class Attention:
 
 
 from ._torch import sageattn, sdpa  # noqa: E402  (after Attention, which it uses)
+from ._backward import sagebwd_attention  # noqa: E402  (SageBwd, issue 12: after _torch's forward op)

@@ -98,5 +98,23 @@ class AttentionArgumentsTest(unittest.TestCase):
         self.assertIn("q: is in host memory", str(caught.exception))
 
 
+class BackwardTest(unittest.TestCase):
+    """SageBwd (issue 12): the C ABI's backward entry points through ctypes, without a GPU."""
+
+    def test_an_unknown_backward_preset_is_an_argument_error(self):
+        from sagegen import _backward
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _backward._BackwardRunner("sage-b", 64, False, _library.DTYPE_F16, 0)
+        self.assertIn("config.preset: unknown backward preset 'sage-b'", str(caught.exception))
+
+    def test_a_host_q_is_refused_before_any_device_work(self):
+        from sagegen import _backward
+        q = FakeTensor((1, 1, 128, 64), device=Device("cpu"))
+        lse = FakeTensor((1, 1, 128), dtype="torch.float32", device=Device("cpu"))
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _backward.run_backward(q, q, q, q, lse, q, q, q, q, False, 0.0, None, None)
+        self.assertIn("q: is in host memory", str(caught.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -2,9 +2,11 @@
 // type, is caught here; enum values from the caller are checked before use.
 #include "sage/sage_c.h"
 
+#include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 #include "sage/ir/Program.h"
 #include "sage/runtime/ArgumentError.h"
+#include "sage/runtime/AttentionBackwardRunner.h"
 #include "sage/runtime/AttentionCall.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
@@ -15,8 +17,10 @@
 #include "sage/schedules/UnsupportedError.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <new>
 #include <optional>
@@ -25,6 +29,12 @@
 
 struct sage_attention {
   std::unique_ptr<sage::runtime::AttentionRunner> runner;
+};
+
+struct sage_backward {
+  std::unique_ptr<sage::runtime::AttentionBackwardRunner> runner;
+  sage_dtype dtype = SAGE_DTYPE_F16;
+  int device = 0;
 };
 
 namespace {
@@ -142,6 +152,47 @@ sage::ir::Program programOf(const sage_attention_config &config) {
     throw ArgumentError("config.preset", "unknown preset '" + name + "' (`sagegen list` lists them)");
   builder->lse(config.write_lse != 0);
   return builder->build();
+}
+
+// ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
+sage::runtime::AttentionBackwardRunner &backwardOf(sage_backward_t backward) {
+  if (!backward || !backward->runner)
+    throw ArgumentError("backward", "must be a handle from sage_backward_create");
+  return *backward->runner;
+}
+
+// A contiguous tensor of `shape` (rank 3 or 4) and `dtype` on `device`, 16-byte aligned.
+void checkContiguous(const sage_tensor_desc *tensor, const char *argument, std::initializer_list<long long> shape,
+                     int dtype, int device) {
+  const sage_tensor_desc &t = required(tensor, argument);
+  if (t.ndim != static_cast<int>(shape.size()))
+    throw ArgumentError(argument,
+                        "expected " + std::to_string(shape.size()) + " dimensions, got " + std::to_string(t.ndim));
+  long long stride = 1;
+  int axis = static_cast<int>(shape.size()) - 1;
+  for (auto it = shape.end(); it != shape.begin(); --axis) {
+    --it;
+    if (t.shape[axis] != *it)
+      throw ArgumentError(argument, "dimension " + std::to_string(axis) + " must be " + std::to_string(*it) + ", got " +
+                                        std::to_string(t.shape[axis]));
+    if (t.strides[axis] != stride && *it > 1)
+      throw ArgumentError(argument, "must be contiguous (HND): stride " + std::to_string(axis) + " must be " +
+                                        std::to_string(stride) + ", got " + std::to_string(t.strides[axis]));
+    stride *= *it;
+  }
+  if (t.dtype != dtype)
+    throw ArgumentError(argument,
+                        "dtype must be " + std::to_string(dtype) + " (sage_dtype), got " + std::to_string(t.dtype));
+  if (t.device != device)
+    throw ArgumentError(argument, "must be on device " + std::to_string(device) + ", got " + std::to_string(t.device));
+  if (!t.data || reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+    throw ArgumentError(argument, "data must be a non-null, 16-byte aligned device pointer");
+}
+
+void checkShapeDims(const sage_tensor_desc &tensor, const char *argument) {
+  if (tensor.ndim != 4)
+    throw ArgumentError(argument,
+                        "expected 4 dimensions [batch, heads, tokens, head_dim], got " + std::to_string(tensor.ndim));
 }
 
 } // namespace
@@ -262,6 +313,102 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
 sage_status sage_attention_describe(sage_attention_t attention, char *buffer, size_t buffer_bytes) {
   return guarded([&] {
     const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!buffer || buffer_bytes == 0)
+      throw ArgumentError("buffer", "must not be null or empty");
+    const std::string text = runner.describe();
+    const size_t length = std::min(text.size(), buffer_bytes - 1);
+    std::memcpy(buffer, text.data(), length);
+    buffer[length] = '\0';
+  });
+}
+
+// ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
+sage_status sage_backward_create(const sage_backward_config *config, sage_backward_t *out) {
+  return guarded([&] {
+    if (!out)
+      throw ArgumentError("out", "must not be null");
+    *out = nullptr;
+    if (!config)
+      throw ArgumentError("config", "must not be null");
+    const std::string name = config->preset ? config->preset : "sagebwd";
+    if (config->head_dim <= 0)
+      throw ArgumentError("config.head_dim", "must be positive, got " + std::to_string(config->head_dim));
+    const sage::schedules::InputType input = inputTypeOf(config->dtype);
+    auto builder = sage::dsl::backwardPreset(name, config->head_dim,
+                                             config->causal ? sage::MaskKind::causal : sage::MaskKind::none);
+    if (!builder)
+      throw ArgumentError("config.preset", "unknown backward preset '" + name + "' (`sagegen list` lists them)");
+    builder->float_type(input == sage::schedules::InputType::bf16 ? sage::ElementType::bf16 : sage::ElementType::f16);
+    const sage::ir::BackwardProgram program = builder->build();
+    auto handle = std::make_unique<sage_backward>();
+    handle->runner = std::make_unique<sage::runtime::AttentionBackwardRunner>(program.variant(), input, config->device);
+    handle->dtype = config->dtype;
+    handle->device = config->device;
+    *out = handle.release();
+  });
+}
+
+void sage_backward_destroy(sage_backward_t backward) { delete backward; }
+
+sage_status sage_backward_workspace_bytes(sage_backward_t backward, const sage_tensor_desc *q,
+                                          const sage_tensor_desc *k, size_t *bytes) {
+  return guarded([&] {
+    const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
+    if (!bytes)
+      throw ArgumentError("bytes", "must not be null");
+    checkShapeDims(required(q, "q"), "q");
+    checkShapeDims(required(k, "k"), "k");
+    *bytes = runner.workspaceBytes(q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2]);
+  });
+}
+
+sage_status sage_backward_run(sage_backward_t backward, const sage_backward_args *args) {
+  return guarded([&] {
+    const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    const sage_tensor_desc &q = required(args->q, "q"), &k = required(args->k, "k");
+    checkShapeDims(q, "q");
+    checkShapeDims(k, "k");
+    const long long batch = q.shape[0], heads_q = q.shape[1], tokens_q = q.shape[2], d = q.shape[3];
+    const long long heads_kv = k.shape[1], tokens_kv = k.shape[2];
+    if (d != runner.plan().head_dim)
+      throw ArgumentError("q",
+                          "head_dim must be " + std::to_string(runner.plan().head_dim) + ", got " + std::to_string(d));
+    const int dtype = backward->dtype, device = backward->device;
+    for (auto [tensor, name] :
+         {std::pair{args->q, "q"}, std::pair{args->o, "o"}, std::pair{args->d_o, "d_o"}, std::pair{args->d_q, "d_q"}})
+      checkContiguous(tensor, name, {batch, heads_q, tokens_q, d}, dtype, device);
+    for (auto [tensor, name] :
+         {std::pair{args->k, "k"}, std::pair{args->v, "v"}, std::pair{args->d_k, "d_k"}, std::pair{args->d_v, "d_v"}})
+      checkContiguous(tensor, name, {batch, heads_kv, tokens_kv, d}, dtype, device);
+    checkContiguous(args->lse, "lse", {batch, heads_q, tokens_q}, SAGE_DTYPE_F32, device);
+    if (!(args->softmax_scale >= 0.0f) || !std::isfinite(args->softmax_scale))
+      throw ArgumentError("softmax_scale", "must be 0 (1 / sqrt(head_dim)) or a positive finite number");
+    sage::runtime::BackwardTensors tensors;
+    tensors.q = q.data;
+    tensors.k = k.data;
+    tensors.v = args->v->data;
+    tensors.o = args->o->data;
+    tensors.d_o = args->d_o->data;
+    tensors.lse = static_cast<const float *>(args->lse->data);
+    tensors.d_q = args->d_q->data;
+    tensors.d_k = args->d_k->data;
+    tensors.d_v = args->d_v->data;
+    tensors.batch = batch;
+    tensors.heads_q = heads_q;
+    tensors.heads_kv = heads_kv;
+    tensors.tokens_q = tokens_q;
+    tensors.tokens_kv = tokens_kv;
+    tensors.softmax_scale = args->softmax_scale;
+    runner.run(tensors, args->workspace, args->workspace_bytes,
+               static_cast<sage::runtime::driver::Stream>(args->stream));
+  });
+}
+
+sage_status sage_backward_describe(sage_backward_t backward, char *buffer, size_t buffer_bytes) {
+  return guarded([&] {
+    const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
     if (!buffer || buffer_bytes == 0)
       throw ArgumentError("buffer", "must not be null or empty");
     const std::string text = runner.describe();
