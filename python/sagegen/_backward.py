@@ -12,6 +12,7 @@ The LSE output carries no gradient (its incoming gradient is ignored).
 import ctypes
 import math
 import threading
+import weakref
 from typing import Tuple
 
 from ._library import SageArgumentError, TensorDesc, check, library
@@ -58,15 +59,14 @@ class _BackwardRunner:
     """One C handle: the backward kernels of (preset, head_dim, causal) for one device and dtype."""
 
     def __init__(self, preset, head_dim, causal, dtype, device):
+        loaded = _library()
         config = BackwardConfig(preset.encode(), head_dim, int(causal), dtype, device)
         handle = ctypes.c_void_p()
-        check(_library().sage_backward_create(ctypes.byref(config), ctypes.byref(handle)))
+        check(loaded.sage_backward_create(ctypes.byref(config), ctypes.byref(handle)))
         self.handle = handle
-
-    def __del__(self):
-        if getattr(self, "handle", None) and library is not None:
-            _library().sage_backward_destroy(self.handle)
-            self.handle = None
+        # Not __del__: runners cached in _runners live until interpreter shutdown, when module globals may already
+        # be None. weakref.finalize holds the destroy function itself and runs at exit before that teardown.
+        self._finalizer = weakref.finalize(self, loaded.sage_backward_destroy, handle)
 
     def describe(self):
         buffer = ctypes.create_string_buffer(4096)
