@@ -191,7 +191,10 @@ template <bool kBf16> __device__ __forceinline__ unsigned pack_output(float low,
 template <class Config>
 __device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
                                signed char *codes_t, float *scales, float *scratch) {
-  constexpr int kHeadDim = Config::kHeadDim;
+  constexpr int kHeadDim = Config::kHeadDim, kStagedRow = kHeadDim + 4;
+  // This block's codes [token][channel]. Shared by successive calls: block_max's barriers order a call's writes after
+  // the previous call's reads.
+  __shared__ signed char staged[kBlock * kStagedRow];
   const int token0 = block * kBlock;
   float amax = 0.0f;
   for (int e = threadIdx.x; e < kBlock * kHeadDim; e += kThreads) {
@@ -211,7 +214,15 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
     const signed char code = int8_code(x, inverse);
     if (codes)
       codes[static_cast<long long>(token0 + t) * kHeadDim + c] = code;
-    codes_t[static_cast<long long>(block) * kBlock * kHeadDim + c * kBlock + t] = code;
+    staged[t * kStagedRow + c] = code;
+  }
+  __syncthreads();
+  // The transposed codes from shared memory, so that consecutive threads write consecutive bytes (written straight
+  // from the loop above, each byte went to its own 32-byte sector). Rows of kHeadDim + 4 bytes: the 32 tokens a warp
+  // reads in one channel lie in 32 different banks.
+  for (int e = threadIdx.x; e < kBlock * kHeadDim; e += kThreads) {
+    const int c = e / kBlock, t = e % kBlock;
+    codes_t[static_cast<long long>(block) * kBlock * kHeadDim + e] = staged[t * kStagedRow + c];
   }
   if (threadIdx.x == 0)
     scales[block] = scale;
