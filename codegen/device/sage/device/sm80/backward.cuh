@@ -167,6 +167,27 @@ __device__ __forceinline__ float block_max(float value, float *scratch) {
   return result;
 }
 
+// The maxima of `first` and `second` over the CTA in one exchange (`scratch`: 2 x kWarps floats). Synchronizes the
+// CTA twice (two block_max calls would take four barriers).
+__device__ __forceinline__ void block_max_pair(float &first, float &second, float *scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, offset));
+    second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, offset));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    scratch[threadIdx.x >> 5] = first;
+    scratch[kWarps + (threadIdx.x >> 5)] = second;
+  }
+  __syncthreads();
+  first = scratch[0];
+  second = scratch[kWarps];
+  for (int w = 1; w < kWarps; ++w) {
+    first = fmaxf(first, scratch[w]);
+    second = fmaxf(second, scratch[kWarps + w]);
+  }
+  __syncthreads();
+}
+
 // psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
 __device__ __forceinline__ signed char int8_code(float x, float inverse) {
   const int code = __float2int_rn(x * inverse);
@@ -415,8 +436,9 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       }
     // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9)
     float p_scale, p_inverse, ds_scale, ds_inverse;
-    int8_scale(block_max(p_max, scratch), p_scale, p_inverse);
-    int8_scale(block_max(ds_max, scratch + kWarps), ds_scale, ds_inverse);
+    block_max_pair(p_max, ds_max, scratch);
+    int8_scale(p_max, p_scale, p_inverse);
+    int8_scale(ds_max, ds_scale, ds_inverse);
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
