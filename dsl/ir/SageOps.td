@@ -151,4 +151,7 @@ def Sage_WriteLseOp : Sage_Op<"write_lse"> {
   let assemblyFormat = "$softmax attr-dict";
 }
 
+// SLA (issue 13): its own file.
+include "SlaOps.td"
+
 #endif // SAGE_OPS_TD

@@ -267,6 +267,9 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
                              std::to_string(kIrVersion));
   if (!hasInt8MmaSync(arch))
     return SupportResult::no(std::string(archName(arch)) + " has no mma.sync");
+  if (variant.sla.enabled) // the kernel would compute the critical blocks only: O^s without Proj(O^l)
+    return SupportResult::no("SLA (mask prediction and the linear branch) is not an attention kernel of this "
+                             "schedule; its sparse part alone (the variant without `sla`) is block_sparse");
   if (variant.head_dim != 64 && variant.head_dim != 128)
     return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
                              ": the sm80 schedule has tiles for head_dim 64 and 128 only");
