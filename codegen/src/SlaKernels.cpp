@@ -25,6 +25,7 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
   kernel.name = fmt::format("sage_sla_d{}_bq{}_bkv{}_{}", d, variant.block_q, variant.block_kv, phi);
   kernel.source = fmt::format(
       R"(// SLA (sparse-linear attention): mask prediction and the linear branch of '{name}'.
+#include "sage/device/sla/backward.cuh"
 #include "sage/device/sla/linear_branch.cuh"
 #include "sage/device/sla/mask_prediction.cuh"
 
@@ -59,11 +60,33 @@ extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsPa
 extern "C" __global__ void __launch_bounds__(256, 1) {output}(const SageSlaOutputParams p) {{
   sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi>(p);
 }}
+
+// Backward (Algorithm 2): the column lookup tables of M_c
+extern "C" __global__ void __launch_bounds__(256) {columns}(const SageSlaColumnsParams p) {{
+  sage::device::sla::column_tables(p);
+}}
+
+// Lines 2-6 and 10-12 per q block: L, D^s, dQ, dH_i, dZ_i
+extern "C" __global__ void __launch_bounds__(256, 1) {rows}(const SageSlaRowsBackwardParams p) {{
+  sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
+}}
+
+// Pre-aggregation of the backward: sum_i dH_i, sum_i dZ_i
+extern "C" __global__ void __launch_bounds__(256) {row_totals}(const SageSlaRowTotalsParams p) {{
+  sage::device::sla::row_totals<kHeadDim>(p);
+}}
+
+// Lines 7-17 per kv block: dK, dV
+extern "C" __global__ void __launch_bounds__(256, 1) {kv}(const SageSlaColumnsBackwardParams p) {{
+  sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
+}}
 )",
-      fmt::arg("name", variant.name), fmt::arg("d", d), fmt::arg("block_q", variant.block_q),
-      fmt::arg("block_kv", variant.block_kv), fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)),
-      fmt::arg("phi", phi), fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel),
-      fmt::arg("states", kSlaStatesKernel), fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
+      fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
+      fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("name", variant.name),
+      fmt::arg("d", d), fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
+      fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),
+      fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
+      fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
       fmt::arg("critical", variant.sla.critical_percent), fmt::arg("negligible", variant.sla.negligible_percent));
   return kernel;
 }

@@ -35,7 +35,7 @@ struct SlaRunner::State {
   AttentionVariant variant;
   std::unique_ptr<AttentionRunner> sparse;
   driver::Context context = nullptr;
-  LoadedKernel pool, predict, states, totals, output;
+  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward;
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -65,6 +65,12 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->states = module->kernel(std::string(codegen::kSlaStatesKernel));
   state_->totals = module->kernel(std::string(codegen::kSlaTotalsKernel));
   state_->output = module->kernel(std::string(codegen::kSlaOutputKernel));
+  state_->columns = module->kernel(std::string(codegen::kSlaColumnsKernel));
+  state_->rows_backward = module->kernel(std::string(codegen::kSlaRowsBackwardKernel));
+  state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
+  state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
+  state_->rows_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
+  state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
 }
 
 SlaRunner::~SlaRunner() = default;
@@ -72,7 +78,7 @@ SlaRunner::~SlaRunner() = default;
 const AttentionRunner &SlaRunner::sparsePart() const { return *state_->sparse; }
 const AttentionVariant &SlaRunner::variant() const { return state_->variant; }
 
-SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &shape) const {
+SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &shape, bool backward) const {
   const AttentionVariant &variant = state_->variant;
   if (shape.batch <= 0 || shape.heads_q <= 0 || shape.heads_kv <= 0 || shape.tokens_q <= 0 || shape.tokens_kv <= 0 ||
       shape.heads_q % shape.heads_kv != 0)
@@ -115,6 +121,21 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
   take(layout.h_total, kv_heads * d * d * 4);
   take(layout.z_total, kv_heads * d * 4);
   take(layout.attention, state_->sparse->workspaceBytes(shape));
+  // The backward's regions after the forward's: a backward layout keeps every forward offset.
+  if (backward) {
+    const size_t tokens = static_cast<size_t>(shape.batch * shape.heads_q * shape.tokens_q);
+    const size_t columns = static_cast<size_t>(shape.batch * shape.heads_q * kv_blocks);
+    take(layout.lse, tokens * 4);
+    take(layout.delta, tokens * 4);
+    take(layout.dh_rows, rows * d * d * 4);
+    take(layout.dz_rows, rows * d * 4);
+    take(layout.dh_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * d * 4);
+    take(layout.dz_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * 4);
+    take(layout.critical_columns, columns * static_cast<size_t>(q_blocks) * 4);
+    take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
+    take(layout.non_marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
+    take(layout.column_counts, columns * 3 * 4);
+  }
   layout.total = offset;
   return layout;
 }
@@ -210,6 +231,87 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    tensors.o,
                                    o_strides};
   state_->output.launch(output, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+}
+
+void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
+                         size_t workspace_bytes, driver::Stream stream) const {
+  const SlaWorkspaceLayout layout = workspaceLayout(shape, true);
+  if (!workspace || workspace_bytes < layout.total)
+    throw std::invalid_argument("workspace: the backward needs " + std::to_string(layout.total) + " bytes, got " +
+                                std::to_string(workspace_bytes));
+  if (!tensors.q || !tensors.k || !tensors.v || !tensors.d_sparse || !tensors.d_linear || !tensors.dq || !tensors.dk ||
+      !tensors.dv)
+    throw std::invalid_argument("tensors: q, k, v, d_sparse, d_linear, dq, dk and dv are required");
+  auto *base = static_cast<unsigned char *>(workspace);
+  auto floats = [base](size_t offset) { return reinterpret_cast<float *>(base + offset); };
+  auto ints = [base](size_t offset) { return reinterpret_cast<int *>(base + offset); };
+  const SageSlaShape &size = layout.shape;
+  const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
+  const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};
+  const SageSlaStrides v_strides{tensors.v_strides.batch, tensors.v_strides.head, tensors.v_strides.token};
+  const driver::Dim3 block{codegen::kSlaThreads, 1, 1};
+  const int d = state_->variant.head_dim;
+  const auto shared = static_cast<unsigned>(codegen::slaBackwardSharedBytes(d));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  ScopedContext scope(CudaDriver::instance(), state_->context);
+
+  const SageSlaColumnsParams columns{reinterpret_cast<const signed char *>(base + layout.classes),
+                                     size,
+                                     ints(layout.critical_columns),
+                                     ints(layout.marginal_columns),
+                                     ints(layout.non_marginal_columns),
+                                     ints(layout.column_counts)};
+  state_->columns.launch(columns, {grid(size.kv_blocks, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaRowsBackwardParams rows{tensors.q,
+                                       tensors.k,
+                                       tensors.v,
+                                       q_strides,
+                                       k_strides,
+                                       v_strides,
+                                       tensors.d_sparse,
+                                       tensors.d_linear,
+                                       floats(layout.h_states),
+                                       floats(layout.z_states),
+                                       floats(layout.h_total),
+                                       floats(layout.z_total),
+                                       ints(layout.critical_lut),
+                                       ints(layout.linear_lut),
+                                       layout.marginal_majority ? 1 : 0,
+                                       size,
+                                       scale,
+                                       floats(layout.lse),
+                                       floats(layout.delta),
+                                       tensors.dq,
+                                       floats(layout.dh_rows),
+                                       floats(layout.dz_rows)};
+  state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, shared, stream});
+  const SageSlaRowTotalsParams totals{floats(layout.dh_rows), floats(layout.dz_rows), size, floats(layout.dh_total),
+                                      floats(layout.dz_total)};
+  state_->row_totals.launch(
+      totals,
+      {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaColumnsBackwardParams kv{tensors.q,
+                                        tensors.k,
+                                        tensors.v,
+                                        q_strides,
+                                        k_strides,
+                                        v_strides,
+                                        tensors.d_sparse,
+                                        floats(layout.lse),
+                                        floats(layout.delta),
+                                        floats(layout.dh_rows),
+                                        floats(layout.dz_rows),
+                                        floats(layout.dh_total),
+                                        floats(layout.dz_total),
+                                        ints(layout.critical_columns),
+                                        ints(layout.marginal_columns),
+                                        ints(layout.non_marginal_columns),
+                                        ints(layout.column_counts),
+                                        size,
+                                        scale,
+                                        tensors.dk,
+                                        tensors.dv};
+  state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, shared, stream});
 }
 
 } // namespace sage::runtime

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace sage;
@@ -200,5 +201,112 @@ TEST_CASE("the SLA forward matches the CPU reference") {
                 item.name.c_str(), static_cast<long long>(d), layout.marginal_majority ? "yes" : "no", worst_compressed,
                 mismatches, entries, linear_metrics.cosine_similarity, linear_metrics.relative_l1,
                 output_metrics.cosine_similarity, output_metrics.relative_l1);
+  }
+}
+
+TEST_CASE("the SLA backward matches the CPU reference's gradients") {
+  if (test::skipWithoutGpu("gpu_sla_test"))
+    return;
+  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
+  driver.ensureContext();
+  struct BackwardCase {
+    std::string name;
+    AttentionVariant variant;
+    int64_t heads_q, heads_kv, tokens_q, tokens_kv;
+  };
+  std::vector<BackwardCase> backward_cases;
+  for (int head_dim : {64, 128}) {
+    backward_cases.push_back({"sla-f16", dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 700, 1300});
+    backward_cases.push_back({"sla-f16-elu", dsl::preset("sla-f16-elu", head_dim)->describe(), 1, 1, 512, 512});
+    backward_cases.push_back({"k_h 30% k_l 20% relu",
+                              dsl::attention("sla-minority")
+                                  .head_dim(head_dim)
+                                  .blocks(64, 64)
+                                  .qk(dsl::f16_qk())
+                                  .pv(dsl::f16(dsl::accum::f32))
+                                  .sla(dsl::sla_spec(FeatureMap::relu, 30.0, 20.0))
+                                  .describe(),
+                              2, 2, 640, 640});
+  }
+  for (const BackwardCase &item : backward_cases) {
+    const AttentionVariant &variant = item.variant;
+    const int64_t d = variant.head_dim;
+    CAPTURE(item.name);
+    CAPTURE(d);
+    const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, StorageType::f16, Layout::hnd, {5});
+    const HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {6});
+    const HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {7});
+    Projection projection{d, std::vector<double>(static_cast<size_t>(d * d)), {}};
+    std::mt19937_64 generator(8);
+    std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
+    for (double &w : projection.weight)
+      w = static_cast<float>(normal(generator));
+    const size_t q_size = static_cast<size_t>(item.heads_q * item.tokens_q * d);
+    const size_t kv_size = static_cast<size_t>(item.heads_kv * item.tokens_kv * d);
+    std::vector<double> d_output(q_size), d_linear(q_size, 0.0);
+    std::normal_distribution<double> unit;
+    for (double &g : d_output)
+      g = static_cast<float>(unit(generator));
+    for (size_t row = 0; row < q_size / static_cast<size_t>(d); ++row) // dO^l = dO W: what nn.Linear's backward gives
+      for (int64_t out = 0; out < d; ++out)
+        for (int64_t in = 0; in < d; ++in)
+          d_linear[row * d + in] += d_output[row * d + out] * projection.weight[out * d + in];
+
+    runtime::AttentionRunnerOptions options;
+    const runtime::SlaRunner runner(variant, options);
+    const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
+    const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true);
+    const auto q_device = upload(q), k_device = upload(k), v_device = upload(v);
+    const auto weight = upload(projection.weight), d_sparse = upload(d_output), d_linear_device = upload(d_linear);
+    DeviceBuffer o(q_size * 2), workspace(layout.total), dq(q_size * 4), dk(kv_size * 4), dv(kv_size * 4);
+    runtime::SlaTensors tensors;
+    tensors.q = q_device->get();
+    tensors.k = k_device->get();
+    tensors.v = v_device->get();
+    tensors.q_strides = hndStrides(q);
+    tensors.k_strides = hndStrides(k);
+    tensors.v_strides = hndStrides(v);
+    tensors.o = o.get();
+    tensors.o_strides = hndStrides(q);
+    tensors.proj_weight = static_cast<const float *>(weight->get());
+    runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
+    runtime::SlaBackwardTensors gradients;
+    gradients.q = tensors.q;
+    gradients.k = tensors.k;
+    gradients.v = tensors.v;
+    gradients.q_strides = tensors.q_strides;
+    gradients.k_strides = tensors.k_strides;
+    gradients.v_strides = tensors.v_strides;
+    gradients.d_sparse = static_cast<const float *>(d_sparse->get());
+    gradients.d_linear = static_cast<const float *>(d_linear_device->get());
+    gradients.dq = static_cast<float *>(dq.get());
+    gradients.dk = static_cast<float *>(dk.get());
+    gradients.dv = static_cast<float *>(dv.get());
+    runner.backward(shape, gradients, workspace.get(), workspace.bytes, nullptr);
+    driver.synchronizeContext();
+
+    const size_t entries = static_cast<size_t>(item.heads_q) * layout.shape.q_blocks * layout.shape.kv_blocks;
+    const auto gpu_classes = workspace.read<signed char>(layout.classes, entries);
+    BlockClasses classes{1, item.heads_q, layout.shape.q_blocks, layout.shape.kv_blocks, {}};
+    for (signed char cls : gpu_classes)
+      classes.classes.push_back(static_cast<BlockClass>(cls));
+    const SlaGradients reference = runSlaBackward(variant, q, k, v, projection, classes, d_output);
+    const auto gpu_lse = workspace.read<float>(layout.lse, q_size / static_cast<size_t>(d));
+    double worst_lse = 0.0;
+    for (size_t row = 0; row < gpu_lse.size(); ++row)
+      worst_lse = std::max(worst_lse, std::fabs(gpu_lse[row] - reference.sparse_lse[row]));
+    CHECK(worst_lse < 1e-3);
+    for (const auto &[name, buffer, expected] :
+         {std::tuple<const char *, const DeviceBuffer *, const std::vector<double> *>{"dq", &dq, &reference.dq},
+          {"dk", &dk, &reference.dk},
+          {"dv", &dv, &reference.dv}}) {
+      const auto values = buffer->read<float>(0, expected->size());
+      const AccuracyMetrics metrics = compareOutputs(*expected, std::vector<double>(values.begin(), values.end()));
+      CAPTURE(std::string(name));
+      CHECK(metrics.cosine_similarity > 0.9999);
+      CHECK(metrics.relative_l1 < 5e-3);
+      std::printf("gpu_sla_test: backward %-22s d%-3lld %s cos %.7f rel-L1 %.2e\n", item.name.c_str(),
+                  static_cast<long long>(d), name, metrics.cosine_similarity, metrics.relative_l1);
+    }
   }
 }

@@ -74,4 +74,59 @@ struct SageSlaOutputParams {
   struct SageSlaStrides out_strides;
 };
 
+// ---- The backward (Algorithm 2). The caller's Proj is differentiated by its owner (torch.nn.Linear): these kernels
+// take dO^s (= dO) and dO^l (= dO W) and return dQ, dK, dV of the exact formula, in f32.
+
+// Backward launch 1: per column of M_c, the q blocks where it is critical, marginal or neither (ascending), and
+// their counts. Grid (kv_blocks, heads_q, batch).
+struct SageSlaColumnsParams {
+  const signed char *classes; // M_c [batch, heads_q, q_blocks, kv_blocks]
+  struct SageSlaShape shape;
+  int *critical_columns;     // [batch, heads_q, kv_blocks, q_blocks]
+  int *marginal_columns;     // same
+  int *non_marginal_columns; // same
+  int *column_counts;        // [batch, heads_q, kv_blocks, 3]: critical, marginal, non-marginal
+};
+
+// Backward launch 2: one q block of one q head: L and D^s of the sparse part (recomputed over the critical blocks),
+// dQ (sparse and linear), dH_i, dZ_i. Grid (q_blocks, heads_q, batch); dynamic shared memory: d * d floats (H_i).
+struct SageSlaRowsBackwardParams {
+  const void *q, *k, *v; // f16
+  struct SageSlaStrides q_strides, k_strides, v_strides;
+  const float *d_sparse, *d_linear; // dO^s and dO^l, [batch, heads_q, tokens_q, d] f32
+  const float *h_states, *z_states, *h_total, *z_total;
+  const int *critical_lut, *linear_lut; // the forward's row tables
+  int marginal_majority;
+  struct SageSlaShape shape;
+  float scale;    // 1/sqrt(d)
+  float *lse;     // [batch, heads_q, tokens_q]
+  float *delta;   // D^s, same
+  float *dq;      // [batch, heads_q, tokens_q, d]
+  float *dh_rows; // dH_i [batch, heads_q, q_blocks, d, d]
+  float *dz_rows; // dZ_i [batch, heads_q, q_blocks, d]
+};
+
+// Backward launch 3: sum_i dH_i, sum_i dZ_i per q head (for columns whose marginal blocks are the majority).
+// Grid (ceil(d * d / 256), heads_q, batch).
+struct SageSlaRowTotalsParams {
+  const float *dh_rows, *dz_rows;
+  struct SageSlaShape shape;
+  float *dh_total; // [batch, heads_q, d, d]
+  float *dz_total; // [batch, heads_q, d]
+};
+
+// Backward launch 4: one kv block of one kv head: dK, dV over the q heads of its GQA group. Grid (kv_blocks,
+// heads_kv, batch); dynamic shared memory: d * d floats (dh_j).
+struct SageSlaColumnsBackwardParams {
+  const void *q, *k, *v; // f16
+  struct SageSlaStrides q_strides, k_strides, v_strides;
+  const float *d_sparse; // dO^s
+  const float *lse, *delta;
+  const float *dh_rows, *dz_rows, *dh_total, *dz_total;
+  const int *critical_columns, *marginal_columns, *non_marginal_columns, *column_counts;
+  struct SageSlaShape shape;
+  float scale;
+  float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
+};
+
 #endif // SAGE_SLA_ABI_CUH

@@ -82,4 +82,25 @@ template <int D, int kPhi> __device__ void feature_map_row(float *row) {
   __syncwarp();
 }
 
+// The vector-Jacobian product of phi for one row, by one warp: dx += J_phi(x)^T dy, with y = phi(x) given.
+template <int D, int kPhi>
+__device__ void feature_map_backward_row(const float *x, const float *y, const float *dy, float *dx) {
+  const int lane = threadIdx.x % 32;
+  if (kPhi == kPhiSoftmax) {
+    float inner = 0.0f;
+    for (int c = lane; c < D; c += 32)
+      inner += dy[c] * y[c];
+    inner = warp_sum(inner);
+    for (int c = lane; c < D; c += 32)
+      dx[c] += y[c] * (dy[c] - inner);
+  } else if (kPhi == kPhiEluPlusOne) {
+    for (int c = lane; c < D; c += 32)
+      dx[c] += x[c] > 0.0f ? dy[c] : dy[c] * y[c]; // y = exp(x) there
+  } else {
+    for (int c = lane; c < D; c += 32)
+      dx[c] += x[c] > 0.0f ? dy[c] : 0.0f;
+  }
+  __syncwarp();
+}
+
 } // namespace sage::device::sla
