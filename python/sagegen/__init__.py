@@ -182,3 +182,11 @@ class Attention:
 
 
 from ._torch import sageattn, sdpa  # noqa: E402  (after Attention, which it uses)
+
+
+def __getattr__(name):
+    """SLA (issue 13, sagegen/_sla.py): SparseLinearAttention and SlaFunction need PyTorch, so they load on use."""
+    if name in ("SparseLinearAttention", "SlaFunction", "SlaKernels"):
+        from . import _sla
+        return getattr(_sla, name)
+    raise AttributeError(f"module 'sagegen' has no attribute {name!r}")

@@ -146,8 +146,8 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   if (!workspace || workspace_bytes < layout.total)
     throw std::invalid_argument("workspace: " + std::to_string(layout.total) + " bytes needed, got " +
                                 std::to_string(workspace_bytes));
-  if (!tensors.q || !tensors.k || !tensors.v || !tensors.o || !tensors.proj_weight)
-    throw std::invalid_argument("tensors: q, k, v, o and proj_weight are required");
+  if (!tensors.q || !tensors.k || !tensors.v || !tensors.o)
+    throw std::invalid_argument("tensors: q, k, v and o are required");
   auto *base = static_cast<unsigned char *>(workspace);
   auto at = [base](size_t offset) { return base + offset; };
   const SageSlaShape &size = layout.shape;

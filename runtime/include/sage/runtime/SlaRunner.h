@@ -17,7 +17,7 @@ struct SlaTensors {
   SageTensorStrides q_strides{}, k_strides{}, v_strides{};
   void *o = nullptr; // f16 [b, h_q, n_q, d]: O^s first, then O
   SageTensorStrides o_strides{};
-  const float *proj_weight = nullptr; // [d, d] row-major (out, in)
+  const float *proj_weight = nullptr; // [d, d] row-major (out, in); null: O stays O^s (the caller applies Proj)
   const float *proj_bias = nullptr;   // [d], or null
   float *o_linear = nullptr;          // O^l [b, h_q, n_q, d] contiguous f32, or null
 };

@@ -66,7 +66,7 @@ struct SageSlaOutputParams {
   int marginal_majority;
   const void *o_sparse; // f16 O^s (the block-sparse attention's output)
   struct SageSlaStrides o_sparse_strides;
-  const float *proj_weight; // [d, d] row-major (out, in): torch.nn.Linear's weight
+  const float *proj_weight; // [d, d] row-major (out, in): torch.nn.Linear's weight; 0: O^s is left as it is
   const float *proj_bias;   // [d], or 0
   struct SageSlaShape shape;
   float *o_linear; // O^l [batch, heads_q, tokens_q, d] (f32, kept for the backward), or 0

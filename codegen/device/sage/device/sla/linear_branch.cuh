@@ -148,6 +148,8 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
         p.o_linear[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + chunk + r) * D + col] =
             value;
     }
+    if (!p.proj_weight)
+      continue; // O^s and O^l apart: the caller's Proj (a torch.nn.Linear) combines them
     __syncthreads();
     for (int e = threadIdx.x; e < rows * D; e += kThreads) {
       const int r = e / D, out = e % D;
