@@ -9,6 +9,7 @@
 #include <nvrtc.h>
 
 #include <regex>
+#include <sstream>
 #include <string>
 
 using namespace sage;
@@ -60,6 +61,20 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
         REQUIRE(outcome.compiled);
         for (std::string_view entry : kernel.entry_points)
           CHECK(outcome.log.find(std::string(entry)) != std::string::npos); // ptxas reports every kernel
+        // Static shared memory plus the backward's d x d dynamic state fit the smallest of these archs (sm_89: 99 KiB
+        // per block).
+        std::istringstream lines(outcome.log);
+        std::string line, function;
+        std::smatch found;
+        while (std::getline(lines, line)) {
+          if (std::regex_search(line, found, std::regex(R"(Compiling entry function '(\w+)')")))
+            function = found[1];
+          if (std::regex_search(line, found, std::regex(R"((\d+) bytes smem)"))) {
+            const bool dynamic_state = function == kSlaRowsBackwardKernel || function == kSlaKvBackwardKernel;
+            CAPTURE(function);
+            CHECK(std::stoi(found[1]) + (dynamic_state ? slaBackwardSharedBytes(head_dim) : 0) <= 99 * 1024);
+          }
+        }
         std::smatch match;
         std::string rest = outcome.log;
         while (std::regex_search(rest, match, std::regex(R"((\d+) bytes spill stores)"))) {

@@ -30,6 +30,8 @@ expect "ir unknown preset" 1 "--preset: unknown preset 'sage-x'; expected one of
 expect "ir bad head dim" 1 "head_dim: expected a positive multiple of 16" -- "$sagegen" ir --preset sage-b --headdim 100
 expect "ir without --preset" 1 "preset is required" -- "$sagegen" ir
 expect "list has the reference-only presets" 0 "sage3-fp4 .*NVFP4" -- "$sagegen" list
+expect "list has the SLA presets" 0 "sla-f16 .*SLA: predicted critical blocks" -- "$sagegen" list
+expect "ir prints SLA's mask prediction" 0 "sage.predict_mask %q, %k critical" -- "$sagegen" ir --preset sla-f16 --headdim 64
 expect "ir of sage3-fp4" 0 "sage.q_mean_correction %s_dequant, mean\(%q_smoothed\), %k_smoothed" -- "$sagegen" ir --preset sage3-fp4
 expect "ir --legalize sm_90a decodes FP4" 0 "sage.mma %q_decoded_f16, %k_decoded_f16 -> f32" -- "$sagegen" ir --preset sage3-fp4 --legalize sm_90a
 expect "ir --legalize sm_90a decodes INT4" 0 "sage.decode %q_int4 to int8" -- "$sagegen" ir --preset sage2-int4 --legalize sm_90a

@@ -15,6 +15,10 @@ CommandAction addListCommand(CLI::App &app) {
                "rewrite):\n");
     for (const auto &info : dsl::referenceOnlyPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);
+    fmt::print("\nSLA, sparse-linear attention (`sagegen ir` prints them; the CPU reference is sage/reference/Sla.h; "
+               "the GPU runs them through SlaRunner / the C ABI's sage_sla_*, not `sagegen emit`):\n");
+    for (const auto &info : dsl::slaPresets())
+      fmt::print("{:<22} {}\n", info.name, info.summary);
   };
 }
 

@@ -9,7 +9,8 @@
 
 namespace sage::device::sla {
 
-constexpr int kBackwardChunk = 16; // rows (or tokens) staged at a time
+// Rows (or tokens) staged at a time: with the d x d dynamic state, shared memory fits sm_89's 99 KiB at d = 128.
+constexpr int kBackwardChunk = 8;
 
 // Launch 1: the column lookup tables, ascending in the q block, by warp-ballot compaction.
 __device__ inline void column_tables(const SageSlaColumnsParams &p) {
