@@ -59,7 +59,10 @@ class SlaKernels:
 
     def __del__(self):
         if getattr(self, "handle", None):
-            library().sage_sla_destroy(self.handle)
+            try:
+                library().sage_sla_destroy(self.handle)
+            except Exception:  # interpreter shutdown: the library may be gone already
+                pass
             self.handle = None
 
     def workspace(self, q, k):
