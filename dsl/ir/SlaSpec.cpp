@@ -10,6 +10,9 @@ namespace {
 // Relative slack for percent * blocks: decimal percentages are not exact in binary.
 constexpr double kCountSlack = 1e-9;
 
+// A percentage in [0, 100] (NaN as 0), so the count below converts a bounded value to an integer.
+double boundedFraction(double percent) { return (percent >= 0.0 ? std::min(percent, 100.0) : 0.0) / 100.0; }
+
 } // namespace
 
 std::string_view nameOf(FeatureMap map) {
@@ -32,13 +35,13 @@ std::optional<FeatureMap> parseFeatureMap(std::string_view text) {
 }
 
 int64_t criticalBlocksPerRow(const SlaSpec &spec, int64_t kv_blocks) {
-  const double exact = spec.critical_percent / 100.0 * static_cast<double>(kv_blocks);
+  const double exact = boundedFraction(spec.critical_percent) * static_cast<double>(kv_blocks);
   const auto count = static_cast<int64_t>(std::ceil(exact * (1.0 - kCountSlack)));
   return std::clamp<int64_t>(count, 1, kv_blocks);
 }
 
 int64_t negligibleBlocksPerRow(const SlaSpec &spec, int64_t kv_blocks) {
-  const double exact = spec.negligible_percent / 100.0 * static_cast<double>(kv_blocks);
+  const double exact = boundedFraction(spec.negligible_percent) * static_cast<double>(kv_blocks);
   const auto count = static_cast<int64_t>(std::floor(exact * (1.0 + kCountSlack)));
   return std::clamp<int64_t>(count, 0, kv_blocks - criticalBlocksPerRow(spec, kv_blocks));
 }

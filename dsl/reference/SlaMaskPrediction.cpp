@@ -30,12 +30,17 @@ std::vector<double> pooled(const HostTensor &tensor, int64_t b, int64_t h, int64
 MaskPrediction predictBlockClasses(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k) {
   if (!variant.sla.enabled)
     throw std::invalid_argument("variant: '" + variant.name + "' is not an SLA variant (no mask prediction)");
+  const double critical = variant.sla.critical_percent, negligible = variant.sla.negligible_percent;
+  if (!(critical > 0.0 && critical <= 100.0 && negligible >= 0.0 && negligible < 100.0 &&
+        critical + negligible <= 100.0))
+    throw std::invalid_argument("variant.sla: expected k_h in (0, 100], k_l in [0, 100) and k_h + k_l <= 100, got " +
+                                std::to_string(critical) + " and " + std::to_string(negligible));
   if (q.dim() != k.dim() || q.batch() != k.batch() || k.heads() <= 0 || q.heads() % k.heads() != 0)
     throw std::invalid_argument("q, k: need equal batch and head dims, and heads_q a multiple of heads_kv");
   const int64_t d = q.dim(), q_blocks = sla_detail::blocksOf(q.tokens(), variant.block_q),
                 kv_blocks = sla_detail::blocksOf(k.tokens(), variant.block_kv), group = q.heads() / k.heads();
-  const int64_t critical = criticalBlocksPerRow(variant.sla, kv_blocks);
-  const int64_t negligible = negligibleBlocksPerRow(variant.sla, kv_blocks);
+  const int64_t critical_blocks = criticalBlocksPerRow(variant.sla, kv_blocks);
+  const int64_t negligible_blocks = negligibleBlocksPerRow(variant.sla, kv_blocks);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 
   MaskPrediction prediction;
@@ -74,9 +79,9 @@ MaskPrediction predictBlockClasses(const AttentionVariant &variant, const HostTe
                   [&](int64_t x, int64_t y) { return logits[x] != logits[y] ? logits[x] > logits[y] : x < y; });
         for (int64_t rank = 0; rank < kv_blocks; ++rank) {
           BlockClass &cls = prediction.classes.classes[row + order[rank]];
-          if (rank < critical)
+          if (rank < critical_blocks)
             cls = BlockClass::critical;
-          else if (rank >= kv_blocks - negligible)
+          else if (rank >= kv_blocks - negligible_blocks)
             cls = BlockClass::negligible;
         }
       }

@@ -230,6 +230,11 @@ TEST_CASE("mask prediction refuses non-SLA variants and non-finite scores") {
   k.set(0, 0, 5, 0, INFINITY);
   CHECK_THROWS_WITH_AS(predictBlockClasses(exactSla(16, FeatureMap::softmax), inputs.q, k),
                        doctest::Contains("is not finite"), std::invalid_argument);
+  AttentionVariant bad_percent = exactSla(16, FeatureMap::softmax);
+  bad_percent.sla.critical_percent = std::nan("");
+  CHECK_THROWS_WITH_AS(predictBlockClasses(bad_percent, inputs.q, inputs.k), doctest::Contains("variant.sla: expected"),
+                       std::invalid_argument);
+  CHECK(criticalBlocksPerRow(bad_percent.sla, 10) == 1); // NaN counts as 0%: still one critical block
   CHECK_THROWS_WITH_AS(runReference(exactSla(16, FeatureMap::softmax), inputs.q, inputs.k, inputs.k),
                        doctest::Contains("run it with runSlaReference"), std::invalid_argument);
 }
