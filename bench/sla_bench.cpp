@@ -1,7 +1,7 @@
-// SLA's forward on the GPU for a sparsity curve: for each sparsity s, k_h = 100 - s (the critical blocks computed
-// exactly) and k_l = min(10, s)%; times the whole forward, the mask prediction alone (RunPhase::prologue) and the
-// sparse part alone (the block-sparse attention with the predicted mask). Prints one JSON object per line;
-// bench/sla_bench.py runs it and compares with dense cuDNN SDPA in the same run.
+// SLA on the GPU for a sparsity curve: for each sparsity s, k_h = 100 - s (the critical blocks computed exactly) and
+// k_l = min(10, s)%; times the whole forward, the mask prediction alone (RunPhase::prologue), the sparse part alone
+// (the block-sparse attention with the predicted mask) and the backward (Algorithm 2, from dO^s and dO^l). Prints one
+// JSON object per line; bench/sla_bench.py runs it and compares with dense cuDNN SDPA in the same run.
 //
 //   sla_bench --preset sla-f16 --dim 128 --tokens 32768 --batch 1 --heads 16 --sparsities 50,75,90,95,97
 #include "sage/dsl/Presets.h"
@@ -109,6 +109,14 @@ int main(int argc, char **argv) {
       weight[static_cast<size_t>(c * options.dim + c)] = 1.0f;
     const runtime::driver::DevicePointer proj = driver.allocate(weight.size() * 4);
     driver.copyToDevice(proj, weight.data(), weight.size() * 4);
+    // The backward's f32 dO^s, dO^l (a constant pattern) and dQ, dK, dV.
+    const size_t gradient_bytes = bits.size() * 4;
+    const std::vector<float> ones(bits.size(), 0.01f);
+    runtime::driver::DevicePointer d_sparse = driver.allocate(gradient_bytes),
+                                   d_linear = driver.allocate(gradient_bytes), dq = driver.allocate(gradient_bytes),
+                                   dk = driver.allocate(gradient_bytes), dv = driver.allocate(gradient_bytes);
+    driver.copyToDevice(d_sparse, ones.data(), gradient_bytes);
+    driver.copyToDevice(d_linear, ones.data(), gradient_bytes);
 
     const SageTensorStrides strides{options.heads * options.tokens * options.dim, options.tokens * options.dim,
                                     options.dim};
@@ -123,7 +131,7 @@ int main(int argc, char **argv) {
       runtime::AttentionRunnerOptions runner_options;
       runner_options.tokens_hint = options.tokens;
       const runtime::SlaRunner runner(variant, runner_options);
-      const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape);
+      const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true); // forward offsets, + backward
       const runtime::driver::DevicePointer workspace = driver.allocate(layout.total);
       runtime::SlaTensors tensors;
       tensors.q = reinterpret_cast<const void *>(q);
@@ -152,19 +160,34 @@ int main(int argc, char **argv) {
                                     layout.total - layout.attention, nullptr);
           },
           options.repeats);
-      std::printf("{\"preset\": \"%s\", \"dim\": %d, \"tokens\": %lld, \"batch\": %lld, \"heads\": %lld, "
-                  "\"sparsity\": %.1f, \"critical_percent\": %.1f, \"negligible_percent\": %.1f, "
-                  "\"critical_blocks_per_row\": %d, \"kv_blocks\": %d, \"pre_aggregation\": %s, "
-                  "\"forward_ms\": %.4f, \"mask_prediction_ms\": %.4f, \"sparse_part_ms\": %.4f, "
-                  "\"workspace_mib\": %.1f}\n",
-                  options.preset.c_str(), options.dim, options.tokens, options.batch, options.heads, sparsity, critical,
-                  negligible, layout.shape.critical_per_row, layout.shape.kv_blocks,
-                  layout.marginal_majority ? "true" : "false", forward, prediction, sparse,
-                  static_cast<double>(layout.total) / (1 << 20));
+      runtime::SlaBackwardTensors gradients;
+      gradients.q = tensors.q;
+      gradients.k = tensors.k;
+      gradients.v = tensors.v;
+      gradients.q_strides = gradients.k_strides = gradients.v_strides = strides;
+      gradients.d_sparse = reinterpret_cast<const float *>(d_sparse);
+      gradients.d_linear = reinterpret_cast<const float *>(d_linear);
+      gradients.dq = reinterpret_cast<float *>(dq);
+      gradients.dk = reinterpret_cast<float *>(dk);
+      gradients.dv = reinterpret_cast<float *>(dv);
+      runner.run(shape, tensors, workspace_pointer, layout.total, nullptr); // the classes and states it reads
+      const double backward =
+          medianMilliseconds([&] { runner.backward(shape, gradients, workspace_pointer, layout.total, nullptr); },
+                             std::max(3, options.repeats / 4));
+      std::printf(
+          "{\"preset\": \"%s\", \"dim\": %d, \"tokens\": %lld, \"batch\": %lld, \"heads\": %lld, "
+          "\"sparsity\": %.1f, \"critical_percent\": %.1f, \"negligible_percent\": %.1f, "
+          "\"critical_blocks_per_row\": %d, \"kv_blocks\": %d, \"pre_aggregation\": %s, "
+          "\"forward_ms\": %.4f, \"mask_prediction_ms\": %.4f, \"sparse_part_ms\": %.4f, \"backward_ms\": %.4f, "
+          "\"workspace_mib\": %.1f}\n",
+          options.preset.c_str(), options.dim, options.tokens, options.batch, options.heads, sparsity, critical,
+          negligible, layout.shape.critical_per_row, layout.shape.kv_blocks,
+          layout.marginal_majority ? "true" : "false", forward, prediction, sparse, backward,
+          static_cast<double>(layout.total) / (1 << 20));
       std::fflush(stdout);
       driver.free(workspace);
     }
-    for (runtime::driver::DevicePointer pointer : {q, k, v, o, proj})
+    for (runtime::driver::DevicePointer pointer : {q, k, v, o, proj, d_sparse, d_linear, dq, dk, dv})
       driver.free(pointer);
     return 0;
   } catch (const std::exception &error) {

@@ -1,5 +1,5 @@
-"""SLA's forward (issue 13) against dense cuDNN SDPA, measured in one run: the sparsity curve and the mask
-prediction's cost alone.
+"""SLA (issue 13) against dense cuDNN SDPA, measured in one run: the sparsity curve of the forward and the backward,
+and the mask prediction's cost alone.
 
 Runs build-gpu/bench/sla_bench (the C++ timing program: whole SLA forward, mask prediction alone, sparse part alone;
 one JSON line per sparsity), then times torch's cuDNN SDPA forward (dense, fp16, HND) at the same shape, and prints a
@@ -39,13 +39,21 @@ def time_ms(function, warmup=3, repeats=20):
 
 
 def dense_cudnn_ms(batch, heads, tokens, dim, repeats):
-    q, k, v = (torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    """(forward ms, backward ms) of dense cuDNN SDPA; the backward is forward+backward minus the forward."""
+    q, k, v = (torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.float16, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.float16)
 
-    def call():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    def forward():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
             return F.scaled_dot_product_attention(q, k, v)
 
-    return time_ms(call, repeats=repeats)
+    def forward_backward():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q, k, v).backward(grad)
+
+    forward_ms = time_ms(forward, repeats=repeats)
+    return forward_ms, max(time_ms(forward_backward, repeats=repeats) - forward_ms, 1e-6)
 
 
 def main():
@@ -70,23 +78,25 @@ def main():
     if completed.returncode != 0:
         sys.exit(f"sla_bench failed ({completed.returncode}): {completed.stderr.strip()}")
     rows = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
-    dense = dense_cudnn_ms(args.batch, args.heads, args.tokens, args.dim, args.repeats)
+    dense, dense_backward = dense_cudnn_ms(args.batch, args.heads, args.tokens, args.dim, args.repeats)
 
     device = torch.cuda.get_device_name()
     print(f"SLA forward vs dense cuDNN SDPA: {device}, {args.preset}, b={args.batch} h={args.heads} "
-          f"N={args.tokens} d={args.dim}, fp16; cuDNN dense forward {dense:.3f} ms")
+          f"N={args.tokens} d={args.dim}, fp16; cuDNN dense forward {dense:.3f} ms, backward {dense_backward:.3f} ms")
     header = (f"{'sparsity':>8} {'k_h%':>5} {'crit/row':>8} {'preagg':>6} {'SLA fwd ms':>10} {'speedup':>8} "
-              f"{'mask ms':>8} {'sparse ms':>9} {'sparse x':>8} {'rest ms':>8}")
+              f"{'mask ms':>8} {'sparse ms':>9} {'sparse x':>8} {'rest ms':>8} {'bwd ms':>8} {'bwd x':>7}")
     print(header)
     for row in rows:
         row["cudnn_dense_ms"] = dense
         row["speedup"] = dense / row["forward_ms"]
         row["sparse_only_speedup"] = dense / row["sparse_part_ms"]
+        row["cudnn_dense_backward_ms"] = dense_backward
+        row["backward_speedup"] = dense_backward / row["backward_ms"]
         rest = row["forward_ms"] - row["mask_prediction_ms"] - row["sparse_part_ms"]
         print(f"{row['sparsity']:>8.1f} {row['critical_percent']:>5.1f} {row['critical_blocks_per_row']:>8d} "
               f"{'yes' if row['pre_aggregation'] else 'no':>6} {row['forward_ms']:>10.3f} {row['speedup']:>7.2f}x "
               f"{row['mask_prediction_ms']:>8.3f} {row['sparse_part_ms']:>9.3f} {row['sparse_only_speedup']:>7.2f}x "
-              f"{rest:>8.3f}")
+              f"{rest:>8.3f} {row['backward_ms']:>8.3f} {row['backward_speedup']:>6.2f}x")
     print("rest = linear branch (h_j, z_j, totals, O^l) + Proj + combine; 'sparse x': the block-sparse attention "
           "alone against dense cuDNN")
     if args.json:
@@ -103,6 +113,7 @@ def main():
         sparsity = [row["sparsity"] for row in rows]
         plt.plot(sparsity, [row["speedup"] for row in rows], "o-", label="SLA forward (all launches)")
         plt.plot(sparsity, [row["sparse_only_speedup"] for row in rows], "s--", label="sparse part alone")
+        plt.plot(sparsity, [row["backward_speedup"] for row in rows], "^-", label="SLA backward")
         plt.axhline(1.0, color="grey", linewidth=0.5)
         plt.xlabel("sparsity (%)")
         plt.ylabel("speedup over dense cuDNN SDPA")
