@@ -45,8 +45,8 @@ TokenQuantizerConfig tokenQuantizer(const QuantizerSpec &spec, int tile_tokens, 
     config.dtype = input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16;
     return config;
   }
-  require(spec.dtype == ElementType::int8 || spec.dtype == ElementType::e4m3,
-          field + ".dtype: the prologue writes int8 or e4m3 codes, got " + dtypeName(spec.dtype));
+  require(spec.dtype == ElementType::int8 || spec.dtype == ElementType::int4 || spec.dtype == ElementType::e4m3,
+          field + ".dtype: the prologue writes int8, int4 (one per byte) or e4m3 codes, got " + dtypeName(spec.dtype));
   require(spec.scale_type == ScaleType::f32 && !spec.two_level && spec.static_scale <= 0.0,
           field + ": the prologue computes one dynamic f32 scale per group (no ue4m3, two-level or static scales)");
   config.dtype = spec.dtype;
@@ -234,10 +234,10 @@ std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
   first.push_back(q_per_tensor ? Role::q_block_statistics : Role::q_block_quantize);
   if (config.v_output == VOutput::f16_values && !config.smooth_v)
     first.push_back(Role::v_tile_convert);
-  if (!k_statistics)
+  if (!config.kAfterStatistics())
     first.push_back(Role::k_block_quantize);
 
-  if (k_statistics)
+  if (config.kAfterStatistics())
     second_read.push_back(Role::k_block_quantize);
   if (v_statistics)
     second_read.push_back(config.v_output == VOutput::codes ? Role::v_tile_quantize : Role::v_tile_convert);

@@ -242,6 +242,24 @@ __device__ __forceinline__ unsigned int8Code(float scaled) {
   return (unsigned)(code < -127 ? -127 : code > 127 ? 127 : code) & 0xffu;
 }
 
+// int4, stored one per byte (the legalized s4 -> s8 operand): cvt.rni of the f32 product, saturated to [-7, 7]
+// (symmetric, as roundToInt4); a NaN becomes 0.
+__device__ __forceinline__ unsigned int4Code(float scaled) {
+  int code;
+  asm("cvt.rni.sat.s32.f32 %0, %1;" : "=r"(code) : "f"(scaled));
+  return (unsigned)(code < -7 ? -7 : code > 7 ? 7 : code) & 0xffu;
+}
+
+__device__ __forceinline__ uint2 packInt4Codes(const float (&scaled)[8]) {
+  uint2 packed = {0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    packed.x |= int4Code(scaled[j]) << (8 * j);
+    packed.y |= int4Code(scaled[j + 4]) << (8 * j);
+  }
+  return packed;
+}
+
 // Eight codes of one row vector, channel j in byte j.
 __device__ __forceinline__ uint2 packInt8Codes(const float (&scaled)[8]) {
   uint2 packed = {0u, 0u};
@@ -476,6 +494,7 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
     return text;
   }
   const bool e4m3 = quantizer.dtype == ElementType::e4m3;
+  const bool int4 = quantizer.dtype == ElementType::int4;
   std::string granularity;
   std::string group_of_row;
   switch (quantizer.granularity) {
@@ -499,7 +518,11 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
     group_of_row = "row / " + std::to_string(quantizer.group_tokens) + " * 8 + row % 8";
     break;
   }
-  std::string text = "\n// " + std::string(what) + ": " + (e4m3 ? "e4m3" : "int8") + " codes, " + granularity + ".\n";
+  std::string text = "\n// " + std::string(what) + ": " +
+                     (e4m3   ? "e4m3"
+                      : int4 ? "int4 (one per byte, [-7, 7])"
+                             : "int8") +
+                     " codes, " + granularity + ".\n";
   const int groups = quantizer.perTensor() ? 1 : quantizer.groups_per_tile * blocks_per_tile;
   text += "[[maybe_unused]] constexpr int " + std::string(name) + "Groups = " + std::to_string(groups) + ";\n";
   text += "struct " + std::string(name) + " {\n";
@@ -507,10 +530,13 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
   text += "  static constexpr int kGroupsPerTile = " + std::string(name) + "Groups; // scales of those tokens\n";
   text += "  static constexpr int kGroupsPerBlock = " +
           std::to_string(quantizer.perTensor() ? 1 : quantizer.groups_per_tile) + "; // scales per attention tile\n";
-  text += std::string("  static constexpr float kCodeMax = ") + (e4m3 ? "448.0f" : "127.0f") + ";\n";
+  text += std::string("  static constexpr float kCodeMax = ") + (e4m3 ? "448.0f" : int4 ? "7.0f" : "127.0f") + ";\n";
   text += "  static __device__ __forceinline__ int groupOfRow(int row) { return " + group_of_row + "; }\n";
   text += std::string("  static __device__ __forceinline__ uint2 pack(const float (&scaled)[8]) { return ") +
-          (e4m3 ? "packE4m3Codes" : "packInt8Codes") + "(scaled); }\n";
+          (e4m3   ? "packE4m3Codes"
+           : int4 ? "packInt4Codes"
+                  : "packInt8Codes") +
+          "(scaled); }\n";
   text += "};\n";
   return text;
 }

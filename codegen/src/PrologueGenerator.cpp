@@ -42,7 +42,9 @@ std::string commentLines(const std::string &prefix, const std::string &text) {
 std::string describeQuantizer(const TokenQuantizerConfig &quantizer) {
   if (quantizer.cast())
     return "none: not quantized, rounded to " + std::string(nameOf(quantizer.dtype)) + " (2 bytes per value)";
-  std::string text = quantizer.dtype == ElementType::e4m3 ? "e4m3 " : "int8 ";
+  std::string text = quantizer.dtype == ElementType::e4m3   ? "e4m3 "
+                     : quantizer.dtype == ElementType::int4 ? "int4 (one per byte) "
+                                                            : "int8 ";
   switch (quantizer.granularity) {
   case Granularity::per_tensor:
     return text + "per_tensor";

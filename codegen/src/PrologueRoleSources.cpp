@@ -112,6 +112,50 @@ struct KTile {
 )cuda";
 }
 
+// Q smoothing's correction, written by the K tiles (launch 2, after launch 1's q_mean): the GEMV of
+// sage.q_mean_correction.
+std::string qMeanCorrectionSupport() {
+  return R"cuda(
+// delta_s [b, h_q, q_blocks, padded_kv] = q_mean[Q block] . x_K[token] for every Q head of this KV head (GQA) and
+// every Q block, where x_K is what psi_K quantizes (K, or gamma(K) when K is smoothed): f32 products summed over
+// this thread's 8 channels, then over the kVectorsPerRow lanes of the row. Padded tokens get 0.
+__device__ __forceinline__ float rowSum(float value) {
+#pragma unroll
+  for (int offset = kVectorsPerRow / 2; offset > 0; offset /= 2)
+    value = __fadd_rn(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+__device__ __forceinline__ void writeQMeanCorrection(const KTile &k, const SagePrologueParams &params, long long head,
+                                                     int first, int stored_rows) {
+  using Tile = TokenTile<kKTileTokens>;
+  const int group = params.size.heads_q / params.size.heads_kv;
+  const long long first_q_head =
+      head / params.size.heads_kv * params.size.heads_q + head % params.size.heads_kv * group;
+  const int q_blocks = params.size.padded_q / kBlockQ;
+  const float *q_mean = workspaceFloats(params, params.offsets.q_mean);
+  float *delta_s = workspaceFloats(params, params.offsets.delta_s);
+  for (long long block = first_q_head * q_blocks; block < (first_q_head + group) * q_blocks; ++block) {
+    float mean[kVectorElements];
+#pragma unroll
+    for (int j = 0; j < kVectorElements; ++j)
+      mean[j] = q_mean[block * kHeadDim + Tile::channel() + j];
+    float *delta = delta_s + block * params.size.padded_kv + first;
+#pragma unroll
+    for (int pass = 0; pass < Tile::kPasses; ++pass) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kVectorElements; ++j)
+        sum = __fmaf_rn(mean[j], k(pass, j), sum);
+      sum = rowSum(sum); // every lane takes part in the shuffles
+      if (Tile::inTile(pass) && Tile::row(pass) < stored_rows && (int)threadIdx.x % kVectorsPerRow == 0)
+        delta[Tile::row(pass)] = sum;
+    }
+  }
+}
+)cuda";
+}
+
 std::string kStatisticsSupport(const PrologueConfig &config) {
   std::string text = "\n// ";
   text += config.smooth_k ? "mean(K) (the slices' sums in slice order, one f32 division)" : "";
@@ -370,6 +414,8 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
                      "scale.\n"
                    : " and the\n// blocks' k_scales.\n";
   }
+  if (config.smooth_q)
+    comment += "// Q is smoothed: the tile also writes its tokens' delta_s (q_mean . x_K) for every Q block.\n";
   std::string text = functionHead(comment, "quantizeKTile");
   text += R"cuda(  const int tiles = (int)ceilDiv(params.size.padded_kv / kBlockKv, kKBlocksPerTile);
   const long long head = cta / tiles; // batch index * heads_kv + KV head index
@@ -393,6 +439,8 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   for (int j = 0; j < kVectorElements; ++j)
     k.mean[j] = channel_mean[TokenTile<kKTileTokens>::channel() + j];
 )cuda";
+  if (config.smooth_q)
+    text += "  writeQMeanCorrection(k, params, head, first, stored_rows);\n";
   if (config.k.cast())
     return text + (config.kStatistics() ? "" : "  (void)shared;\n") + R"cuda(  unsigned short *values =
       (unsigned short *)(params.workspace + params.offsets.k_codes) + (head * params.size.padded_kv + first) * kHeadDim;
@@ -569,6 +617,8 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
     text += kBlockSupport(config);
   if (has(roles, PrologueRole::k_block_quantize) && config.kStatistics())
     text += kStatisticsSupport(config);
+  if (has(roles, PrologueRole::k_block_quantize) && config.smooth_q)
+    text += qMeanCorrectionSupport();
   const bool v_quantize = has(roles, PrologueRole::v_tile_quantize);
   if (v_quantize)
     text += vCodeSupport(config);
@@ -588,7 +638,7 @@ std::string emitRoleFunction(PrologueRole role, const PrologueConfig &config) {
   case PrologueRole::q_block_quantize:
     return quantizeQBlock(config);
   case PrologueRole::k_block_quantize:
-    return quantizeKTile(config, config.kStatistics());
+    return quantizeKTile(config, config.kAfterStatistics());
   case PrologueRole::v_tile_convert:
     return convertVTile(config);
   case PrologueRole::v_tile_quantize:

@@ -30,8 +30,10 @@ std::string granularityName(Granularity granularity) { return std::string(nameOf
 
 std::string dtypeName(ElementType type) { return std::string(nameOf(type)); }
 
+// int4 codes are stored one per byte, as int8 values in [-7, 7]: the legalized (s4 -> s8) operand.
 bool isByteCode(ElementType type) {
-  return type == ElementType::int8 || type == ElementType::e4m3 || type == ElementType::e5m2;
+  return type == ElementType::int8 || type == ElementType::int4 || type == ElementType::e4m3 ||
+         type == ElementType::e5m2;
 }
 
 // The most tokens a shape may have: far beyond any GPU's memory, and small enough that no padding overflows.
@@ -60,8 +62,9 @@ void requireTokenGranularity(const QuantizerSpec &spec, const char *function) {
 
 // Quantized Q, K and V are stored one code per byte.
 void requireByteCodes(const QuantizerSpec &spec, const char *operand) {
-  require(isByteCode(spec.dtype),
-          std::string(operand) + ": the workspace holds 8-bit codes (int8, e4m3, e5m2), got " + dtypeName(spec.dtype));
+  require(isByteCode(spec.dtype), std::string(operand) +
+                                      ": the workspace holds 8-bit codes (int8, int4 one per byte, e4m3, e5m2), got " +
+                                      dtypeName(spec.dtype));
 }
 
 bool isFloatCast(const QuantizerSpec &spec) {
@@ -229,6 +232,8 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   layout.q_mean =
       allocator.take(variant.smooth_q == SmoothScope::block ? bytes({q_heads, q_blocks, d}, sizeof(float)) : 0);
   layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes({kv_heads, d}, sizeof(float)) : 0);
+  layout.delta_s = allocator.take(
+      variant.smooth_q == SmoothScope::block ? bytes({q_heads, q_blocks, layout.padded_kv}, sizeof(float)) : 0);
   layout.v_values = allocator.take(v_copy ? bytes({kv_heads, layout.padded_kv, d}, sizeof(uint16_t)) : 0);
   // Per channel and slice: a K sum (mean(K)), a V sum (mean(V)), K's min and max (per-tensor psi_K, 2 bytes
   // each) and V's (per-channel psi_V); per-tensor psi_Q adds one amax per Q block.

@@ -52,6 +52,9 @@ std::vector<AttentionVariant> variantsToCompile(int head_dim) {
     variants.push_back(prologue_test::makeVariant(kind, head_dim));
   for (const dsl::PresetInfo &info : dsl::presets())
     variants.push_back(dsl::preset(info.name, head_dim)->describe());
+  // Issue 11's INT4 presets: int4 codes one per byte, Q smoothing's delta_s written by the K tiles.
+  for (const char *name : {"sage2-int4", "sage2-int4-no-smooth-q"})
+    variants.push_back(dsl::preset(name, head_dim)->describe());
   return variants;
 }
 

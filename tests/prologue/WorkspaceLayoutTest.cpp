@@ -40,17 +40,9 @@ AttentionVariant variantOf(Granularity granularity, int q_group, int k_group, bo
 }
 
 std::vector<BufferSlice> slicesOf(const WorkspaceLayout &layout) {
-  return {layout.q_codes,
-          layout.q_scales,
-          layout.k_codes,
-          layout.k_scales,
-          layout.k_mean,
-          layout.q_mean,
-          layout.v_values,
-          layout.v_codes,
-          layout.v_scales,
-          layout.v_mean,
-          layout.prologue_statistics};
+  return {layout.q_codes,  layout.q_scales, layout.k_codes,  layout.k_scales,
+          layout.k_mean,   layout.q_mean,   layout.v_values, layout.v_codes,
+          layout.v_scales, layout.v_mean,   layout.delta_s,  layout.prologue_statistics};
 }
 
 // Every buffer 256-byte aligned, inside total_bytes, and no two used buffers overlap.
@@ -165,7 +157,7 @@ TEST_CASE("computeWorkspaceLayout: the exact preset stores Q and K in the input 
     CHECK(layout.k_codes.offset == 393216);
     CHECK(layout.k_codes.bytes == 196608); // 2 * 2 heads * 384 * 64 * 2 bytes
     for (const BufferSlice &unused : {layout.q_scales, layout.k_scales, layout.k_mean, layout.q_mean, layout.v_codes,
-                                      layout.v_scales, layout.v_mean, layout.prologue_statistics})
+                                      layout.v_scales, layout.v_mean, layout.delta_s, layout.prologue_statistics})
       CHECK(unused.bytes == 0);
     // exact's f32 V runs through the f16 P.V: copied to f16 only from a bf16 input.
     CHECK(layout.v_values.offset == 589824);
@@ -208,6 +200,7 @@ TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing 
     CHECK(layout.q_scales.bytes == static_cast<size_t>(8 * expected.q_scales * 4));
     CHECK(layout.k_scales.bytes == static_cast<size_t>(4 * expected.k_scales * 4));
     CHECK(layout.q_mean.bytes == 6144);   // 2 * 4 heads * 3 blocks * 64 floats
+    CHECK(layout.delta_s.bytes == 36864); // 2 * 4 heads * 3 blocks * 384 padded tokens floats
     CHECK(layout.k_mean.bytes == 1024);   // 2 * 2 * 64 floats
     CHECK(layout.v_mean.bytes == 1024);   // 2 * 2 * 64 floats
     CHECK(layout.v_codes.bytes == 98304); // 2 * 2 * 64 channels * 384 padded tokens
@@ -236,10 +229,15 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
   shape.tokens_kv = 0;
   CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("tokens_kv"),
                        std::invalid_argument);
-  AttentionVariant int4 = variant;
-  int4.q.dtype = ElementType::int4;
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(int4, smallShape(), InputType::f16), doctest::Contains("q quantizer"),
+  // FP4 codes are not laid out yet; int4 codes are, one per byte (the legalized s4 -> s8 operand).
+  AttentionVariant fp4 = variant;
+  fp4.q.dtype = ElementType::e2m1;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(fp4, smallShape(), InputType::f16), doctest::Contains("q quantizer"),
                        std::invalid_argument);
+  AttentionVariant int4 = variant;
+  int4.q.dtype = int4.k.dtype = ElementType::int4;
+  CHECK(computeWorkspaceLayout(int4, smallShape(), InputType::f16).q_codes.bytes ==
+        computeWorkspaceLayout(variant, smallShape(), InputType::f16).q_codes.bytes);
   AttentionVariant per_token_v = variant;
   per_token_v.v = spec(Granularity::per_token);
   CHECK_THROWS_WITH_AS(computeWorkspaceLayout(per_token_v, smallShape(), InputType::f16),

@@ -14,7 +14,7 @@ namespace sage::codegen {
 // psi_Q or psi_K: symmetric codes with one f32 scale per group of tokens, or (granularity none) a cast: the
 // values rounded to the input type, 2 bytes each, no scales.
 struct TokenQuantizerConfig {
-  ElementType dtype = ElementType::int8; // int8 or e4m3 codes; f16 or bf16 (the input type) for a cast
+  ElementType dtype = ElementType::int8; // int8, int4 (one per byte) or e4m3 codes; f16 or bf16 for a cast
   Granularity granularity = Granularity::per_block;
   int tile_tokens = 0;     // b_q or b_kv: the attention tile whose groups these are
   int group_tokens = 0;    // per_block / per_warp / per_thread: tokens per group (resolved, divides the tile)
@@ -22,7 +22,7 @@ struct TokenQuantizerConfig {
 
   bool perTensor() const { return granularity == Granularity::per_tensor; }
   bool cast() const { return granularity == Granularity::none; }
-  float codeMax() const { return dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
+  float codeMax() const { return dtype == ElementType::e4m3 ? 448.0f : dtype == ElementType::int4 ? 7.0f : 127.0f; }
 };
 
 // What the prologue writes for V.
@@ -51,6 +51,9 @@ struct PrologueConfig {
 
   // Column statistics that must be reduced over the whole sequence before the tensor can be quantized.
   bool kStatistics() const { return smooth_k || k.perTensor(); }
+  // K is quantized in launch 2 when it needs statistics, or when Q is smoothed: its tiles then also write
+  // delta_s = q_mean . gamma(K), which needs launch 1's q_mean.
+  bool kAfterStatistics() const { return kStatistics() || smooth_q; }
   bool kMinMax() const { return k.perTensor(); }
   bool vStatistics() const { return smooth_v || v_output == VOutput::codes; }
   bool vMinMax() const { return v_output == VOutput::codes; }
