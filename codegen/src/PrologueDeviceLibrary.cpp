@@ -1,9 +1,11 @@
 // The device library of the generated prologue kernels: constants, conversions, loads, reductions and the
 // generic tile quantizer. Everything variant-specific is a constexpr or a small generated struct; the rest is
 // fixed text, written once here so that every generated kernel reads the same.
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -232,6 +234,23 @@ __device__ __forceinline__ unsigned encodeE4m3Software(float value) {
 )cuda";
 }
 
+namespace {
+
+// The device library's FP4 microscaling (sage/device/fp4/microscaling.cuh, host-tested against sage::numerics),
+// pasted in: the prologue is one self-contained translation unit.
+std::string fp4Helpers() {
+  const DeviceHeader *header = findDeviceHeader("sage/device/fp4/microscaling.cuh");
+  if (header == nullptr)
+    throw std::logic_error("prologue generator: the device library lacks sage/device/fp4/microscaling.cuh");
+  std::string text(header->text);
+  const size_t pragma = text.find("#pragma once\n");
+  if (pragma != std::string::npos)
+    text.erase(pragma, 13);
+  return "\n// ---- FP4 microscaling (from the device library) ----\n" + text;
+}
+
+} // namespace
+
 std::string emitCodeHelpers(const PrologueConfig &config) {
   std::string text = R"cuda(
 // ---- Codes ----
@@ -271,6 +290,8 @@ __device__ __forceinline__ uint2 packInt8Codes(const float (&scaled)[8]) {
   return packed;
 }
 )cuda";
+  if (config.usesFp4())
+    text += fp4Helpers();
   if (config.usesE4m3()) {
     text += emitE4m3SoftwareEncoder();
     text += R"cuda(
@@ -482,6 +503,25 @@ __device__ __forceinline__ void quantizeTile(const Values &values, unsigned char
 
 std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &quantizer, const char *tile_constant,
                                int blocks_per_tile, const char *what) {
+  if (quantizer.microscaled()) {
+    const bool mx = quantizer.groupChannels() == 32;
+    std::string text = "\n// " + std::string(what) + ": " +
+                       (mx ? "MXFP4: e2m1 codes, one ue8m0 scale per 32 channels of a token"
+                           : "NVFP4: e2m1 codes, one ue4m3 scale per 16 channels of a token") +
+                       "; codes [tokens, d / 2] (channel 2k in the\n// low nibble of byte k), scales [tokens, d / " +
+                       std::to_string(quantizer.groupChannels()) + "], one byte each.\n";
+    text += "[[maybe_unused]] constexpr int " + std::string(name) + "Groups = 0;\n";
+    text += "struct " + std::string(name) + " {\n";
+    text += "  static constexpr int kTileTokens = " + std::string(tile_constant) + "; // tokens one CTA quantizes\n";
+    text += "  static constexpr int kGroupChannels = " + std::to_string(quantizer.groupChannels()) + ";\n";
+    text += "  static __device__ __forceinline__ unsigned scaleCode(float amax) { return sage::device::fp4::" +
+            std::string(mx ? "mxfp4_scale_code" : "nvfp4_scale_code") + "(amax); }\n";
+    text += "  static __device__ __forceinline__ float inverse(unsigned scale) { return sage::device::fp4::" +
+            std::string(mx ? "mxfp4_inverse" : "nvfp4_inverse") + "(scale); }\n";
+    text += "};\n";
+    (void)blocks_per_tile;
+    return text;
+  }
   if (quantizer.cast()) {
     std::string text = "\n// " + std::string(what) + ": none (the operand is not quantized): values rounded to " +
                        std::string(nameOf(quantizer.dtype)) + ", 2 bytes each, no scales.\n";

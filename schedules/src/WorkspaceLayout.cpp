@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace sage::schedules {
 namespace {
@@ -188,12 +189,31 @@ int64_t vCodesTokenAt(VCodesTokenOrder order, int64_t position) {
 
 int64_t workspaceOperandBytes(const QuantizerSpec &spec) { return spec.granularity == Granularity::none ? 2 : 1; }
 
+static bool isFp4Operand(const QuantizerSpec &spec) {
+  return spec.dtype == ElementType::e2m1 && isMicroscale(spec.granularity);
+}
+
 WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape, InputType input) {
   validateShape(variant, shape);
-  requireTokenOperand(variant.q, "q quantizer");
-  requireTokenOperand(variant.k, "k quantizer");
-  const bool v_quantized = variant.v.granularity == Granularity::per_channel;
-  if (v_quantized)
+  // FP4 (issue 11): e2m1 codes two per byte, one scale byte per 16 (NVFP4) or 32 (MXFP4) elements along the
+  // reduction axis: channels of Q and K, tokens of V.
+  const bool fp4_q = isFp4Operand(variant.q), fp4_k = isFp4Operand(variant.k), fp4_v = isFp4Operand(variant.v);
+  for (const auto &[fp4, spec, name] :
+       {std::tuple{fp4_q, &variant.q, "q quantizer"}, std::tuple{fp4_k, &variant.k, "k quantizer"}}) {
+    if (!fp4)
+      requireTokenOperand(*spec, name);
+    else
+      require(shape.head_dim % microscaleGroupSize(spec->granularity) == 0,
+              std::string(name) + ": head_dim " + std::to_string(shape.head_dim) + " is not a multiple of its " +
+                  std::to_string(microscaleGroupSize(spec->granularity)) + "-channel microscale groups");
+  }
+  if (fp4_v)
+    require(variant.block_kv % microscaleGroupSize(variant.v.granularity) == 0,
+            "v quantizer: block_kv " + std::to_string(variant.block_kv) + " is not a multiple of its " +
+                std::to_string(microscaleGroupSize(variant.v.granularity)) + "-token microscale groups");
+  const bool v_per_channel = variant.v.granularity == Granularity::per_channel;
+  const bool v_quantized = v_per_channel || fp4_v;
+  if (v_per_channel)
     requireByteCodes(variant.v, "v quantizer");
   else
     require(variant.v.granularity == Granularity::none &&
@@ -214,20 +234,30 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
       return 1;
     return count({blocks, groupsPerBlock(spec, block_tokens)});
   };
-  layout.q_scale_count = scaleCount(variant.q, q_blocks, variant.block_q);
-  layout.k_scale_count = scaleCount(variant.k, kv_blocks, variant.block_kv);
-
   const int64_t d = shape.head_dim;
+  // FP4: one scale byte per group of channels of every (padded) token.
+  layout.q_scale_count = fp4_q ? count({layout.padded_q, d / microscaleGroupSize(variant.q.granularity)})
+                               : scaleCount(variant.q, q_blocks, variant.block_q);
+  layout.k_scale_count = fp4_k ? count({layout.padded_kv, d / microscaleGroupSize(variant.k.granularity)})
+                               : scaleCount(variant.k, kv_blocks, variant.block_kv);
+
   const int64_t q_heads = count({shape.batch, shape.heads_q});
   const int64_t kv_heads = count({shape.batch, shape.heads_kv});
 
   Allocator allocator;
-  layout.q_codes = allocator.take(bytes({q_heads, layout.padded_q, d}, workspaceOperandBytes(variant.q)));
-  layout.k_codes = allocator.take(bytes({kv_heads, layout.padded_kv, d}, workspaceOperandBytes(variant.k)));
-  layout.v_codes = allocator.take(v_quantized ? bytes({kv_heads, d, layout.padded_kv}, 1) : 0);
-  layout.q_scales = allocator.take(bytes({q_heads, layout.q_scale_count}, sizeof(float)));
-  layout.k_scales = allocator.take(bytes({kv_heads, layout.k_scale_count}, sizeof(float)));
-  layout.v_scales = allocator.take(v_quantized ? bytes({kv_heads, d}, sizeof(float)) : 0);
+  layout.q_codes = allocator.take(fp4_q ? bytes({q_heads, layout.padded_q, d / 2}, 1)
+                                        : bytes({q_heads, layout.padded_q, d}, workspaceOperandBytes(variant.q)));
+  layout.k_codes = allocator.take(fp4_k ? bytes({kv_heads, layout.padded_kv, d / 2}, 1)
+                                        : bytes({kv_heads, layout.padded_kv, d}, workspaceOperandBytes(variant.k)));
+  layout.v_codes = allocator.take(fp4_v           ? bytes({kv_heads, d, layout.padded_kv / 2}, 1)
+                                  : v_per_channel ? bytes({kv_heads, d, layout.padded_kv}, 1)
+                                                  : 0);
+  layout.q_scales = allocator.take(bytes({q_heads, layout.q_scale_count}, fp4_q ? 1 : sizeof(float)));
+  layout.k_scales = allocator.take(bytes({kv_heads, layout.k_scale_count}, fp4_k ? 1 : sizeof(float)));
+  layout.v_scales =
+      allocator.take(fp4_v ? bytes({kv_heads, d, layout.padded_kv / microscaleGroupSize(variant.v.granularity)}, 1)
+                     : v_per_channel ? bytes({kv_heads, d}, sizeof(float))
+                                     : 0);
   layout.k_mean = allocator.take(variant.smooth_k == SmoothScope::sequence ? bytes({kv_heads, d}, sizeof(float)) : 0);
   layout.q_mean =
       allocator.take(variant.smooth_q == SmoothScope::block ? bytes({q_heads, q_blocks, d}, sizeof(float)) : 0);
@@ -240,7 +270,7 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   const bool k_per_tensor = variant.k.granularity == Granularity::per_tensor;
   const int64_t column_bytes = (variant.smooth_k == SmoothScope::sequence ? 4 : 0) +
                                (variant.smooth_v == SmoothScope::sequence ? 4 : 0) + (k_per_tensor ? 4 : 0) +
-                               (v_quantized ? 4 : 0);
+                               (v_per_channel ? 4 : 0);
   const int64_t slices = std::min<int64_t>(kMaxPrologueStatisticsSlices, (shape.tokens_kv + 15) / 16);
   const size_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? bytes({q_heads, q_blocks}, 4) : 0;
   layout.prologue_statistics =

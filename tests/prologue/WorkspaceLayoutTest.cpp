@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace sage;
@@ -229,7 +230,7 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
   shape.tokens_kv = 0;
   CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("tokens_kv"),
                        std::invalid_argument);
-  // FP4 codes are not laid out yet; int4 codes are, one per byte (the legalized s4 -> s8 operand).
+  // e2m1 codes need microscales; int4 codes are laid out one per byte (the legalized s4 -> s8 operand).
   AttentionVariant fp4 = variant;
   fp4.q.dtype = ElementType::e2m1;
   CHECK_THROWS_WITH_AS(computeWorkspaceLayout(fp4, smallShape(), InputType::f16), doctest::Contains("q quantizer"),
@@ -268,4 +269,28 @@ TEST_CASE("computeWorkspaceLayout: a shape whose sizes overflow 64 bits is refus
                        std::invalid_argument);
   shape.batch = 1 << 20; // 2^20 x 2^20 heads x 2^31 tokens x 64 channels = 2^77 elements
   CHECK_THROWS_AS(computeWorkspaceLayout(variant, shape, InputType::f16), std::invalid_argument);
+}
+
+TEST_CASE("computeWorkspaceLayout: FP4 codes two per byte, one scale byte per microscale group") {
+  const ProblemShape shape = smallShape(); // d 64, padded_q 384, padded_kv 384
+  for (const char *name : {"sage3-fp4", "sage3-mxfp4"}) {
+    CAPTURE(name);
+    const int group = std::string(name) == "sage3-mxfp4" ? 32 : 16;
+    const WorkspaceLayout layout = computeWorkspaceLayout(dsl::preset(name, 64)->describe(), shape, InputType::f16);
+    CHECK(layout.q_codes.bytes == 8u * 384 * 32);    // b x h_q = 8 heads, d / 2 bytes per token
+    CHECK(layout.k_codes.bytes == 4u * 384 * 32);    // b x h_kv = 4 heads
+    CHECK(layout.q_scale_count == 384 * 64 / group); // per head: one byte per group of channels
+    CHECK(layout.q_scales.bytes == static_cast<size_t>(8 * 384 * 64 / group));
+    CHECK(layout.k_scales.bytes == static_cast<size_t>(4 * 384 * 64 / group));
+    CHECK(layout.v_codes.bytes == 4u * 64 * 192);                              // V^T: d rows of padded_kv / 2 bytes
+    CHECK(layout.v_scales.bytes == static_cast<size_t>(4 * 64 * 384 / group)); // along the tokens
+    CHECK(layout.delta_s.bytes == 8u * 3 * 384 * 4);                           // Q is smoothed
+    checkAlignedAndDisjoint(layout);
+  }
+  AttentionVariant odd = dsl::preset("sage3-mxfp4", 64)->describe();
+  ProblemShape shape_48 = shape;
+  odd.head_dim = shape_48.head_dim = 48;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(odd, shape_48, InputType::f16),
+                       doctest::Contains("q quantizer: head_dim 48 is not a multiple of its 32-channel"),
+                       std::invalid_argument);
 }

@@ -20,6 +20,11 @@
 //             the token axis is in the VCodesTokenOrder the attention kernel asked the prologue for
 //   v_scales  f32        [b, h_kv, d]                 per-channel V scale
 //   v_mean    f32        [b, h_kv, d]                 mean of V over tokens, when V is smoothed
+//   FP4 operands (e2m1 microscaled, issue 11; codegen/README.md "FP4 operands"): q_codes [b, h_q, padded_q, d / 2]
+//             and k_codes [b, h_kv, padded_kv, d / 2] (channel 2k in the low nibble of byte k), q_scales / k_scales
+//             one byte per group of 16 (ue4m3) or 32 (ue8m0) channels of a token [.., tokens, d / group] (so
+//             q_scale_count = padded_q * d / group), v_codes = V^T [b, h_kv, d, padded_kv / 2] (token 2t in the low
+//             nibble of byte t) and v_scales [b, h_kv, d, padded_kv / group] along the tokens
 //   delta_s   f32        [b, h_q, q_blocks, padded_kv] Q smoothing's correction (sage.q_mean_correction):
 //             delta_s[i, j] = sum_c q_mean[i, c] * (K[j, c] - mean_k[c]) in f32, in Q's domain (the folded
 //             softmax scale included), 0 for padded tokens; the attention kernel adds it to S
