@@ -202,9 +202,10 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
             "v: " + granularityName(v.granularity) + " takes " + std::string(nameOf(expected)) +
                 " scales, with no two-level or static scale");
     require(!config.smooth_v, "smooth_v: FP4 V is not smoothed by the prologue");
-    require(variant.block_kv % 32 == 0, "variant.block_kv: FP4 V groups tokens by 16 or 32 (padded_kv must hold "
-                                        "whole groups), got " +
-                                            std::to_string(variant.block_kv));
+    const int group = microscaleGroupSize(v.granularity);
+    require(variant.block_kv % group == 0, "variant.block_kv: FP4 V groups " + std::to_string(group) +
+                                               " tokens (padded_kv must hold whole groups), got " +
+                                               std::to_string(variant.block_kv));
     config.v_output = VOutput::fp4_codes;
     config.v_dtype = v.dtype;
     config.v_granularity = v.granularity;

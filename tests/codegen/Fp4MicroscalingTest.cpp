@@ -1,17 +1,22 @@
 // The device library's FP4 microscaling arithmetic (codegen/device/sage/device/fp4/microscaling.cuh), compiled as
 // host C++, against sage::numerics, the quantizers of the CPU reference: every code and scale bit for bit, on a
-// sweep of f32 bit patterns (every sign and exponent, the grid's midpoints and their neighbours) and on whole rows.
+// sweep of f32 bit patterns (every sign and exponent, the grid's midpoints and their neighbours) and on whole rows;
+// and P~'s two-level and direct microscaling against reference::quantizeProbabilities.
 #include "../../codegen/device/sage/device/fp4/microscaling.cuh"
+#include "../../dsl/reference/OperandQuantizer.h"
 
+#include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace fp4 = sage::device::fp4;
@@ -134,6 +139,51 @@ TEST_CASE("rows quantized 8 values at a time are quantizeNvfp4Row's and quantize
           const unsigned packed = fp4::pack_e2m1x8(x, inverse);
           for (int j = 0; j < 8; ++j)
             CHECK((packed >> (4 * j) & 0xfu) == codes[vector + j]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("P~ in 1x16 groups, two-level and direct, is reference::quantizeProbabilities, value for value") {
+  std::mt19937 generator(13);
+  std::exponential_distribution<double> distance(0.7);
+  for (const char *name : {"sage3-fp4", "sage3-fp4-direct-p"}) {
+    const sage::QuantizerSpec spec = sage::dsl::preset(name, 128)->describe().p;
+    const bool two_level = spec.two_level;
+    CHECK(two_level == (std::string(name) == "sage3-fp4"));
+    for (int row_index = 0; row_index < 300; ++row_index) {
+      // P~ = 2^(S - m) of one block's row: values in (0, 1], a 1 where the row's max lies (not in every block), and
+      // zeros (masked columns); some rows far below the running max.
+      std::vector<double> row(64);
+      const double offset = row_index % 4 == 0 ? 40.0 : (row_index % 4 == 1 ? 0.0 : 3.0);
+      for (size_t i = 0; i < row.size(); ++i)
+        row[i] = (row_index % 9 == 0 && i % 5 == 0) ? 0.0 : std::exp2(-distance(generator) - offset);
+      if (row_index % 4 == 1)
+        row[row_index % 64] = 1.0;
+      if (row_index == 7)
+        std::fill(row.begin(), row.end(), 0.0); // a fully masked block row
+      std::vector<double> expected = row;
+      sage::reference::quantizeProbabilities(expected, spec);
+
+      float row_max = 0.0f;
+      for (double p : row)
+        row_max = fp4::max_magnitude(row_max, static_cast<float>(p));
+      const fp4::RowScale row_scale = two_level ? fp4::probability_row_scale(row_max) : fp4::RowScale{1.0f, 1.0f};
+      for (size_t first = 0; first < row.size(); first += 16) {
+        float x[16], amax = 0.0f;
+        for (int j = 0; j < 16; ++j) {
+          const float p = static_cast<float>(row[first + j]);
+          x[j] = two_level ? fp4::multiply_rn(p, row_scale.inverse) : p;
+          amax = fp4::max_magnitude(amax, x[j]);
+        }
+        const unsigned scale_code = fp4::nvfp4_scale_code(amax);
+        for (int j = 0; j < 16; ++j) {
+          const float value =
+              fp4::quantize_probability(x[j], fp4::ue4m3_value(scale_code), fp4::nvfp4_inverse(scale_code));
+          CAPTURE(row_index);
+          CAPTURE(first + j);
+          CHECK(static_cast<double>(value) * static_cast<double>(row_scale.scale) == expected[first + j]);
         }
       }
     }

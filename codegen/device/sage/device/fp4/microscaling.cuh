@@ -145,4 +145,25 @@ SAGE_FP4_FUNCTION unsigned pack_e2m1x8(const float (&x)[8], float inverse) {
   return packed;
 }
 
+// ---- P~ (the attention kernel's side, SageAttention3's Algorithm 1 line 10; reference::quantizeProbabilities) ----
+
+// Two-level P: the per-row f32 scale s_P1 = rowmax(P~) / (448 * 6) and its inverse, as numerics::symmetricScale
+// computes them (0 and 0 for an all-zero row).
+struct RowScale {
+  float scale, inverse;
+};
+
+SAGE_FP4_FUNCTION RowScale probability_row_scale(float row_max) {
+  if (row_max == 0.0f)
+    return {0.0f, 0.0f};
+  return {divide_rn(row_max, 2688.0f), divide_rn(2688.0f, row_max)};
+}
+
+// One 1x16 group of P~ (times the row's inverse for two-level P, or as it is for direct P: `x` holds those f32
+// products): its ue4m3 scale from the group's amax, then each value replaced by its dequantized E2M1 code
+// (code value x scale, exact in f32 and in f16). The row scale s_P1 is applied afterwards (per row, in f32).
+SAGE_FP4_FUNCTION float quantize_probability(float x, float scale, float inverse) {
+  return multiply_rn(e2m1_value(e2m1_code(multiply_rn(x, inverse))), scale);
+}
+
 } // namespace sage::device::fp4
