@@ -215,10 +215,11 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   const bool v_quantized = v_per_channel || fp4_v;
   if (v_per_channel)
     requireByteCodes(variant.v, "v quantizer");
-  else
+  else if (!fp4_v)
     require(variant.v.granularity == Granularity::none &&
                 (variant.v.dtype == ElementType::f16 || variant.v.dtype == ElementType::f32),
-            "v quantizer: expected per_channel codes or an f16/f32 cast (an f16 P.V), got " +
+            "v quantizer: expected per_channel codes, FP4 (e2m1 microscaled) codes or an f16/f32 cast (an f16 P.V), "
+            "got " +
                 dtypeName(variant.v.dtype) + " '" + granularityName(variant.v.granularity) + "'");
   // An unquantized V (f16, or f32 rounded to f16 on the GPU) feeds an f16 P.V: the prologue writes an f16 copy
   // only when the caller's V is not f16 already or is smoothed.

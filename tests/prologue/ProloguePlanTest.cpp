@@ -397,7 +397,10 @@ TEST_CASE("the generator names what it cannot do") {
   variant.q.dtype = ElementType::e2m1;
   rejects(variant, "q.dtype");
   variant = base;
-  variant.k.granularity = Granularity::microscale_1x16;
+  variant.k.granularity = Granularity::microscale_1x16; // microscaling is FP4's
+  rejects(variant, "k.dtype: microscaled codes are e2m1");
+  variant = base;
+  variant.k.granularity = Granularity::per_channel;
   rejects(variant, "k.granularity");
   variant = base;
   variant.q.group_tokens = 48;

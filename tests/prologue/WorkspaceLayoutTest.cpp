@@ -250,9 +250,10 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
                        doctest::Contains("k quantizer: granularity none is a cast"), std::invalid_argument);
   AttentionVariant bf16_v = variant;
   bf16_v.v = prologue_test::tokenQuantizer(ElementType::bf16, Granularity::none, 0);
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(bf16_v, smallShape(), InputType::bf16),
-                       doctest::Contains("v quantizer: expected per_channel codes or an f16/f32 cast"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      computeWorkspaceLayout(bf16_v, smallShape(), InputType::bf16),
+      doctest::Contains("v quantizer: expected per_channel codes, FP4 (e2m1 microscaled) codes or an f16/f32 cast"),
+      std::invalid_argument);
 }
 
 TEST_CASE("computeWorkspaceLayout: a shape whose sizes overflow 64 bits is refused, never a wrapped size") {
