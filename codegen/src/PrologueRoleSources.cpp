@@ -500,7 +500,8 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
 )cuda";
   if (config.k.microscaled())
     return text + R"cuda(  // FP4: e2m1 codes [b, h_kv, padded_kv, d / 2], microscales [b, h_kv, padded_kv, d / group]
-  unsigned char *codes = params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * (kHeadDim / 2);
+  unsigned char *codes =
+      params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * (kHeadDim / 2);
   unsigned char *scales = params.workspace + params.offsets.k_scales +
                           (head * params.size.padded_kv + first) * (kHeadDim / KQuantizer::kGroupChannels);
   storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);
