@@ -112,6 +112,86 @@ struct KTile {
 )cuda";
 }
 
+// Q smoothing's correction, written by the K tiles (launch 2, after launch 1's q_mean): the GEMV of
+// sage.q_mean_correction.
+std::string qMeanCorrectionSupport() {
+  return R"cuda(
+// delta_s [b, h_q, q_blocks, padded_kv] = q_mean[Q block] . x_K[token] for every Q head of this KV head (GQA) and
+// every Q block, where x_K is what psi_K quantizes (K, or gamma(K) when K is smoothed): f32 products summed over
+// this thread's 8 channels, then over the kVectorsPerRow lanes of the row. Padded tokens get 0.
+__device__ __forceinline__ float rowSum(float value) {
+#pragma unroll
+  for (int offset = kVectorsPerRow / 2; offset > 0; offset /= 2)
+    value = __fadd_rn(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+__device__ __forceinline__ void writeQMeanCorrection(const KTile &k, const SagePrologueParams &params, long long head,
+                                                     int first, int stored_rows) {
+  using Tile = TokenTile<kKTileTokens>;
+  const int group = params.size.heads_q / params.size.heads_kv;
+  const long long first_q_head =
+      head / params.size.heads_kv * params.size.heads_q + head % params.size.heads_kv * group;
+  const int q_blocks = params.size.padded_q / kBlockQ;
+  const float *q_mean = workspaceFloats(params, params.offsets.q_mean);
+  float *delta_s = workspaceFloats(params, params.offsets.delta_s);
+  for (long long block = first_q_head * q_blocks; block < (first_q_head + group) * q_blocks; ++block) {
+    float mean[kVectorElements];
+#pragma unroll
+    for (int j = 0; j < kVectorElements; ++j)
+      mean[j] = q_mean[block * kHeadDim + Tile::channel() + j];
+    float *delta = delta_s + block * params.size.padded_kv + first;
+#pragma unroll
+    for (int pass = 0; pass < Tile::kPasses; ++pass) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kVectorElements; ++j)
+        sum = __fmaf_rn(mean[j], k(pass, j), sum);
+      sum = rowSum(sum); // every lane takes part in the shuffles
+      if (Tile::inTile(pass) && Tile::row(pass) < stored_rows && (int)threadIdx.x % kVectorsPerRow == 0)
+        delta[Tile::row(pass)] = sum;
+    }
+  }
+}
+)cuda";
+}
+
+// Microscaled (FP4) Q and K: the codes and scales of a tile's rows.
+std::string microscaledTileSupport() {
+  return R"cuda(
+// FP4 along the channels of each token: a thread holds 8 channels of a row, so a group of Quantizer::kGroupChannels
+// channels is kGroupChannels / 8 neighbouring lanes; its amax is their max (shuffles), its scale byte is stored by
+// the group's first lane. Codes: 4 bytes (8 nibbles) per thread and row; rows past `stored_rows` are not stored.
+template <class Quantizer, class Values>
+__device__ __forceinline__ void storeMicroscaledTile(const Values &values, unsigned char *codes, unsigned char *scales,
+                                                     int stored_rows) {
+  using Tile = TokenTile<Quantizer::kTileTokens>;
+#pragma unroll
+  for (int pass = 0; pass < Tile::kPasses; ++pass) {
+    float x[kVectorElements];
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVectorElements; ++j) {
+      x[j] = values(pass, j);
+      amax = sage::device::fp4::max_magnitude(amax, x[j]);
+    }
+#pragma unroll
+    for (int offset = 1; offset < Quantizer::kGroupChannels / kVectorElements; offset *= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset)); // every lane takes part
+    const unsigned scale = Quantizer::scaleCode(amax);
+    const int row = Tile::row(pass), channel = Tile::channel();
+    if (!Tile::inTile(pass) || row >= stored_rows)
+      continue;
+    *(unsigned *)(codes + (long long)row * (kHeadDim / 2) + channel / 2) =
+        sage::device::fp4::pack_e2m1x8(x, Quantizer::inverse(scale));
+    if (channel % Quantizer::kGroupChannels == 0)
+      scales[(long long)row * (kHeadDim / Quantizer::kGroupChannels) + channel / Quantizer::kGroupChannels] =
+          (unsigned char)scale;
+  }
+}
+)cuda";
+}
+
 std::string kStatisticsSupport(const PrologueConfig &config) {
   std::string text = "\n// ";
   text += config.smooth_k ? "mean(K) (the slices' sums in slice order, one f32 division)" : "";
@@ -312,6 +392,21 @@ std::string castQBlock(const PrologueConfig &config) {
 std::string quantizeQBlock(const PrologueConfig &config) {
   if (config.q.cast())
     return castQBlock(config);
+  if (config.q.microscaled()) {
+    std::string comment = "// Launch 1: psi_Q (FP4) on one Q block: e2m1 codes into q_codes [b, h_q, padded_q, d / 2] "
+                          "and\n// microscales into q_scales [b, h_q, padded_q, d / " +
+                          std::to_string(config.q.groupChannels()) + "] (padded rows 0)";
+    comment += config.smooth_q ? "; also the block's q_mean.\n" : ".\n";
+    return qBlockHead(comment, "quantizeQBlock") +
+           R"cuda(  const long long first_row = head * params.size.padded_q + (long long)block * kBlockQ;
+  unsigned char *codes = params.workspace + params.offsets.q_codes + first_row * (kHeadDim / 2);
+  unsigned char *scales =
+      params.workspace + params.offsets.q_scales + first_row * (kHeadDim / QQuantizer::kGroupChannels);
+  loadQBlock(q, params, head, block, shared, true);
+  storeMicroscaledTile<QQuantizer>(q, codes, scales, kBlockQ);
+}
+)cuda";
+  }
   if (config.q.perTensor())
     return qBlockHead(
                "// Launch 2: psi_Q with a per-tensor scale, on the second read of a Q block: the amax is the max of "
@@ -370,6 +465,8 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
                      "scale.\n"
                    : " and the\n// blocks' k_scales.\n";
   }
+  if (config.smooth_q)
+    comment += "// Q is smoothed: the tile also writes its tokens' delta_s (q_mean . x_K) for every Q block.\n";
   std::string text = functionHead(comment, "quantizeKTile");
   text += R"cuda(  const int tiles = (int)ceilDiv(params.size.padded_kv / kBlockKv, kKBlocksPerTile);
   const long long head = cta / tiles; // batch index * heads_kv + KV head index
@@ -393,10 +490,21 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   for (int j = 0; j < kVectorElements; ++j)
     k.mean[j] = channel_mean[TokenTile<kKTileTokens>::channel() + j];
 )cuda";
+  if (config.smooth_q)
+    text += "  writeQMeanCorrection(k, params, head, first, stored_rows);\n";
   if (config.k.cast())
     return text + (config.kStatistics() ? "" : "  (void)shared;\n") + R"cuda(  unsigned short *values =
       (unsigned short *)(params.workspace + params.offsets.k_codes) + (head * params.size.padded_kv + first) * kHeadDim;
   storeTileValues<KQuantizer>(k, values, stored_rows);
+}
+)cuda";
+  if (config.k.microscaled())
+    return text + R"cuda(  // FP4: e2m1 codes [b, h_kv, padded_kv, d / 2], microscales [b, h_kv, padded_kv, d / group]
+  unsigned char *codes =
+      params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * (kHeadDim / 2);
+  unsigned char *scales = params.workspace + params.offsets.k_scales +
+                          (head * params.size.padded_kv + first) * (kHeadDim / KQuantizer::kGroupChannels);
+  storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);
 }
 )cuda";
   text += R"cuda(  unsigned char *codes =
@@ -479,7 +587,61 @@ std::string convertVTile(const PrologueConfig &config) {
   return text;
 }
 
+// FP4 V: microscaled along its tokens (P.V's reduction axis) and transposed.
+std::string quantizeFp4VTile(const PrologueConfig &config) {
+  const int group = config.vGroupTokens();
+  const bool mx = group == 32;
+  std::string comment = "// Launch 1: psi_V (" + std::string(mx ? "MXFP4" : "NVFP4") +
+                        ") on one V tile, along the tokens: e2m1 codes of V^T into v_codes [b, h_kv, d, padded_kv / "
+                        "2]\n// (token 2t in the low nibble of byte t) and one " +
+                        (mx ? "ue8m0" : "ue4m3") + " scale per " + std::to_string(group) +
+                        " tokens of a channel into v_scales [b, h_kv, d,\n// padded_kv / " + std::to_string(group) +
+                        "]; padded tokens are 0.\n";
+  std::string text = vTileHead(comment, "quantizeVTile");
+  text += "  constexpr int kGroupTokens = " + std::to_string(group) + ";\n";
+  text += std::string("  const auto scale_code = [](float amax) { return sage::device::fp4::") +
+          (mx ? "mxfp4_scale_code" : "nvfp4_scale_code") + "(amax); };\n";
+  text += std::string("  const auto inverse_of = [](unsigned scale) { return sage::device::fp4::") +
+          (mx ? "mxfp4_inverse" : "nvfp4_inverse") + "(scale); };\n";
+  text += R"cuda(  (void)shared;
+  const int stored_tokens = min(kVTileTokens, params.size.padded_kv - first);
+  unsigned char *codes = params.workspace + params.offsets.v_codes;
+  unsigned char *scales = params.workspace + params.offsets.v_scales;
+  // A task is one channel x one group of tokens; neighbouring threads take neighbouring channels, so that each
+  // token's loads are contiguous.
+  for (int task = threadIdx.x; task < kHeadDim * (kVTileTokens / kGroupTokens); task += kThreads) {
+    const int channel = task % kHeadDim, token = task / kHeadDim * kGroupTokens;
+    if (token >= stored_tokens)
+      break; // tasks only move on to later groups
+    float x[kGroupTokens];
+    float amax = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kGroupTokens; ++t) {
+      x[t] = token + t < valid_rows ? inputToFloat(v[(token + t) * token_stride + channel]) : 0.0f;
+      amax = sage::device::fp4::max_magnitude(amax, x[t]);
+    }
+    const unsigned scale = scale_code(amax);
+    const float inverse = inverse_of(scale);
+    const long long row = head * kHeadDim + channel; // V^T's row
+    unsigned *out = (unsigned *)(codes + row * (params.size.padded_kv / 2) + (first + token) / 2);
+#pragma unroll
+    for (int word = 0; word < kGroupTokens / 8; ++word) {
+      float eight[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        eight[j] = x[8 * word + j];
+      out[word] = sage::device::fp4::pack_e2m1x8(eight, inverse);
+    }
+    scales[row * (params.size.padded_kv / kGroupTokens) + (first + token) / kGroupTokens] = (unsigned char)scale;
+  }
+}
+)cuda";
+  return text;
+}
+
 std::string quantizeVTile(const PrologueConfig &config) {
+  if (config.v_output == VOutput::fp4_codes)
+    return quantizeFp4VTile(config);
   std::string comment = "// Launch 2: per-channel psi_V on one V tile";
   comment += config.smooth_v ? " of V - mean(V)" : "";
   comment += ": codes transposed to v_codes [b, h_kv, d, padded_kv]\n// for the mma B operand (padded tokens get "
@@ -569,7 +731,12 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
     text += kBlockSupport(config);
   if (has(roles, PrologueRole::k_block_quantize) && config.kStatistics())
     text += kStatisticsSupport(config);
-  const bool v_quantize = has(roles, PrologueRole::v_tile_quantize);
+  if (has(roles, PrologueRole::k_block_quantize) && config.smooth_q)
+    text += qMeanCorrectionSupport();
+  if ((has(roles, PrologueRole::q_block_quantize) && config.q.microscaled()) ||
+      (has(roles, PrologueRole::k_block_quantize) && config.k.microscaled()))
+    text += microscaledTileSupport();
+  const bool v_quantize = has(roles, PrologueRole::v_tile_quantize) && config.v_output == VOutput::codes;
   if (v_quantize)
     text += vCodeSupport(config);
   if (v_quantize || (has(roles, PrologueRole::v_tile_convert) && config.smooth_v))
@@ -588,7 +755,7 @@ std::string emitRoleFunction(PrologueRole role, const PrologueConfig &config) {
   case PrologueRole::q_block_quantize:
     return quantizeQBlock(config);
   case PrologueRole::k_block_quantize:
-    return quantizeKTile(config, config.kStatistics());
+    return quantizeKTile(config, config.kAfterStatistics());
   case PrologueRole::v_tile_convert:
     return convertVTile(config);
   case PrologueRole::v_tile_quantize:
@@ -658,8 +825,9 @@ std::string roleSummary(PrologueRole role, const PrologueConfig &config) {
            " to f16 per V tile (batch * heads_kv * ceil(padded_kv / " + std::to_string(config.tunables.v_tile_tokens) +
            ") CTAs)";
   case PrologueRole::v_tile_quantize:
-    return "per-channel psi_V per V tile (batch * heads_kv * ceil(padded_kv / " +
-           std::to_string(config.tunables.v_tile_tokens) + ") CTAs)";
+    return std::string(config.v_output == VOutput::fp4_codes ? "FP4 psi_V along the tokens" : "per-channel psi_V") +
+           " per V tile (batch * heads_kv * ceil(padded_kv / " + std::to_string(config.tunables.v_tile_tokens) +
+           ") CTAs)";
   }
   throw std::logic_error("roleSummary: unknown role");
 }

@@ -12,7 +12,7 @@ namespace sage::schedules {
 
 const std::vector<const Schedule *> &allSchedules() {
   // The one list: a new schedule is one line here.
-  static const Sm80Schedule sm80;
+  static const Sm80Schedule sm80 = Sm80Schedule::full();
   static const Sm90Schedule sm90;
   static const std::vector<const Schedule *> schedules{&sm80, &sm90};
   return schedules;

@@ -64,6 +64,11 @@ expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpg
 expect "explain prints the Q.K^T mma" 0 "Q\.K\^T mma +m16n8k32 int8\.int8 -> s32" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
 expect "explain prints the P.V path" 0 "P\.V path +e4m3 P x e4m3 V\^T, f32 accumulator" -- "$sagegen" explain --preset sage2-fp8 --arch sm_89
 expect "explain prints the V source" 0 "V source +workspace v_values" -- "$sagegen" explain --preset sage-b --arch sm_80 --input bf16
+expect "explain runs INT4 on sm_90a as the legalized s4 -> s8 program" 0 "legalized for sm_90a: 2 sage.decode: .*to int8 \(emulation\)" -- "$sagegen" explain --preset sage2-int4 --arch sm_90a
+expect "explain: INT4 with Q smoothing runs on the sm80 schedule" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage2-int4 --arch sm_90a
+expect "explain: no sage.decode where the target multiplies int4" 0 "legalized for sm_89: no sage.decode" -- "$sagegen" explain --preset sage2-int4 --arch sm_89
+expect "explain: the kernel still multiplies int4 as int8 on sm_89" 0 "int4 codes decoded to int8" -- "$sagegen" explain --preset sage2-int4 --arch sm_89
+expect "explain: FP4 is legalized but has no kernel yet" 1 "e2m1 \(FP4\): the sm80 schedule does not emulate FP4 yet" -- "$sagegen" explain --preset sage3-fp4 --arch sm_90a
 expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
 expect "explain of an IR file" 0 "variant 'sage-vb' d128 none, with LSE, f16 inputs, on sm_89" -- "$sagegen" explain --ir "$work/good.mlir" --arch sm_89
