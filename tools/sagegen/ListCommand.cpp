@@ -11,9 +11,11 @@ CommandAction addListCommand(CLI::App &app) {
   return [] {
     for (const auto &info : dsl::presets())
       fmt::print("{:<10} {}\n", info.name, info.summary);
-    fmt::print("\nIssue 11 (not in the default kernel set): the INT4 ones run on the sm80 schedule from sm_89 (int4 "
-               "decoded to int8), the FP4 ones in the IR and CPU reference only (`sagegen explain` says which; "
-               "`sagegen ir --legalize <arch>` shows the rewrite):\n");
+    fmt::print(
+        "\nIssue 11 (not in the default kernel set): the INT4 ones run on the sm80 schedule from sm_89 (int4 "
+        "decoded to int8; compile-verified, not yet run on a GPU as of 2026-11-23), the FP4 ones in the IR and CPU "
+        "reference only (`sagegen explain` says which; "
+        "`sagegen ir --legalize <arch>` shows the rewrite):\n");
     for (const auto &info : dsl::referenceOnlyPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);
     fmt::print("\nSLA, sparse-linear attention (`sagegen ir` prints them; the CPU reference is sage/reference/Sla.h; "
