@@ -349,6 +349,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
 
   SageAttentionParams params{};
   params.workspace = static_cast<const unsigned char *>(workspace);
+  // offsets.delta_s (the FP4 prologue's Q-smoothing GEMV) stays 0 until WorkspaceLayout has that buffer.
   params.offsets = {layout.q_codes.offset,
                     layout.q_scales.offset,
                     layout.k_codes.offset,
@@ -359,7 +360,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
                     layout.v_codes.offset,
                     layout.v_scales.offset,
                     layout.v_mean.offset,
-                    0}; // delta_s: the FP4 prologue's Q-smoothing GEMV, once WorkspaceLayout has that buffer
+                    0};
   params.q = tensors.q;
   params.q_strides = tensors.q_strides;
   params.v = tensors.v;
