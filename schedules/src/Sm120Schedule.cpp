@@ -26,8 +26,10 @@ void require(bool condition, const std::string &message) {
     throw std::invalid_argument(message);
 }
 
-// Q_i's codes (padded rows) and scales, then `stages` x (K_j codes, K_j scales, V_j^T codes, V_j^T scales).
-SharedMemoryLayout layoutSharedMemory(int head_dim, int block_q, int block_kv, int scale_group, int stages) {
+// Q_i's codes (padded rows) and scales, then `stages` x (K_j codes, K_j scales, V_j^T codes, V_j^T scales, the
+// block's delta_s row when Q is smoothed).
+SharedMemoryLayout layoutSharedMemory(int head_dim, int block_q, int block_kv, int scale_group, bool delta_s,
+                                      int stages) {
   const int code_row = head_dim / 2 + kRowPadding;
   const int scale_row = head_dim / scale_group;
   const int v_row = block_kv / 2 + kRowPadding;
@@ -40,7 +42,8 @@ SharedMemoryLayout layoutSharedMemory(int head_dim, int block_q, int block_kv, i
   layout.k_scales = {layout.k.bytes, block_kv * scale_row, block_kv, scale_row};
   layout.v = {alignUp(layout.k_scales.offset + layout.k_scales.bytes, kChunk), head_dim * v_row, head_dim, v_row};
   const int v_scales_offset = layout.v.offset + layout.v.bytes;
-  layout.stage_bytes = alignUp(v_scales_offset + head_dim * v_scale_row, kChunk);
+  const int delta_s_offset = alignUp(v_scales_offset + head_dim * v_scale_row, kChunk);
+  layout.stage_bytes = alignUp(delta_s_offset + (delta_s ? block_kv * static_cast<int>(sizeof(float)) : 0), kChunk);
   layout.stages = stages;
   layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes;
   return layout;
@@ -177,10 +180,12 @@ KernelPlan Sm120Schedule::plan(const AttentionVariant &variant, GpuArch arch, In
 
   const GpuLimits limits = gpuLimits(arch);
   int stages = chosen.stages;
-  plan.shared = layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group, stages);
+  plan.shared = layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group,
+                                   plan.fp4_delta_s, stages);
   while (!explicit_tunables && stages > kMinStages &&
          plan.shared.total_bytes > limits.max_dynamic_shared_bytes_per_block)
-    plan.shared = layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group, --stages);
+    plan.shared = layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group,
+                                     plan.fp4_delta_s, --stages);
   plan.tunables.stages = stages;
   require(plan.shared.total_bytes <= limits.max_dynamic_shared_bytes_per_block,
           "tunables.stages: " + std::to_string(stages) + " stages need " + std::to_string(plan.shared.total_bytes) +

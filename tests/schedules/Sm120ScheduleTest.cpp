@@ -106,8 +106,9 @@ TEST_CASE("sm120 plans: block-scaled m16n8k64 for both matmuls, the FP4 fields a
     CHECK(plan.shared.k.bytes == variant.block_kv * code_row);
     CHECK(plan.shared.k_scales.bytes == variant.block_kv * (128 / 16));
     CHECK(plan.shared.v.bytes == 128 * v_row);
-    CHECK(plan.shared.stage_bytes ==
-          variant.block_kv * code_row + variant.block_kv * 8 + 128 * v_row + 128 * (variant.block_kv / 16));
+    // ... and the block's delta_s row (f32 per token), Q being smoothed.
+    CHECK(plan.shared.stage_bytes == variant.block_kv * code_row + variant.block_kv * 8 + 128 * v_row +
+                                         128 * (variant.block_kv / 16) + variant.block_kv * 4);
     CHECK(plan.shared.total_bytes == plan.shared.stage_offset + 3 * plan.shared.stage_bytes);
   }
   SUBCASE("sage3-mxfp4 d64: 32-element UE8M0 groups, P microscaled directly") {

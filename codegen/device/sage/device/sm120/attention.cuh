@@ -31,8 +31,10 @@ constexpr float kTwoLevelRange = 2688.f; // 448 x 6: the largest UE4M3 scale tim
 __host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) / 16 * 16; }
 
 // Mirrors Sm120Schedule's layoutSharedMemory (a static_assert in the generated kernel ties them): Q_i's codes and
-// scales, then kStages x (K_j codes, K_j scales, V_j^T codes, V_j^T scales). Code rows are padded by 16 bytes, so
-// the eight rows one fragment load touches (stride 48 or 80 bytes) fall into distinct banks.
+// scales, then kStages x (K_j codes, K_j scales, V_j^T codes, V_j^T scales, delta_s of the block). Code rows are
+// padded by 16 bytes, so the eight rows one fragment load touches (stride 48 or 80 bytes) fall into distinct banks.
+// Every row of a CTA lies in one Q-smoothing block (the schedule's block_q divides the variant's), so a KV block
+// needs one delta_s row of kBlockKv floats, shared by all warps.
 template <class Config> struct SharedLayout {
   static constexpr int kCodeRowBytes = Config::kHeadDim / 2;
   static constexpr int kCodePitch = kCodeRowBytes + 16;
@@ -47,7 +49,8 @@ template <class Config> struct SharedLayout {
   static constexpr int kKScales = Config::kBlockKv * kCodePitch;
   static constexpr int kVCodes = align16(kKScales + Config::kBlockKv * kScaleRowBytes);
   static constexpr int kVScales = kVCodes + Config::kHeadDim * kValuePitch;
-  static constexpr int kStageBytes = align16(kVScales + Config::kHeadDim * kValueScaleRowBytes);
+  static constexpr int kDeltaS = align16(kVScales + Config::kHeadDim * kValueScaleRowBytes);
+  static constexpr int kStageBytes = align16(kDeltaS + (Config::kDeltaS ? Config::kBlockKv * 4 : 0));
   static constexpr int kDynamicBytes = kStageOffset + Config::kStages * kStageBytes;
 };
 
@@ -72,7 +75,8 @@ struct Tile {
   int q_block, head, batch, kv_head;
   int q_begin;
   long long q_head_index, kv_head_index;
-  int block_end; // KV blocks [0, block_end) are visited
+  int block_end;        // KV blocks [0, block_end) are visited
+  const float *delta_s; // Q smoothing: the delta_s row [tokens_kv] of this CTA's Q block, else null
 };
 
 template <class Config> __device__ __forceinline__ Tile tile_of(const SageAttentionParams &params) {
@@ -87,6 +91,12 @@ template <class Config> __device__ __forceinline__ Tile tile_of(const SageAttent
   tile.kv_head_index = static_cast<long long>(tile.batch) * size.heads_kv + tile.kv_head;
   const int kv_blocks = (size.tokens_kv + Config::kBlockKv - 1) / Config::kBlockKv;
   tile.block_end = kv_blocks;
+  tile.delta_s = nullptr;
+  if constexpr (Config::kDeltaS) {
+    const long long q_blocks = (size.tokens_q + Config::kVariantBlockQ - 1) / Config::kVariantBlockQ;
+    tile.delta_s = reinterpret_cast<const float *>(params.workspace + params.offsets.delta_s) +
+                   (tile.q_head_index * q_blocks + tile.q_begin / Config::kVariantBlockQ) * size.tokens_kv;
+  }
   if constexpr (Config::kCausal) { // blocks after the diagonal of this Q block's last row are skipped
     const int last_row = min(tile.q_begin + Config::kBlockQ, size.tokens_q) - 1;
     const int last_visible_token = last_row + params.causal_offset;
@@ -114,7 +124,7 @@ __device__ __forceinline__ void load_q(unsigned char *shared, const SageAttentio
     cp_async<16>(shared + Layout::kQScales + piece * 16, scales + piece * 16);
 }
 
-// K_j's and V_j^T's codes and scales into `stage`: the caller commits the group.
+// K_j's and V_j^T's codes and scales (and delta_s's block) into `stage`: the caller commits the group.
 template <class Config>
 __device__ __forceinline__ void load_kv(unsigned char *stage, const SageAttentionParams &params, const Tile &tile,
                                         int block) {
@@ -156,6 +166,12 @@ __device__ __forceinline__ void load_kv(unsigned char *stage, const SageAttentio
       *reinterpret_cast<unsigned short *>(target) =
           *reinterpret_cast<const unsigned short *>(v_scales + channel * value_scale_row);
     }
+  }
+  if constexpr (Config::kDeltaS) { // delta_s rows are tokens_kv long (not padded): 4-byte copies, none past the end
+    float *target = reinterpret_cast<float *>(stage + Layout::kDeltaS);
+    for (int token = threadIdx.x; token < Config::kBlockKv; token += Config::kThreads)
+      if (kv_begin + token < size.tokens_kv)
+        cp_async<4>(target + token, tile.delta_s + kv_begin + token);
   }
 }
 
@@ -271,17 +287,6 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
                             step * (kMmaK / Config::kScaleGroup));
   }
 
-  // delta_s rows of this lane's two Q rows (Q smoothing): S += mean(Q_block) . K_smoothed^T, per Q block.
-  const float *delta_s[2] = {nullptr, nullptr};
-  if constexpr (Config::kDeltaS) {
-    const long long q_blocks = (size.tokens_q + Config::kVariantBlockQ - 1) / Config::kVariantBlockQ;
-    const float *head = reinterpret_cast<const float *>(params.workspace + params.offsets.delta_s) +
-                        tile.q_head_index * q_blocks * size.tokens_kv;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      delta_s[half] =
-          head + static_cast<long long>(min(rows[half], size.tokens_q - 1) / Config::kVariantBlockQ) * size.tokens_kv;
-  }
   float domain = Config::kDomainFactor;
   if constexpr (Config::kDomainFactorFromParams)
     domain = params.softmax_scale * Config::kLog2e;
@@ -336,8 +341,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
         const int half = e / 2;
         const int token = kv_begin + score_column_token(t * 8 + accumulator_column(lane, e));
         float s = scores[t][e];
-        if constexpr (Config::kDeltaS)
-          s += token < size.tokens_kv ? delta_s[half][token] : 0.0f;
+        if constexpr (Config::kDeltaS) // tokens past the end are masked below: their slot is never written
+          s += reinterpret_cast<const float *>(stage + Layout::kDeltaS)[token - kv_begin];
         s *= domain;
         bool visible = token < size.tokens_kv;
         if constexpr (Config::kCausal)
