@@ -62,11 +62,14 @@ std::vector<std::string> mmaLines(const std::string &sass) {
   return lines;
 }
 
-// An MMA on E2M1 operands with scale factors: the block-scaled FP4 instruction, whatever its SASS name.
+// The block-scaled FP4 instruction, whatever its exact SASS spelling (OMMA/QMMA ...): an MMA-class opcode that
+// names scale factors (.SF), their types (UE4M3/UE8M0) or E2M1 operands. These kernels issue no other mma, so an
+// f16/int8 fallback (HMMA/IMMA without these) or a missing matmul shows as a shortfall against the PTX count.
 bool blockScaledFp4(const std::string &line) {
-  return line.find("E2M1") != std::string::npos &&
-         (line.find(".SF") != std::string::npos || line.find("UE4M3") != std::string::npos ||
-          line.find("UE8M0") != std::string::npos);
+  for (const char *marker : {".SF", "E2M1", "UE4M3", "UE8M0"})
+    if (line.find(marker) != std::string::npos)
+      return true;
+  return false;
 }
 
 std::string cuobjdump;
