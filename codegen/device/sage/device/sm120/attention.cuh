@@ -7,7 +7,7 @@
 //   q_codes [b, h_q, padded_q, d/2], q_scales [b, h_q, padded_q, d/G]   (Q smoothed per Q block, scale folded)
 //   k_codes [b, h_kv, padded_kv, d/2], k_scales [b, h_kv, padded_kv, d/G] (natural token order)
 //   v_codes [b, h_kv, d, padded_kv/2], v_scales [b, h_kv, d, padded_kv/G] (V^T: tokens along k)
-//   delta_s f32 [b, h_q, ceil(tokens_q / variant block_q), tokens_kv]      (Q smoothing's GEMV)
+//   delta_s f32 [b, h_q, padded_q / variant block_q, padded_kv]           (Q smoothing's GEMV, padding 0)
 #pragma once
 
 #include "sage/device/sm120/fragments.cuh"
@@ -76,7 +76,7 @@ struct Tile {
   int q_begin;
   long long q_head_index, kv_head_index;
   int block_end;        // KV blocks [0, block_end) are visited
-  const float *delta_s; // Q smoothing: the delta_s row [tokens_kv] of this CTA's Q block, else null
+  const float *delta_s; // Q smoothing: the delta_s row [padded_kv] of this CTA's Q block, else null
 };
 
 template <class Config> __device__ __forceinline__ Tile tile_of(const SageAttentionParams &params) {
@@ -93,9 +93,9 @@ template <class Config> __device__ __forceinline__ Tile tile_of(const SageAttent
   tile.block_end = kv_blocks;
   tile.delta_s = nullptr;
   if constexpr (Config::kDeltaS) {
-    const long long q_blocks = (size.tokens_q + Config::kVariantBlockQ - 1) / Config::kVariantBlockQ;
+    const long long q_blocks = size.padded_q / Config::kVariantBlockQ;
     tile.delta_s = reinterpret_cast<const float *>(params.workspace + params.offsets.delta_s) +
-                   (tile.q_head_index * q_blocks + tile.q_begin / Config::kVariantBlockQ) * size.tokens_kv;
+                   (tile.q_head_index * q_blocks + tile.q_begin / Config::kVariantBlockQ) * size.padded_kv;
   }
   if constexpr (Config::kCausal) { // blocks after the diagonal of this Q block's last row are skipped
     const int last_row = min(tile.q_begin + Config::kBlockQ, size.tokens_q) - 1;
@@ -167,11 +167,11 @@ __device__ __forceinline__ void load_kv(unsigned char *stage, const SageAttentio
           *reinterpret_cast<const unsigned short *>(v_scales + channel * value_scale_row);
     }
   }
-  if constexpr (Config::kDeltaS) { // delta_s rows are tokens_kv long (not padded): 4-byte copies, none past the end
-    float *target = reinterpret_cast<float *>(stage + Layout::kDeltaS);
-    for (int token = threadIdx.x; token < Config::kBlockKv; token += Config::kThreads)
-      if (kv_begin + token < size.tokens_kv)
-        cp_async<4>(target + token, tile.delta_s + kv_begin + token);
+  if constexpr (Config::kDeltaS) { // delta_s rows are padded_kv long (padding 0): whole 16-byte pieces
+    unsigned char *target = stage + Layout::kDeltaS;
+    const unsigned char *source = reinterpret_cast<const unsigned char *>(tile.delta_s + kv_begin);
+    for (int piece = threadIdx.x; piece < Config::kBlockKv * 4 / 16; piece += Config::kThreads)
+      cp_async<16>(target + piece * 16, source + piece * 16);
   }
 }
 
@@ -341,7 +341,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
         const int half = e / 2;
         const int token = kv_begin + score_column_token(t * 8 + accumulator_column(lane, e));
         float s = scores[t][e];
-        if constexpr (Config::kDeltaS) // tokens past the end are masked below: their slot is never written
+        if constexpr (Config::kDeltaS)
           s += reinterpret_cast<const float *>(stage + Layout::kDeltaS)[token - kv_begin];
         s *= domain;
         bool visible = token < size.tokens_kv;
