@@ -71,6 +71,9 @@ expect "explain: the kernel still multiplies int4 as int8 on sm_89" 0 "int4 code
 expect "explain: FP4 is legalized but has no kernel yet" 1 "e2m1 \(FP4\): the sm80 schedule does not emulate FP4 yet" -- "$sagegen" explain --preset sage3-fp4 --arch sm_90a
 expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
+expect "explain chooses the FP4 schedule on sm_120f" 0 "chosen: sm120\.mma_fp4 \(default plan\)" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
+expect "explain prints the FP4 plan" 0 "FP4 +ue4m3 scales per 16 elements; P two-level.*K rows read permuted in shared memory" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
+expect "explain says why not sm_100f" 1 "sm120\.mma_fp4: unsupported: sm_100f: ptxas 13\.0 rejects the block-scaled mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_100f
 expect "explain of an IR file" 0 "variant 'sage-vb' d128 none, with LSE, f16 inputs, on sm_89" -- "$sagegen" explain --ir "$work/good.mlir" --arch sm_89
 expect "explain gives the reason" 1 "sm80\.mma_sync: unsupported: e4m3 P\.V needs mma\.sync m16n8k32 e4m3 \(sm_89 or newer\)" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80
 expect "explain says none is chosen" 1 "no schedule supports variant 'sage2-fp8' on sm_80" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80

@@ -32,6 +32,8 @@ std::string_view pvPathName(schedules::PvPath path) {
     return "int8 P x int8 V^T, s32 per KV block added into f32";
   case schedules::PvPath::e4m3_accumulate_f32:
     return "e4m3 P x e4m3 V^T, f32 accumulator";
+  case schedules::PvPath::e2m1_block_scaled:
+    return "e2m1 P (microscaled in registers) x e2m1 V^T, block-scaled mma, f32 accumulator";
   }
   return "?";
 }
@@ -43,7 +45,7 @@ std::string_view valueSourceName(schedules::ValueSource source) {
   case schedules::ValueSource::workspace_values:
     return "workspace v_values (f16 copy from the prologue)";
   case schedules::ValueSource::workspace_codes:
-    return "workspace v_codes (8-bit, transposed, from the prologue)";
+    return "workspace v_codes (8-bit or e2m1, transposed, from the prologue)";
   }
   return "?";
 }
@@ -105,6 +107,13 @@ void printPlan(const schedules::KernelPlan &plan, const AttentionVariant &varian
   fmt::print("  P.V mma      {}\n", mmaText(plan.pv_mma));
   fmt::print("  P.V path     {}\n", pvPathName(plan.pv_path));
   fmt::print("  V source     {}\n", valueSourceName(plan.v_source));
+  if (plan.fp4_scale_group > 0)
+    fmt::print("  FP4          {} scales per {} elements; P {}; {}; K rows read permuted in shared memory ({}), "
+               "k_codes natural\n",
+               plan.fp4_scale_group == 16 ? "ue4m3" : "ue8m0", plan.fp4_scale_group,
+               plan.fp4_two_level_p ? "two-level (s_P1 = rowmax / 2688, then microscales)" : "microscaled directly",
+               plan.fp4_delta_s ? "S += delta_s (Q smoothing)" : "no delta_s",
+               plan.fp4_permute_k_rows_in_shared ? "S = P's A operand" : "no");
   fmt::print("  grid         {}\n", plan.grid.description());
 }
 

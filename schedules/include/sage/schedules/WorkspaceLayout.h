@@ -70,6 +70,10 @@ inline constexpr int64_t kMaxPrologueStatisticsSlices = 64;
 
 enum class VCodesTokenOrder : uint8_t { natural, wgmma_interleaved_32 };
 
+// k_codes' token order. Every kernel today reads `natural` K codes: the sm120 FP4 kernel permutes S's columns by
+// reading K's rows in shared memory permuted (KernelPlan::fp4_permute_k_rows_in_shared), so no prologue differs.
+enum class KCodesTokenOrder : uint8_t { natural };
+
 // The token that position `position` (0-based along padded_kv) of a v_codes row holds under `order`.
 int64_t vCodesTokenAt(VCodesTokenOrder order, int64_t position);
 
