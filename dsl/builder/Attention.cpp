@@ -130,6 +130,15 @@ PvQuantization int8_pv() {
   return spec;
 }
 
+PvQuantization int8_pv_per_token_p() {
+  PvQuantization spec;
+  spec.p = quantizer(ElementType::int8, Granularity::per_token);
+  spec.v = quantizer(ElementType::int8, Granularity::per_block); // group 0: the KV tile, resolved by describe()
+  spec.mma_accumulator = AccumulatorType::s32;
+  spec.accumulation = {AccumulationKind::f32, 0};
+  return spec;
+}
+
 PvQuantization fp8_e4m3(AccumulationKind accumulation, int flush_period) {
   if (accumulation != AccumulationKind::f32 && accumulation != AccumulationKind::f32_two_level)
     throw std::invalid_argument("fp8_e4m3 accumulation: expected accum::f32 or accum::f32_two_level");
@@ -233,6 +242,8 @@ AttentionVariant AttentionBuilder::describe() const {
     variant.k.group_tokens = block_kv_;
   variant.p = pv_.p;
   variant.v = pv_.v;
+  if (variant.v.granularity == Granularity::per_block && variant.v.group_tokens == 0)
+    variant.v.group_tokens = block_kv_; // one scale per KV tile: it factors out of the tile's P.V
   variant.qk = {variant.q.dtype, variant.k.dtype,
                 isInteger(variant.q.dtype) ? AccumulatorType::s32 : AccumulatorType::f32};
   variant.pv = {variant.p.dtype, variant.v.dtype, pv_.mma_accumulator};

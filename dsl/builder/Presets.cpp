@@ -37,6 +37,10 @@ AttentionBuilder makePreset(std::string_view name) {
     builder.blocks(64, 64).qk(int8(per_block).smooth_k()).pv(f16(accum::f32)).sla(sla_spec());
   else if (name == "sla-f16-elu")
     builder.blocks(64, 64).qk(f16_qk()).pv(f16(accum::f32)).sla(sla_spec(FeatureMap::elu_plus_one));
+  else if (name == "sagebwd")
+    // SageBwd's forward (SageAttention3, Algorithm 2): per-block int8 Q/K (K smoothed), per-token int8 P reusing
+    // the softmax's max, per-block int8 V; the LSE is saved for the backward.
+    builder.qk(int8(per_block).smooth_k()).pv(int8_pv_per_token_p()).lse();
   else if (name == "sage2-int4-no-smooth-q")
     builder.qk(int4(per_thread).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
   else
@@ -65,6 +69,7 @@ const std::vector<PresetInfo> &referenceOnlyPresets() {
       {"sage3-mxfp4", "sage3-fp4 in MXFP4 (1x32, UE8M0 scales), P direct: Table 1(a)'s ablation"},
       {"sage2-int4", "SageAttention2: int4 per-thread Q/K, Q and K smoothed; e4m3 P.V, two-level f32"},
       {"sage2-int4-no-smooth-q", "sage2-int4 without Q smoothing (the ablation)"},
+      {"sagebwd", "SageBwd's forward (Algorithm 2): int8 per-block Q/K/V, K smoothed; int8 per-token P; LSE saved"},
   };
   return table;
 }

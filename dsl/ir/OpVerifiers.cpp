@@ -115,9 +115,13 @@ mlir::LogicalResult verifyRoleRules(QuantizeOp op, Origin origin) {
     return op.emitOpError() << "per_channel scales of " << originName(origin)
                             << " lie on the inner axis of its matmul and cannot be factored out; only V may be "
                                "quantized per_channel";
-  if (origin == Origin::v && (granularity == Granularity::per_token || usesGroups(granularity)))
+  // One scale per whole KV tile (SageBwd's forward, Algorithm 2) still factors out of the tile's P.V.
+  const bool v_scale_per_tile = granularity == Granularity::per_block && tileTokensFor(op, Origin::k) > 0 &&
+                                signedValue(op.getGroupTokensAttr()) == tileTokensFor(op, Origin::k);
+  if (origin == Origin::v && (granularity == Granularity::per_token || usesGroups(granularity)) && !v_scale_per_tile)
     return op.emitOpError() << "V's token axis is the inner axis of P.V: V may be quantized per_channel, "
-                               "per_tensor or microscaled (along its tokens), not '"
+                               "per_tensor, per_block with one scale per KV tile (group_tokens = block_kv) or "
+                               "microscaled (along its tokens), not '"
                             << stringifyGranularity(granularity) << "'";
   if (origin == Origin::p && granularity != Granularity::none && granularity != Granularity::per_tensor &&
       granularity != Granularity::per_token && microscaleGroup(granularity) == 0)

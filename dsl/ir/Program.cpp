@@ -1,6 +1,7 @@
 #include "sage/ir/Program.h"
 
 #include "Extract.h"
+#include "ParseSupport.h"
 #include "sage/ir/Dialect.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -31,34 +32,6 @@ std::string joinMessages(const std::vector<Diagnostic> &diagnostics) {
   return text.empty() ? std::string("invalid sage program") : text;
 }
 
-std::string locationText(mlir::Location location) {
-  if (auto file = mlir::dyn_cast<mlir::FileLineColLoc>(location))
-    return (file.getFilename().str() + ":" + std::to_string(file.getLine()) + ":" + std::to_string(file.getColumn()));
-  if (auto named = mlir::dyn_cast<mlir::NameLoc>(location))
-    return named.getName().str();
-  if (auto fused = mlir::dyn_cast<mlir::FusedLoc>(location))
-    for (mlir::Location inner : fused.getLocations())
-      if (std::string text = locationText(inner); !text.empty())
-        return text;
-  return "";
-}
-
-// Collects every error reported while it lives, instead of printing them to stderr.
-class DiagnosticCollector {
-public:
-  explicit DiagnosticCollector(mlir::MLIRContext &context)
-      : handler_(&context, [this](mlir::Diagnostic &diagnostic) {
-          if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error)
-            diagnostics_.push_back({locationText(diagnostic.getLocation()), diagnostic.str()});
-          return mlir::success();
-        }) {}
-  std::vector<Diagnostic> take() { return std::move(diagnostics_); }
-
-private:
-  std::vector<Diagnostic> diagnostics_;
-  mlir::ScopedDiagnosticHandler handler_;
-};
-
 AttentionOp attentionOf(mlir::ModuleOp module) {
   AttentionOp found;
   for (mlir::Operation &op : module.getBody()->getOperations())
@@ -67,51 +40,13 @@ AttentionOp attentionOf(mlir::ModuleOp module) {
   return found;
 }
 
-// MLIR's parser recurses once per nested bracket, so a few thousand of them overflow the stack: bound the nesting
-// (and the size) before MLIR sees the text. Closers pop only their own opener, so the count is never below the
-// parser's real depth; strings and comments are skipped. Limits: Program.h.
-std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view source_name) {
-  if (text.size() > kMaxProgramBytes)
-    return {{std::string(source_name), "a sage program is at most " + std::to_string(kMaxProgramBytes) +
-                                           " bytes, got " + std::to_string(text.size())}};
-  std::string open;
-  size_t line = 1, line_start = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '\0') // MLIR's lexer takes a NUL for the end of its buffer: one inside it desynchronizes the parser
-      return {{std::string(source_name) + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1),
-               "a NUL byte: a sage program is text"}};
-    if (c == '\n') {
-      ++line;
-      line_start = i + 1;
-    } else if (c == '"') { // skip to the closing quote; a newline ends the (bad) string so lines stay counted
-      while (i + 1 < text.size() && text[i + 1] != '"' && text[i + 1] != '\n')
-        i += (text[i + 1] == '\\' && i + 2 < text.size() && text[i + 2] != '\n') ? 2 : 1;
-      if (i + 1 < text.size() && text[i + 1] == '"')
-        ++i;
-    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
-      while (i + 1 < text.size() && text[i + 1] != '\n')
-        ++i;
-    } else if (c == '(' || c == '[' || c == '{' || c == '<') {
-      open.push_back(c);
-      if (open.size() > kMaxNesting)
-        return {{std::string(source_name) + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1),
-                 "brackets nest deeper than " + std::to_string(kMaxNesting) + " levels"}};
-    } else if (!open.empty() && ((c == ')' && open.back() == '(') || (c == ']' && open.back() == '[') ||
-                                 (c == '}' && open.back() == '{') || (c == '>' && open.back() == '<'))) {
-      open.pop_back();
-    }
-  }
-  return {};
-}
-
 // A module must hold exactly one sage.attention and nothing else.
 std::vector<Diagnostic> checkTopLevel(mlir::ModuleOp module) {
   int count = 0;
   for (mlir::Operation &op : module.getBody()->getOperations()) {
     if (!mlir::isa<AttentionOp>(op))
-      return {{locationText(op.getLoc()), "'" + op.getName().getStringRef().str() +
-                                              "' at top level: a sage program holds one sage.attention only"}};
+      return {{detail::locationText(op.getLoc()), "'" + op.getName().getStringRef().str() +
+                                                      "' at top level: a sage program holds one sage.attention only"}};
     ++count;
   }
   if (count != 1)
@@ -136,11 +71,11 @@ std::unique_ptr<mlir::MLIRContext> Program::makeContext() {
 }
 
 Program Program::parse(std::string_view text, std::string_view source_name) {
-  if (auto problems = checkParserInput(text, source_name); !problems.empty())
+  if (auto problems = detail::checkParserInput(text, source_name); !problems.empty())
     throw ProgramError(std::move(problems));
   auto state = std::make_unique<State>();
   state->context = makeContext();
-  DiagnosticCollector collector(*state->context);
+  detail::DiagnosticCollector collector(*state->context);
   mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
   // The lexer reads the NUL after the last byte to find the end: a string_view (from the C ABI, say) need not have
   // one, so parse a NUL-terminated copy.
@@ -161,7 +96,7 @@ Program Program::adopt(std::unique_ptr<mlir::MLIRContext> context, mlir::ModuleO
   auto state = std::make_unique<State>();
   state->context = std::move(context);
   state->module = mlir::OwningOpRef<mlir::ModuleOp>(module);
-  DiagnosticCollector collector(*state->context);
+  detail::DiagnosticCollector collector(*state->context);
   if (auto problems = checkTopLevel(*state->module); !problems.empty())
     throw ProgramError(std::move(problems));
   if (mlir::failed(mlir::verify(*state->module)))

@@ -153,5 +153,7 @@ def Sage_WriteLseOp : Sage_Op<"write_lse"> {
 
 // SLA (issue 13): its own file.
 include "SlaOps.td"
+// SageBwd (issue 12): the backward program's ops.
+include "SageBackwardOps.td"
 
 #endif // SAGE_OPS_TD

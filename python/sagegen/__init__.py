@@ -14,6 +14,7 @@ With PyTorch present, `torch.ops.sagegen.attention` is a torch.library custom op
 
 import ctypes
 import threading
+import weakref
 
 from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE_ALL, PHASE_ATTENTION,
                        PHASE_PROLOGUE, TOP_LEFT, AttentionConfig, RunArgs, SageArgumentError, SageError,
@@ -21,6 +22,7 @@ from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE
 from ._tensors import DTYPE_NAMES, describe, heads_tokens, layout_code
 
 __all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sdpa", "version",
+           "sagebwd_attention",
            "PHASE_ALL", "PHASE_PROLOGUE", "PHASE_ATTENTION", "BOTTOM_RIGHT", "TOP_LEFT"]
 
 _ALIGNMENTS = {BOTTOM_RIGHT: CAUSAL_BOTTOM_RIGHT, TOP_LEFT: CAUSAL_TOP_LEFT}
@@ -42,14 +44,12 @@ class _Runner:
     """One C handle: a variant's kernels for one device and dtype."""
 
     def __init__(self, config):
+        loaded = library()
         handle = ctypes.c_void_p()
-        check(library().sage_attention_create(ctypes.byref(config), ctypes.byref(handle)))
+        check(loaded.sage_attention_create(ctypes.byref(config), ctypes.byref(handle)))
         self.handle = handle
-
-    def __del__(self):
-        if getattr(self, "handle", None) and library is not None:
-            library().sage_attention_destroy(self.handle)
-            self.handle = None
+        # Not __del__ (module globals may be None at interpreter shutdown): the finalizer holds the destroy function.
+        self._finalizer = weakref.finalize(self, loaded.sage_attention_destroy, handle)
 
 
 class Attention:
@@ -190,3 +190,4 @@ def __getattr__(name):
         from . import _sla
         return getattr(_sla, name)
     raise AttributeError(f"module 'sagegen' has no attribute {name!r}")
+from ._backward import sagebwd_attention  # noqa: E402  (SageBwd, issue 12: after _torch's forward op)

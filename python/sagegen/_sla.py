@@ -11,6 +11,7 @@ dO^l (Algorithm 2). The backward is that of the exact formula with the predicted
 """
 
 import ctypes
+import weakref
 
 from ._library import SageArgumentError, TensorDesc, check, library
 from ._tensors import describe
@@ -56,14 +57,8 @@ class SlaKernels:
         handle = ctypes.c_void_p()
         check(_declare_sla(library()).sage_sla_create(ctypes.byref(config), ctypes.byref(handle)))
         self.handle = handle
-
-    def __del__(self):
-        if getattr(self, "handle", None):
-            try:
-                library().sage_sla_destroy(self.handle)
-            except Exception:  # interpreter shutdown: the library may be gone already
-                pass
-            self.handle = None
+        # Not __del__ (module globals may be None at interpreter shutdown): the finalizer holds the destroy function.
+        self._finalizer = weakref.finalize(self, _declare_sla(library()).sage_sla_destroy, handle)
 
     def workspace(self, q, k):
         """(bytes, classes offset, q_blocks, kv_blocks) of the workspace for q and k."""

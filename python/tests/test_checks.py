@@ -98,5 +98,75 @@ class AttentionArgumentsTest(unittest.TestCase):
         self.assertIn("q: is in host memory", str(caught.exception))
 
 
+class BackwardTest(unittest.TestCase):
+    """SageBwd (issue 12): the C ABI's backward entry points through ctypes, without a GPU."""
+
+    def test_an_unknown_backward_preset_is_an_argument_error(self):
+        from sagegen import _backward
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _backward._BackwardRunner("sage-b", 64, False, _library.DTYPE_F16, 0)
+        self.assertIn("config.preset: unknown backward preset 'sage-b'", str(caught.exception))
+
+    def test_a_host_q_is_refused_before_any_device_work(self):
+        from sagegen import _backward
+        q = FakeTensor((1, 1, 128, 64), device=Device("cpu"))
+        lse = FakeTensor((1, 1, 128), dtype="torch.float32", device=Device("cpu"))
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _backward.run_backward(q, q, q, q, lse, q, q, q, q, False, 0.0, None, None)
+        self.assertIn("q: is in host memory", str(caught.exception))
+
+
+# Runs in a fresh interpreter: runners that stay cached until exit (as _backward._runners keeps them) are destroyed
+# once each, and shutdown prints nothing (a __del__ that looked up module globals printed "Exception ignored").
+_RUNNERS_AT_EXIT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import sagegen
+from sagegen import _backward
+
+
+class FakeLibrary:
+    def sage_backward_create(self, config, handle):
+        handle._obj.value = 0x1234
+        return 0
+
+    def sage_attention_create(self, config, handle):
+        handle._obj.value = 0x5678
+        return 0
+
+    def sage_backward_destroy(self, handle):
+        print("destroyed backward", hex(handle.value), flush=True)
+
+    def sage_attention_destroy(self, handle):
+        print("destroyed forward", hex(handle.value), flush=True)
+
+
+fake = FakeLibrary()
+_backward._library = lambda: fake
+sagegen.library = lambda: fake
+_backward.backward_runner("sagebwd", 64, False, 1, 0)
+sagegen._kept_until_exit = sagegen._Runner(sagegen.AttentionConfig())
+# A reference nothing releases keeps both modules alive into interpreter shutdown (as a C extension's registry of
+# our functions can): then shutdown sets their globals to None before the cached runners go.
+import ctypes
+for module in (_backward, sagegen):
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(module))
+print("exiting", flush=True)
+"""
+
+
+class RunnerLifetimeTest(unittest.TestCase):
+    def test_runners_cached_until_exit_are_destroyed_once_and_exit_is_clean(self):
+        import subprocess
+        package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        done = subprocess.run([sys.executable, "-c", _RUNNERS_AT_EXIT, package], capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stderr, "")
+        lines = done.stdout.splitlines()
+        self.assertEqual(lines[0], "exiting")
+        self.assertEqual(sorted(lines[1:]), ["destroyed backward 0x1234", "destroyed forward 0x5678"])
+
+
 if __name__ == "__main__":
     unittest.main()

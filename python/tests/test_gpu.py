@@ -276,6 +276,59 @@ def test_sdpa_routes_and_falls_back_once():
     assert F.scaled_dot_product_attention.__module__.startswith("torch")
 
 
+# ---- SageBwd (issue 12): trainable INT8 attention through autograd ----
+
+def _cosine(a, b):
+    a, b = a.detach().double().flatten(), b.detach().double().flatten()
+    return float((a @ b) / (a.norm() * b.norm()))
+
+
+def _sdpa_gradients(q, k, v, grad, causal):
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q32, k32, v32, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+    return (out, *torch.autograd.grad(out, (q32, k32, v32), grad.float()))
+
+
+def test_sagebwd_gradients_match_sdpa_autograd():
+    torch.manual_seed(0)
+    for dtype, causal, heads_kv, d in ((torch.float16, False, 8, 128), (torch.bfloat16, True, 2, 64),
+                                       (torch.bfloat16, False, 8, 128), (torch.float16, True, 4, 128)):
+        q = torch.randn(2, 8, 1000, d, dtype=dtype, device="cuda", requires_grad=True)
+        k, v = (torch.randn(2, heads_kv, 1000, d, dtype=dtype, device="cuda", requires_grad=True) for _ in range(2))
+        grad = torch.randn(2, 8, 1000, d, dtype=dtype, device="cuda")
+        out = sagegen.sagebwd_attention(q, k, v, is_causal=causal)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad)
+        expected, eq, ek, ev = _sdpa_gradients(q, k, v, grad, causal)
+        cosines = [_cosine(a, b) for a, b in ((out, expected), (dq, eq), (dk, ek), (dv, ev))]
+        print(f"  sagebwd {dtype} causal={causal} heads 8/{heads_kv} d={d}: cos o {cosines[0]:.6f} dq {cosines[1]:.6f} "
+              f"dk {cosines[2]:.6f} dv {cosines[3]:.6f}")
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+        assert cosines[0] >= 0.999 and cosines[3] >= 0.995 and cosines[1] >= 0.99 and cosines[2] >= 0.99, cosines
+
+
+def test_sagebwd_function_compile_and_scale():
+    from sagegen._backward import SageBwdFunction
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 256, 64, dtype=torch.float16, device="cuda", requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, 4, 256, 64, dtype=torch.float16, device="cuda")
+    scale = 0.2
+    out = sagegen.sagebwd_attention(q, k, v, is_causal=True, scale=scale)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    out_function, _ = SageBwdFunction.apply(q, k, v, True, scale, "sage-b")
+    grads_function = torch.autograd.grad(out_function, (q, k, v), grad)
+    for a, b in zip(grads, grads_function):
+        assert _cosine(a, b) >= 0.9999
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    reference = F.scaled_dot_product_attention(q32, k32, v32, is_causal=True, scale=scale)
+    expected = torch.autograd.grad(reference, (q32, k32, v32), grad.float())
+    assert min(_cosine(a, b) for a, b in zip(grads, expected)) >= 0.99
+    compiled = torch.compile(lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=True, scale=scale),
+                             fullgraph=True)
+    grads_compiled = torch.autograd.grad(compiled(q, k, v), (q, k, v), grad)
+    for a, b in zip(grads, grads_compiled):
+        assert _cosine(a, b) >= 0.9999
+
+
 def main(argv):
     if not torch.cuda.is_available():
         print("test_gpu.py: SKIPPED, no CUDA device")

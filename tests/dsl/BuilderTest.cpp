@@ -85,7 +85,7 @@ TEST_CASE("the reference-only presets: SageAttention3 FP4 and SageAttention2 INT
   std::string names;
   for (const PresetInfo &info : referenceOnlyPresets())
     names += std::string(info.name) + " ";
-  CHECK(names == "sage3-fp4 sage3-fp4-direct-p sage3-mxfp4 sage2-int4 sage2-int4-no-smooth-q ");
+  CHECK(names == "sage3-fp4 sage3-fp4-direct-p sage3-mxfp4 sage2-int4 sage2-int4-no-smooth-q sagebwd ");
 
   const AttentionVariant fp4 = preset("sage3-fp4")->describe();
   for (const QuantizerSpec *spec : {&fp4.q, &fp4.k, &fp4.p, &fp4.v}) {
@@ -116,4 +116,23 @@ TEST_CASE("the reference-only presets: SageAttention3 FP4 and SageAttention2 INT
   // Built programs verify (the IR's own checks, not only the struct).
   for (const PresetInfo &info : referenceOnlyPresets())
     CHECK_NOTHROW(preset(info.name, 64, MaskKind::causal)->lse().build());
+}
+
+TEST_CASE("sagebwd's forward (Algorithm 2): per-block int8 Q/K/V, per-token int8 P, the LSE saved") {
+  const AttentionVariant forward = preset("sagebwd")->describe();
+  CHECK(forward.q.granularity == Granularity::per_block);
+  CHECK(forward.k.granularity == Granularity::per_block);
+  CHECK(forward.smooth_k == SmoothScope::sequence);
+  CHECK(forward.p == QuantizerSpec{ElementType::int8, Granularity::per_token});
+  CHECK(forward.v.dtype == ElementType::int8);
+  CHECK(forward.v.granularity == Granularity::per_block);
+  CHECK(forward.v.group_tokens == forward.block_kv); // one scale per KV tile factors out of the tile's P.V
+  CHECK(forward.pv.accumulator == AccumulatorType::s32);
+  CHECK(forward.epilogue.write_lse);
+  CHECK(forward.epilogue.lse_smoothing_correction);
+  // A V scale per part of a KV tile does not factor out: the verifier refuses it.
+  AttentionVariant half_tile = forward;
+  half_tile.v.group_tokens = forward.block_kv / 2;
+  CHECK_THROWS_WITH_AS(emitProgram(half_tile), doctest::Contains("per_block with one scale per KV tile"),
+                       sage::ir::ProgramError);
 }

@@ -39,6 +39,16 @@ expect "ir --legalize unknown target" 1 "--legalize: unknown target 'sm_75'" -- 
 "$sagegen" ir --preset sage3-fp4 --legalize sm_90a >"$work/legalized.mlir"
 expect "check accepts legalized IR" 0 "legalized.mlir: ok \(sage.attention @sage3-fp4" -- "$sagegen" check "$work/legalized.mlir"
 expect "reference runs the FP4 presets" 0 "sage3-fp4-direct-p" -- "$sagegen" reference --preset sage3-fp4,sage3-fp4-direct-p --n 128 --headdim 64 --q-bias 1
+# SageBwd (issue 12): the backward program, its check, and the CPU reference of its gradients.
+expect "list has the backward presets" 0 "sagebwd-int8-dp .*Table 1\(c\)" -- "$sagegen" list
+expect "ir --backward prints the backward program" 0 "sage.bwd_mma %ds_int8, %k_int8 -> s32" -- "$sagegen" ir --backward --preset sagebwd --causal
+expect "ir --backward unknown preset" 1 "unknown backward preset 'sage-b'; expected one of sagebwd" -- "$sagegen" ir --backward --preset sage-b
+"$sagegen" ir --backward --preset sagebwd-int8-dp --headdim 64 >"$work/backward.mlir"
+expect "check accepts a backward program" 0 "backward.mlir: ok \(sage.attention_backward @sagebwd-int8-dp" -- "$sagegen" check "$work/backward.mlir"
+sed 's/%p, %dp, %delta/%p_int8, %dp, %delta/' "$work/backward.mlir" >"$work/bad_backward.mlir"
+expect "check locates a backward error" 1 "bad_backward.mlir:[0-9]+:[0-9]+: error: .*takes the unquantized P" -- "$sagegen" check "$work/bad_backward.mlir"
+expect "reference-backward prints the gradient table" 0 "^sagebwd-int8-dp +sagebwd +0\.9" -- "$sagegen" reference-backward --n 128 --headdim 64 --causal --heads 2 --kv-heads 1
+expect "reference-backward unknown preset" 1 "unknown backward preset 'sage-b'" -- "$sagegen" reference-backward --preset sage-b --n 16
 expect "unknown subcommand" 1 "" -- "$sagegen" frobnicate
 
 "$sagegen" ir --preset sage-vb --lse >"$work/good.mlir"

@@ -1,5 +1,6 @@
 #include "Commands.h"
 
+#include "sage/ir/BackwardProgram.h"
 #include "sage/ir/Program.h"
 #include "sage/reference/RegularFile.h"
 
@@ -15,6 +16,12 @@ CommandAction addCheckCommand(CLI::App &app) {
   command->add_option("FILE", *path, "the IR file")->required();
   return [path] {
     const std::string text = reference::readRegularFile(*path, int64_t(ir::kMaxProgramBytes), "FILE");
+    if (ir::looksLikeBackwardProgram(text)) {
+      const ir::BackwardProgram program = ir::BackwardProgram::parse(text, *path);
+      fmt::print("{}: ok (sage.attention_backward @{}, IR version {})\n", *path, program.name(),
+                 program.variant().version);
+      return;
+    }
     ir::Program program = ir::Program::parse(text, *path); // throws ProgramError with locations
     fmt::print("{}: ok (sage.attention @{}, IR version {})\n", *path, program.name(), program.variant().version);
   };

@@ -37,6 +37,7 @@ CommandAction addListCommand(CLI::App &app);
 CommandAction addIrCommand(CLI::App &app);
 CommandAction addCheckCommand(CLI::App &app);
 CommandAction addReferenceCommand(CLI::App &app);
+CommandAction addReferenceBackwardCommand(CLI::App &app); // SageBwd (issue 12)
 CommandAction addTuneCommand(CLI::App &app);
 CommandAction addSelectCommand(CLI::App &app);
 CommandAction addExplainCommand(CLI::App &app);

@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
   add(sage::tool::addIrCommand);
   add(sage::tool::addCheckCommand);
   add(sage::tool::addReferenceCommand);
+  add(sage::tool::addReferenceBackwardCommand);
   add(sage::tool::addTuneCommand);
   add(sage::tool::addSelectCommand);
   add(sage::tool::addExplainCommand);

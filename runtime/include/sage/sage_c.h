@@ -111,6 +111,38 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
  * (aot / memory / disk / built) and its compile time. */
 sage_status sage_attention_describe(sage_attention_t attention, char *buffer, size_t buffer_bytes);
 
+/* ---- SageBwd (issue 12): the backward pass of attention -------------------------------------------------------
+ * dQ, dK, dV from Q, K, V, the forward's O and natural-log LSE, and dO (SageAttention3's Algorithm 3: int8 S, dV, dQ,
+ * dK with per-block scales, dO.V^T in the input type). Every tensor is contiguous [batch, heads, tokens, head_dim]
+ * (HND), 16-byte aligned, on the handle's device: q, o, d_o, d_q have heads_q heads and tokens_q tokens; k, v, d_k,
+ * d_v have heads_kv (dividing heads_q: GQA sums dK, dV over a group) and tokens_kv; lse is f32 [batch, heads_q,
+ * tokens_q]. Causal masks are bottom-right aligned. */
+typedef struct sage_backward *sage_backward_t;
+
+typedef struct sage_backward_config {
+  const char *preset; /* a backward preset: "sagebwd" (NULL means "sagebwd") */
+  int head_dim;       /* 64 or 128 */
+  int causal;
+  sage_dtype dtype; /* SAGE_DTYPE_F16 or SAGE_DTYPE_BF16 */
+  int device;
+} sage_backward_config;
+
+typedef struct sage_backward_args {
+  const sage_tensor_desc *q, *k, *v, *o, *d_o, *lse; /* inputs */
+  const sage_tensor_desc *d_q, *d_k, *d_v;           /* outputs (q's dtype) */
+  float softmax_scale;                               /* 0: 1 / sqrt(head_dim); else the forward's scale */
+  void *workspace;                                   /* 256-byte aligned device memory on the same device */
+  size_t workspace_bytes;                            /* at least sage_backward_workspace_bytes() */
+  void *stream;
+} sage_backward_args;
+
+sage_status sage_backward_create(const sage_backward_config *config, sage_backward_t *out);
+void sage_backward_destroy(sage_backward_t backward);
+sage_status sage_backward_workspace_bytes(sage_backward_t backward, const sage_tensor_desc *q,
+                                          const sage_tensor_desc *k, size_t *bytes);
+sage_status sage_backward_run(sage_backward_t backward, const sage_backward_args *args);
+sage_status sage_backward_describe(sage_backward_t backward, char *buffer, size_t buffer_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,23 @@
+// The parameters of the SageBwd kernels (issue 12), one struct passed by value to each of the four launches. Plain
+// data with no device code, so host code can include it too (the runtime's launcher and the GPU tests).
+#pragma once
+
+// Tensors are contiguous [batch, heads, tokens, head_dim] (HND); Q, O, dO, dQ have heads_q heads and tokens_q
+// tokens, K, V, dK, dV heads_kv heads and tokens_kv tokens. Elements are f16 or bf16 (the kernel's Config).
+// The workspace holds whole 64-token blocks (tokens rounded up, zero codes beyond the end):
+//   q_codes, k_codes:          int8 [batch, heads, blocks * 64, head_dim]       (S = Q.K^T)
+//   q_codes_t, k_codes_t:      int8 [batch, heads, blocks, head_dim, 64]        (dK = dS^T.Q, dQ = dS.K: the
+//   do_codes_t:                int8 [batch, heads_q, blocks, head_dim, 64]       token axis is the reduction axis)
+//   q_scales, k_scales, do_scales: f32 [batch, heads, blocks]
+//   delta: f32 [batch, heads_q, tokens_q], D = rowsum(dO o O)
+//   dq_accum: f32 [batch, heads_q, tokens_q, head_dim], zeroed by the preprocess, summed into by atomics
+struct SageBackwardParams {
+  const void *q, *k, *v, *o, *d_o;
+  const float *lse; // [batch, heads_q, tokens_q], natural log; -inf for a fully masked row
+  void *d_q, *d_k, *d_v;
+  signed char *q_codes, *q_codes_t, *k_codes, *k_codes_t, *do_codes_t;
+  float *q_scales, *k_scales, *do_scales;
+  float *delta, *dq_accum;
+  int batch, heads_q, heads_kv, tokens_q, tokens_kv;
+  float softmax_scale; // 1 / sqrt(head_dim)
+};

@@ -1,0 +1,133 @@
+#include "sage/dsl/AttentionBackward.h"
+
+#include <stdexcept>
+#include <utility>
+
+namespace sage::dsl {
+namespace {
+
+QuantizerSpec cast(ElementType dtype) {
+  QuantizerSpec spec;
+  spec.dtype = dtype;
+  return spec;
+}
+
+// int8 with one scale per `group_tokens` tokens (0: one per P/dS tile).
+QuantizerSpec int8PerBlock(int group_tokens) {
+  QuantizerSpec spec;
+  spec.dtype = ElementType::int8;
+  spec.granularity = Granularity::per_block;
+  spec.group_tokens = group_tokens;
+  return spec;
+}
+
+BackwardProductSpec product(QuantizerSpec lhs, QuantizerSpec rhs) {
+  const AccumulatorType accumulator = lhs.dtype == ElementType::int8 ? AccumulatorType::s32 : AccumulatorType::f32;
+  return {lhs, rhs, accumulator};
+}
+
+} // namespace
+
+AttentionBackwardBuilder::AttentionBackwardBuilder(std::string name) : name_(std::move(name)) {}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::head_dim(int dimension) {
+  if (dimension <= 0 || dimension % 16 != 0 || dimension > kMaxHeadDim)
+    throw std::invalid_argument("head_dim: expected a positive multiple of 16 up to " + std::to_string(kMaxHeadDim) +
+                                ", got " + std::to_string(dimension));
+  head_dim_ = dimension;
+  return *this;
+}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::blocks(int block_q, int block_kv) {
+  for (auto [name, value] : {std::pair{"block_q", block_q}, std::pair{"block_kv", block_kv}})
+    if (value <= 0 || value % 16 != 0 || value > kMaxBlockTokens)
+      throw std::invalid_argument(std::string("blocks: ") + name + " must be a positive multiple of 16 up to " +
+                                  std::to_string(kMaxBlockTokens) + ", got " + std::to_string(value));
+  block_q_ = block_q;
+  block_kv_ = block_kv;
+  return *this;
+}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::mask(MaskKind kind) {
+  if (kind == MaskKind::block_sparse)
+    throw std::invalid_argument("mask: the backward supports none and causal, not block_sparse");
+  mask_ = kind;
+  return *this;
+}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::quantize_dp(bool int8) {
+  int8_dp_ = int8;
+  return *this;
+}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::float_type(ElementType type) {
+  if (type != ElementType::f16 && type != ElementType::bf16)
+    throw std::invalid_argument("float_type: expected f16 or bf16, got '" + std::string(nameOf(type)) + "'");
+  float_type_ = type;
+  return *this;
+}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::full_precision() {
+  full_precision_ = true;
+  return *this;
+}
+
+AttentionBackwardBuilder &AttentionBackwardBuilder::name(std::string name) {
+  name_ = std::move(name);
+  return *this;
+}
+
+BackwardVariant AttentionBackwardBuilder::describe() const {
+  BackwardVariant variant;
+  variant.name = name_;
+  variant.head_dim = head_dim_;
+  variant.block_q = block_q_;
+  variant.block_kv = block_kv_;
+  variant.mask = mask_;
+  if (full_precision_) {
+    for (BackwardProduct which : kBackwardProducts)
+      variant.product(which) = product(cast(ElementType::f32), cast(ElementType::f32));
+    return variant;
+  }
+  const QuantizerSpec q = int8PerBlock(block_q_), d_o = int8PerBlock(block_q_);
+  const QuantizerSpec k = int8PerBlock(block_kv_), v = int8PerBlock(block_kv_);
+  const QuantizerSpec tile = int8PerBlock(0); // P and dS: one scale per b_q x b_kv tile
+  variant.product(BackwardProduct::s) = product(q, k);
+  variant.product(BackwardProduct::dp) =
+      int8_dp_ ? product(d_o, v) : product(cast(float_type_), cast(float_type_)); // Algorithm 3 line 8: FP16
+  variant.product(BackwardProduct::dv) = product(tile, d_o);
+  variant.product(BackwardProduct::dq) = product(tile, k);
+  variant.product(BackwardProduct::dk) = product(tile, q);
+  return variant;
+}
+
+ir::BackwardProgram AttentionBackwardBuilder::build() const { return emitBackwardProgram(describe()); }
+
+AttentionBackwardBuilder attention_backward(std::string name) { return AttentionBackwardBuilder(std::move(name)); }
+
+const std::vector<PresetInfo> &backwardPresets() {
+  static const std::vector<PresetInfo> table = {
+      {"sagebwd", "SageBwd (Algorithm 3): int8 per-block S, dV, dQ, dK; dO.V^T in f16; f32 accumulation"},
+      {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
+      {"exact-bwd", "the backward in f32 throughout (the accuracy baseline)"},
+  };
+  return table;
+}
+
+std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, int head_dim, MaskKind mask) {
+  AttentionBackwardBuilder builder = attention_backward(std::string(name));
+  if (name == "sagebwd-int8-dp")
+    builder.quantize_dp();
+  else if (name == "exact-bwd")
+    builder.full_precision();
+  else if (name != "sagebwd")
+    return std::nullopt;
+  builder.head_dim(head_dim).mask(mask);
+  return builder;
+}
+
+std::string_view backwardPresetForward(std::string_view backward_name) {
+  return backward_name == "exact-bwd" ? "exact" : "sagebwd";
+}
+
+} // namespace sage::dsl

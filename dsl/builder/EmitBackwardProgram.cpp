@@ -1,0 +1,104 @@
+// Emits the sage IR of a backward variant: one op per step of SageAttention3's Algorithm 3, in its order.
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/ir/Dialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <stdexcept>
+#include <vector>
+
+namespace sage::dsl {
+namespace {
+
+template <typename Result>
+Result toDialect(std::optional<Result> (*symbolize)(llvm::StringRef), std::string_view name) {
+  std::optional<Result> value = symbolize(llvm::StringRef(name.data(), name.size()));
+  if (!value)
+    throw std::logic_error("no sage dialect keyword for '" + std::string(name) + "'");
+  return *value;
+}
+
+class BackwardEmitter {
+public:
+  BackwardEmitter(mlir::MLIRContext &context, mlir::ModuleOp module) : builder_(&context), module_(module) {}
+
+  void emit(const BackwardVariant &variant) {
+    builder_.setInsertionPointToEnd(module_.getBody());
+    auto program =
+        builder_.create<ir::AttentionBackwardOp>(location("attention_backward"), variant.name, variant.version,
+                                                 variant.head_dim, variant.block_q, variant.block_kv);
+    builder_.createBlock(&program.getBody());
+
+    mlir::Value q = input(ir::BackwardRole::q), k = input(ir::BackwardRole::k), v = input(ir::BackwardRole::v);
+    mlir::Value o = input(ir::BackwardRole::o), lse = input(ir::BackwardRole::lse);
+    mlir::Value d_o = input(ir::BackwardRole::d_o);
+    // D = rowsum(dO o O)
+    mlir::Value delta = builder_.create<ir::BwdRowDotOp>(location("row_dot"), tileType(), d_o, o);
+
+    // S = psi^-1(Q^ K^^T), masked; P = exp(S / sqrt(d) - L)
+    mlir::Value scores = mma(variant, BackwardProduct::s, q, k);
+    if (variant.mask != MaskKind::none)
+      scores = builder_.create<ir::BwdMaskOp>(location("mask"), tileType(), scores,
+                                              toDialect(ir::symbolizeMaskKind, nameOf(variant.mask)));
+    mlir::Value p = builder_.create<ir::BwdRecomputePOp>(location("recompute_p"), tileType(), scores, lse);
+
+    // dV_j += P^T dO; dP = dO V^T; dS = P o (dP - D); dQ_i += dS K; dK_j += dS^T Q
+    mlir::Value dv = mma(variant, BackwardProduct::dv, p, d_o);
+    mlir::Value dp = mma(variant, BackwardProduct::dp, d_o, v);
+    mlir::Value ds = builder_.create<ir::BwdDsOp>(location("ds"), tileType(), p, dp, delta);
+    mlir::Value dq = mma(variant, BackwardProduct::dq, ds, k);
+    mlir::Value dk = mma(variant, BackwardProduct::dk, ds, q);
+    for (mlir::Value gradient : {dq, dk, dv})
+      builder_.create<ir::BwdWriteGradOp>(location("write_grad"), gradient, ir::AccumulationKind::f32);
+  }
+
+private:
+  mlir::Location location(llvm::StringRef step) { return mlir::NameLoc::get(builder_.getStringAttr(step)); }
+  mlir::Type tileType() { return builder_.getType<ir::TileType>(); }
+
+  mlir::Value input(ir::BackwardRole role) {
+    return builder_.create<ir::BwdInputOp>(location("input"), tileType(), role);
+  }
+
+  // One sage.bwd_quantize per (tensor, quantizer): equal quantizers of one tensor share their codes.
+  mlir::Value quantize(mlir::Value value, const QuantizerSpec &spec) {
+    for (const Quantized &done : quantized_)
+      if (done.source == value && done.spec == spec)
+        return done.codes;
+    mlir::Value codes = builder_.create<ir::BwdQuantizeOp>(
+        location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, nameOf(spec.dtype)),
+        toDialect(ir::symbolizeGranularity, nameOf(spec.granularity)), spec.group_tokens);
+    quantized_.push_back({value, spec, codes});
+    return codes;
+  }
+
+  mlir::Value mma(const BackwardVariant &variant, BackwardProduct which, mlir::Value lhs, mlir::Value rhs) {
+    const BackwardProductSpec &spec = variant.product(which);
+    mlir::Value lhs_codes = quantize(lhs, spec.lhs);
+    mlir::Value rhs_codes = quantize(rhs, spec.rhs);
+    return builder_.create<ir::BwdMmaOp>(location(nameOf(which).data()), tileType(), lhs_codes, rhs_codes,
+                                         toDialect(ir::symbolizeAccumulatorType, nameOf(spec.accumulator)));
+  }
+
+  struct Quantized {
+    mlir::Value source;
+    QuantizerSpec spec;
+    mlir::Value codes;
+  };
+  std::vector<Quantized> quantized_;
+  mlir::OpBuilder builder_;
+  mlir::ModuleOp module_;
+};
+
+} // namespace
+
+ir::BackwardProgram emitBackwardProgram(const BackwardVariant &variant) {
+  std::unique_ptr<mlir::MLIRContext> context = ir::Program::makeContext();
+  mlir::OpBuilder builder(context.get());
+  mlir::ModuleOp module = mlir::ModuleOp::create(builder.getUnknownLoc());
+  BackwardEmitter(*context, module).emit(variant);
+  return ir::BackwardProgram::adopt(std::move(context), module);
+}
+
+} // namespace sage::dsl

@@ -1,0 +1,65 @@
+// The DSL of the backward pass (SageBwd, issue 12): builds a `sage.attention_backward` program.
+//
+//   using namespace sage::dsl;
+//   ir::BackwardProgram program = attention_backward("mine").head_dim(128).mask(causal).build();
+//
+// By default it is SageAttention3's Algorithm 3: S = Q.K^T, dV = P^T.dO, dQ = dS.K and dK = dS^T.Q in int8 with
+// per-block scales (Q and dO per b_q tokens, K per b_kv tokens, P and dS per b_q x b_kv tile), dP = dO.V^T in f16,
+// everything accumulated in f32. Q and K codes are shared by S and dK / dQ, as the algorithm reuses the forward's.
+#pragma once
+
+#include "sage/dsl/Presets.h"
+#include "sage/ir/BackwardProgram.h"
+#include "sage/ir/BackwardVariant.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sage::dsl {
+
+class AttentionBackwardBuilder {
+public:
+  explicit AttentionBackwardBuilder(std::string name);
+
+  AttentionBackwardBuilder &head_dim(int dimension);
+  AttentionBackwardBuilder &blocks(int block_q, int block_kv); // b_q, b_kv
+  AttentionBackwardBuilder &mask(MaskKind kind);               // none or causal
+  // dP = dO.V^T in int8 per-block too (the paper's Table 1(c) ablation); default f16.
+  AttentionBackwardBuilder &quantize_dp(bool int8 = true);
+  // The type of unquantized operands (dP's in SageBwd): f16 (default) or bf16, as the caller's tensors.
+  AttentionBackwardBuilder &float_type(ElementType type);
+  // Every product in f32, no quantization: the exact backward run through the same program (tests).
+  AttentionBackwardBuilder &full_precision();
+  AttentionBackwardBuilder &name(std::string name);
+
+  BackwardVariant describe() const;
+  ir::BackwardProgram build() const; // throws ir::ProgramError with the verifier's message if invalid
+
+private:
+  std::string name_;
+  int head_dim_ = 128;
+  int block_q_ = 64;
+  int block_kv_ = 64;
+  MaskKind mask_ = MaskKind::none;
+  bool int8_dp_ = false;
+  bool full_precision_ = false;
+  ElementType float_type_ = ElementType::f16;
+};
+
+AttentionBackwardBuilder attention_backward(std::string name = "custom_backward");
+
+// Emits the IR of an arbitrary backward variant (the builder's, and tests' of the verifier). Operands with equal
+// quantizers share one sage.bwd_quantize (Q and K codes feed S and dK / dQ).
+ir::BackwardProgram emitBackwardProgram(const BackwardVariant &variant);
+
+// The backward presets: "sagebwd" (Algorithm 3), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s ablation),
+// "exact-bwd" (f32 throughout). Each pairs with a forward preset (backwardPresetForward).
+const std::vector<PresetInfo> &backwardPresets();
+std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, int head_dim = 128,
+                                                       MaskKind mask = MaskKind::none);
+// The forward preset whose O and LSE a backward preset consumes: "sagebwd" (Algorithm 2) or "exact".
+std::string_view backwardPresetForward(std::string_view backward_name);
+
+} // namespace sage::dsl

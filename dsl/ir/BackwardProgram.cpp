@@ -1,0 +1,155 @@
+#include "sage/ir/BackwardProgram.h"
+
+#include "BackwardDataflow.h"
+#include "ParseSupport.h"
+#include "sage/ir/Dialect.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace sage::ir {
+
+struct BackwardProgram::State {
+  std::unique_ptr<mlir::MLIRContext> context;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
+namespace {
+
+AttentionBackwardOp programOf(mlir::ModuleOp module) {
+  AttentionBackwardOp found;
+  for (mlir::Operation &op : module.getBody()->getOperations())
+    if (auto program = mlir::dyn_cast<AttentionBackwardOp>(op))
+      found = program;
+  return found;
+}
+
+std::vector<Diagnostic> checkTopLevel(mlir::ModuleOp module) {
+  int count = 0;
+  for (mlir::Operation &op : module.getBody()->getOperations()) {
+    if (!mlir::isa<AttentionBackwardOp>(op))
+      return {{detail::locationText(op.getLoc()),
+               "'" + op.getName().getStringRef().str() +
+                   "' at top level: a backward program holds one sage.attention_backward only"}};
+    ++count;
+  }
+  if (count != 1)
+    return {{"", "a backward program holds exactly one sage.attention_backward, found " + std::to_string(count)}};
+  return {};
+}
+
+// The dialect's enums share their spellings with the vocabulary's.
+template <typename Result> Result mapByName(std::optional<Result> mapped, llvm::StringRef name) {
+  if (!mapped)
+    throw std::logic_error("sage dialect keyword '" + name.str() + "' has no vocabulary counterpart");
+  return *mapped;
+}
+
+QuantizerSpec toQuantizerSpec(BwdQuantizeOp op) {
+  QuantizerSpec spec;
+  spec.dtype =
+      mapByName(parseElementType(stringifyElementType(op.getDtype()).str()), stringifyElementType(op.getDtype()));
+  spec.granularity = mapByName(parseGranularity(stringifyGranularity(op.getGranularity()).str()),
+                               stringifyGranularity(op.getGranularity()));
+  spec.group_tokens = static_cast<int>(op.getGroupTokens());
+  return spec;
+}
+
+BackwardVariant extractBackwardVariant(AttentionBackwardOp program) {
+  BackwardVariant variant;
+  variant.name = program.getSymName().str();
+  variant.version = static_cast<int>(program.getVersion());
+  variant.head_dim = static_cast<int>(program.getHeadDim());
+  variant.block_q = static_cast<int>(program.getBlockQ());
+  variant.block_kv = static_cast<int>(program.getBlockKv());
+  for (mlir::Operation &op : program.getBody().front()) {
+    if (auto mma = mlir::dyn_cast<BwdMmaOp>(op)) {
+      BackwardProductSpec &spec = variant.product(*backward::productOf(mma));
+      spec.lhs = toQuantizerSpec(mma.getLhs().getDefiningOp<BwdQuantizeOp>());
+      spec.rhs = toQuantizerSpec(mma.getRhs().getDefiningOp<BwdQuantizeOp>());
+      spec.accumulator = mapByName(parseAccumulatorType(stringifyAccumulatorType(mma.getAccumulator()).str()),
+                                   stringifyAccumulatorType(mma.getAccumulator()));
+    } else if (auto mask = mlir::dyn_cast<BwdMaskOp>(op)) {
+      variant.mask =
+          mapByName(parseMaskKind(stringifyMaskKind(mask.getKind()).str()), stringifyMaskKind(mask.getKind()));
+    }
+  }
+  return variant;
+}
+
+} // namespace
+
+BackwardProgram::BackwardProgram(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BackwardProgram::BackwardProgram(BackwardProgram &&) noexcept = default;
+BackwardProgram &BackwardProgram::operator=(BackwardProgram &&) noexcept = default;
+BackwardProgram::~BackwardProgram() = default;
+
+BackwardProgram BackwardProgram::parse(std::string_view text, std::string_view source_name) {
+  if (auto problems = detail::checkParserInput(text, source_name); !problems.empty())
+    throw ProgramError(std::move(problems));
+  auto state = std::make_unique<State>();
+  state->context = Program::makeContext();
+  detail::DiagnosticCollector collector(*state->context);
+  mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
+  const std::string terminated(text); // the lexer reads the NUL after the last byte
+  state->module =
+      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(terminated.c_str(), terminated.size()), config,
+                                              llvm::StringRef(source_name.data(), source_name.size()));
+  std::vector<Diagnostic> diagnostics = collector.take();
+  if (!state->module)
+    throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the backward program"}}
+                                           : std::move(diagnostics));
+  if (auto problems = checkTopLevel(*state->module); !problems.empty())
+    throw ProgramError(std::move(problems));
+  return BackwardProgram(std::move(state));
+}
+
+BackwardProgram BackwardProgram::adopt(std::unique_ptr<mlir::MLIRContext> context, mlir::ModuleOp module) {
+  auto state = std::make_unique<State>();
+  state->context = std::move(context);
+  state->module = mlir::OwningOpRef<mlir::ModuleOp>(module);
+  detail::DiagnosticCollector collector(*state->context);
+  if (auto problems = checkTopLevel(*state->module); !problems.empty())
+    throw ProgramError(std::move(problems));
+  if (mlir::failed(mlir::verify(*state->module)))
+    throw ProgramError(collector.take());
+  return BackwardProgram(std::move(state));
+}
+
+std::string BackwardProgram::print() const {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  programOf(*state_->module)->print(stream);
+  stream << "\n";
+  return text;
+}
+
+std::string BackwardProgram::name() const { return programOf(*state_->module).getSymName().str(); }
+
+BackwardVariant BackwardProgram::variant() const { return extractBackwardVariant(programOf(*state_->module)); }
+
+std::string BackwardProgram::fingerprint() const {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char byte : print()) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  char digits[17];
+  std::snprintf(digits, sizeof digits, "%016llx", static_cast<unsigned long long>(hash));
+  return digits;
+}
+
+bool looksLikeBackwardProgram(std::string_view text) {
+  const size_t backward = text.find("sage.attention_backward");
+  if (backward == std::string_view::npos)
+    return false;
+  const size_t forward = text.find("sage.attention ");
+  return forward == std::string_view::npos || backward < forward;
+}
+
+} // namespace sage::ir

@@ -1,0 +1,255 @@
+// Verifiers of the backward program's ops (SageBwd, issue 12) and of the sage.attention_backward program as a whole.
+// Each rule names the op, the operand or attribute, and what was expected.
+#include "BackwardDataflow.h"
+#include "Dataflow.h"
+#include "sage/ir/AttentionVariant.h"
+#include "sage/ir/Dialect.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <array>
+
+namespace sage::ir {
+namespace {
+
+using backward::Origin;
+using backward::originName;
+using backward::originOf;
+
+int64_t signedValue(mlir::IntegerAttr attribute) { return attribute ? attribute.getInt() : 0; }
+
+bool isCast(ElementType type) {
+  return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16;
+}
+
+// The tile a token group of `origin` must divide: b_q for Q and dO, b_kv for K and V; 0 for P and dS.
+int64_t tileTokensOf(mlir::Operation *op, Origin origin) {
+  auto program = op->getParentOfType<AttentionBackwardOp>();
+  if (!program)
+    return 0;
+  if (origin == Origin::q || origin == Origin::d_o)
+    return signedValue(program.getBlockQAttr());
+  if (origin == Origin::k || origin == Origin::v)
+    return signedValue(program.getBlockKvAttr());
+  return 0;
+}
+
+// Operands whose token axis a product sums over: their scale must be constant along it within a tile, so that
+// it factors out of the tile's product. The tile-wide scales of P and dS always do.
+struct ReductionOperand {
+  BackwardProduct product;
+  bool lhs;
+  const char *axis;
+};
+constexpr std::array<ReductionOperand, 3> kTokenReductions{{
+    {BackwardProduct::dv, false, "the query tokens of a Q tile"},
+    {BackwardProduct::dq, false, "the key tokens of a KV tile"},
+    {BackwardProduct::dk, false, "the query tokens of a Q tile"},
+}};
+
+template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
+  llvm::SmallVector<OpType> found;
+  for (mlir::Operation &op : body)
+    if (auto typed = mlir::dyn_cast<OpType>(op))
+      found.push_back(typed);
+  return found;
+}
+
+} // namespace
+
+mlir::LogicalResult AttentionBackwardOp::verify() {
+  const int64_t version = signedValue(getVersionAttr()), head_dim = signedValue(getHeadDimAttr());
+  if (version != kIrVersion)
+    return emitOpError() << "IR version " << version << " is not supported; this sagegen reads version " << kIrVersion;
+  if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > kMaxHeadDim)
+    return emitOpError() << "head_dim must be a positive multiple of 16 up to " << kMaxHeadDim << ", got " << head_dim;
+  for (auto [name, value] :
+       {std::pair{"block_q", signedValue(getBlockQAttr())}, std::pair{"block_kv", signedValue(getBlockKvAttr())}})
+    if (value <= 0 || value % 16 != 0 || value > kMaxBlockTokens)
+      return emitOpError() << name << " must be a positive multiple of 16 up to " << kMaxBlockTokens << ", got "
+                           << value;
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdInputOp::verify() { return mlir::success(); }
+
+mlir::LogicalResult BwdRowDotOp::verify() {
+  if (!getGradOutput().getDefiningOp<BwdInputOp>() || originOf(getGradOutput()) != Origin::d_o)
+    return emitOpError() << "D = rowsum(dO o O): its first operand must be 'sage.bwd_input do', got "
+                         << originName(originOf(getGradOutput()));
+  if (!getOutput().getDefiningOp<BwdInputOp>() || originOf(getOutput()) != Origin::o)
+    return emitOpError() << "D = rowsum(dO o O): its second operand must be 'sage.bwd_input o', got "
+                         << originName(originOf(getOutput()));
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdQuantizeOp::verify() {
+  const Origin origin = originOf(getInput());
+  const ElementType dtype = getDtype();
+  const Granularity granularity = getGranularity();
+  const int64_t group = signedValue(getGroupTokensAttr());
+  const bool tile_operand = origin == Origin::p || origin == Origin::ds;
+  if (!tile_operand && origin != Origin::q && origin != Origin::k && origin != Origin::v && origin != Origin::d_o)
+    return emitOpError() << "quantizes " << originName(origin) << "; expected Q, K, V, dO, P or dS";
+  if (!tile_operand && !getInput().getDefiningOp<BwdInputOp>())
+    return emitOpError() << "quantizes " << originName(origin) << " as the caller gave it: its operand must be a "
+                         << "sage.bwd_input";
+  if (isCast(dtype)) {
+    if (granularity != Granularity::none)
+      return emitOpError() << "casting to " << stringifyElementType(dtype)
+                           << " takes no scale: granularity must be 'none', got '" << stringifyGranularity(granularity)
+                           << "'";
+  } else if (dtype != ElementType::int8) {
+    return emitOpError() << "the backward quantizes to int8 (or casts to f16, bf16, f32), not '"
+                         << stringifyElementType(dtype) << "'";
+  } else if (tile_operand && granularity != Granularity::per_block) {
+    return emitOpError() << originName(origin) << " tiles feed products over both of their axes: int8 "
+                         << originName(origin) << " takes one scale per b_q x b_kv tile (per_block), not '"
+                         << stringifyGranularity(granularity) << "'";
+  } else if (!tile_operand && granularity != Granularity::per_token && granularity != Granularity::per_block) {
+    return emitOpError() << "int8 " << originName(origin) << " is quantized per_token or per_block, not '"
+                         << stringifyGranularity(granularity) << "'";
+  }
+  if (granularity != Granularity::per_block || tile_operand) {
+    if (group != 0)
+      return emitOpError() << "group_tokens is only meaningful for per_block Q, K, V and dO (got " << group << ")";
+    return mlir::success();
+  }
+  const int64_t tile = tileTokensOf(*this, origin);
+  if (group <= 0 || group > kMaxBlockTokens)
+    return emitOpError() << "per_block " << originName(origin) << " needs group_tokens in [1, " << kMaxBlockTokens
+                         << "], got " << group;
+  if (tile > 0 && tile % group != 0)
+    return emitOpError() << "group_tokens " << group << " must divide the " << originName(origin) << " tile of " << tile
+                         << " tokens";
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdMmaOp::verify() {
+  auto lhs = getLhs().getDefiningOp<BwdQuantizeOp>();
+  auto rhs = getRhs().getDefiningOp<BwdQuantizeOp>();
+  if (!lhs || !rhs)
+    return emitOpError() << "operands must come from sage.bwd_quantize (cast to f32/f16 for an unquantized one)";
+  const std::optional<BackwardProduct> product = backward::productOf(*this);
+  if (!product)
+    return emitOpError() << "multiplies " << originName(originOf(getLhs())) << " by " << originName(originOf(getRhs()))
+                         << "; expected Q by K (S), dO by V (dP), P by dO (dV), dS by K (dQ) or dS by Q (dK)";
+  if (lhs.getDtype() != rhs.getDtype())
+    return emitOpError() << "operand types " << stringifyElementType(lhs.getDtype()) << " and "
+                         << stringifyElementType(rhs.getDtype()) << " cannot be mixed in one mma";
+  const AccumulatorType expected = lhs.getDtype() == ElementType::int8 ? AccumulatorType::s32 : AccumulatorType::f32;
+  if (getAccumulator() != expected)
+    return emitOpError() << "the " << nameOf(*product) << " product of " << stringifyElementType(lhs.getDtype())
+                         << " operands accumulates in " << stringifyAccumulatorType(expected) << ", not '"
+                         << stringifyAccumulatorType(getAccumulator()) << "'";
+  for (const ReductionOperand &reduction : kTokenReductions) {
+    if (reduction.product != *product)
+      continue;
+    BwdQuantizeOp operand = reduction.lhs ? lhs : rhs;
+    const Origin origin = originOf(operand.getResult());
+    const Granularity granularity = operand.getGranularity();
+    const int64_t tile = tileTokensOf(*this, origin);
+    const bool constant_over_tile =
+        granularity == Granularity::none ||
+        (granularity == Granularity::per_block && signedValue(operand.getGroupTokensAttr()) == tile);
+    if (!constant_over_tile)
+      return emitOpError() << "the " << nameOf(*product) << " product sums over " << reduction.axis << ": "
+                           << originName(origin) << "'s scale must be one per tile (per_block with group_tokens "
+                           << tile << ") or absent, got '" << stringifyGranularity(granularity) << "'";
+  }
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdMaskOp::verify() {
+  if (originOf(getInput()) != Origin::s || !getInput().getDefiningOp<BwdMmaOp>())
+    return emitOpError() << "masks the recomputed scores: its operand must be the Q.K^T sage.bwd_mma, got "
+                         << originName(originOf(getInput()));
+  if (getKind() == MaskKind::block_sparse)
+    return emitOpError() << "the backward supports masks 'none' and 'causal', not 'block_sparse'";
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdRecomputePOp::verify() {
+  mlir::Operation *scores = dataflow::earlierProducer(getScores(), *this);
+  if (!scores || !mlir::isa<BwdMmaOp, BwdMaskOp>(scores) || originOf(getScores()) != Origin::s)
+    return emitOpError() << "recomputes P from the scores: its first operand must be the Q.K^T sage.bwd_mma or its "
+                            "sage.bwd_mask, got "
+                         << originName(originOf(getScores()));
+  if (!getLse().getDefiningOp<BwdInputOp>() || originOf(getLse()) != Origin::lse)
+    return emitOpError() << "its second operand must be 'sage.bwd_input lse', got " << originName(originOf(getLse()));
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdDsOp::verify() {
+  if (!getP().getDefiningOp<BwdRecomputePOp>())
+    return emitOpError() << "dS = P o (dP - D) takes the unquantized P: its first operand must be the "
+                            "sage.bwd_recompute_p, got "
+                         << originName(originOf(getP()));
+  if (!getDp().getDefiningOp<BwdMmaOp>() || originOf(getDp()) != Origin::dp)
+    return emitOpError() << "its second operand must be the dO.V^T sage.bwd_mma, got " << originName(originOf(getDp()));
+  if (!getDelta().getDefiningOp<BwdRowDotOp>())
+    return emitOpError() << "its third operand must be the sage.bwd_row_dot D, got "
+                         << originName(originOf(getDelta()));
+  return mlir::success();
+}
+
+mlir::LogicalResult BwdWriteGradOp::verify() {
+  const Origin origin = originOf(getInput());
+  if (!getInput().getDefiningOp<BwdMmaOp>() || (origin != Origin::dq && origin != Origin::dk && origin != Origin::dv))
+    return emitOpError() << "writes a gradient: its operand must be the dQ, dK or dV sage.bwd_mma, got "
+                         << originName(origin);
+  if (getAccumulation() != AccumulationKind::f32)
+    return emitOpError() << "gradients accumulate over tiles in f32, not '"
+                         << stringifyAccumulationKind(getAccumulation()) << "'";
+  return mlir::success();
+}
+
+// The whole program: every input once, each product once, D, P, dS once, each gradient written once.
+mlir::LogicalResult AttentionBackwardOp::verifyRegions() {
+  mlir::Block &body = getBody().front();
+  for (mlir::Operation &op : body)
+    if (op.getDialect() != (*this)->getDialect())
+      return op.emitOpError() << "is not a sage op; a sage.attention_backward body holds only sage ops";
+
+  auto inputs = opsOf<BwdInputOp>(body);
+  for (BackwardRole role :
+       {BackwardRole::q, BackwardRole::k, BackwardRole::v, BackwardRole::o, BackwardRole::lse, BackwardRole::d_o}) {
+    int count = 0;
+    for (BwdInputOp input : inputs)
+      count += input.getRole() == role ? 1 : 0;
+    if (count != 1)
+      return emitOpError() << "expects exactly one 'sage.bwd_input " << stringifyBackwardRole(role) << "', found "
+                           << count;
+  }
+
+  std::array<int, 5> product_counts{};
+  for (BwdMmaOp mma : opsOf<BwdMmaOp>(body))
+    if (std::optional<BackwardProduct> product = backward::productOf(mma))
+      ++product_counts[static_cast<size_t>(*product)];
+  for (BackwardProduct product : kBackwardProducts)
+    if (product_counts[static_cast<size_t>(product)] != 1)
+      return emitOpError() << "expects exactly one " << nameOf(product) << " product (sage.bwd_mma), found "
+                           << product_counts[static_cast<size_t>(product)];
+
+  if (opsOf<BwdMaskOp>(body).size() > 1)
+    return emitOpError() << "expects at most one sage.bwd_mask";
+  if (opsOf<BwdRecomputePOp>(body).size() != 1)
+    return emitOpError() << "expects exactly one sage.bwd_recompute_p";
+  if (opsOf<BwdRowDotOp>(body).size() != 1)
+    return emitOpError() << "expects exactly one sage.bwd_row_dot (D = rowsum(dO o O))";
+  if (opsOf<BwdDsOp>(body).size() != 1)
+    return emitOpError() << "expects exactly one sage.bwd_ds";
+
+  std::array<int, 3> writes{}; // dq, dk, dv
+  for (BwdWriteGradOp write : opsOf<BwdWriteGradOp>(body)) {
+    const Origin origin = originOf(write.getInput());
+    ++writes[origin == Origin::dq ? 0 : origin == Origin::dk ? 1 : 2];
+  }
+  const char *names[] = {"dQ", "dK", "dV"};
+  for (int g = 0; g < 3; ++g)
+    if (writes[g] != 1)
+      return emitOpError() << "expects exactly one sage.bwd_write_grad of " << names[g] << ", found " << writes[g];
+  return mlir::success();
+}
+
+} // namespace sage::ir

@@ -1,0 +1,185 @@
+"""SageBwd (issue 12) from PyTorch: trainable INT8 attention.
+
+`sagebwd_attention(q, k, v, is_causal=False, scale=None)` runs a quantized forward kernel (preset `sage-b` by default:
+int8 Q.K^T) that writes the LSE, and on backward SageAttention3's Algorithm 3 (int8 S, dV, dQ, dK with per-block
+scales, dO.V^T in the input type). It is `torch.ops.sagegen.sagebwd_attention`, a custom op whose backward is
+registered with torch.library.register_autograd (so torch.compile sees both), and `SageBwdFunction`, the same as a
+torch.autograd.Function. Tensors are [batch, heads, tokens, head_dim] (HND), f16 or bf16, head_dim 64 or 128; k and v
+may have fewer heads (GQA). Causal masks are bottom-right aligned (the same as top-left when tokens_q == tokens_kv).
+The LSE output carries no gradient (its incoming gradient is ignored).
+"""
+
+import ctypes
+import math
+import threading
+import weakref
+from typing import Tuple
+
+from ._library import SageArgumentError, TensorDesc, check, library
+from ._tensors import DTYPE_NAMES, describe
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+class BackwardConfig(ctypes.Structure):
+    _fields_ = [("preset", ctypes.c_char_p), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
+                ("dtype", ctypes.c_int), ("device", ctypes.c_int)]
+
+
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [(name, ctypes.POINTER(TensorDesc)) for name in ("q", "k", "v", "o", "d_o", "lse", "d_q", "d_k", "d_v")]
+    _fields_ += [("softmax_scale", ctypes.c_float), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+                 ("stream", ctypes.c_void_p)]
+
+
+_declared = False
+
+
+def _library():
+    global _declared
+    loaded = library()
+    if not _declared:
+        loaded.sage_backward_create.argtypes = [ctypes.POINTER(BackwardConfig), ctypes.POINTER(ctypes.c_void_p)]
+        loaded.sage_backward_destroy.argtypes = [ctypes.c_void_p]
+        loaded.sage_backward_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(TensorDesc),
+                                                         ctypes.POINTER(TensorDesc), ctypes.POINTER(ctypes.c_size_t)]
+        loaded.sage_backward_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(BackwardArgs)]
+        loaded.sage_backward_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        for name in ("sage_backward_create", "sage_backward_workspace_bytes", "sage_backward_run",
+                     "sage_backward_describe"):
+            getattr(loaded, name).restype = ctypes.c_int
+        _declared = True
+    return loaded
+
+
+class _BackwardRunner:
+    """One C handle: the backward kernels of (preset, head_dim, causal) for one device and dtype."""
+
+    def __init__(self, preset, head_dim, causal, dtype, device):
+        loaded = _library()
+        config = BackwardConfig(preset.encode(), head_dim, int(causal), dtype, device)
+        handle = ctypes.c_void_p()
+        check(loaded.sage_backward_create(ctypes.byref(config), ctypes.byref(handle)))
+        self.handle = handle
+        # Not __del__: runners cached in _runners live until interpreter shutdown, when module globals may already
+        # be None. weakref.finalize holds the destroy function itself and runs at exit before that teardown.
+        self._finalizer = weakref.finalize(self, loaded.sage_backward_destroy, handle)
+
+    def describe(self):
+        buffer = ctypes.create_string_buffer(4096)
+        check(_library().sage_backward_describe(self.handle, buffer, len(buffer)))
+        return buffer.value.decode()
+
+
+_runners = {}
+_runners_lock = threading.Lock()
+
+
+def backward_runner(preset, head_dim, causal, dtype, device):
+    key = (preset, head_dim, bool(causal), dtype, device)
+    with _runners_lock:
+        if key not in _runners:
+            _runners[key] = _BackwardRunner(preset, head_dim, causal, dtype, device)
+        return _runners[key]
+
+
+def run_backward(q, k, v, o, lse, d_o, d_q, d_k, d_v, causal, scale, workspace_allocator, stream, preset="sagebwd"):
+    """Runs the backward on described tensors (all contiguous HND on one CUDA device; the library checks them)."""
+    descs = {name: describe(t, name) for name, t in
+             (("q", q), ("k", k), ("v", v), ("o", o), ("d_o", d_o), ("lse", lse), ("d_q", d_q), ("d_k", d_k),
+              ("d_v", d_v))}
+    if descs["q"].device < 0:
+        raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
+    if descs["q"].dtype not in DTYPE_NAMES:
+        raise SageArgumentError("q: expected dtype float16 or bfloat16")
+    runner = backward_runner(preset, int(q.shape[-1]), causal, descs["q"].dtype, descs["q"].device)
+    needed = ctypes.c_size_t()
+    check(_library().sage_backward_workspace_bytes(runner.handle, ctypes.byref(descs["q"]), ctypes.byref(descs["k"]),
+                                                   ctypes.byref(needed)))
+    workspace = workspace_allocator(needed.value)
+    args = BackwardArgs(*[ctypes.pointer(descs[name]) for name in
+                          ("q", "k", "v", "o", "d_o", "lse", "d_q", "d_k", "d_v")])
+    args.softmax_scale = float(scale)
+    args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), needed.value, stream
+    check(_library().sage_backward_run(runner.handle, ctypes.byref(args)))
+
+
+if torch is not None:
+    @torch.library.custom_op("sagegen::attention_backward", mutates_args=())
+    def attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                              d_o: torch.Tensor, causal: bool,
+                              scale: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v, o, lse, d_o = (t.contiguous() for t in (q, k, v, o, lse, d_o))
+        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        with torch.cuda.device(q.device):
+            stream = torch.cuda.current_stream(q.device).cuda_stream
+            # From the caching allocator on this stream: never reused under a running kernel.
+            allocate = lambda size: torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)  # noqa: E731
+            run_backward(q, k, v, o, lse, d_o.to(q.dtype), d_q, d_k, d_v, causal, scale, allocate, stream)
+        return d_q, d_k, d_v
+
+    @attention_backward_op.register_fake
+    def _attention_backward_fake(q, k, v, o, lse, d_o, causal, scale):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    @torch.library.custom_op("sagegen::sagebwd_attention", mutates_args=())
+    def sagebwd_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                             forward_preset: str) -> Tuple[torch.Tensor, torch.Tensor]:
+        factor = scale * math.sqrt(q.shape[-1])  # the forward kernels scale by 1/sqrt(d): fold the rest into q
+        q_in = q.contiguous() if abs(factor - 1.0) <= 1e-6 else (q * factor).contiguous()
+        out, lse = torch.ops.sagegen.attention(q_in, k.contiguous(), v.contiguous(), None, forward_preset, causal,
+                                               False, "HND", True, "")
+        return out, lse
+
+    @sagebwd_attention_op.register_fake
+    def _sagebwd_attention_fake(q, k, v, causal, scale, forward_preset):
+        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+    def _setup_context(ctx, inputs, output):
+        q, k, v, causal, scale, _ = inputs
+        out, lse = output
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+
+    def _backward(ctx, grad_out, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+        return d_q, d_k, d_v, None, None, None
+
+    torch.library.register_autograd("sagegen::sagebwd_attention", _backward, setup_context=_setup_context)
+
+    class SageBwdFunction(torch.autograd.Function):
+        """The same computation as a torch.autograd.Function: saves q, k, v, O and the LSE; backward returns dQ,
+        dK, dV from the SageBwd kernels."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale, forward_preset):
+            out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, causal, scale, forward_preset)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.causal, ctx.scale = causal, scale
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, out, lse = ctx.saved_tensors
+            d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+            return d_q, d_k, d_v, None, None, None
+
+
+def sagebwd_attention(q, k, v, is_causal=False, scale=None, forward_preset="sage-b", return_lse=False):
+    """Trainable quantized attention: o = softmax(q k^T * scale) v with SageBwd's gradients. q [b, h_q, n_q, d],
+    k/v [b, h_kv, n_kv, d] (HND), f16/bf16 CUDA tensors, d 64 or 128; scale defaults to 1/sqrt(d)."""
+    if torch is None:
+        raise ImportError("sagegen.sagebwd_attention needs PyTorch")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+            raise SageArgumentError(f"{name}: expected a 4-D torch.Tensor [batch, heads, tokens, head_dim]")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise SageArgumentError(f"scale: expected a positive finite number, got {scale!r}")
+    out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, bool(is_causal), scale, forward_preset)
+    return (out, lse) if return_lse else out

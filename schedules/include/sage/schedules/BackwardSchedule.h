@@ -1,0 +1,79 @@
+// Backward schedules (SageBwd, issue 12): how a BackwardVariant is computed on one GPU family. The backward's
+// counterpart of Schedule.h (whose interface takes forward AttentionVariants): one class per architecture family,
+// registered in one list (allBackwardSchedules(), BackwardScheduleRegistry.cpp), each with a writer in codegen
+// (BackwardKernelGenerator.h) that reads only the plan.
+#pragma once
+
+#include "sage/ir/BackwardVariant.h"
+#include "sage/schedules/GpuArch.h"
+#include "sage/schedules/InputType.h"
+#include "sage/schedules/Support.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sage::schedules {
+
+// A backward launch's grid: x over 64-token blocks of Q (or K/V), y over heads (query or KV), z over the batch.
+enum class BackwardGrid { q_blocks, kv_blocks };
+
+struct BackwardLaunch {
+  std::string entry_point; // the extern "C" kernel; takes one SageBackwardParams by value
+  BackwardGrid grid = BackwardGrid::q_blocks;
+  int dynamic_shared_bytes = 0; // above 48 KiB needs the opt-in attribute
+  // {blocks, heads, batch} of this launch for a shape.
+  std::array<int64_t, 3> gridFor(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q,
+                                 int64_t tokens_kv) const;
+};
+
+struct BackwardKernelPlan {
+  std::string schedule; // the BackwardSchedule::name() that planned it
+  GpuArch arch = GpuArch::sm80;
+  InputType input = InputType::f16;
+  int head_dim = 128;
+  int block_q = 64, block_kv = 64, warps = 4;
+  bool causal = false;
+  std::vector<BackwardLaunch> launches; // in launch order, on one stream
+  std::string describe() const;         // one line for logs
+};
+
+// Bytes of the backward's workspace (the SageBackwardParams workspace pointers, in their order) for a shape.
+struct BackwardWorkspaceSizes {
+  int64_t q_codes = 0, k_codes = 0, do_codes = 0; // each of the natural and the transposed copy
+  int64_t q_scales = 0, k_scales = 0, do_scales = 0;
+  int64_t delta = 0, dq_accum = 0;
+  int64_t total() const {
+    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + delta + dq_accum;
+  }
+};
+BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
+                                              int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv);
+
+class BackwardSchedule {
+public:
+  virtual ~BackwardSchedule() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view summary() const = 0;
+  virtual SupportResult supports(const BackwardVariant &variant, GpuArch arch, InputType input) const = 0;
+  // Throws std::invalid_argument with supports()' reason when unsupported.
+  virtual BackwardKernelPlan plan(const BackwardVariant &variant, GpuArch arch, InputType input) const = 0;
+};
+
+// "sm80.mma_sync_backward": SageAttention3's Algorithm 3 on mma.sync (sm_80 and every later arch here). See
+// codegen/device/sage/device/sm80/backward.cuh for the kernels and the dQ strategy.
+class Sm80BackwardSchedule final : public BackwardSchedule {
+public:
+  std::string_view name() const override { return "sm80.mma_sync_backward"; }
+  std::string_view summary() const override;
+  SupportResult supports(const BackwardVariant &variant, GpuArch arch, InputType input) const override;
+  BackwardKernelPlan plan(const BackwardVariant &variant, GpuArch arch, InputType input) const override;
+};
+
+const std::vector<const BackwardSchedule *> &allBackwardSchedules();
+// The first schedule of the list that supports the variant; throws std::invalid_argument listing each reason.
+const BackwardSchedule &bestBackwardSchedule(const BackwardVariant &variant, GpuArch arch, InputType input);
+
+} // namespace sage::schedules

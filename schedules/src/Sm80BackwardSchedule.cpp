@@ -1,0 +1,121 @@
+#include "sage/schedules/BackwardSchedule.h"
+#include "sage/schedules/GpuLimits.h"
+
+#include <stdexcept>
+
+namespace sage::schedules {
+namespace {
+
+constexpr int kBlock = 64;
+
+// The main kernel's shared memory (backward.cuh's main_shared_bytes): seven K/V/Q/dO tiles of 64 x d bytes (16-bit
+// ones count twice), three 64 x 64 int8 code tiles, 2 x 64 row statistics and 8 floats of reduction scratch.
+int mainSharedBytes(int head_dim) { return kBlock * head_dim * 9 + 3 * kBlock * kBlock + (2 * kBlock + 8) * 4; }
+
+bool isInt8PerBlock(const QuantizerSpec &spec, int group_tokens) {
+  return spec == QuantizerSpec{ElementType::int8, Granularity::per_block, group_tokens};
+}
+
+int64_t blocksOf(int64_t tokens) { return (tokens + kBlock - 1) / kBlock; }
+
+} // namespace
+
+std::array<int64_t, 3> BackwardLaunch::gridFor(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q,
+                                               int64_t tokens_kv) const {
+  return grid == BackwardGrid::q_blocks ? std::array<int64_t, 3>{blocksOf(tokens_q), heads_q, batch}
+                                        : std::array<int64_t, 3>{blocksOf(tokens_kv), heads_kv, batch};
+}
+
+std::string BackwardKernelPlan::describe() const {
+  return schedule + " " + std::string(archName(arch)) + " " + std::string(nameOf(input)) + " d" +
+         std::to_string(head_dim) + (causal ? " causal" : "") + " tiles " + std::to_string(block_q) + "x" +
+         std::to_string(block_kv) + " warps " + std::to_string(warps) + " launches " + std::to_string(launches.size());
+}
+
+BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
+                                              int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv) {
+  BackwardWorkspaceSizes sizes;
+  const int64_t d = plan.head_dim;
+  sizes.q_codes = batch * heads_q * blocksOf(tokens_q) * kBlock * d;
+  sizes.do_codes = sizes.q_codes;
+  sizes.k_codes = batch * heads_kv * blocksOf(tokens_kv) * kBlock * d;
+  sizes.q_scales = 4 * batch * heads_q * blocksOf(tokens_q);
+  sizes.do_scales = sizes.q_scales;
+  sizes.k_scales = 4 * batch * heads_kv * blocksOf(tokens_kv);
+  sizes.delta = 4 * batch * heads_q * tokens_q;
+  sizes.dq_accum = sizes.delta * d;
+  return sizes;
+}
+
+std::string_view Sm80BackwardSchedule::summary() const {
+  return "SageBwd on mma.sync: int8 m16n8k32 for S, dV, dK, dQ and f16/bf16 m16n8k16 for dO.V^T; one CTA per KV "
+         "tile and KV head (GQA group summed in registers), dQ by f32 atomics; 64x64 tiles, 4 warps";
+}
+
+SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
+  using P = BackwardProduct;
+  if (!hasInt8MmaSync(arch))
+    return SupportResult::no(std::string(archName(arch)) + " has no int8 mma.sync");
+  if (variant.head_dim != 64 && variant.head_dim != 128)
+    return SupportResult::no("head_dim " + std::to_string(variant.head_dim) + ": the backward kernel has 64 and 128");
+  if (variant.block_q != kBlock || variant.block_kv != kBlock)
+    return SupportResult::no("tiles " + std::to_string(variant.block_q) + "x" + std::to_string(variant.block_kv) +
+                             ": the backward kernel uses 64x64 (b_q = b_kv = 64)");
+  if (variant.mask != MaskKind::none && variant.mask != MaskKind::causal)
+    return SupportResult::no("mask '" + std::string(nameOf(variant.mask)) + "': the backward has none and causal");
+  const BackwardProductSpec &s = variant.product(P::s), &dp = variant.product(P::dp), &dv = variant.product(P::dv);
+  const BackwardProductSpec &dq = variant.product(P::dq), &dk = variant.product(P::dk);
+  const ElementType input_type = input == InputType::bf16 ? ElementType::bf16 : ElementType::f16;
+  if (!isInt8PerBlock(s.lhs, kBlock) || !isInt8PerBlock(s.rhs, kBlock))
+    return SupportResult::no("S = Q.K^T: the kernel quantizes Q and K to int8 per 64-token block");
+  if (dp.lhs != QuantizerSpec{input_type} || dp.rhs != QuantizerSpec{input_type})
+    return SupportResult::no(
+        "dP = dO.V^T: the kernel multiplies dO and V in the input type (" + std::string(nameOf(input)) +
+        "); an int8 dO.V^T (Table 1(c)'s ablation) or another cast runs on the CPU reference only");
+  if (!isInt8PerBlock(dv.lhs, 0) || !isInt8PerBlock(dv.rhs, kBlock) || dq.lhs != dv.lhs || dk.lhs != dv.lhs)
+    return SupportResult::no("dV, dQ, dK: the kernel takes int8 P and dS with one scale per tile and int8 dO per "
+                             "64-token block");
+  if (dq.rhs != s.rhs || dk.rhs != s.lhs)
+    return SupportResult::no("dQ = dS.K and dK = dS^T.Q reuse the codes of S's K and Q in the kernel");
+  return SupportResult::yes();
+}
+
+BackwardKernelPlan Sm80BackwardSchedule::plan(const BackwardVariant &variant, GpuArch arch, InputType input) const {
+  if (const SupportResult support = supports(variant, arch, input); !support)
+    throw std::invalid_argument("backward variant '" + variant.name + "': " + support.reason);
+  BackwardKernelPlan plan;
+  plan.schedule = std::string(name());
+  plan.arch = arch;
+  plan.input = input;
+  plan.head_dim = variant.head_dim;
+  plan.causal = variant.mask == MaskKind::causal;
+  const int shared = mainSharedBytes(variant.head_dim);
+  if (shared > gpuLimits(arch).max_dynamic_shared_bytes_per_block)
+    throw std::invalid_argument("backward variant '" + variant.name + "': " + std::to_string(shared) +
+                                " bytes of shared memory exceed " + std::string(archName(arch)) + "'s limit");
+  plan.launches = {{"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0},
+                   {"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0},
+                   {"sage_bwd_main", BackwardGrid::kv_blocks, shared},
+                   {"sage_bwd_write_dq", BackwardGrid::q_blocks, 0}};
+  return plan;
+}
+
+const std::vector<const BackwardSchedule *> &allBackwardSchedules() {
+  static const Sm80BackwardSchedule sm80;
+  static const std::vector<const BackwardSchedule *> list = {&sm80};
+  return list;
+}
+
+const BackwardSchedule &bestBackwardSchedule(const BackwardVariant &variant, GpuArch arch, InputType input) {
+  std::string reasons;
+  for (const BackwardSchedule *schedule : allBackwardSchedules()) {
+    const SupportResult support = schedule->supports(variant, arch, input);
+    if (support)
+      return *schedule;
+    reasons += "; " + std::string(schedule->name()) + ": " + support.reason;
+  }
+  throw std::invalid_argument("backward variant '" + variant.name + "': no schedule supports it on " +
+                              std::string(archName(arch)) + reasons);
+}
+
+} // namespace sage::schedules

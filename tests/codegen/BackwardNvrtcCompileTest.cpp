@@ -1,0 +1,72 @@
+// SageBwd's kernels (issue 12) through NVRTC: sagebwd x head_dim {64, 128} x mask {none, causal} x input {f16, bf16}
+// x arch {sm_80, sm_89, sm_90a} compile to cubins (libnvrtc only: no GPU or driver). ptxas' report gives each of the
+// four kernels' registers and spills.
+#include "sage/codegen/BackwardKernelGenerator.h"
+#include "sage/codegen/DeviceLibrary.h"
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/schedules/BackwardSchedule.h"
+
+#include <doctest/doctest.h>
+#include <nvrtc.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+using namespace sage;
+using namespace sage::schedules;
+
+namespace {
+
+struct Outcome {
+  bool compiled = false;
+  size_t cubin_bytes = 0;
+  std::string log;
+};
+
+Outcome compile(const std::string &source, const std::string &name, GpuArch arch) {
+  Outcome outcome;
+  nvrtcProgram program = nullptr;
+  REQUIRE(nvrtcCreateProgram(&program, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr) == NVRTC_SUCCESS);
+  const std::string arch_option = "--gpu-architecture=" + std::string(archName(arch));
+  const char *options[] = {arch_option.c_str(), "-std=c++17", "--ptxas-options=-v"};
+  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  outcome.log.resize(log_size);
+  if (log_size > 0)
+    nvrtcGetProgramLog(program, outcome.log.data());
+  outcome.compiled = result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &outcome.cubin_bytes) == NVRTC_SUCCESS;
+  nvrtcDestroyProgram(&program);
+  return outcome;
+}
+
+} // namespace
+
+TEST_CASE("the SageBwd kernels compile for sm_80, sm_89 and sm_90a") {
+  for (int head_dim : {64, 128})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+      for (InputType input : {InputType::f16, InputType::bf16})
+        for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a}) {
+          const BackwardVariant variant =
+              dsl::backwardPreset("sagebwd", head_dim, mask)
+                  ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
+                  .describe();
+          const codegen::BackwardKernelSource kernel =
+              codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, input));
+          CAPTURE(kernel.name);
+          const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+          INFO(outcome.log);
+          REQUIRE(outcome.compiled);
+          CHECK(outcome.cubin_bytes > 0);
+          for (const BackwardLaunch &launch : kernel.plan.launches)
+            CHECK_MESSAGE(outcome.log.find(launch.entry_point) != std::string::npos, launch.entry_point);
+          // One line per kernel: "Compiling entry function 'x' ... Used N registers ... spill stores".
+          const std::regex report(
+              R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) bytes spill stores)");
+          for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), report), end; it != end; ++it)
+            std::printf("%-56s %-7s %-24s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
+                        std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[2].str().c_str(),
+                        (*it)[3].str().c_str());
+        }
+}

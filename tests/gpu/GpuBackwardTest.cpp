@@ -1,0 +1,257 @@
+// SageBwd's kernels (issue 12) on the GPU against the CPU reference of the same quantized algorithm
+// (runBackwardReference, with the O and LSE the kernels read) and, for scale, against exact attention's gradients.
+// Cases: head_dim 64/128, causal or not (n_q != n_kv, bottom-right), f16/bf16, GQA 4:2, partial 64-token tiles.
+// Timing: one forward-free backward per shape at the end (the speed table is the runtime's job, issue 12 part 3).
+#include "sage/codegen/BackwardKernelGenerator.h"
+#include "sage/codegen/DeviceLibrary.h"
+#include "sage/device/sm80/backward_params.cuh"
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/dsl/Presets.h"
+#include "sage/numerics/Quantizers.h"
+#include "sage/reference/Backward.h"
+#include "sage/reference/Reference.h"
+#include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/NvrtcCompiler.h"
+#include "sage/schedules/BackwardSchedule.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace sage;
+using namespace sage::schedules;
+using runtime::CudaDriver;
+using runtime::driver::DevicePointer;
+
+namespace {
+
+struct DeviceBuffer {
+  DevicePointer pointer = 0;
+  explicit DeviceBuffer(size_t bytes) : pointer(CudaDriver::instance().allocate(bytes == 0 ? 16 : bytes)) {}
+  ~DeviceBuffer() { CudaDriver::instance().free(pointer); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  template <class T> T *as() const { return reinterpret_cast<T *>(pointer); }
+};
+
+uint16_t encode(float value, InputType input) {
+  return input == InputType::bf16 ? numerics::floatToBfloat16Bits(value) : numerics::floatToHalfBits(value);
+}
+float decode(uint16_t bits, InputType input) {
+  return input == InputType::bf16 ? numerics::bfloat16BitsToFloat(bits) : numerics::halfBitsToFloat(bits);
+}
+
+std::unique_ptr<DeviceBuffer> upload(const reference::HostTensor &tensor, InputType input) {
+  std::vector<uint16_t> bits(tensor.values().size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    bits[i] = encode(tensor.values()[i], input);
+  auto buffer = std::make_unique<DeviceBuffer>(bits.size() * 2);
+  CudaDriver::instance().copyToDevice(buffer->pointer, bits.data(), bits.size() * 2);
+  return buffer;
+}
+
+std::vector<double> download(const DeviceBuffer &buffer, size_t elements, InputType input) {
+  std::vector<uint16_t> bits(elements);
+  CudaDriver::instance().copyToHost(bits.data(), buffer.pointer, elements * 2);
+  std::vector<double> values(elements);
+  for (size_t i = 0; i < elements; ++i)
+    values[i] = decode(bits[i], input);
+  return values;
+}
+
+struct Case {
+  int head_dim;
+  MaskKind mask;
+  InputType input;
+  int64_t heads_q, heads_kv, tokens_q, tokens_kv;
+};
+
+struct Run {
+  reference::GradientResult gradients;
+  float milliseconds = 0.0f;
+};
+
+// Compiles the plan's kernels and runs them once (plus `timed` timed repetitions) on the given inputs.
+Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const reference::HostTensor &q,
+               const reference::HostTensor &k, const reference::HostTensor &v, const reference::HostTensor &o,
+               const reference::HostTensor &d_o, const std::vector<double> &lse, int timed) {
+  const CudaDriver &driver = CudaDriver::instance();
+  driver.ensureContext();
+  runtime::CompileRequest request;
+  request.key = kernel.name;
+  request.source = codegen::expandDeviceIncludes(kernel.source);
+  request.options.arch = std::string(archName(kernel.plan.arch));
+  const runtime::CompileResult compiled = runtime::NvrtcCompiler().compileCubin(request);
+  const auto module = driver.loadModule(compiled.image.data());
+
+  const BackwardWorkspaceSizes sizes =
+      backwardWorkspaceSizes(kernel.plan, 1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv);
+  auto q_d = upload(q, c.input), k_d = upload(k, c.input), v_d = upload(v, c.input), o_d = upload(o, c.input);
+  auto do_d = upload(d_o, c.input);
+  std::vector<float> lse_f(lse.begin(), lse.end());
+  DeviceBuffer lse_d(lse_f.size() * 4);
+  driver.copyToDevice(lse_d.pointer, lse_f.data(), lse_f.size() * 4);
+  const size_t q_elements = q.values().size(), kv_elements = k.values().size();
+  DeviceBuffer dq_d(q_elements * 2), dk_d(kv_elements * 2), dv_d(kv_elements * 2);
+  DeviceBuffer q_codes(sizes.q_codes), q_codes_t(sizes.q_codes), k_codes(sizes.k_codes), k_codes_t(sizes.k_codes);
+  DeviceBuffer do_codes_t(sizes.do_codes), q_scales(sizes.q_scales), k_scales(sizes.k_scales);
+  DeviceBuffer do_scales(sizes.do_scales), delta(sizes.delta), dq_accum(sizes.dq_accum);
+
+  SageBackwardParams params{};
+  params.q = q_d->as<void>();
+  params.k = k_d->as<void>();
+  params.v = v_d->as<void>();
+  params.o = o_d->as<void>();
+  params.d_o = do_d->as<void>();
+  params.lse = lse_d.as<float>();
+  params.d_q = dq_d.as<void>();
+  params.d_k = dk_d.as<void>();
+  params.d_v = dv_d.as<void>();
+  params.q_codes = q_codes.as<signed char>();
+  params.q_codes_t = q_codes_t.as<signed char>();
+  params.k_codes = k_codes.as<signed char>();
+  params.k_codes_t = k_codes_t.as<signed char>();
+  params.do_codes_t = do_codes_t.as<signed char>();
+  params.q_scales = q_scales.as<float>();
+  params.k_scales = k_scales.as<float>();
+  params.do_scales = do_scales.as<float>();
+  params.delta = delta.as<float>();
+  params.dq_accum = dq_accum.as<float>();
+  params.batch = 1;
+  params.heads_q = static_cast<int>(c.heads_q);
+  params.heads_kv = static_cast<int>(c.heads_kv);
+  params.tokens_q = static_cast<int>(c.tokens_q);
+  params.tokens_kv = static_cast<int>(c.tokens_kv);
+  params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+
+  std::vector<runtime::driver::Function> functions;
+  for (const BackwardLaunch &launch : kernel.plan.launches) {
+    functions.push_back(driver.moduleFunction(module, launch.entry_point.c_str()));
+    if (launch.dynamic_shared_bytes > 48 * 1024)
+      driver.setFunctionAttribute(functions.back(), runtime::driver::FunctionAttribute::max_dynamic_shared_size_bytes,
+                                  launch.dynamic_shared_bytes);
+  }
+  auto launch_all = [&] {
+    for (size_t i = 0; i < functions.size(); ++i) {
+      const BackwardLaunch &launch = kernel.plan.launches[i];
+      const auto grid = launch.gridFor(1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv);
+      void *arguments[] = {&params};
+      driver.launchKernel(functions[i], {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])},
+                          {unsigned(kernel.threads), 1, 1}, unsigned(launch.dynamic_shared_bytes), nullptr, arguments);
+    }
+  };
+  launch_all();
+  driver.synchronizeContext();
+  Run run;
+  run.gradients.dq = download(dq_d, q_elements, c.input);
+  run.gradients.dk = download(dk_d, kv_elements, c.input);
+  run.gradients.dv = download(dv_d, kv_elements, c.input);
+  if (timed > 0) {
+    const auto start = driver.createEvent(), end = driver.createEvent();
+    driver.recordEvent(start, nullptr);
+    for (int i = 0; i < timed; ++i)
+      launch_all();
+    driver.recordEvent(end, nullptr);
+    driver.synchronizeEvent(end);
+    run.milliseconds = driver.elapsedMilliseconds(start, end) / static_cast<float>(timed);
+    driver.destroyEvent(start);
+    driver.destroyEvent(end);
+  }
+  driver.unloadModule(module, driver.currentContext());
+  return run;
+}
+
+GpuArch deviceArch() {
+  const CudaDriver &driver = CudaDriver::instance();
+  driver.ensureContext();
+  const auto capability = driver.computeCapability(driver.currentDevice());
+  return archFromComputeCapability(capability.major, capability.minor);
+}
+
+// The CPU forward (Algorithm 2's reference) gives O in the input type and the LSE, as a training step would.
+struct Inputs {
+  reference::HostTensor q, k, v, o, d_o;
+  std::vector<double> lse;
+};
+
+Inputs makeInputs(const Case &c, uint64_t seed) {
+  using reference::randomTensor;
+  const auto storage = c.input == InputType::bf16 ? reference::StorageType::bf16 : reference::StorageType::f16;
+  auto q = randomTensor(1, c.heads_q, c.tokens_q, c.head_dim, storage, reference::Layout::hnd, {seed});
+  auto k = randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd, {seed + 1});
+  auto v = randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd, {seed + 2});
+  auto d_o = randomTensor(1, c.heads_q, c.tokens_q, c.head_dim, storage, reference::Layout::hnd, {seed + 3});
+  const AttentionVariant forward = dsl::preset("sagebwd", c.head_dim, c.mask)->describe();
+  const reference::AttentionResult result = reference::runReference(forward, q, k, v);
+  reference::HostTensor o(1, c.heads_q, c.tokens_q, c.head_dim, storage, reference::Layout::hnd);
+  for (int64_t h = 0; h < c.heads_q; ++h)
+    for (int64_t t = 0; t < c.tokens_q; ++t)
+      for (int64_t e = 0; e < c.head_dim; ++e)
+        o.set(0, h, t, e, result.output[static_cast<size_t>((h * c.tokens_q + t) * c.head_dim + e)]);
+  std::vector<double> lse(result.lse.size());
+  for (size_t i = 0; i < lse.size(); ++i)
+    lse[i] = static_cast<float>(result.lse[i]); // the kernel reads an f32 LSE
+  return {std::move(q), std::move(k), std::move(v), std::move(o), std::move(d_o), std::move(lse)};
+}
+
+} // namespace
+
+TEST_CASE("the SageBwd kernels match the CPU reference of the same algorithm") {
+  const GpuArch arch = deviceArch();
+  for (int head_dim : {64, 128})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+      for (InputType input : {InputType::f16, InputType::bf16}) {
+        const Case c{head_dim, mask, input, 4, 2, mask == MaskKind::causal ? 150 : 200, 200};
+        const BackwardVariant variant =
+            dsl::backwardPreset("sagebwd", head_dim, mask)
+                ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
+                .describe();
+        const codegen::BackwardKernelSource kernel =
+            codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, input));
+        CAPTURE(kernel.name);
+        const Inputs in = makeInputs(c, 100 + static_cast<uint64_t>(head_dim));
+        const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
+        const reference::GradientResult expected =
+            reference::runBackwardReference(variant, in.q, in.k, in.v, in.o, in.d_o, in.lse);
+        const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
+        const reference::GradientAccuracy exact = reference::compareGradients(
+            reference::exactAttentionBackward(in.q, in.k, in.v, in.d_o, mask == MaskKind::causal), run.gradients);
+        std::printf("gpu_backward_test: %-52s vs reference cos dq %.6f dk %.6f dv %.6f | vs exact dq %.6f dk %.6f "
+                    "dv %.6f\n",
+                    kernel.name.c_str(), same.dq.cosine_similarity, same.dk.cosine_similarity,
+                    same.dv.cosine_similarity, exact.dq.cosine_similarity, exact.dk.cosine_similarity,
+                    exact.dv.cosine_similarity);
+        for (const reference::AccuracyMetrics *metrics : {&same.dq, &same.dk, &same.dv}) {
+          CHECK(metrics->cosine_similarity >= 0.9999);
+          CHECK(metrics->relative_l1 <= 0.01);
+        }
+        for (const reference::AccuracyMetrics *metrics : {&exact.dq, &exact.dk, &exact.dv})
+          CHECK(metrics->cosine_similarity >= 0.99);
+      }
+}
+
+TEST_CASE("SageBwd kernel time (backward only; TOPS count 2.5x the forward's flops)") {
+  const GpuArch arch = deviceArch();
+  for (int64_t tokens : {1024, 4096})
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+      const Case c{128, mask, InputType::bf16, 16, 16, tokens, tokens};
+      const BackwardVariant variant =
+          dsl::backwardPreset("sagebwd", 128, mask)->float_type(ElementType::bf16).describe();
+      const codegen::BackwardKernelSource kernel =
+          codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, c.input));
+      using reference::randomTensor;
+      const auto bf16 = reference::StorageType::bf16;
+      const auto q = randomTensor(1, c.heads_q, tokens, 128, bf16, reference::Layout::hnd, {1});
+      const auto k = randomTensor(1, c.heads_q, tokens, 128, bf16, reference::Layout::hnd, {2});
+      const std::vector<double> lse(static_cast<size_t>(c.heads_q * tokens), 8.0);
+      const Run run = runKernels(kernel, c, q, k, k, q, q, lse, 10);
+      const double flops = 4.0 * c.heads_q * tokens * tokens * 128 * 2.5 * (mask == MaskKind::causal ? 0.5 : 1.0);
+      std::printf("gpu_backward_test: %-52s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
+                  static_cast<long long>(tokens), run.milliseconds, flops / (run.milliseconds * 1e-3) / 1e12);
+      CHECK(run.milliseconds > 0.0f);
+    }
+}

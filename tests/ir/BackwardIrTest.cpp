@@ -1,0 +1,254 @@
+// The backward program (SageBwd, issue 12): presets round-trip through the text, the steps are named, and each
+// verifier rule fires with its message at its line.
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/ir/BackwardProgram.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+using namespace sage;
+
+namespace {
+
+// sagebwd, causal. Line numbers matter: each case names the line its error points at.
+const std::string kValidProgram =
+    R"(sage.attention_backward @b version(1) head_dim(128) block_q(64) block_kv(64) {
+  %q = sage.bwd_input q
+  %k = sage.bwd_input k
+  %v = sage.bwd_input v
+  %o = sage.bwd_input o
+  %lse = sage.bwd_input lse
+  %do = sage.bwd_input do
+  %delta = sage.bwd_row_dot %do, %o
+  %q_int8 = sage.bwd_quantize %q to int8 per_block {group_tokens = 64 : i64}
+  %k_int8 = sage.bwd_quantize %k to int8 per_block {group_tokens = 64 : i64}
+  %s = sage.bwd_mma %q_int8, %k_int8 -> s32
+  %s_masked = sage.bwd_mask %s causal
+  %p = sage.bwd_recompute_p %s_masked, %lse
+  %p_int8 = sage.bwd_quantize %p to int8 per_block
+  %do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}
+  %dv = sage.bwd_mma %p_int8, %do_int8 -> s32
+  %do_f16 = sage.bwd_quantize %do to f16 none
+  %v_f16 = sage.bwd_quantize %v to f16 none
+  %dp = sage.bwd_mma %do_f16, %v_f16 -> f32
+  %ds = sage.bwd_ds %p, %dp, %delta
+  %ds_int8 = sage.bwd_quantize %ds to int8 per_block
+  %dq = sage.bwd_mma %ds_int8, %k_int8 -> s32
+  %dk = sage.bwd_mma %ds_int8, %q_int8 -> s32
+  sage.bwd_write_grad %dq as f32
+  sage.bwd_write_grad %dk as f32
+  sage.bwd_write_grad %dv as f32
+}
+)";
+
+struct Edit {
+  std::string find, replace;
+};
+
+struct RuleCase {
+  const char *rule;
+  std::vector<Edit> edits;
+  const char *message; // a substring of the first diagnostic
+  int line;            // the line it points at
+};
+
+std::string applyEdits(std::string text, const std::vector<Edit> &edits) {
+  for (const Edit &edit : edits) {
+    size_t at = text.find(edit.find);
+    REQUIRE_MESSAGE(at != std::string::npos, "edit target not found: " << edit.find);
+    text.replace(at, edit.find.size(), edit.replace);
+  }
+  return text;
+}
+
+const std::string kKInt8 = "%k_int8 = sage.bwd_quantize %k to int8 per_block {group_tokens = 64 : i64}";
+const std::string kDoInt8 = "%do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}";
+
+const std::vector<RuleCase> kRules = {
+    {"unsupported IR version", {{"version(1)", "version(7)"}}, "IR version 7 is not supported", 1},
+    {"block_kv not a multiple of 16",
+     {{"block_kv(64)", "block_kv(100)"}},
+     "block_kv must be a positive multiple of 16",
+     1},
+    {"D from the wrong operands",
+     {{"sage.bwd_row_dot %do, %o", "sage.bwd_row_dot %o, %do"}},
+     "its first operand must be 'sage.bwd_input do'",
+     8},
+    {"an e4m3 quantizer",
+     {{"%q to int8 per_block", "%q to e4m3 per_block"}},
+     "the backward quantizes to int8 (or casts to f16, bf16, f32), not 'e4m3'",
+     9},
+    {"a cast with a scale", {{"%do to f16 none", "%do to f16 per_token"}}, "takes no scale", 17},
+    {"P quantized per token",
+     {{"%p to int8 per_block", "%p to int8 per_token"}},
+     "int8 P takes one scale per b_q x b_kv tile (per_block)",
+     14},
+    {"a group of P's tile",
+     {{"%p to int8 per_block", "%p to int8 per_block {group_tokens = 16 : i64}"}},
+     "group_tokens is only meaningful for per_block Q, K, V and dO",
+     14},
+    {"K's group does not divide the tile",
+     {{kKInt8, "%k_int8 = sage.bwd_quantize %k to int8 per_block {group_tokens = 48 : i64}"}},
+     "group_tokens 48 must divide the K tile of 64 tokens",
+     10},
+    {"per-token K in dQ = dS.K",
+     {{kKInt8, "%k_int8 = sage.bwd_quantize %k to int8 per_token"}},
+     "the dq product sums over the key tokens of a KV tile: K's scale must be one per tile",
+     22},
+    {"dO scaled per half tile in dV = P^T.dO",
+     {{kDoInt8, "%do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 32 : i64}"}},
+     "the dv product sums over the query tokens of a Q tile: dO's scale must be one per tile",
+     16},
+    {"mixed operand types",
+     {{"sage.bwd_mma %do_f16, %v_f16", "sage.bwd_mma %do_int8, %v_f16"}},
+     "operand types int8 and f16 cannot be mixed",
+     19},
+    {"an f16 product into s32",
+     {{"sage.bwd_mma %do_f16, %v_f16 -> f32", "sage.bwd_mma %do_f16, %v_f16 -> s32"}},
+     "the dp product of f16 operands accumulates in f32, not 's32'",
+     19},
+    {"a product that is none of the five",
+     {{"sage.bwd_mma %ds_int8, %k_int8", "sage.bwd_mma %ds_int8, %p_int8"}},
+     "multiplies dS by P; expected Q by K (S)",
+     22},
+    {"an mma of unquantized operands",
+     {{"sage.bwd_mma %q_int8, %k_int8", "sage.bwd_mma %q, %k_int8"}},
+     "operands must come from sage.bwd_quantize",
+     11},
+    {"a mask of something else",
+     {{"sage.bwd_mask %s causal", "sage.bwd_mask %q_int8 causal"}},
+     "masks the recomputed scores",
+     12},
+    {"a block-sparse mask",
+     {{"sage.bwd_mask %s causal", "sage.bwd_mask %s block_sparse"}},
+     "the backward supports masks 'none' and 'causal', not 'block_sparse'",
+     12},
+    {"P from O instead of the LSE",
+     {{"sage.bwd_recompute_p %s_masked, %lse", "sage.bwd_recompute_p %s_masked, %o"}},
+     "its second operand must be 'sage.bwd_input lse', got O",
+     13},
+    {"dS from the quantized P",
+     {{"sage.bwd_ds %p, %dp", "sage.bwd_ds %p_int8, %dp"}},
+     "dS = P o (dP - D) takes the unquantized P",
+     20},
+    {"writing S as a gradient",
+     {{"sage.bwd_write_grad %dv as f32", "sage.bwd_write_grad %s as f32"}},
+     "writes a gradient: its operand must be the dQ, dK or dV sage.bwd_mma, got the scores S",
+     26},
+    {"an f16 gradient accumulator",
+     {{"sage.bwd_write_grad %dq as f32", "sage.bwd_write_grad %dq as f16"}},
+     "gradients accumulate over tiles in f32, not 'f16'",
+     24},
+    {"dQ written twice",
+     {{"sage.bwd_write_grad %dv as f32", "sage.bwd_write_grad %dq as f32"}},
+     "expects exactly one sage.bwd_write_grad of dQ, found 2",
+     1},
+    {"two dQ products and no dK",
+     {{"%dk = sage.bwd_mma %ds_int8, %q_int8", "%dk = sage.bwd_mma %ds_int8, %k_int8"}},
+     "expects exactly one dq product (sage.bwd_mma), found 2",
+     1},
+    {"an unknown attribute",
+     {{"%s = sage.bwd_mma %q_int8, %k_int8 -> s32", "%s = sage.bwd_mma %q_int8, %k_int8 -> s32 {bogus}"}},
+     "unknown attribute 'bogus'",
+     11},
+};
+
+} // namespace
+
+TEST_CASE("the valid backward program parses and lowers to the sagebwd preset") {
+  const ir::BackwardProgram program = ir::BackwardProgram::parse(kValidProgram, "valid.mlir");
+  BackwardVariant expected = dsl::backwardPreset("sagebwd", 128, MaskKind::causal)->describe();
+  expected.name = "b";
+  CHECK(program.variant() == expected);
+  CHECK(program.print() == kValidProgram);
+}
+
+TEST_CASE("each backward verifier rule reports its message at its line") {
+  for (const RuleCase &rule : kRules) {
+    CAPTURE(rule.rule);
+    const std::string text = applyEdits(kValidProgram, rule.edits);
+    try {
+      (void)ir::BackwardProgram::parse(text, "edited.mlir");
+      FAIL("the edited program verified");
+    } catch (const ir::ProgramError &error) {
+      REQUIRE_FALSE(error.diagnostics().empty());
+      const ir::Diagnostic &first = error.diagnostics().front();
+      CHECK_MESSAGE(first.message.find(rule.message) != std::string::npos, first.message);
+      CHECK(first.location ==
+            "edited.mlir:" + std::to_string(rule.line) + ":" + first.location.substr(first.location.rfind(':') + 1));
+    }
+  }
+}
+
+TEST_CASE("forward and backward programs stay apart") {
+  const std::string forward = dsl::preset("sagebwd", 128, MaskKind::causal)->build().print();
+  CHECK_THROWS_WITH_AS(ir::BackwardProgram::parse(forward), doctest::Contains("a backward program holds one"),
+                       ir::ProgramError);
+  CHECK_THROWS_WITH_AS(ir::Program::parse(kValidProgram), doctest::Contains("a sage program holds one sage.attention"),
+                       ir::ProgramError);
+  // A backward op inside a forward program.
+  std::string mixed = forward;
+  mixed.insert(mixed.find("  %k = sage.input k"), "  %lse = sage.bwd_input lse\n");
+  CHECK_THROWS_WITH_AS(ir::Program::parse(mixed), doctest::Contains("expects parent op 'sage.attention_backward'"),
+                       ir::ProgramError);
+  CHECK(ir::looksLikeBackwardProgram(kValidProgram));
+  CHECK_FALSE(ir::looksLikeBackwardProgram(forward));
+  // The parser's input bounds hold here too.
+  CHECK_THROWS_WITH_AS(ir::BackwardProgram::parse(std::string("sage.attention_backward\0", 24)),
+                       doctest::Contains("NUL byte"), ir::ProgramError);
+}
+
+TEST_CASE("every backward preset round-trips through the textual IR") {
+  for (const dsl::PresetInfo &info : dsl::backwardPresets())
+    for (int head_dim : {64, 128})
+      for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+        const std::string name(info.name);
+        CAPTURE(name);
+        CAPTURE(head_dim);
+        const dsl::AttentionBackwardBuilder builder = *dsl::backwardPreset(info.name, head_dim, mask);
+        const ir::BackwardProgram program = builder.build();
+        const std::string text = program.print();
+        const ir::BackwardProgram reparsed = ir::BackwardProgram::parse(text, "roundtrip.mlir");
+        CHECK(reparsed.print() == text);
+        CHECK(reparsed.fingerprint() == program.fingerprint());
+        CHECK(reparsed.variant() == builder.describe());
+        CHECK((text.find("sage.bwd_mask") != std::string::npos) == (mask == MaskKind::causal));
+      }
+  CHECK_FALSE(dsl::backwardPreset("sagebwd-x").has_value());
+}
+
+TEST_CASE("the presets: Algorithm 3, its dO.V^T ablation, and the exact backward") {
+  const BackwardVariant sagebwd = dsl::backwardPreset("sagebwd")->describe();
+  for (BackwardProduct product : {BackwardProduct::s, BackwardProduct::dv, BackwardProduct::dq, BackwardProduct::dk}) {
+    CAPTURE(nameOf(product));
+    CHECK(sagebwd.product(product).lhs.dtype == ElementType::int8);
+    CHECK(sagebwd.product(product).rhs.dtype == ElementType::int8);
+    CHECK(sagebwd.product(product).accumulator == AccumulatorType::s32);
+  }
+  CHECK(sagebwd.product(BackwardProduct::dp).lhs.dtype == ElementType::f16);
+  CHECK(sagebwd.product(BackwardProduct::dp).accumulator == AccumulatorType::f32);
+  CHECK(sagebwd.product(BackwardProduct::dv).lhs.group_tokens == 0); // P: one scale per tile
+  CHECK(sagebwd.product(BackwardProduct::dq).rhs == sagebwd.product(BackwardProduct::s).rhs);
+
+  const BackwardVariant ablation = dsl::backwardPreset("sagebwd-int8-dp")->describe();
+  CHECK(ablation.product(BackwardProduct::dp).lhs.dtype == ElementType::int8);
+  CHECK(ablation.product(BackwardProduct::dp).rhs.granularity == Granularity::per_block);
+
+  // Q and K codes are shared by S and dK / dQ: one quantizer each in the text.
+  const std::string text = dsl::backwardPreset("sagebwd")->build().print();
+  CHECK(text.find("%q_int8 = ") == text.rfind("%q_int8 = "));
+  CHECK(text.find("sage.bwd_mma %ds_int8, %k_int8") != std::string::npos);
+  CHECK(text.find("sage.bwd_mma %ds_int8, %q_int8") != std::string::npos);
+
+  CHECK(dsl::backwardPreset("exact-bwd")->describe().product(BackwardProduct::dq).lhs.dtype == ElementType::f32);
+  CHECK(dsl::backwardPresetForward("sagebwd") == "sagebwd");
+  CHECK(dsl::backwardPresetForward("exact-bwd") == "exact");
+  CHECK(dsl::attention_backward().float_type(ElementType::bf16).describe().product(BackwardProduct::dp).lhs.dtype ==
+        ElementType::bf16);
+  CHECK_THROWS_WITH_AS(dsl::attention_backward().mask(MaskKind::block_sparse), doctest::Contains("not block_sparse"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dsl::attention_backward().blocks(64, 40), doctest::Contains("block_kv must be"),
+                       std::invalid_argument);
+}

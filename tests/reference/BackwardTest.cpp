@@ -1,0 +1,194 @@
+// The backward reference (SageBwd, issue 12): the tile quantizer is the bit-exact int8 one, the exact gradients
+// match finite differences, the exact-bwd program reproduces them through the tiled path (causal, GQA, partial
+// tiles), and SageBwd meets the issue's accuracy targets on N(0,1) data.
+#include "sage/reference/Backward.h"
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/dsl/Presets.h"
+#include "sage/numerics/Quantizers.h"
+#include "sage/reference/Reference.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+using namespace sage;
+using namespace sage::reference;
+
+namespace {
+
+HostTensor randomHnd(int64_t heads, int64_t tokens, int64_t dim, StorageType storage, uint64_t seed) {
+  return randomTensor(1, heads, tokens, dim, storage, Layout::hnd, {seed});
+}
+
+double maxAbs(const std::vector<double> &values) {
+  double result = 0.0;
+  for (double value : values)
+    result = std::max(result, std::fabs(value));
+  return result;
+}
+
+double maxAbsDifference(const std::vector<double> &a, const std::vector<double> &b) {
+  REQUIRE(a.size() == b.size());
+  double result = 0.0;
+  for (size_t i = 0; i < a.size(); ++i)
+    result = std::max(result, std::fabs(a[i] - b[i]));
+  return result;
+}
+
+// L = sum(O o G): its gradient with respect to O is G, so dO = G.
+double loss(const HostTensor &q, const HostTensor &k, const HostTensor &v, const HostTensor &g, bool causal) {
+  const AttentionResult result = exactAttention(q, k, v, causal);
+  double sum = 0.0;
+  for (int64_t h = 0; h < q.heads(); ++h)
+    for (int64_t t = 0; t < q.tokens(); ++t)
+      for (int64_t c = 0; c < q.dim(); ++c)
+        sum += result.output[static_cast<size_t>((h * q.tokens() + t) * q.dim() + c)] * g.at(0, h, t, c);
+  return sum;
+}
+
+// Central differences of L over every element of `tensor` (one of q, k, v), compared with `gradient`.
+void checkAgainstFiniteDifferences(HostTensor &tensor, const std::vector<double> &gradient, const HostTensor &q,
+                                   const HostTensor &k, const HostTensor &v, const HostTensor &g, bool causal) {
+  for (int64_t h = 0; h < tensor.heads(); ++h)
+    for (int64_t t = 0; t < tensor.tokens(); ++t)
+      for (int64_t c = 0; c < tensor.dim(); ++c) {
+        const float original = tensor.at(0, h, t, c);
+        tensor.set(0, h, t, c, original + 1e-2);
+        const double up_at = tensor.at(0, h, t, c);
+        const double up = loss(q, k, v, g, causal);
+        tensor.set(0, h, t, c, original - 1e-2);
+        const double down_at = tensor.at(0, h, t, c);
+        const double down = loss(q, k, v, g, causal);
+        tensor.set(0, h, t, c, original);
+        const double numeric = (up - down) / (up_at - down_at); // the f32 steps actually taken
+        const double analytic = gradient[static_cast<size_t>((h * tensor.tokens() + t) * tensor.dim() + c)];
+        CHECK_MESSAGE(std::fabs(numeric - analytic) <= 1e-4 + 1e-3 * std::fabs(analytic),
+                      "element (" << h << ", " << t << ", " << c << "): finite difference " << numeric << ", gradient "
+                                  << analytic);
+      }
+}
+
+} // namespace
+
+TEST_CASE("P and dS tiles: one int8 scale per tile, bit-exact with numerics::quantizeInt8") {
+  const std::vector<double> tile = {0.5, -1.0, 0.25, 0.0, 0.1234567, -0.75};
+  QuantizerSpec int8_tile{ElementType::int8, Granularity::per_block};
+  const std::vector<double> quantized = quantizeTile(tile, int8_tile);
+  std::vector<float> values(tile.begin(), tile.end());
+  std::vector<int8_t> codes(tile.size());
+  const float scale = numerics::quantizeInt8(values, codes);
+  CHECK(scale == 1.0f / 127.0f);
+  CHECK(codes[0] == 64); // 63.5 rounds half to even
+  CHECK(codes[1] == -127);
+  for (size_t i = 0; i < tile.size(); ++i)
+    CHECK(quantized[i] == static_cast<double>(codes[i]) * static_cast<double>(scale));
+  // Casts: f32 keeps the value, f16 rounds it.
+  CHECK(quantizeTile(tile, QuantizerSpec{ElementType::f32})[4] == tile[4]);
+  CHECK(quantizeTile(tile, QuantizerSpec{ElementType::f16})[4] == static_cast<double>(numerics::roundToHalf(tile[4])));
+  CHECK_THROWS_WITH_AS(quantizeTile(tile, QuantizerSpec{ElementType::int8, Granularity::per_token}),
+                       doctest::Contains("one scale per tile"), std::invalid_argument);
+}
+
+TEST_CASE("the exact gradients match finite differences (GQA, causal with n_q < n_kv)") {
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    HostTensor q = randomHnd(2, 5, 16, StorageType::f32, 11);
+    HostTensor k = randomHnd(1, 7, 16, StorageType::f32, 12);
+    HostTensor v = randomHnd(1, 7, 16, StorageType::f32, 13);
+    const HostTensor g = randomHnd(2, 5, 16, StorageType::f32, 14);
+    const GradientResult gradients = exactAttentionBackward(q, k, v, g, causal);
+    checkAgainstFiniteDifferences(q, gradients.dq, q, k, v, g, causal);
+    checkAgainstFiniteDifferences(k, gradients.dk, q, k, v, g, causal);
+    checkAgainstFiniteDifferences(v, gradients.dv, q, k, v, g, causal);
+  }
+}
+
+TEST_CASE("the exact-bwd program through the tiled reference reproduces the exact gradients") {
+  // Partial tiles (100 and 150 tokens over 64-token tiles), GQA 4:2, bottom-right causal with n_q < n_kv.
+  for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+    CAPTURE(nameOf(mask));
+    const HostTensor q = randomHnd(4, 100, 64, StorageType::f32, 21);
+    const HostTensor k = randomHnd(2, 150, 64, StorageType::f32, 22);
+    const HostTensor v = randomHnd(2, 150, 64, StorageType::f32, 23);
+    const HostTensor d_o = randomHnd(4, 100, 64, StorageType::f32, 24);
+    AttentionVariant forward = dsl::preset("exact", 64, mask)->lse().describe();
+    const BackwardVariant backward = dsl::backwardPreset("exact-bwd", 64, mask)->describe();
+    const GradientResult tiled = runForwardBackwardReference(forward, backward, q, k, v, d_o);
+    const GradientResult exact = exactAttentionBackward(q, k, v, d_o, mask == MaskKind::causal);
+    // The only rounding: O stored in f32 before D = rowsum(dO o O).
+    CHECK(maxAbsDifference(tiled.dq, exact.dq) <= 1e-5 * maxAbs(exact.dq));
+    CHECK(maxAbsDifference(tiled.dk, exact.dk) <= 1e-5 * maxAbs(exact.dk));
+    CHECK(maxAbsDifference(tiled.dv, exact.dv) <= 1e-5 * maxAbs(exact.dv));
+    CHECK(maxAbs(exact.dk) > 0.0);
+  }
+}
+
+TEST_CASE("SageBwd's accuracy targets on N(0,1) data (issue 12)") {
+  // The issue's shape is N = 1024, d = 128 (`sagegen reference-backward` prints it); the default suite runs the
+  // same algorithm at N = 512 to stay fast. The bounds are the issue's.
+  const int64_t tokens = 512, dim = 128;
+  const HostTensor q = randomHnd(1, tokens, dim, StorageType::f16, 31);
+  const HostTensor k = randomHnd(1, tokens, dim, StorageType::f16, 32);
+  const HostTensor v = randomHnd(1, tokens, dim, StorageType::f16, 33);
+  const HostTensor d_o = randomHnd(1, tokens, dim, StorageType::f16, 34);
+  const GradientResult exact = exactAttentionBackward(q, k, v, d_o, false);
+  const AttentionVariant forward = dsl::preset("sagebwd", dim)->describe();
+  const GradientAccuracy fp16_dp = compareGradients(
+      exact, runForwardBackwardReference(forward, dsl::backwardPreset("sagebwd", dim)->describe(), q, k, v, d_o));
+  const GradientAccuracy int8_dp = compareGradients(
+      exact,
+      runForwardBackwardReference(forward, dsl::backwardPreset("sagebwd-int8-dp", dim)->describe(), q, k, v, d_o));
+  MESSAGE("dO.V^T f16: dq " << fp16_dp.dq.cosine_similarity << " dk " << fp16_dp.dk.cosine_similarity << " dv "
+                            << fp16_dp.dv.cosine_similarity << "; dq rel-L1 " << fp16_dp.dq.relative_l1);
+  MESSAGE("dO.V^T int8: dq " << int8_dp.dq.cosine_similarity << " dk " << int8_dp.dk.cosine_similarity << " dv "
+                             << int8_dp.dv.cosine_similarity << "; dq rel-L1 " << int8_dp.dq.relative_l1);
+  CHECK(fp16_dp.dv.cosine_similarity >= 0.999);
+  CHECK(fp16_dp.dq.cosine_similarity >= 0.99);
+  CHECK(fp16_dp.dk.cosine_similarity >= 0.99);
+  // Table 1(c): quantizing dO.V^T costs dQ accuracy. On iid N(0,1) data the int8 dS dominates dQ's error and the
+  // effect is small but clear (measured: 1 - cos +10%, rel-L1 +5%); the next case shows it where V has outliers.
+  CHECK(1.0 - int8_dp.dq.cosine_similarity > 1.05 * (1.0 - fp16_dp.dq.cosine_similarity));
+  CHECK(int8_dp.dq.relative_l1 > 1.03 * fp16_dp.dq.relative_l1);
+  CHECK(int8_dp.dv.cosine_similarity == fp16_dp.dv.cosine_similarity); // dV does not depend on dP
+
+  // V with a per-channel bias (the shared outliers of the paper's section 4.2, here in V): per-block int8 V spends
+  // its range on the bias, which dP - D cancels, so the int8 dP loses much of what is left.
+  const HostTensor v_biased = randomTensor(1, 1, tokens, dim, StorageType::f16, Layout::hnd, {33, 0.0, 1.0, 4.0});
+  const GradientResult exact_biased = exactAttentionBackward(q, k, v_biased, d_o, false);
+  const double fp16_biased =
+      compareGradients(exact_biased, runForwardBackwardReference(
+                                         forward, dsl::backwardPreset("sagebwd", dim)->describe(), q, k, v_biased, d_o))
+          .dq.cosine_similarity;
+  const double int8_biased =
+      compareGradients(exact_biased,
+                       runForwardBackwardReference(forward, dsl::backwardPreset("sagebwd-int8-dp", dim)->describe(), q,
+                                                   k, v_biased, d_o))
+          .dq.cosine_similarity;
+  MESSAGE("V bias 4: dq cos f16 dP " << fp16_biased << ", int8 dP " << int8_biased);
+  CHECK(fp16_biased >= 0.99);
+  CHECK(1.0 - int8_biased > 2.0 * (1.0 - fp16_biased)); // measured 3.4x
+}
+
+TEST_CASE("bad shapes and mismatched passes are refused with the argument named") {
+  const HostTensor q = randomHnd(2, 8, 64, StorageType::f16, 1);
+  const HostTensor kv = randomHnd(1, 8, 64, StorageType::f16, 2);
+  const HostTensor wrong = randomHnd(2, 9, 64, StorageType::f16, 3);
+  const BackwardVariant backward = dsl::backwardPreset("sagebwd", 64)->describe();
+  const std::vector<double> lse(16, 0.0);
+  CHECK_THROWS_WITH_AS(runBackwardReference(backward, q, kv, kv, q, wrong, lse), doctest::Contains("d_o: expected"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runBackwardReference(backward, q, kv, kv, wrong, q, lse), doctest::Contains("o: expected"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runBackwardReference(backward, q, kv, kv, q, q, std::vector<double>(15, 0.0)),
+                       doctest::Contains("lse: expected"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runBackwardReference(dsl::backwardPreset("sagebwd", 128)->describe(), q, kv, kv, q, q, lse),
+                       doctest::Contains("does not match the variant"), std::invalid_argument);
+  const AttentionVariant no_lse = dsl::preset("exact", 64)->describe();
+  CHECK_THROWS_WITH_AS(runForwardBackwardReference(no_lse, backward, q, kv, kv, q),
+                       doctest::Contains("does not write the LSE"), std::invalid_argument);
+  const AttentionVariant causal = dsl::preset("sagebwd", 64, MaskKind::causal)->describe();
+  CHECK_THROWS_WITH_AS(runForwardBackwardReference(causal, backward, q, kv, kv, q), doctest::Contains("differs"),
+                       std::invalid_argument);
+}

@@ -1,0 +1,77 @@
+// The sm80 backward schedule (SageBwd, issue 12): what it supports and why not, its plan, the workspace it needs,
+// and the generator's text and checks.
+#include "sage/schedules/BackwardSchedule.h"
+#include "sage/codegen/BackwardKernelGenerator.h"
+#include "sage/dsl/AttentionBackward.h"
+
+#include <doctest/doctest.h>
+
+using namespace sage;
+using namespace sage::schedules;
+
+namespace {
+BackwardVariant sagebwd(int head_dim = 128, MaskKind mask = MaskKind::none) {
+  return dsl::backwardPreset("sagebwd", head_dim, mask)->describe();
+}
+} // namespace
+
+TEST_CASE("the sm80 backward schedule supports Algorithm 3 and says why not otherwise") {
+  const Sm80BackwardSchedule schedule;
+  for (GpuArch arch : {GpuArch::sm80, GpuArch::sm86, GpuArch::sm89, GpuArch::sm90a})
+    for (int head_dim : {64, 128})
+      CHECK(schedule.supports(sagebwd(head_dim, MaskKind::causal), arch, InputType::f16));
+  CHECK(schedule.supports(dsl::backwardPreset("sagebwd")->float_type(ElementType::bf16).describe(), GpuArch::sm80,
+                          InputType::bf16));
+  auto reason = [&](const BackwardVariant &variant, InputType input = InputType::f16) {
+    return schedule.supports(variant, GpuArch::sm80, input).reason;
+  };
+  CHECK(reason(sagebwd(), InputType::bf16).find("input type (bf16)") != std::string::npos);
+  CHECK(reason(dsl::backwardPreset("sagebwd-int8-dp")->describe()).find("CPU reference only") != std::string::npos);
+  CHECK(reason(dsl::backwardPreset("exact-bwd")->describe()).find("S = Q.K^T") != std::string::npos);
+  CHECK(reason(sagebwd(96)).find("head_dim 96") != std::string::npos);
+  CHECK(reason(dsl::backwardPreset("sagebwd")->blocks(128, 64).describe()).find("64x64") != std::string::npos);
+  CHECK_THROWS_WITH_AS(schedule.plan(sagebwd(96), GpuArch::sm80, InputType::f16), doctest::Contains("head_dim 96"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(bestBackwardSchedule(sagebwd(96), GpuArch::sm80, InputType::f16),
+                       doctest::Contains("sm80.mma_sync_backward: head_dim 96"), std::invalid_argument);
+  CHECK(&bestBackwardSchedule(sagebwd(), GpuArch::sm90a, InputType::f16) == allBackwardSchedules().front());
+}
+
+TEST_CASE("the plan: four launches, their grids, the main kernel's shared memory and the workspace") {
+  const BackwardKernelPlan plan =
+      Sm80BackwardSchedule().plan(sagebwd(128, MaskKind::causal), GpuArch::sm89, InputType::f16);
+  REQUIRE(plan.launches.size() == 4);
+  CHECK(plan.launches[0].entry_point == "sage_bwd_preprocess_q");
+  CHECK(plan.launches[2].entry_point == "sage_bwd_main");
+  CHECK(plan.launches[2].dynamic_shared_bytes == 64 * 128 * 9 + 3 * 64 * 64 + 136 * 4);
+  CHECK(plan.launches[2].dynamic_shared_bytes <= 99 * 1024); // fits sm_89
+  CHECK(plan.launches[0].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{16, 8, 2});
+  CHECK(plan.launches[2].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
+  CHECK(plan.causal);
+  const BackwardWorkspaceSizes sizes = backwardWorkspaceSizes(plan, 2, 8, 2, 1000, 3000);
+  CHECK(sizes.q_codes == 2 * 8 * 16 * 64 * 128);
+  CHECK(sizes.k_codes == 2 * 2 * 47 * 64 * 128);
+  CHECK(sizes.dq_accum == 4 * 2 * 8 * 1000 * 128);
+  CHECK(sizes.total() > sizes.dq_accum);
+  CHECK(plan.describe().find("sm80.mma_sync_backward sm_89 f16 d128 causal") == 0);
+}
+
+TEST_CASE("the backward kernel text instantiates the device library with the plan's constants") {
+  const BackwardVariant variant = dsl::backwardPreset("sagebwd", 64)->float_type(ElementType::bf16).describe();
+  const BackwardKernelPlan plan = Sm80BackwardSchedule().plan(variant, GpuArch::sm80, InputType::bf16);
+  const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(variant, plan);
+  CHECK(kernel.name == "sagebwd_d64_bf16_sm_80_sm80_mma_sync_backward");
+  for (const char *text :
+       {"#include \"sage/device/sm80/backward.cuh\"", "kHeadDim = 64", "kCausal = false", "kBf16 = true",
+        "sage_bwd_main(const SageBackwardParams params)", "kMainSharedBytes<SageBackwardConfig> == 49696"}) {
+    CAPTURE(text);
+    CHECK(kernel.source.find(text) != std::string::npos);
+  }
+  BackwardKernelPlan other = plan;
+  other.schedule = "sm90.wgmma_backward";
+  CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(variant, other),
+                       doctest::Contains("no backward kernel writer for schedule 'sm90.wgmma_backward'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(sagebwd(128), plan), doctest::Contains("head_dim"),
+                       std::invalid_argument);
+}

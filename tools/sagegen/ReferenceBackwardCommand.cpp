@@ -1,0 +1,149 @@
+// `sagegen reference-backward`: runs backward presets (SageBwd) on the CPU reference, after their forward, and
+// compares dQ, dK, dV with the exact gradients of softmax attention.
+#include "Commands.h"
+
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/reference/Backward.h"
+#include "sage/reference/Reference.h"
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+namespace sage::tool {
+namespace {
+
+constexpr int64_t kMaxTokens = int64_t(1) << 24;
+
+struct BackwardReferenceOptions {
+  std::vector<std::string> presets;
+  int head_dim = 128;
+  bool causal = false;
+  int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 1, kv_heads = 0; // 0: not given (same as Q's)
+  uint64_t seed = 0;
+  std::string dtype = "f16";
+  double k_bias = 0.0, v_bias = 0.0;
+};
+
+reference::StorageType storageOf(const std::string &text) {
+  if (text == "f16")
+    return reference::StorageType::f16;
+  if (text == "bf16")
+    return reference::StorageType::bf16;
+  if (text == "f32")
+    return reference::StorageType::f32;
+  throw UserError("--dtype: expected f16, bf16 or f32, got '" + text + "'");
+}
+
+dsl::AttentionBackwardBuilder backwardBuilder(const std::string &name, int head_dim, MaskKind mask) {
+  std::optional<dsl::AttentionBackwardBuilder> found;
+  try {
+    found = dsl::backwardPreset(name, head_dim, mask);
+  } catch (const std::invalid_argument &error) {
+    throw UserError(std::string("--headdim: ") + error.what());
+  }
+  if (!found) {
+    std::string known;
+    for (const auto &info : dsl::backwardPresets())
+      known += (known.empty() ? "" : ", ") + std::string(info.name);
+    throw UserError("--preset: unknown backward preset '" + name + "'; expected one of " + known);
+  }
+  return *found;
+}
+
+void run(const BackwardReferenceOptions &options) {
+  const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : options.tokens;
+  const int64_t kv_heads = options.kv_heads > 0 ? options.kv_heads : options.heads;
+  if (options.heads % kv_heads != 0)
+    throw UserError("--kv-heads: must divide --heads (" + std::to_string(options.heads) + "), got " +
+                    std::to_string(kv_heads));
+  const MaskKind mask = options.causal ? MaskKind::causal : MaskKind::none;
+  std::vector<std::string> names;
+  for (const std::string &list : options.presets) {
+    std::stringstream stream(list);
+    for (std::string name; std::getline(stream, name, ',');)
+      names.push_back(name);
+  }
+  if (names.empty())
+    names = {"sagebwd", "sagebwd-int8-dp"};
+  std::vector<BackwardVariant> variants;
+  for (const std::string &name : names)
+    variants.push_back(backwardBuilder(name, options.head_dim, mask).build().variant());
+
+  const int64_t d = options.head_dim;
+  try {
+    reference::checkReferenceShape(options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d);
+  } catch (const std::invalid_argument &error) {
+    throw UserError(std::string("--batch/--heads/--kv-heads/--n/--n-kv: ") + error.what());
+  }
+  const auto storage = storageOf(options.dtype);
+  const auto layout = reference::Layout::hnd;
+  auto q = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
+                                   {options.seed * 4 + 1, 0.0, 1.0, 0.0});
+  auto k = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
+                                   {options.seed * 4 + 2, 0.0, 1.0, options.k_bias});
+  auto v = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
+                                   {options.seed * 4 + 3, 0.0, 1.0, options.v_bias});
+  auto d_o = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
+                                     {options.seed * 4 + 4, 0.0, 1.0, 0.0});
+  const auto exact = reference::exactAttentionBackward(q, k, v, d_o, options.causal);
+
+  fmt::print("N(0,1) data (dO too), batch {} heads {}/{} n_q {} n_kv {} d {} {} causal={} k_bias={} v_bias={} "
+             "seed={}; gradients against exact attention's, in double\n",
+             options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype,
+             options.causal ? "yes" : "no", options.k_bias, options.v_bias, options.seed);
+  fmt::print("{:<16} {:<8} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8}\n", "backward", "forward", "dq_cos", "dq_rl1",
+             "dk_cos", "dk_rl1", "dv_cos", "dv_rl1", "seconds");
+  for (const BackwardVariant &variant : variants) {
+    const std::string_view forward_name = dsl::backwardPresetForward(variant.name);
+    const AttentionVariant forward = dsl::preset(forward_name, options.head_dim, mask)->lse().describe();
+    const auto start = std::chrono::steady_clock::now();
+    const auto result = reference::runForwardBackwardReference(forward, variant, q, k, v, d_o);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto accuracy = reference::compareGradients(exact, result);
+    fmt::print("{:<16} {:<8} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>8.2f}\n", variant.name,
+               forward_name, accuracy.dq.cosine_similarity, accuracy.dq.relative_l1, accuracy.dk.cosine_similarity,
+               accuracy.dk.relative_l1, accuracy.dv.cosine_similarity, accuracy.dv.relative_l1, seconds);
+  }
+}
+
+} // namespace
+
+CommandAction addReferenceBackwardCommand(CLI::App &app) {
+  CLI::App *command = app.add_subcommand(
+      "reference-backward", "run backward presets (SageBwd) on the CPU reference and compare dQ, dK, dV with exact "
+                            "attention's gradients");
+  auto options = std::make_shared<BackwardReferenceOptions>();
+  command
+      ->add_option("--preset", options->presets,
+                   "backward preset name(s), comma-separated (default: sagebwd,sagebwd-int8-dp)")
+      ->delimiter(',');
+  command->add_option("--headdim", options->head_dim, "head dimension d")->capture_default_str();
+  command->add_flag("--causal", options->causal, "causal mask (bottom-right aligned when n_q != n_kv)");
+  command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), kMaxTokens));
+  command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)")
+      ->check(CLI::Range(int64_t(1), kMaxTokens));
+  command->add_option("--batch", options->batch, "batch size")->capture_default_str()->check(CLI::Range(1, 65535));
+  command->add_option("--heads", options->heads, "query heads")->capture_default_str()->check(CLI::Range(1, 4096));
+  command->add_option("--kv-heads", options->kv_heads, "key/value heads (GQA; default: --heads)")
+      ->check(CLI::Range(1, 4096));
+  command->add_option("--seed", options->seed, "random seed")->capture_default_str();
+  command->add_option("--dtype", options->dtype, "storage type of Q, K, V, dO: f16, bf16 or f32")
+      ->capture_default_str();
+  command->add_option("--k-bias", options->k_bias, "stddev of a per-channel bias shared by all K tokens")
+      ->capture_default_str()
+      ->check(finiteRange(0.0, 1e4));
+  command
+      ->add_option("--v-bias", options->v_bias,
+                   "stddev of a per-channel bias shared by all V tokens (where an int8 dO.V^T loses most)")
+      ->capture_default_str()
+      ->check(finiteRange(0.0, 1e4));
+  return [options] { run(*options); };
+}
+
+} // namespace sage::tool
