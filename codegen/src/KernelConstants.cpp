@@ -22,6 +22,8 @@ std::string_view pvPathSummary(PvPath path) {
     return "int8 P~ (static scale) x int8 V^T (per channel), s32 per KV block added into f32 (mma m16n8k32 s8)";
   case PvPath::e4m3_accumulate_f32:
     return "e4m3 P~ (static scale) x e4m3 V^T (per channel), f32 accumulator (mma m16n8k32 e4m3)";
+  case PvPath::e2m1_block_scaled:
+    return "e2m1 P~ (microscaled) x e2m1 V^T, block-scaled mma (not an sm80 path)";
   }
   return "";
 }

@@ -2,6 +2,8 @@
 // KV blocks, and the calls to the algorithm's steps in the order of Algorithm 1.
 #include "KernelText.h"
 
+#include <fmt/format.h>
+
 #include <string>
 
 namespace sage::codegen::detail {
@@ -69,7 +71,7 @@ __device__ __forceinline__ void process_kv_block(ThreadState &state, const Threa
   multiply_q_k(score_accumulator, state.q_fragment, stage_base + kKTileOffset, position.lane);
   float scores[kRowTiles][kScoreTiles][4];
   @DEQUANTIZE_CALL@;
-  if (kMasked)
+@Q_MEAN_CORRECTION@  if (kMasked)
     mask_scores(scores, position.first_row, kv_begin, kv.tokens_kv, position.causal_offset, position.quad_lane);
 
   // m_i^j, P~_i^j (in place of S), l_i^j
@@ -165,6 +167,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocess
 @LSE@}
 )";
 
+std::string domainFactor(const KernelContext &context);
+
 std::string outputState(const KernelContext &context) {
   std::string text = context.plan.pv_path == PvPath::f16_accumulate_f16
                          ? "  unsigned o_accumulator[kRowTiles][kOutputTiles][2]; // O_i, f16x2: rows g, g + 8 x "
@@ -178,6 +182,9 @@ std::string outputState(const KernelContext &context) {
 
 std::string streamFields(const KernelContext &context) {
   std::string text;
+  if (context.smoothed_q)
+    text += "  const float *delta_s;         // Q smoothing: the prologue's delta_s of this CTA's Q block [padded_kv]\n"
+            "  float delta_factor;           // puts delta_s in S's domain\n";
   if (context.quantized_qk)
     text += "  const float *k_scales;        // K's scales of this KV head\n";
   if (context.plan.v_source == ValueSource::workspace_codes)
@@ -190,6 +197,13 @@ std::string streamFields(const KernelContext &context) {
 
 std::string streamSetup(const KernelContext &context) {
   std::string text;
+  if (context.smoothed_q)
+    text += fmt::format(
+        "  // Q smoothing: delta_s [b, h_q, padded_q / {0}, padded_kv], per Q block of the variant ({0} rows)\n"
+        "  kv.delta_s = reinterpret_cast<const float *>(workspace + params.offsets.delta_s) +\n"
+        "               (q_head_index * (size.padded_q / {0}) + q_begin / {0}) * size.padded_kv;\n"
+        "  kv.delta_factor = {1};\n",
+        context.variant.block_q, domainFactor(context));
   if (context.quantized_qk)
     text += "  kv.k_scales =\n"
             "      reinterpret_cast<const float *>(workspace + params.offsets.k_scales) + kv_head_index * "
@@ -383,6 +397,10 @@ std::string emitKernelEntry(const KernelContext &context) {
        {"CAUSAL_NOTE", context.causal ? " or the causal diagonal" : ""},
        {"K_BLOCK_SCALE", k_block_scale},
        {"DEQUANTIZE_CALL", dequantizeCall(context)},
+       {"Q_MEAN_CORRECTION",
+        context.smoothed_q
+            ? "  add_q_mean_correction(scores, kv.delta_s + kv_begin, kv.delta_factor, position.quad_lane);\n"
+            : ""},
        {"RESCALE_FLUSHED", context.two_level ? "  rescale_output(state.o_flushed, rescale);\n" : ""},
        {"FLUSH", context.two_level ? "  if (++state.blocks_since_flush == kFlushPeriod) { // two-level accumulation\n"
                                      "    flush_accumulator(state.o_flushed, state.o_accumulator);\n"

@@ -142,6 +142,26 @@ __device__ __forceinline__ void dequantize_scores(float (&scores)[kRowTiles][kSc
 
 )";
 
+constexpr std::string_view kQMeanCorrection =
+    R"(// ---- Step: S_i^j += mean(Q_i) K_j^T, Q smoothing's correction (sage.q_mean_correction) ----
+// delta_s: the prologue's GEMV for this CTA's Q block, indexed by KV token; `factor` puts it in S's domain.
+__device__ __forceinline__ void add_q_mean_correction(float (&scores)[kRowTiles][kScoreTiles][4], const float *delta_s,
+                                                      float factor, int quad_lane) {
+#pragma unroll
+  for (int tile = 0; tile < kScoreTiles; ++tile)
+#pragma unroll
+    for (int column = 0; column < 2; ++column) {
+      const float delta = delta_s[kv_token_of_column(tile, quad_lane * 2 + column)] * factor;
+#pragma unroll
+      for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          scores[row_tile][tile][half * 2 + column] += delta;
+    }
+}
+
+)";
+
 constexpr std::string_view kMask = R"(// ---- Step: mask S_i^j ----
 // Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (token j is visible to
 // row i iff j <= i + causal_offset: tokens_kv - tokens_q aligns bottom-right, 0 top-left), get -inf.
@@ -169,7 +189,10 @@ __device__ __forceinline__ void mask_scores(float (&scores)[kRowTiles][kScoreTil
 
 std::string emitScoreSteps(const KernelContext &context) {
   std::string text = context.quantized_qk
-                         ? "// S accumulates in s32 (int8 codes)\nusing ScoreAccumulator = int;\n\n"
+                         ? (context.variant.q.dtype == ElementType::int4
+                                ? "// S accumulates in s32 (int4 codes, one per byte: multiplied as int8 codes)\n"
+                                  "using ScoreAccumulator = int;\n\n"
+                                : "// S accumulates in s32 (int8 codes)\nusing ScoreAccumulator = int;\n\n")
                          : "// S accumulates in f32 (unquantized Q and K)\nusing ScoreAccumulator = float;\n\n";
   text += kLoadQ;
   if (context.quantized_qk)
@@ -181,6 +204,8 @@ std::string emitScoreSteps(const KernelContext &context) {
     text += kDequantizeStaged;
   else
     text += kDequantizeUniform;
+  if (context.smoothed_q)
+    text += kQMeanCorrection;
   text += kMask;
   return text;
 }

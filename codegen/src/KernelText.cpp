@@ -49,6 +49,7 @@ KernelContext makeContext(const AttentionVariant &variant, const schedules::Kern
   context.two_level = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
                       variant.accumulation.kind == AccumulationKind::f32_two_level;
   context.smoothed_v = variant.smooth_v != SmoothScope::none;
+  context.smoothed_q = variant.smooth_q == SmoothScope::block;
   context.lse_correction =
       variant.epilogue.write_lse && variant.epilogue.lse_smoothing_correction && variant.smooth_k != SmoothScope::none;
   return context;

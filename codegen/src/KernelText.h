@@ -30,6 +30,7 @@ struct KernelContext {
   bool staged_k_scales = false; // K scales vary inside a KV block: staged in shared memory per stage
   bool two_level = false;       // a second, f32 accumulator receives O every flush_period KV blocks
   bool smoothed_v = false;      // mean(V) is added back in the epilogue
+  bool smoothed_q = false;      // Q smoothing: the prologue's delta_s (mean(Q_i) . K_j^T) is added to S
   bool lse_correction = false;  // LSE gets q . mean(K) back (K was smoothed)
 };
 

@@ -45,8 +45,18 @@ TokenQuantizerConfig tokenQuantizer(const QuantizerSpec &spec, int tile_tokens, 
     config.dtype = input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16;
     return config;
   }
-  require(spec.dtype == ElementType::int8 || spec.dtype == ElementType::e4m3,
-          field + ".dtype: the prologue writes int8 or e4m3 codes, got " + dtypeName(spec.dtype));
+  if (isMicroscale(spec.granularity)) { // FP4: NVFP4 (1x16, ue4m3) or MXFP4 (1x32, ue8m0) along the channels
+    const ScaleType expected = spec.granularity == Granularity::microscale_1x16 ? ScaleType::ue4m3 : ScaleType::ue8m0;
+    require(spec.dtype == ElementType::e2m1,
+            field + ".dtype: microscaled codes are e2m1 (FP4), got " + dtypeName(spec.dtype));
+    require(spec.scale_type == expected && !spec.two_level && spec.static_scale <= 0.0,
+            field + ": " + granularityName(spec.granularity) + " takes " + std::string(nameOf(expected)) +
+                " scales, with no two-level or static scale");
+    config.dtype = spec.dtype;
+    return config;
+  }
+  require(spec.dtype == ElementType::int8 || spec.dtype == ElementType::int4 || spec.dtype == ElementType::e4m3,
+          field + ".dtype: the prologue writes int8, int4 (one per byte) or e4m3 codes, got " + dtypeName(spec.dtype));
   require(spec.scale_type == ScaleType::f32 && !spec.two_level && spec.static_scale <= 0.0,
           field + ": the prologue computes one dynamic f32 scale per group (no ue4m3, two-level or static scales)");
   config.dtype = spec.dtype;
@@ -184,9 +194,25 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
             "v.dtype: an unquantized V must be f16 or f32 for the prologue (P.V in f16), got " + dtypeName(v.dtype));
     const bool convert = input == schedules::InputType::bf16 || config.smooth_v;
     config.v_output = convert ? VOutput::f16_values : VOutput::none;
+  } else if (isMicroscale(v.granularity)) {
+    // FP4 V: microscaled along its tokens (P.V's reduction axis), transposed.
+    const ScaleType expected = v.granularity == Granularity::microscale_1x16 ? ScaleType::ue4m3 : ScaleType::ue8m0;
+    require(v.dtype == ElementType::e2m1, "v.dtype: microscaled V codes are e2m1 (FP4), got " + dtypeName(v.dtype));
+    require(v.scale_type == expected && !v.two_level && v.static_scale <= 0.0,
+            "v: " + granularityName(v.granularity) + " takes " + std::string(nameOf(expected)) +
+                " scales, with no two-level or static scale");
+    require(!config.smooth_v, "smooth_v: FP4 V is not smoothed by the prologue");
+    const int group = microscaleGroupSize(v.granularity);
+    require(variant.block_kv % group == 0, "variant.block_kv: FP4 V groups " + std::to_string(group) +
+                                               " tokens (padded_kv must hold whole groups), got " +
+                                               std::to_string(variant.block_kv));
+    config.v_output = VOutput::fp4_codes;
+    config.v_dtype = v.dtype;
+    config.v_granularity = v.granularity;
   } else {
     require(v.granularity == Granularity::per_channel,
-            "v.granularity: expected per_channel (or none for f16), got " + granularityName(v.granularity));
+            "v.granularity: expected per_channel, microscale_1x16/1x32 (FP4) or none (f16), got " +
+                granularityName(v.granularity));
     require(v.dtype == ElementType::int8 || v.dtype == ElementType::e4m3,
             "v.dtype: per-channel V codes must be int8 or e4m3, got " + dtypeName(v.dtype));
     require(v.scale_type == ScaleType::f32 && !v.two_level && v.static_scale <= 0.0,
@@ -234,10 +260,12 @@ std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
   first.push_back(q_per_tensor ? Role::q_block_statistics : Role::q_block_quantize);
   if (config.v_output == VOutput::f16_values && !config.smooth_v)
     first.push_back(Role::v_tile_convert);
-  if (!k_statistics)
+  if (config.v_output == VOutput::fp4_codes) // microscales are local to 16 or 32 tokens: no statistics to wait for
+    first.push_back(Role::v_tile_quantize);
+  if (!config.kAfterStatistics())
     first.push_back(Role::k_block_quantize);
 
-  if (k_statistics)
+  if (config.kAfterStatistics())
     second_read.push_back(Role::k_block_quantize);
   if (v_statistics)
     second_read.push_back(config.v_output == VOutput::codes ? Role::v_tile_quantize : Role::v_tile_convert);

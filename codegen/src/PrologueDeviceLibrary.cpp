@@ -1,9 +1,11 @@
 // The device library of the generated prologue kernels: constants, conversions, loads, reductions and the
 // generic tile quantizer. Everything variant-specific is a constexpr or a small generated struct; the rest is
 // fixed text, written once here so that every generated kernel reads the same.
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -232,6 +234,23 @@ __device__ __forceinline__ unsigned encodeE4m3Software(float value) {
 )cuda";
 }
 
+namespace {
+
+// The device library's FP4 microscaling (sage/device/fp4/microscaling.cuh, host-tested against sage::numerics),
+// pasted in: the prologue is one self-contained translation unit.
+std::string fp4Helpers() {
+  const DeviceHeader *header = findDeviceHeader("sage/device/fp4/microscaling.cuh");
+  if (header == nullptr)
+    throw std::logic_error("prologue generator: the device library lacks sage/device/fp4/microscaling.cuh");
+  std::string text(header->text);
+  const size_t pragma = text.find("#pragma once\n");
+  if (pragma != std::string::npos)
+    text.erase(pragma, 13);
+  return "\n// ---- FP4 microscaling (from the device library) ----\n" + text;
+}
+
+} // namespace
+
 std::string emitCodeHelpers(const PrologueConfig &config) {
   std::string text = R"cuda(
 // ---- Codes ----
@@ -240,6 +259,24 @@ __device__ __forceinline__ unsigned int8Code(float scaled) {
   int code;
   asm("cvt.rni.sat.s32.f32 %0, %1;" : "=r"(code) : "f"(scaled));
   return (unsigned)(code < -127 ? -127 : code > 127 ? 127 : code) & 0xffu;
+}
+
+// int4, stored one per byte (the legalized s4 -> s8 operand): cvt.rni of the f32 product, saturated to [-7, 7]
+// (symmetric, as roundToInt4); a NaN becomes 0.
+__device__ __forceinline__ unsigned int4Code(float scaled) {
+  int code;
+  asm("cvt.rni.sat.s32.f32 %0, %1;" : "=r"(code) : "f"(scaled));
+  return (unsigned)(code < -7 ? -7 : code > 7 ? 7 : code) & 0xffu;
+}
+
+__device__ __forceinline__ uint2 packInt4Codes(const float (&scaled)[8]) {
+  uint2 packed = {0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    packed.x |= int4Code(scaled[j]) << (8 * j);
+    packed.y |= int4Code(scaled[j + 4]) << (8 * j);
+  }
+  return packed;
 }
 
 // Eight codes of one row vector, channel j in byte j.
@@ -253,6 +290,8 @@ __device__ __forceinline__ uint2 packInt8Codes(const float (&scaled)[8]) {
   return packed;
 }
 )cuda";
+  if (config.usesFp4())
+    text += fp4Helpers();
   if (config.usesE4m3()) {
     text += emitE4m3SoftwareEncoder();
     text += R"cuda(
@@ -464,6 +503,25 @@ __device__ __forceinline__ void quantizeTile(const Values &values, unsigned char
 
 std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &quantizer, const char *tile_constant,
                                int blocks_per_tile, const char *what) {
+  if (quantizer.microscaled()) {
+    const bool mx = quantizer.groupChannels() == 32;
+    std::string text = "\n// " + std::string(what) + ": " +
+                       (mx ? "MXFP4: e2m1 codes, one ue8m0 scale per 32 channels of a token"
+                           : "NVFP4: e2m1 codes, one ue4m3 scale per 16 channels of a token") +
+                       "; codes [tokens, d / 2] (channel 2k in the\n// low nibble of byte k), scales [tokens, d / " +
+                       std::to_string(quantizer.groupChannels()) + "], one byte each.\n";
+    text += "[[maybe_unused]] constexpr int " + std::string(name) + "Groups = 0;\n";
+    text += "struct " + std::string(name) + " {\n";
+    text += "  static constexpr int kTileTokens = " + std::string(tile_constant) + "; // tokens one CTA quantizes\n";
+    text += "  static constexpr int kGroupChannels = " + std::to_string(quantizer.groupChannels()) + ";\n";
+    text += "  static __device__ __forceinline__ unsigned scaleCode(float amax) { return sage::device::fp4::" +
+            std::string(mx ? "mxfp4_scale_code" : "nvfp4_scale_code") + "(amax); }\n";
+    text += "  static __device__ __forceinline__ float inverse(unsigned scale) { return sage::device::fp4::" +
+            std::string(mx ? "mxfp4_inverse" : "nvfp4_inverse") + "(scale); }\n";
+    text += "};\n";
+    (void)blocks_per_tile;
+    return text;
+  }
   if (quantizer.cast()) {
     std::string text = "\n// " + std::string(what) + ": none (the operand is not quantized): values rounded to " +
                        std::string(nameOf(quantizer.dtype)) + ", 2 bytes each, no scales.\n";
@@ -476,6 +534,7 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
     return text;
   }
   const bool e4m3 = quantizer.dtype == ElementType::e4m3;
+  const bool int4 = quantizer.dtype == ElementType::int4;
   std::string granularity;
   std::string group_of_row;
   switch (quantizer.granularity) {
@@ -499,7 +558,11 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
     group_of_row = "row / " + std::to_string(quantizer.group_tokens) + " * 8 + row % 8";
     break;
   }
-  std::string text = "\n// " + std::string(what) + ": " + (e4m3 ? "e4m3" : "int8") + " codes, " + granularity + ".\n";
+  std::string text = "\n// " + std::string(what) + ": " +
+                     (e4m3   ? "e4m3"
+                      : int4 ? "int4 (one per byte, [-7, 7])"
+                             : "int8") +
+                     " codes, " + granularity + ".\n";
   const int groups = quantizer.perTensor() ? 1 : quantizer.groups_per_tile * blocks_per_tile;
   text += "[[maybe_unused]] constexpr int " + std::string(name) + "Groups = " + std::to_string(groups) + ";\n";
   text += "struct " + std::string(name) + " {\n";
@@ -507,10 +570,13 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
   text += "  static constexpr int kGroupsPerTile = " + std::string(name) + "Groups; // scales of those tokens\n";
   text += "  static constexpr int kGroupsPerBlock = " +
           std::to_string(quantizer.perTensor() ? 1 : quantizer.groups_per_tile) + "; // scales per attention tile\n";
-  text += std::string("  static constexpr float kCodeMax = ") + (e4m3 ? "448.0f" : "127.0f") + ";\n";
+  text += std::string("  static constexpr float kCodeMax = ") + (e4m3 ? "448.0f" : int4 ? "7.0f" : "127.0f") + ";\n";
   text += "  static __device__ __forceinline__ int groupOfRow(int row) { return " + group_of_row + "; }\n";
   text += std::string("  static __device__ __forceinline__ uint2 pack(const float (&scaled)[8]) { return ") +
-          (e4m3 ? "packE4m3Codes" : "packInt8Codes") + "(scaled); }\n";
+          (e4m3   ? "packE4m3Codes"
+           : int4 ? "packInt4Codes"
+                  : "packInt8Codes") +
+          "(scaled); }\n";
   text += "};\n";
   return text;
 }

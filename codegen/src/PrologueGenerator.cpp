@@ -40,9 +40,14 @@ std::string commentLines(const std::string &prefix, const std::string &text) {
 }
 
 std::string describeQuantizer(const TokenQuantizerConfig &quantizer) {
+  if (quantizer.microscaled())
+    return quantizer.groupChannels() == 16 ? "NVFP4: e2m1 codes (2 per byte), one ue4m3 scale per 16 channels"
+                                           : "MXFP4: e2m1 codes (2 per byte), one ue8m0 scale per 32 channels";
   if (quantizer.cast())
     return "none: not quantized, rounded to " + std::string(nameOf(quantizer.dtype)) + " (2 bytes per value)";
-  std::string text = quantizer.dtype == ElementType::e4m3 ? "e4m3 " : "int8 ";
+  std::string text = quantizer.dtype == ElementType::e4m3   ? "e4m3 "
+                     : quantizer.dtype == ElementType::int4 ? "int4 (one per byte) "
+                                                            : "int8 ";
   switch (quantizer.granularity) {
   case Granularity::per_tensor:
     return text + "per_tensor";
@@ -87,6 +92,11 @@ std::string describeVariant(const PrologueConfig &config) {
     if (config.interleavedVCodes())
       text += "//   v_codes' token axis in wgmma order: position p of each 32-token group holds token\n"
               "//     16 (p / 16) + 8 ((p % 4) / 2) + 2 ((p % 16) / 4) + p % 2\n";
+    break;
+  case VOutput::fp4_codes:
+    text += std::string("//   psi_V: ") +
+            (config.vGroupTokens() == 16 ? "NVFP4 (ue4m3 scale per 16 tokens)" : "MXFP4 (ue8m0 scale per 32 tokens)") +
+            " of V along its tokens: V^T e2m1 codes [d, padded_kv / 2] and scales\n";
     break;
   }
   return text;

@@ -150,6 +150,7 @@ SagePrologueParams makePrologueParams(const AttentionVariant &variant, const sch
   params.offsets.v_codes = layout.v_codes.offset;
   params.offsets.v_scales = layout.v_scales.offset;
   params.offsets.v_mean = layout.v_mean.offset;
+  params.offsets.delta_s = layout.delta_s.offset;
   params.statistics_offset = layout.prologue_statistics.offset;
   return params;
 }

@@ -1,5 +1,6 @@
 // The role functions of the generated prologue kernels: what one CTA of each role does. Lines that depend on
-// the variant (prescale, smoothing, per-tensor scales, V's output) are added only when the variant has them.
+// the variant (prescale, smoothing, per-tensor scales, V's output) are added only when the variant has them. The
+// device helpers they call are emitted by PrologueSupportSources.cpp.
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
@@ -8,10 +9,6 @@
 
 namespace sage::codegen::prologue {
 namespace {
-
-bool has(const std::vector<PrologueRole> &roles, PrologueRole role) {
-  return std::find(roles.begin(), roles.end(), role) != roles.end();
-}
 
 // Replaces the one occurrence of `from` in `text` (a generator bug if it is missing).
 void replaceOnce(std::string &text, const std::string &from, const std::string &to) {
@@ -27,217 +24,6 @@ std::string functionHead(const std::string &comment, const std::string &name) {
   if (head.size() + parameters.size() <= 121)
     return "\n" + comment + head + parameters;
   return "\n" + comment + head + "\n    " + parameters;
-}
-
-std::string qBlockSupport(const PrologueConfig &config) {
-  std::string text = "\n// One Q block of kBlockQ tokens in registers, and the x that psi_Q quantizes";
-  text += config.fold_q_scale || config.smooth_q ? ":\n" : " (Q itself).\n";
-  if (config.fold_q_scale)
-    text += "//   x = Q * q_prescale: the softmax scale 1/sqrt(d) * log2(e) folded into psi_Q (paper 4.6), one f32 "
-            "multiply\n";
-  if (config.smooth_q)
-    text += "//   x = x - mean of the block's x per channel: Q smoothing (SageAttention2), one f32 subtraction\n";
-  text += "// Rows past the sequence are 0.\nstruct QBlock {\n";
-  text += "  TokenTile<kBlockQ> tile;\n";
-  text += "  int valid_rows; // tokens of this block inside the sequence\n";
-  if (config.fold_q_scale)
-    text += "  float prescale; // params.q_prescale\n";
-  if (config.smooth_q)
-    text += "  float mean[kVectorElements]; // the block mean of this thread's channels\n";
-  text += "\n  __device__ __forceinline__ float scaled(int pass, int j) const { return ";
-  text += config.fold_q_scale ? "__fmul_rn(tile.element(pass, j), prescale); }\n" : "tile.element(pass, j); }\n";
-  text += "  __device__ __forceinline__ float operator()(int pass, int j) const {\n";
-  if (config.smooth_q)
-    text += "    return TokenTile<kBlockQ>::row(pass) < valid_rows ? __fsub_rn(scaled(pass, j), mean[j]) : 0.0f;\n";
-  else
-    text += "    return scaled(pass, j);\n";
-  text += "  }\n};\n";
-
-  text += R"cuda(
-// Loads Q block `block` of head `head` (= batch index * heads_q + head index))cuda";
-  text += config.smooth_q ? "; computes its mean, stored to q_mean when\n// `store_mean`.\n" : ".\n";
-  text += R"cuda(__device__ __forceinline__ void loadQBlock(QBlock &q, const SagePrologueParams &params, long long head,
-                                           int block, unsigned char *shared, bool store_mean) {
-  const long long token_stride = params.q_strides.token;
-  q.valid_rows = min(kBlockQ, params.size.tokens_q - block * kBlockQ);
-  q.tile.load(headPointer(params.q, params.q_strides, head, params.size.heads_q) +
-                  (long long)block * kBlockQ * token_stride,
-              token_stride, q.valid_rows);
-)cuda";
-  if (config.fold_q_scale)
-    text += "  q.prescale = params.q_prescale;\n";
-  if (config.smooth_q)
-    text += R"cuda(  // Q smoothing: the block's per-channel mean of x over its tokens inside the sequence.
-  float *block_mean = (float *)(shared + kTileMeansOffset);
-  tileColumnMeans<TokenTile<kBlockQ>>([&](int pass, int j) { return q.scaled(pass, j); }, q.valid_rows,
-                                      (float *)shared, block_mean);
-#pragma unroll
-  for (int j = 0; j < kVectorElements; ++j)
-    q.mean[j] = block_mean[TokenTile<kBlockQ>::channel() + j];
-  if (store_mean) {
-    float *q_mean = workspaceFloats(params, params.offsets.q_mean) +
-                    (head * (params.size.padded_q / kBlockQ) + block) * kHeadDim;
-    for (int c = threadIdx.x; c < kHeadDim; c += kThreads)
-      q_mean[c] = block_mean[c];
-  }
-)cuda";
-  else
-    text += "  (void)shared;\n  (void)store_mean;\n";
-  text += "}\n";
-  return text;
-}
-
-std::string kBlockSupport(const PrologueConfig &config) {
-  std::string text = "\n// kKBlocksPerTile KV blocks of K in registers, and the x that psi_K quantizes";
-  if (!config.smooth_k)
-    return text + R"cuda( (K itself; rows past the sequence are
-// 0).
-struct KTile {
-  TokenTile<kKTileTokens> tile;
-  __device__ __forceinline__ float operator()(int pass, int j) const { return tile.element(pass, j); }
-};
-)cuda";
-  return text + R"cuda(: gamma(K) = K - mean(K), the
-// smoothing of paper 4.2 (one f32 subtraction, mean(K) over the whole sequence, combined from launch 1's
-// slices). Rows past the sequence are 0.
-struct KTile {
-  TokenTile<kKTileTokens> tile;
-  int valid_rows;              // tokens of this tile inside the sequence
-  float mean[kVectorElements]; // mean(K) of this thread's channels
-
-  __device__ __forceinline__ float operator()(int pass, int j) const {
-    return TokenTile<kKTileTokens>::row(pass) < valid_rows ? __fsub_rn(tile.element(pass, j), mean[j]) : 0.0f;
-  }
-};
-)cuda";
-}
-
-std::string kStatisticsSupport(const PrologueConfig &config) {
-  std::string text = "\n// ";
-  text += config.smooth_k ? "mean(K) (the slices' sums in slice order, one f32 division)" : "";
-  text += config.smooth_k && config.kMinMax() ? " and " : "";
-  text += config.kMinMax() ? "the amax of the per-tensor psi_K" : "";
-  text += R"cuda( over the whole sequence, combined
-// from launch 1's slices. Every K tile computes the same values; the first tile of a head stores them (k_mean,
-// and quantizeKTile the per-tensor scale). Returns the amax (0 without a per-tensor psi_K).
-)cuda";
-  text +=
-      R"cuda(__device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head, bool store,
-                                                    float *channel_mean, unsigned *amax_slot) {
-  const int slices = statisticsSlices(params.size);
-  const StatisticsScratch scratch = statisticsScratch(params);
-  float tensor_amax = 0.0f;
-  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
-    const long long first_entry = head * slices * kHeadDim + c;
-)cuda";
-  if (config.smooth_k)
-    text += R"cuda(    float sum = 0.0f;
-    for (int slice = 0; slice < slices; ++slice)
-      sum = __fadd_rn(sum, scratch.k_sum[first_entry + slice * kHeadDim]);
-    const float mean = __fdiv_rn(sum, (float)params.size.tokens_kv);
-    channel_mean[c] = mean;
-    if (store)
-      workspaceFloats(params, params.offsets.k_mean)[head * kHeadDim + c] = mean;
-)cuda";
-  else
-    text += "    (void)channel_mean;\n    (void)store;\n";
-  if (config.kMinMax()) {
-    text += R"cuda(    float low = positiveInfinity(), high = -positiveInfinity();
-    for (int slice = 0; slice < slices; ++slice) {
-      low = fminf(low, inputToFloat(scratch.k_min[first_entry + slice * kHeadDim]));
-      high = fmaxf(high, inputToFloat(scratch.k_max[first_entry + slice * kHeadDim]));
-    }
-)cuda";
-    if (config.smooth_k)
-      text += R"cuda(    // max |K - mean(K)|: x -> x - mean is monotonic in f32, so min and max bound every token.
-    tensor_amax = fmaxf(tensor_amax, fmaxf(fabsf(__fsub_rn(high, mean)), fabsf(__fsub_rn(low, mean))));
-)cuda";
-    else
-      text += "    tensor_amax = fmaxf(tensor_amax, fmaxf(fabsf(high), fabsf(low)));\n";
-    text += "  }\n  return ctaMax(tensor_amax, amax_slot); // its barriers also publish channel_mean\n}\n";
-  } else {
-    text += "  }\n  (void)amax_slot;\n  __syncthreads();\n  return tensor_amax;\n}\n";
-  }
-  return text;
-}
-
-std::string vStatisticsSupport(const PrologueConfig &config) {
-  const bool codes = config.v_output == VOutput::codes;
-  std::string text = "\n// ";
-  text += config.smooth_v ? "mean(V)" : "";
-  text += config.smooth_v && codes ? " and " : "";
-  text += codes ? "the per-channel amax of psi_V" : "";
-  text += R"cuda( over the whole sequence, combined from launch 1's slices in slice
-// order. Every V tile computes the same values; tile 0 stores them (v_mean, v_scales).
-__device__ __forceinline__ void combineVStatistics(const SagePrologueParams &params, long long head,
-                                                   bool store, float *channel_mean, float *channel_inverse) {
-  const int slices = statisticsSlices(params.size);
-  const StatisticsScratch scratch = statisticsScratch(params);
-  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
-    const long long first_entry = head * slices * kHeadDim + c;
-)cuda";
-  if (config.smooth_v)
-    text += R"cuda(    float sum = 0.0f;
-    for (int slice = 0; slice < slices; ++slice)
-      sum = __fadd_rn(sum, scratch.v_sum[first_entry + slice * kHeadDim]);
-    const float mean = __fdiv_rn(sum, (float)params.size.tokens_kv);
-    channel_mean[c] = mean;
-    if (store)
-      workspaceFloats(params, params.offsets.v_mean)[head * kHeadDim + c] = mean;
-)cuda";
-  else
-    text += "    (void)channel_mean;\n";
-  if (codes) {
-    text += R"cuda(    float low = positiveInfinity(), high = -positiveInfinity();
-    for (int slice = 0; slice < slices; ++slice) {
-      low = fminf(low, inputToFloat(scratch.v_min[first_entry + slice * kHeadDim]));
-      high = fmaxf(high, inputToFloat(scratch.v_max[first_entry + slice * kHeadDim]));
-    }
-)cuda";
-    if (config.smooth_v)
-      text += R"cuda(    // max |V - mean(V)|: x -> x - mean is monotonic in f32, so min and max bound every token.
-    const float amax = fmaxf(fabsf(__fsub_rn(high, mean)), fabsf(__fsub_rn(low, mean)));
-)cuda";
-    else
-      text += "    const float amax = fmaxf(fabsf(high), fabsf(low));\n";
-    text += R"cuda(    const SymmetricScale scale = symmetricScale(amax, kVCodeMax);
-    channel_inverse[c] = scale.inverse;
-    if (store)
-      workspaceFloats(params, params.offsets.v_scales)[head * kHeadDim + c] = scale.scale;
-)cuda";
-  } else {
-    text += "    (void)channel_inverse;\n";
-  }
-  text += "  }\n  __syncthreads();\n}\n";
-  return text;
-}
-
-std::string vCodeSupport(const PrologueConfig &config) {
-  const bool e4m3 = config.v_dtype == ElementType::e4m3;
-  std::string text = "\n// Per-channel psi_V: ";
-  text += e4m3 ? "e4m3 codes, scale = amax / 448" : "int8 codes, scale = amax / 127";
-  text += " over all tokens of the channel (paper 4.3).\n";
-  text += std::string("[[maybe_unused]] constexpr float kVCodeMax = ") + (e4m3 ? "448.0f" : "127.0f") + ";\n";
-  text += std::string("__device__ __forceinline__ unsigned vCode(float scaled) { return ") +
-          (e4m3 ? "e4m3Code" : "int8Code") + "(scaled); }\n";
-  text += R"cuda(
-// Shared-memory swizzle of a transposed V tile: XOR-ing a word index with a multiple of 32 / kVectorsPerRow per
-// 8-channel group keeps both the transposing writes and the row reads free of bank conflicts.
-__device__ __forceinline__ int vTileSwizzle(int channel) {
-  return channel / kVectorElements * (32 / kVectorsPerRow) % 32;
-}
-)cuda";
-  if (config.interleavedVCodes())
-    text += R"cuda(
-// v_codes' token axis in the token order of the Hopper wgmma P.V (WorkspaceLayout.h): position p of each 32-token
-// group holds this token, so that an 8-bit A fragment (k = 4q + {0..3}, 16 + 4q + {0..3}) matches the S
-// accumulator columns (8j + 2q + {0, 1}) its thread already holds.
-__device__ __forceinline__ int vTokenAtPosition(int position) {
-  const int p = position % 32;
-  return position - p + 16 * (p / 16) + 8 * (p % 4 / 2) + 2 * (p % 16 / 4) + p % 2;
-}
-)cuda";
-  return text;
 }
 
 // ---- the role functions ----
@@ -312,6 +98,21 @@ std::string castQBlock(const PrologueConfig &config) {
 std::string quantizeQBlock(const PrologueConfig &config) {
   if (config.q.cast())
     return castQBlock(config);
+  if (config.q.microscaled()) {
+    std::string comment = "// Launch 1: psi_Q (FP4) on one Q block: e2m1 codes into q_codes [b, h_q, padded_q, d / 2] "
+                          "and\n// microscales into q_scales [b, h_q, padded_q, d / " +
+                          std::to_string(config.q.groupChannels()) + "] (padded rows 0)";
+    comment += config.smooth_q ? "; also the block's q_mean.\n" : ".\n";
+    return qBlockHead(comment, "quantizeQBlock") +
+           R"cuda(  const long long first_row = head * params.size.padded_q + (long long)block * kBlockQ;
+  unsigned char *codes = params.workspace + params.offsets.q_codes + first_row * (kHeadDim / 2);
+  unsigned char *scales =
+      params.workspace + params.offsets.q_scales + first_row * (kHeadDim / QQuantizer::kGroupChannels);
+  loadQBlock(q, params, head, block, shared, true);
+  storeMicroscaledTile<QQuantizer>(q, codes, scales, kBlockQ);
+}
+)cuda";
+  }
   if (config.q.perTensor())
     return qBlockHead(
                "// Launch 2: psi_Q with a per-tensor scale, on the second read of a Q block: the amax is the max of "
@@ -370,6 +171,8 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
                      "scale.\n"
                    : " and the\n// blocks' k_scales.\n";
   }
+  if (config.smooth_q)
+    comment += "// Q is smoothed: the tile also writes its tokens' delta_s (q_mean . x_K) for every Q block.\n";
   std::string text = functionHead(comment, "quantizeKTile");
   text += R"cuda(  const int tiles = (int)ceilDiv(params.size.padded_kv / kBlockKv, kKBlocksPerTile);
   const long long head = cta / tiles; // batch index * heads_kv + KV head index
@@ -393,10 +196,21 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   for (int j = 0; j < kVectorElements; ++j)
     k.mean[j] = channel_mean[TokenTile<kKTileTokens>::channel() + j];
 )cuda";
+  if (config.smooth_q)
+    text += "  writeQMeanCorrection(k, params, head, first, stored_rows);\n";
   if (config.k.cast())
     return text + (config.kStatistics() ? "" : "  (void)shared;\n") + R"cuda(  unsigned short *values =
       (unsigned short *)(params.workspace + params.offsets.k_codes) + (head * params.size.padded_kv + first) * kHeadDim;
   storeTileValues<KQuantizer>(k, values, stored_rows);
+}
+)cuda";
+  if (config.k.microscaled())
+    return text + R"cuda(  // FP4: e2m1 codes [b, h_kv, padded_kv, d / 2], microscales [b, h_kv, padded_kv, d / group]
+  unsigned char *codes =
+      params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * (kHeadDim / 2);
+  unsigned char *scales = params.workspace + params.offsets.k_scales +
+                          (head * params.size.padded_kv + first) * (kHeadDim / KQuantizer::kGroupChannels);
+  storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);
 }
 )cuda";
   text += R"cuda(  unsigned char *codes =
@@ -479,7 +293,61 @@ std::string convertVTile(const PrologueConfig &config) {
   return text;
 }
 
+// FP4 V: microscaled along its tokens (P.V's reduction axis) and transposed.
+std::string quantizeFp4VTile(const PrologueConfig &config) {
+  const int group = config.vGroupTokens();
+  const bool mx = group == 32;
+  std::string comment = "// Launch 1: psi_V (" + std::string(mx ? "MXFP4" : "NVFP4") +
+                        ") on one V tile, along the tokens: e2m1 codes of V^T into v_codes [b, h_kv, d, padded_kv / "
+                        "2]\n// (token 2t in the low nibble of byte t) and one " +
+                        (mx ? "ue8m0" : "ue4m3") + " scale per " + std::to_string(group) +
+                        " tokens of a channel into v_scales [b, h_kv, d,\n// padded_kv / " + std::to_string(group) +
+                        "]; padded tokens are 0.\n";
+  std::string text = vTileHead(comment, "quantizeVTile");
+  text += "  constexpr int kGroupTokens = " + std::to_string(group) + ";\n";
+  text += std::string("  const auto scale_code = [](float amax) { return sage::device::fp4::") +
+          (mx ? "mxfp4_scale_code" : "nvfp4_scale_code") + "(amax); };\n";
+  text += std::string("  const auto inverse_of = [](unsigned scale) { return sage::device::fp4::") +
+          (mx ? "mxfp4_inverse" : "nvfp4_inverse") + "(scale); };\n";
+  text += R"cuda(  (void)shared;
+  const int stored_tokens = min(kVTileTokens, params.size.padded_kv - first);
+  unsigned char *codes = params.workspace + params.offsets.v_codes;
+  unsigned char *scales = params.workspace + params.offsets.v_scales;
+  // A task is one channel x one group of tokens; neighbouring threads take neighbouring channels, so that each
+  // token's loads are contiguous.
+  for (int task = threadIdx.x; task < kHeadDim * (kVTileTokens / kGroupTokens); task += kThreads) {
+    const int channel = task % kHeadDim, token = task / kHeadDim * kGroupTokens;
+    if (token >= stored_tokens)
+      break; // tasks only move on to later groups
+    float x[kGroupTokens];
+    float amax = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kGroupTokens; ++t) {
+      x[t] = token + t < valid_rows ? inputToFloat(v[(token + t) * token_stride + channel]) : 0.0f;
+      amax = sage::device::fp4::max_magnitude(amax, x[t]);
+    }
+    const unsigned scale = scale_code(amax);
+    const float inverse = inverse_of(scale);
+    const long long row = head * kHeadDim + channel; // V^T's row
+    unsigned *out = (unsigned *)(codes + row * (params.size.padded_kv / 2) + (first + token) / 2);
+#pragma unroll
+    for (int word = 0; word < kGroupTokens / 8; ++word) {
+      float eight[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        eight[j] = x[8 * word + j];
+      out[word] = sage::device::fp4::pack_e2m1x8(eight, inverse);
+    }
+    scales[row * (params.size.padded_kv / kGroupTokens) + (first + token) / kGroupTokens] = (unsigned char)scale;
+  }
+}
+)cuda";
+  return text;
+}
+
 std::string quantizeVTile(const PrologueConfig &config) {
+  if (config.v_output == VOutput::fp4_codes)
+    return quantizeFp4VTile(config);
   std::string comment = "// Launch 2: per-channel psi_V on one V tile";
   comment += config.smooth_v ? " of V - mean(V)" : "";
   comment += ": codes transposed to v_codes [b, h_kv, d, padded_kv]\n// for the mma B operand (padded tokens get "
@@ -561,22 +429,6 @@ std::string quantizeVTile(const PrologueConfig &config) {
 
 } // namespace
 
-std::string emitRoleSupport(const PrologueConfig &config, const std::vector<PrologueRole> &roles) {
-  std::string text;
-  if (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::q_block_statistics))
-    text += qBlockSupport(config);
-  if (has(roles, PrologueRole::k_block_quantize))
-    text += kBlockSupport(config);
-  if (has(roles, PrologueRole::k_block_quantize) && config.kStatistics())
-    text += kStatisticsSupport(config);
-  const bool v_quantize = has(roles, PrologueRole::v_tile_quantize);
-  if (v_quantize)
-    text += vCodeSupport(config);
-  if (v_quantize || (has(roles, PrologueRole::v_tile_convert) && config.smooth_v))
-    text += vStatisticsSupport(config);
-  return text;
-}
-
 std::string emitRoleFunction(PrologueRole role, const PrologueConfig &config) {
   switch (role) {
   case PrologueRole::k_column_statistics:
@@ -588,7 +440,7 @@ std::string emitRoleFunction(PrologueRole role, const PrologueConfig &config) {
   case PrologueRole::q_block_quantize:
     return quantizeQBlock(config);
   case PrologueRole::k_block_quantize:
-    return quantizeKTile(config, config.kStatistics());
+    return quantizeKTile(config, config.kAfterStatistics());
   case PrologueRole::v_tile_convert:
     return convertVTile(config);
   case PrologueRole::v_tile_quantize:
@@ -658,8 +510,9 @@ std::string roleSummary(PrologueRole role, const PrologueConfig &config) {
            " to f16 per V tile (batch * heads_kv * ceil(padded_kv / " + std::to_string(config.tunables.v_tile_tokens) +
            ") CTAs)";
   case PrologueRole::v_tile_quantize:
-    return "per-channel psi_V per V tile (batch * heads_kv * ceil(padded_kv / " +
-           std::to_string(config.tunables.v_tile_tokens) + ") CTAs)";
+    return std::string(config.v_output == VOutput::fp4_codes ? "FP4 psi_V along the tokens" : "per-channel psi_V") +
+           " per V tile (batch * heads_kv * ceil(padded_kv / " + std::to_string(config.tunables.v_tile_tokens) +
+           ") CTAs)";
   }
   throw std::logic_error("roleSummary: unknown role");
 }

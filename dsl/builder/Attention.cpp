@@ -86,6 +86,13 @@ QkQuantization full_precision() {
   return spec;
 }
 
+QkQuantization f16_qk() {
+  QkQuantization spec;
+  spec.q = cast(ElementType::f16);
+  spec.k = cast(ElementType::f16);
+  return spec;
+}
+
 QkQuantization nvfp4() { return fp4Qk(Granularity::microscale_1x16); }
 QkQuantization mxfp4() { return fp4Qk(Granularity::microscale_1x32); }
 
@@ -203,6 +210,21 @@ AttentionBuilder &AttentionBuilder::name(std::string name) {
   return *this;
 }
 
+AttentionBuilder &AttentionBuilder::sla(const SlaSpec &spec) {
+  sla_ = spec;
+  sla_.enabled = true;
+  return *this;
+}
+
+SlaSpec sla_spec(FeatureMap feature_map, double critical_percent, double negligible_percent) {
+  SlaSpec spec;
+  spec.enabled = true;
+  spec.feature_map = feature_map;
+  spec.critical_percent = critical_percent;
+  spec.negligible_percent = negligible_percent;
+  return spec;
+}
+
 AttentionVariant AttentionBuilder::describe() const {
   AttentionVariant variant;
   variant.name = name_;
@@ -228,6 +250,14 @@ AttentionVariant AttentionBuilder::describe() const {
   variant.exp2_softmax = true;
   variant.accumulation = pv_.accumulation;
   variant.mask.kind = mask_;
+  if (sla_.enabled) {
+    if (mask_ != MaskKind::none && mask_ != MaskKind::block_sparse)
+      throw std::invalid_argument("mask: an SLA variant's sparse part is block_sparse over the predicted critical "
+                                  "blocks; expected no_mask or block_sparse, got '" +
+                                  std::string(nameOf(mask_)) + "'");
+    variant.mask.kind = MaskKind::block_sparse;
+    variant.sla = sla_;
+  }
   variant.epilogue.write_lse = lse_;
   variant.epilogue.lse_smoothing_correction = lse_ && variant.smooth_k != SmoothScope::none;
   return variant;

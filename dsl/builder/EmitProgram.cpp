@@ -33,6 +33,14 @@ public:
     mlir::Value q = input(ir::TensorRole::q);
     mlir::Value k = input(ir::TensorRole::k);
     mlir::Value v = input(ir::TensorRole::v);
+    // SLA: M_c from the pooled Q.K^T before anything else (Algorithm 1, line 5); the mask below keeps its critical
+    // blocks.
+    mlir::Value block_classes;
+    if (variant.sla.enabled)
+      block_classes = builder_.create<ir::PredictMaskOp>(location("predict_mask"), tileType(), q, k,
+                                                         builder_.getF64FloatAttr(variant.sla.critical_percent),
+                                                         builder_.getF64FloatAttr(variant.sla.negligible_percent));
+    const mlir::Value q_input = q, k_input = k, v_input = v;
     q = smooth(q, variant.smooth_q);
     k = smooth(k, variant.smooth_k);
     v = smooth(v, variant.smooth_v);
@@ -66,6 +74,12 @@ public:
 
     // Epilogue: O_i = diag(l_i)^-1 O_i, write O (and the LSE)
     mlir::Value normalized = builder_.create<ir::NormalizeOp>(location("normalize"), tileType(), output, p);
+    if (variant.sla.enabled) { // O = O^s + Proj(O^l), O^l over the marginal blocks
+      mlir::Value linear = builder_.create<ir::LinearBranchOp>(
+          location("linear_branch"), tileType(), q_input, k_input, v_input, block_classes,
+          toDialect(ir::symbolizeFeatureMap, nameOf(variant.sla.feature_map)));
+      normalized = builder_.create<ir::SlaCombineOp>(location("sla_combine"), tileType(), normalized, linear);
+    }
     builder_.create<ir::WriteOOp>(location("write_o"), normalized);
     if (variant.epilogue.write_lse)
       builder_.create<ir::WriteLseOp>(location("write_lse"), p, variant.epilogue.lse_smoothing_correction);

@@ -31,6 +31,12 @@ AttentionBuilder makePreset(std::string_view name) {
     // Per-thread groups: a warp's 32 Q rows (a 128-row tile over 4 warps) and the 64-token K tile, each
     // interleaved by 8 as the m16n8k64 fragments hold them.
     builder.qk(int4(per_thread).groups(32, 64).smooth_q().smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+  else if (name == "sla-f16") // SLA's sparse part exact in f16 (the paper's kernel)
+    builder.blocks(64, 64).qk(f16_qk()).pv(f16(accum::f32)).sla(sla_spec());
+  else if (name == "sla-int8") // SLA's sparse part through SageAttention's int8 Q.K^T with K smoothing
+    builder.blocks(64, 64).qk(int8(per_block).smooth_k()).pv(f16(accum::f32)).sla(sla_spec());
+  else if (name == "sla-f16-elu")
+    builder.blocks(64, 64).qk(f16_qk()).pv(f16(accum::f32)).sla(sla_spec(FeatureMap::elu_plus_one));
   else if (name == "sagebwd")
     // SageBwd's forward (SageAttention3, Algorithm 2): per-block int8 Q/K (K smoothed), per-token int8 P reusing
     // the softmax's max, per-block int8 V; the LSE is saved for the backward.
@@ -68,8 +74,18 @@ const std::vector<PresetInfo> &referenceOnlyPresets() {
   return table;
 }
 
+const std::vector<PresetInfo> &slaPresets() {
+  static const std::vector<PresetInfo> table = {
+      {"sla-f16", "SLA: predicted critical blocks exact (f16 Q/K/P/V, f32 accumulation), marginal ones linear "
+                  "(phi = softmax), k_h 5%, k_l 10%, 64x64 blocks"},
+      {"sla-int8", "sla-f16 with int8 per-block Q.K^T and K smoothing in the critical blocks"},
+      {"sla-f16-elu", "sla-f16 with phi = elu + 1 (the paper's ablation)"},
+  };
+  return table;
+}
+
 std::optional<AttentionBuilder> preset(std::string_view name, int head_dim, MaskKind mask) {
-  for (const std::vector<PresetInfo> *table : {&presets(), &referenceOnlyPresets()})
+  for (const std::vector<PresetInfo> *table : {&presets(), &referenceOnlyPresets(), &slaPresets()})
     for (const PresetInfo &info : *table)
       if (info.name == name) {
         AttentionBuilder builder = makePreset(name);

@@ -52,5 +52,9 @@ void MaskOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getR
 void OnlineSoftmaxOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "p"); }
 void AccumulateOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "o_accumulated"); }
 void NormalizeOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "o"); }
+// SLA (issue 13)
+void PredictMaskOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "block_classes"); }
+void LinearBranchOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "o_linear"); }
+void SlaCombineOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "o_sla"); }
 
 } // namespace sage::ir

@@ -90,20 +90,9 @@ BackwardProgram &BackwardProgram::operator=(BackwardProgram &&) noexcept = defau
 BackwardProgram::~BackwardProgram() = default;
 
 BackwardProgram BackwardProgram::parse(std::string_view text, std::string_view source_name) {
-  if (auto problems = detail::checkParserInput(text, source_name); !problems.empty())
-    throw ProgramError(std::move(problems));
   auto state = std::make_unique<State>();
   state->context = Program::makeContext();
-  detail::DiagnosticCollector collector(*state->context);
-  mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
-  const std::string terminated(text); // the lexer reads the NUL after the last byte
-  state->module =
-      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(terminated.c_str(), terminated.size()), config,
-                                              llvm::StringRef(source_name.data(), source_name.size()));
-  std::vector<Diagnostic> diagnostics = collector.take();
-  if (!state->module)
-    throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the backward program"}}
-                                           : std::move(diagnostics));
+  state->module = detail::parseModule(*state->context, text, source_name, "backward program");
   if (auto problems = checkTopLevel(*state->module); !problems.empty())
     throw ProgramError(std::move(problems));
   return BackwardProgram(std::move(state));
@@ -121,28 +110,13 @@ BackwardProgram BackwardProgram::adopt(std::unique_ptr<mlir::MLIRContext> contex
   return BackwardProgram(std::move(state));
 }
 
-std::string BackwardProgram::print() const {
-  std::string text;
-  llvm::raw_string_ostream stream(text);
-  programOf(*state_->module)->print(stream);
-  stream << "\n";
-  return text;
-}
+std::string BackwardProgram::print() const { return detail::printedText(programOf(*state_->module)); }
 
 std::string BackwardProgram::name() const { return programOf(*state_->module).getSymName().str(); }
 
 BackwardVariant BackwardProgram::variant() const { return extractBackwardVariant(programOf(*state_->module)); }
 
-std::string BackwardProgram::fingerprint() const {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char byte : print()) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
-  char digits[17];
-  std::snprintf(digits, sizeof digits, "%016llx", static_cast<unsigned long long>(hash));
-  return digits;
-}
+std::string BackwardProgram::fingerprint() const { return detail::fingerprintOf(print()); }
 
 bool looksLikeBackwardProgram(std::string_view text) {
   const size_t backward = text.find("sage.attention_backward");

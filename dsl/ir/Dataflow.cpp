@@ -69,7 +69,7 @@ Origin originOfProducer(mlir::Operation *producer) {
     return originThrough(dequant.getInput(), producer);
   if (auto mask = mlir::dyn_cast<MaskOp>(producer))
     return originThrough(mask.getInput(), producer);
-  if (mlir::isa<AccumulateOp, NormalizeOp>(producer))
+  if (mlir::isa<AccumulateOp, NormalizeOp, LinearBranchOp, SlaCombineOp>(producer))
     return Origin::output;
   return Origin::unknown;
 }

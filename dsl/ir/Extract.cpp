@@ -85,6 +85,13 @@ AttentionVariant extractVariant(AttentionOp attention) {
           mapByName(sage::parseAccumulationKind(stringifyAccumulationKind(accumulate.getKind()).str()),
                     stringifyAccumulationKind(accumulate.getKind()));
       variant.accumulation.flush_period = static_cast<int>(accumulate.getFlushPeriod());
+    } else if (auto prediction = mlir::dyn_cast<PredictMaskOp>(op)) { // SLA (issue 13)
+      variant.sla.enabled = true;
+      variant.sla.critical_percent = prediction.getCriticalPercent().convertToDouble();
+      variant.sla.negligible_percent = prediction.getNegligiblePercent().convertToDouble();
+    } else if (auto branch = mlir::dyn_cast<LinearBranchOp>(op)) {
+      variant.sla.feature_map = mapByName(sage::parseFeatureMap(stringifyFeatureMap(branch.getFeatureMap()).str()),
+                                          stringifyFeatureMap(branch.getFeatureMap()));
     } else if (auto lse = mlir::dyn_cast<WriteLseOp>(op)) {
       variant.epilogue.write_lse = true;
       variant.epilogue.lse_smoothing_correction = lse.getSmoothingCorrection();

@@ -355,8 +355,9 @@ mlir::LogicalResult NormalizeOp::verify() {
 }
 
 mlir::LogicalResult WriteOOp::verify() {
-  if (!getInput().getDefiningOp<NormalizeOp>())
-    return emitOpError() << "writes the normalized O; its operand must come from sage.normalize";
+  if (!getInput().getDefiningOp<NormalizeOp>() && !getInput().getDefiningOp<SlaCombineOp>())
+    return emitOpError() << "writes the normalized O; its operand must come from sage.normalize (or, in SLA, "
+                            "sage.sla_combine)";
   return mlir::success();
 }
 

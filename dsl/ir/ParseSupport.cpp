@@ -1,5 +1,11 @@
 #include "ParseSupport.h"
 
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <cstdio>
+
 #include "mlir/IR/BuiltinAttributes.h"
 
 namespace sage::ir::detail {
@@ -52,6 +58,44 @@ std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view
     }
   }
   return {};
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> parseModule(mlir::MLIRContext &context, std::string_view text,
+                                              std::string_view source_name, std::string_view what) {
+  if (auto problems = checkParserInput(text, source_name); !problems.empty())
+    throw ProgramError(std::move(problems));
+  DiagnosticCollector collector(context);
+  mlir::ParserConfig config(&context, /*verifyAfterParse=*/true);
+  // The lexer reads the NUL after the last byte to find the end: a string_view (from the C ABI, say) need not have
+  // one, so parse a NUL-terminated copy.
+  const std::string terminated(text);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(terminated.c_str(), terminated.size()), config,
+                                              llvm::StringRef(source_name.data(), source_name.size()));
+  std::vector<Diagnostic> diagnostics = collector.take();
+  if (!module)
+    throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the " + std::string(what)}}
+                                           : std::move(diagnostics));
+  return module;
+}
+
+std::string printedText(mlir::Operation *operation) {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  operation->print(stream);
+  stream << "\n";
+  return text;
+}
+
+std::string fingerprintOf(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char byte : text) {
+    hash ^= byte;
+    hash *= 0x100000001b3ull;
+  }
+  char digits[17];
+  std::snprintf(digits, sizeof digits, "%016llx", static_cast<unsigned long long>(hash));
+  return digits;
 }
 
 } // namespace sage::ir::detail

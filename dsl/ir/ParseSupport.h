@@ -4,9 +4,11 @@
 
 #include "sage/ir/Program.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
 
 #include <string>
 #include <string_view>
@@ -34,5 +36,16 @@ private:
 
 // Size, NUL bytes and bracket nesting (limits: Program.h); empty when the text may go to MLIR's parser.
 std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view source_name);
+
+// Bounds-checks `text`, then parses and verifies it as a module in `context`; throws ProgramError with every
+// diagnostic (or "could not parse the <what>" when MLIR gave none).
+mlir::OwningOpRef<mlir::ModuleOp> parseModule(mlir::MLIRContext &context, std::string_view text,
+                                              std::string_view source_name, std::string_view what);
+
+// The program's text as `print()` gives it: the operation and a final newline.
+std::string printedText(mlir::Operation *operation);
+
+// 64-bit FNV-1a of `text`, as 16 hex digits: the programs' fingerprints.
+std::string fingerprintOf(std::string_view text);
 
 } // namespace sage::ir::detail

@@ -71,22 +71,9 @@ std::unique_ptr<mlir::MLIRContext> Program::makeContext() {
 }
 
 Program Program::parse(std::string_view text, std::string_view source_name) {
-  if (auto problems = detail::checkParserInput(text, source_name); !problems.empty())
-    throw ProgramError(std::move(problems));
   auto state = std::make_unique<State>();
   state->context = makeContext();
-  detail::DiagnosticCollector collector(*state->context);
-  mlir::ParserConfig config(state->context.get(), /*verifyAfterParse=*/true);
-  // The lexer reads the NUL after the last byte to find the end: a string_view (from the C ABI, say) need not have
-  // one, so parse a NUL-terminated copy.
-  const std::string terminated(text);
-  state->module =
-      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(terminated.c_str(), terminated.size()), config,
-                                              llvm::StringRef(source_name.data(), source_name.size()));
-  std::vector<Diagnostic> diagnostics = collector.take();
-  if (!state->module)
-    throw ProgramError(diagnostics.empty() ? std::vector<Diagnostic>{{"", "could not parse the sage program"}}
-                                           : std::move(diagnostics));
+  state->module = detail::parseModule(*state->context, text, source_name, "sage program");
   if (auto problems = checkTopLevel(*state->module); !problems.empty())
     throw ProgramError(std::move(problems));
   return Program(std::move(state));
@@ -104,28 +91,13 @@ Program Program::adopt(std::unique_ptr<mlir::MLIRContext> context, mlir::ModuleO
   return Program(std::move(state));
 }
 
-std::string Program::print() const {
-  std::string text;
-  llvm::raw_string_ostream stream(text);
-  attentionOf(*state_->module)->print(stream);
-  stream << "\n";
-  return text;
-}
+std::string Program::print() const { return detail::printedText(attentionOf(*state_->module)); }
 
 std::string Program::name() const { return attentionOf(*state_->module).getSymName().str(); }
 
 AttentionVariant Program::variant() const { return extractVariant(attentionOf(*state_->module)); }
 
-std::string Program::fingerprint() const {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char byte : print()) {
-    hash ^= byte;
-    hash *= 0x100000001b3ull;
-  }
-  char digits[17];
-  std::snprintf(digits, sizeof digits, "%016llx", static_cast<unsigned long long>(hash));
-  return digits;
-}
+std::string Program::fingerprint() const { return detail::fingerprintOf(print()); }
 
 mlir::ModuleOp Program::module() const { return *state_->module; }
 

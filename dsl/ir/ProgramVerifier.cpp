@@ -1,5 +1,6 @@
 // Whole-program rules of sage.attention: the steps every variant must have, exactly once.
 #include "Dataflow.h"
+#include "SlaVerifier.h"
 #include "sage/ir/Dialect.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -88,7 +89,7 @@ mlir::LogicalResult AttentionOp::verifyRegions() {
     if (!k_smoothed && corrected)
       return lse_writes.front().emitOpError() << "smoothing_correction is set but K is not smoothed";
   }
-  return mlir::success();
+  return verifySlaProgram(*this, body);
 }
 
 } // namespace sage::ir

@@ -151,6 +151,8 @@ def Sage_WriteLseOp : Sage_Op<"write_lse"> {
   let assemblyFormat = "$softmax attr-dict";
 }
 
+// SLA (issue 13): its own file.
+include "SlaOps.td"
 // SageBwd (issue 12): the backward program's ops.
 include "SageBackwardOps.td"
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -95,7 +96,8 @@ private:
   int64_t tile_tokens_;
   int64_t b_ = -1, h_ = -1;
   OperandMatrix matrix_;
-  std::vector<std::pair<QuantizerSpec, std::vector<double>>> values_;
+  // A deque: values() hands out references that must survive later insertions (a vector would reallocate).
+  std::deque<std::pair<QuantizerSpec, std::vector<double>>> values_;
 };
 
 size_t index4(int64_t heads, int64_t tokens, int64_t dim, int64_t b, int64_t h, int64_t t) {

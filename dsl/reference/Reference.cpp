@@ -28,6 +28,8 @@ void require(bool condition, const std::string &message) {
 
 void validateShapes(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k, const HostTensor &v,
                     const BlockMask *block_mask) {
+  require(!variant.sla.enabled,
+          "variant: '" + variant.name + "' is an SLA variant: run it with runSlaReference (sage/reference/Sla.h)");
   require(q.dim() == variant.head_dim, "q: head dim " + std::to_string(q.dim()) + " does not match the variant's " +
                                            std::to_string(variant.head_dim));
   require(k.dim() == q.dim() && v.dim() == q.dim(), "k, v: head dims must equal q's (" + std::to_string(q.dim()) + ")");

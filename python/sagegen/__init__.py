@@ -182,4 +182,12 @@ class Attention:
 
 
 from ._torch import sageattn, sdpa  # noqa: E402  (after Attention, which it uses)
+
+
+def __getattr__(name):
+    """SLA (issue 13, sagegen/_sla.py): SparseLinearAttention and SlaFunction need PyTorch, so they load on use."""
+    if name in ("SparseLinearAttention", "SlaFunction", "SlaKernels"):
+        from . import _sla
+        return getattr(_sla, name)
+    raise AttributeError(f"module 'sagegen' has no attribute {name!r}")
 from ._backward import sagebwd_attention  # noqa: E402  (SageBwd, issue 12: after _torch's forward op)

@@ -351,7 +351,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   params.workspace = static_cast<const unsigned char *>(workspace);
   params.offsets = {layout.q_codes.offset,  layout.q_scales.offset, layout.k_codes.offset,  layout.k_scales.offset,
                     layout.k_mean.offset,   layout.q_mean.offset,   layout.v_values.offset, layout.v_codes.offset,
-                    layout.v_scales.offset, layout.v_mean.offset};
+                    layout.v_scales.offset, layout.v_mean.offset,   layout.delta_s.offset};
   params.q = tensors.q;
   params.q_strides = tensors.q_strides;
   params.v = tensors.v;

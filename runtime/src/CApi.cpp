@@ -1,6 +1,7 @@
 // The C ABI (sage/sage_c.h) over AttentionRunner. Status codes come from exception types; every exception, of any
 // type, is caught here; enum values from the caller are checked before use.
 #include "sage/sage_c.h"
+#include "sage/sage_sla_c.h"
 
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
@@ -14,6 +15,7 @@
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/KernelKey.h"
 #include "sage/runtime/NvrtcCompiler.h"
+#include "sage/runtime/SlaRunner.h"
 #include "sage/schedules/UnsupportedError.h"
 
 #include <algorithm>
@@ -29,6 +31,11 @@
 
 struct sage_attention {
   std::unique_ptr<sage::runtime::AttentionRunner> runner;
+};
+
+struct sage_sla {
+  std::unique_ptr<sage::runtime::SlaRunner> runner;
+  int device = 0;
 };
 
 struct sage_backward {
@@ -152,6 +159,71 @@ sage::ir::Program programOf(const sage_attention_config &config) {
     throw ArgumentError("config.preset", "unknown preset '" + name + "' (`sagegen list` lists them)");
   builder->lse(config.write_lse != 0);
   return builder->build();
+}
+
+// SLA (sage_sla_c.h): the tensors are contiguous, of one dtype, on the SLA object's device.
+sage::runtime::SlaRunner &slaRunnerOf(sage_sla_t sla) {
+  if (!sla || !sla->runner)
+    throw ArgumentError("sla", "must be a handle from sage_sla_create");
+  return *sla->runner;
+}
+
+// Checks a 4-D contiguous tensor of `dtype` and `shape` on `device`; returns its data pointer.
+void *contiguousData(const sage_tensor_desc *tensor, const char *argument, int dtype, const long long (&shape)[4],
+                     int device) {
+  const sage_tensor_desc &t = required(tensor, argument);
+  if (t.ndim != 4)
+    throw ArgumentError(argument, "expected 4 dimensions, got " + std::to_string(t.ndim));
+  if (t.dtype != dtype)
+    throw ArgumentError(argument, std::string("expected dtype ") + (dtype == SAGE_DTYPE_F16 ? "f16" : "f32") +
+                                      ", got sage_dtype " + std::to_string(t.dtype));
+  if (t.device != device)
+    throw ArgumentError(argument, "expected device " + std::to_string(device) + ", got " + std::to_string(t.device));
+  if (!t.data)
+    throw ArgumentError(argument, "data must not be null");
+  long long stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    if (t.shape[i] != shape[i])
+      throw ArgumentError(argument, "expected shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) +
+                                        ", " + std::to_string(shape[2]) + ", " + std::to_string(shape[3]) + "]");
+    if (t.strides[i] != stride)
+      throw ArgumentError(argument, "must be contiguous (strides in elements: innermost 1)");
+    stride *= shape[i];
+  }
+  return t.data;
+}
+
+struct SlaProblem {
+  sage::schedules::ProblemShape shape;
+  long long q_shape[4], kv_shape[4];
+};
+
+SlaProblem slaProblemOf(const sage::runtime::SlaRunner &runner, const sage_tensor_desc *q, const sage_tensor_desc *k) {
+  const sage_tensor_desc &q_desc = required(q, "q"), &k_desc = required(k, "k");
+  if (q_desc.ndim != 4 || k_desc.ndim != 4)
+    throw ArgumentError("q, k", "expected 4-D HND tensors [batch, heads, tokens, head_dim]");
+  SlaProblem problem;
+  problem.shape = {q_desc.shape[0], q_desc.shape[1], k_desc.shape[1],
+                   q_desc.shape[2], k_desc.shape[2], q_desc.shape[3]};
+  for (int i = 0; i < 4; ++i) {
+    problem.q_shape[i] = q_desc.shape[i];
+    problem.kv_shape[i] = k_desc.shape[i];
+  }
+  if (k_desc.shape[0] != q_desc.shape[0] || k_desc.shape[3] != q_desc.shape[3])
+    throw ArgumentError("k", "batch and head_dim must equal q's");
+  if (q_desc.shape[3] != runner.variant().head_dim)
+    throw ArgumentError("q", "head_dim must be the SLA object's " + std::to_string(runner.variant().head_dim));
+  for (long long size : q_desc.shape)
+    if (size <= 0 || size > (1LL << 30))
+      throw ArgumentError("q", "sizes must lie in [1, 2^30]");
+  for (long long size : k_desc.shape)
+    if (size <= 0 || size > (1LL << 30))
+      throw ArgumentError("k", "sizes must lie in [1, 2^30]");
+  return problem;
+}
+
+SageTensorStrides contiguousStrides(const long long (&shape)[4]) {
+  return {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3]};
 }
 
 // ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
@@ -319,6 +391,111 @@ sage_status sage_attention_describe(sage_attention_t attention, char *buffer, si
     const size_t length = std::min(text.size(), buffer_bytes - 1);
     std::memcpy(buffer, text.data(), length);
     buffer[length] = '\0';
+  });
+}
+
+sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
+  return guarded([&] {
+    if (!out)
+      throw ArgumentError("out", "must not be null");
+    *out = nullptr;
+    if (!config || !config->preset)
+      throw ArgumentError("config", "must not be null and must name a preset");
+    auto builder = sage::dsl::preset(config->preset, config->head_dim);
+    if (!builder || !builder->describe().sla.enabled)
+      throw ArgumentError("config.preset",
+                          std::string("expected an SLA preset (sla-f16, sla-int8, sla-f16-elu), got '") +
+                              config->preset + "'");
+    sage::SlaSpec spec = builder->describe().sla;
+    if (config->critical_percent > 0)
+      spec.critical_percent = config->critical_percent;
+    if (config->negligible_percent >= 0)
+      spec.negligible_percent = config->negligible_percent;
+    if (config->feature_map >= 0) {
+      if (config->feature_map > 2)
+        throw ArgumentError("config.feature_map", "expected 0 (softmax), 1 (elu + 1), 2 (relu) or -1");
+      spec.feature_map = static_cast<sage::FeatureMap>(config->feature_map);
+    }
+    builder->sla(spec);
+    const sage::ir::Program program = builder->build(); // the verifier checks k_h and k_l
+    sage::AttentionVariant sparse = program.variant();
+    sparse.sla = sage::SlaSpec{};
+    sage::runtime::AttentionRunnerOptions options;
+    options.ir_fingerprint = sage::dsl::emitProgram(sparse).fingerprint();
+    options.device = config->device;
+    auto handle = std::make_unique<sage_sla>();
+    handle->runner = std::make_unique<sage::runtime::SlaRunner>(program.variant(), options);
+    handle->device = config->device;
+    *out = handle.release();
+  });
+}
+
+void sage_sla_destroy(sage_sla_t sla) { delete sla; }
+
+sage_status sage_sla_workspace(sage_sla_t sla, const sage_tensor_desc *q, const sage_tensor_desc *k, size_t *bytes,
+                               size_t *classes_offset, int *q_blocks, int *kv_blocks) {
+  return guarded([&] {
+    const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
+    if (!bytes || !classes_offset || !q_blocks || !kv_blocks)
+      throw ArgumentError("bytes, classes_offset, q_blocks, kv_blocks", "must not be null");
+    const SlaProblem problem = slaProblemOf(runner, q, k);
+    const sage::runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(problem.shape, true);
+    *bytes = layout.total;
+    *classes_offset = layout.classes;
+    *q_blocks = layout.shape.q_blocks;
+    *kv_blocks = layout.shape.kv_blocks;
+  });
+}
+
+sage_status sage_sla_forward(sage_sla_t sla, const sage_sla_args *args) {
+  return guarded([&] {
+    const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    const SlaProblem problem = slaProblemOf(runner, args->q, args->k);
+    const int device = sla->device;
+    sage::runtime::SlaTensors tensors;
+    tensors.q = contiguousData(args->q, "q", SAGE_DTYPE_F16, problem.q_shape, device);
+    tensors.k = contiguousData(args->k, "k", SAGE_DTYPE_F16, problem.kv_shape, device);
+    tensors.v = contiguousData(args->v, "v", SAGE_DTYPE_F16, problem.kv_shape, device);
+    tensors.o = contiguousData(args->o_sparse, "o_sparse", SAGE_DTYPE_F16, problem.q_shape, device);
+    tensors.o_linear =
+        static_cast<float *>(contiguousData(args->o_linear, "o_linear", SAGE_DTYPE_F32, problem.q_shape, device));
+    tensors.q_strides = tensors.o_strides = contiguousStrides(problem.q_shape);
+    tensors.k_strides = tensors.v_strides = contiguousStrides(problem.kv_shape);
+    const size_t needed = runner.workspaceBytes(problem.shape, true);
+    if (!args->workspace || args->workspace_bytes < needed)
+      throw ArgumentError("workspace", std::to_string(needed) + " bytes needed (sage_sla_workspace)");
+    runner.run(problem.shape, tensors, args->workspace, args->workspace_bytes,
+               static_cast<sage::runtime::driver::Stream>(args->stream));
+  });
+}
+
+sage_status sage_sla_backward(sage_sla_t sla, const sage_sla_args *args) {
+  return guarded([&] {
+    const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    const SlaProblem problem = slaProblemOf(runner, args->q, args->k);
+    const int device = sla->device;
+    sage::runtime::SlaBackwardTensors tensors;
+    tensors.q = contiguousData(args->q, "q", SAGE_DTYPE_F16, problem.q_shape, device);
+    tensors.k = contiguousData(args->k, "k", SAGE_DTYPE_F16, problem.kv_shape, device);
+    tensors.v = contiguousData(args->v, "v", SAGE_DTYPE_F16, problem.kv_shape, device);
+    tensors.q_strides = contiguousStrides(problem.q_shape);
+    tensors.k_strides = tensors.v_strides = contiguousStrides(problem.kv_shape);
+    tensors.d_sparse =
+        static_cast<const float *>(contiguousData(args->d_sparse, "d_sparse", SAGE_DTYPE_F32, problem.q_shape, device));
+    tensors.d_linear =
+        static_cast<const float *>(contiguousData(args->d_linear, "d_linear", SAGE_DTYPE_F32, problem.q_shape, device));
+    tensors.dq = static_cast<float *>(contiguousData(args->dq, "dq", SAGE_DTYPE_F32, problem.q_shape, device));
+    tensors.dk = static_cast<float *>(contiguousData(args->dk, "dk", SAGE_DTYPE_F32, problem.kv_shape, device));
+    tensors.dv = static_cast<float *>(contiguousData(args->dv, "dv", SAGE_DTYPE_F32, problem.kv_shape, device));
+    const size_t needed = runner.workspaceBytes(problem.shape, true);
+    if (!args->workspace || args->workspace_bytes < needed)
+      throw ArgumentError("workspace", std::to_string(needed) + " bytes needed (sage_sla_workspace)");
+    runner.backward(problem.shape, tensors, args->workspace, args->workspace_bytes,
+                    static_cast<sage::runtime::driver::Stream>(args->stream));
   });
 }
 

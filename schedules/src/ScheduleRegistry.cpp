@@ -1,5 +1,6 @@
 #include "sage/schedules/ScheduleRegistry.h"
 
+#include "sage/schedules/Sm120Schedule.h"
 #include "sage/schedules/Sm80Schedule.h"
 #include "sage/schedules/Sm90Schedule.h"
 #include "sage/schedules/UnsupportedError.h"
@@ -12,9 +13,10 @@ namespace sage::schedules {
 
 const std::vector<const Schedule *> &allSchedules() {
   // The one list: a new schedule is one line here.
-  static const Sm80Schedule sm80;
+  static const Sm80Schedule sm80 = Sm80Schedule::full();
   static const Sm90Schedule sm90;
-  static const std::vector<const Schedule *> schedules{&sm80, &sm90};
+  static const Sm120Schedule sm120;
+  static const std::vector<const Schedule *> schedules{&sm80, &sm90, &sm120};
   return schedules;
 }
 

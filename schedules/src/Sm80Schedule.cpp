@@ -38,9 +38,14 @@ bool isFloatCast(const QuantizerSpec &spec) {
 // Q or K quantized to int8 codes with one f32 scale per group of tokens.
 SupportResult checkQkQuantizer(const QuantizerSpec &spec, std::string_view role, int block_tokens) {
   const std::string who(role);
-  if (spec.dtype != ElementType::int8)
+  if (spec.dtype == ElementType::e2m1)
+    return SupportResult::no(who + " codes are e2m1 (FP4): the sm80 schedule does not emulate FP4 yet (decode to f16 "
+                                   "+ f16 mma, see `sagegen ir --legalize`)");
+  // int4 runs as the legalized s4 -> s8 program: int4 codes stored one per byte, multiplied by the int8 mma.
+  if (spec.dtype != ElementType::int8 && spec.dtype != ElementType::int4)
     return SupportResult::no(who + " codes are " + typeName(spec.dtype) +
-                             ": the sm80 schedule multiplies int8 codes (m16n8k32 s8) or unquantized f16/bf16/f32");
+                             ": the sm80 schedule multiplies int8 codes (m16n8k32 s8; int4 decoded to int8) or "
+                             "unquantized f16/bf16/f32");
   if (spec.scale_type != ScaleType::f32 || spec.two_level)
     return SupportResult::no(who + ": ue4m3 and two-level scales (microscaling) are not in the sm80 schedule");
   if (spec.static_scale > 0.0)
@@ -72,15 +77,23 @@ SupportResult checkQkQuantizer(const QuantizerSpec &spec, std::string_view role,
   return SupportResult::yes();
 }
 
-SupportResult checkQk(const AttentionVariant &variant) {
-  if (variant.smooth_q != SmoothScope::none)
-    return SupportResult::no("Q smoothing (SageAttention2) adds mean(Q_block).K^T to S; the sm80 schedule does not "
-                             "implement it yet");
+SupportResult checkQk(const AttentionVariant &variant, const Sm80Schedule::Extensions &extensions) {
+  if (!extensions.q_smoothing_and_int4) {
+    if (variant.smooth_q != SmoothScope::none)
+      return SupportResult::no("Q smoothing (SageAttention2) adds mean(Q_block).K^T to S: only the sm80 kernel "
+                               "writer adds the prologue's delta_s");
+    if (variant.q.dtype == ElementType::int4 || variant.k.dtype == ElementType::int4)
+      return SupportResult::no("int4 Q/K: only the sm80 kernel writer runs them (decoded to int8)");
+  }
+  if (variant.smooth_q == SmoothScope::sequence)
+    return SupportResult::no("Q smoothing over the sequence is not supported (only per Q block, SageAttention2)");
   if (variant.smooth_k == SmoothScope::block)
     return SupportResult::no("K smoothing per block is not supported (only over the sequence)");
   const bool float_q = isFloatCast(variant.q), float_k = isFloatCast(variant.k);
   if (float_q != float_k)
-    return SupportResult::no("Q and K must both be quantized (int8) or both unquantized");
+    return SupportResult::no("Q and K must both be quantized (int8 or int4) or both unquantized");
+  if (variant.smooth_q == SmoothScope::block && float_q)
+    return SupportResult::no("Q smoothing needs a quantized Q (its correction is added to the dequantized S)");
   if (float_q) {
     if (variant.qk.accumulator != AccumulatorType::f32)
       return SupportResult::no("unquantized Q.K^T accumulates in f32 on the GPU");
@@ -90,6 +103,8 @@ SupportResult checkQk(const AttentionVariant &variant) {
     return q;
   if (SupportResult k = checkQkQuantizer(variant.k, "K", variant.block_kv); !k)
     return k;
+  if (variant.q.dtype != variant.k.dtype)
+    return SupportResult::no("Q and K codes must have one type (both int8 or both int4)");
   if (variant.qk.accumulator != AccumulatorType::s32)
     return SupportResult::no("int8 Q.K^T accumulates in s32 (mma m16n8k32 s8.s8.s32)");
   return SupportResult::yes();
@@ -257,8 +272,9 @@ int outputAccumulatorRegisters(const KernelPlan &plan, const AttentionVariant &v
 } // namespace
 
 std::string_view Sm80Schedule::summary() const {
-  return "mma.sync m16n8k32 int8/e4m3 and m16n8k16 f16/bf16, ldmatrix, cp.async multi-stage K/V pipeline, one CTA "
-         "per (Q block, head, batch), S and P in registers";
+  return "mma.sync m16n8k32 int8/e4m3 and m16n8k16 f16/bf16 (int4 Q/K decoded to int8: the s4 -> s8 legalization), "
+         "ldmatrix, cp.async multi-stage K/V pipeline, one CTA per (Q block, head, batch), S and P in registers; Q "
+         "smoothing's correction (prologue's delta_s) added to S";
 }
 
 SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType) const {
@@ -267,6 +283,9 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
                              std::to_string(kIrVersion));
   if (!hasInt8MmaSync(arch))
     return SupportResult::no(std::string(archName(arch)) + " has no mma.sync");
+  if (variant.sla.enabled) // the kernel would compute the critical blocks only: O^s without Proj(O^l)
+    return SupportResult::no("SLA (mask prediction and the linear branch) is not an attention kernel of this "
+                             "schedule; its sparse part alone (the variant without `sla`) is block_sparse");
   if (variant.head_dim != 64 && variant.head_dim != 128)
     return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
                              ": the sm80 schedule has tiles for head_dim 64 and 128 only");
@@ -274,7 +293,7 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
     return SupportResult::no("block_kv " + std::to_string(variant.block_kv) + ": expected 32, 64 or 128");
   if (variant.block_q % kMmaRows != 0 || variant.block_q <= 0)
     return SupportResult::no("block_q " + std::to_string(variant.block_q) + ": expected a multiple of 16");
-  if (SupportResult qk = checkQk(variant); !qk)
+  if (SupportResult qk = checkQk(variant, extensions_); !qk)
     return qk;
   return checkPv(variant, arch);
 }
@@ -300,7 +319,8 @@ KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   plan.rows_per_warp = chosen.block_q / chosen.warps;
   plan.row_tiles_per_warp = plan.rows_per_warp / kMmaRows;
 
-  // Q.K^T: int8 codes, or unquantized Q/K stored in the input's own type by the prologue.
+  // Q.K^T: int8 codes (int4 codes are stored one per byte, so they are int8 codes to the mma: the legalized
+  // s4 -> s8 program), or unquantized Q/K stored in the input's own type by the prologue.
   const bool quantized_qk = variant.q.quantized();
   plan.qk_operand = quantized_qk ? ElementType::int8 : (input == InputType::f16 ? ElementType::f16 : ElementType::bf16);
   plan.qk_mma = quantized_qk ? MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32}

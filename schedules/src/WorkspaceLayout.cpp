@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace sage::schedules {
 namespace {
@@ -30,8 +31,10 @@ std::string granularityName(Granularity granularity) { return std::string(nameOf
 
 std::string dtypeName(ElementType type) { return std::string(nameOf(type)); }
 
+// int4 codes are stored one per byte, as int8 values in [-7, 7]: the legalized (s4 -> s8) operand.
 bool isByteCode(ElementType type) {
-  return type == ElementType::int8 || type == ElementType::e4m3 || type == ElementType::e5m2;
+  return type == ElementType::int8 || type == ElementType::int4 || type == ElementType::e4m3 ||
+         type == ElementType::e5m2;
 }
 
 // The most tokens a shape may have: far beyond any GPU's memory, and small enough that no padding overflows.
@@ -60,8 +63,9 @@ void requireTokenGranularity(const QuantizerSpec &spec, const char *function) {
 
 // Quantized Q, K and V are stored one code per byte.
 void requireByteCodes(const QuantizerSpec &spec, const char *operand) {
-  require(isByteCode(spec.dtype),
-          std::string(operand) + ": the workspace holds 8-bit codes (int8, e4m3, e5m2), got " + dtypeName(spec.dtype));
+  require(isByteCode(spec.dtype), std::string(operand) +
+                                      ": the workspace holds 8-bit codes (int8, int4 one per byte, e4m3, e5m2), got " +
+                                      dtypeName(spec.dtype));
 }
 
 bool isFloatCast(const QuantizerSpec &spec) {
@@ -185,17 +189,37 @@ int64_t vCodesTokenAt(VCodesTokenOrder order, int64_t position) {
 
 int64_t workspaceOperandBytes(const QuantizerSpec &spec) { return spec.granularity == Granularity::none ? 2 : 1; }
 
+static bool isFp4Operand(const QuantizerSpec &spec) {
+  return spec.dtype == ElementType::e2m1 && isMicroscale(spec.granularity);
+}
+
 WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const ProblemShape &shape, InputType input) {
   validateShape(variant, shape);
-  requireTokenOperand(variant.q, "q quantizer");
-  requireTokenOperand(variant.k, "k quantizer");
-  const bool v_quantized = variant.v.granularity == Granularity::per_channel;
-  if (v_quantized)
+  // FP4 (issue 11): e2m1 codes two per byte, one scale byte per 16 (NVFP4) or 32 (MXFP4) elements along the
+  // reduction axis: channels of Q and K, tokens of V.
+  const bool fp4_q = isFp4Operand(variant.q), fp4_k = isFp4Operand(variant.k), fp4_v = isFp4Operand(variant.v);
+  for (const auto &[fp4, spec, name] :
+       {std::tuple{fp4_q, &variant.q, "q quantizer"}, std::tuple{fp4_k, &variant.k, "k quantizer"}}) {
+    if (!fp4)
+      requireTokenOperand(*spec, name);
+    else
+      require(shape.head_dim % microscaleGroupSize(spec->granularity) == 0,
+              std::string(name) + ": head_dim " + std::to_string(shape.head_dim) + " is not a multiple of its " +
+                  std::to_string(microscaleGroupSize(spec->granularity)) + "-channel microscale groups");
+  }
+  if (fp4_v)
+    require(variant.block_kv % microscaleGroupSize(variant.v.granularity) == 0,
+            "v quantizer: block_kv " + std::to_string(variant.block_kv) + " is not a multiple of its " +
+                std::to_string(microscaleGroupSize(variant.v.granularity)) + "-token microscale groups");
+  const bool v_per_channel = variant.v.granularity == Granularity::per_channel;
+  const bool v_quantized = v_per_channel || fp4_v;
+  if (v_per_channel)
     requireByteCodes(variant.v, "v quantizer");
-  else
+  else if (!fp4_v)
     require(variant.v.granularity == Granularity::none &&
                 (variant.v.dtype == ElementType::f16 || variant.v.dtype == ElementType::f32),
-            "v quantizer: expected per_channel codes or an f16/f32 cast (an f16 P.V), got " +
+            "v quantizer: expected per_channel codes, FP4 (e2m1 microscaled) codes or an f16/f32 cast (an f16 P.V), "
+            "got " +
                 dtypeName(variant.v.dtype) + " '" + granularityName(variant.v.granularity) + "'");
   // An unquantized V (f16, or f32 rounded to f16 on the GPU) feeds an f16 P.V: the prologue writes an f16 copy
   // only when the caller's V is not f16 already or is smoothed.
@@ -211,31 +235,43 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
       return 1;
     return count({blocks, groupsPerBlock(spec, block_tokens)});
   };
-  layout.q_scale_count = scaleCount(variant.q, q_blocks, variant.block_q);
-  layout.k_scale_count = scaleCount(variant.k, kv_blocks, variant.block_kv);
-
   const int64_t d = shape.head_dim;
+  // FP4: one scale byte per group of channels of every (padded) token.
+  layout.q_scale_count = fp4_q ? count({layout.padded_q, d / microscaleGroupSize(variant.q.granularity)})
+                               : scaleCount(variant.q, q_blocks, variant.block_q);
+  layout.k_scale_count = fp4_k ? count({layout.padded_kv, d / microscaleGroupSize(variant.k.granularity)})
+                               : scaleCount(variant.k, kv_blocks, variant.block_kv);
+
   const int64_t q_heads = count({shape.batch, shape.heads_q});
   const int64_t kv_heads = count({shape.batch, shape.heads_kv});
 
   Allocator allocator;
-  layout.q_codes = allocator.take(bytes({q_heads, layout.padded_q, d}, workspaceOperandBytes(variant.q)));
-  layout.k_codes = allocator.take(bytes({kv_heads, layout.padded_kv, d}, workspaceOperandBytes(variant.k)));
-  layout.v_codes = allocator.take(v_quantized ? bytes({kv_heads, d, layout.padded_kv}, 1) : 0);
-  layout.q_scales = allocator.take(bytes({q_heads, layout.q_scale_count}, sizeof(float)));
-  layout.k_scales = allocator.take(bytes({kv_heads, layout.k_scale_count}, sizeof(float)));
-  layout.v_scales = allocator.take(v_quantized ? bytes({kv_heads, d}, sizeof(float)) : 0);
+  layout.q_codes = allocator.take(fp4_q ? bytes({q_heads, layout.padded_q, d / 2}, 1)
+                                        : bytes({q_heads, layout.padded_q, d}, workspaceOperandBytes(variant.q)));
+  layout.k_codes = allocator.take(fp4_k ? bytes({kv_heads, layout.padded_kv, d / 2}, 1)
+                                        : bytes({kv_heads, layout.padded_kv, d}, workspaceOperandBytes(variant.k)));
+  layout.v_codes = allocator.take(fp4_v           ? bytes({kv_heads, d, layout.padded_kv / 2}, 1)
+                                  : v_per_channel ? bytes({kv_heads, d, layout.padded_kv}, 1)
+                                                  : 0);
+  layout.q_scales = allocator.take(bytes({q_heads, layout.q_scale_count}, fp4_q ? 1 : sizeof(float)));
+  layout.k_scales = allocator.take(bytes({kv_heads, layout.k_scale_count}, fp4_k ? 1 : sizeof(float)));
+  layout.v_scales =
+      allocator.take(fp4_v ? bytes({kv_heads, d, layout.padded_kv / microscaleGroupSize(variant.v.granularity)}, 1)
+                     : v_per_channel ? bytes({kv_heads, d}, sizeof(float))
+                                     : 0);
   layout.k_mean = allocator.take(variant.smooth_k == SmoothScope::sequence ? bytes({kv_heads, d}, sizeof(float)) : 0);
   layout.q_mean =
       allocator.take(variant.smooth_q == SmoothScope::block ? bytes({q_heads, q_blocks, d}, sizeof(float)) : 0);
   layout.v_mean = allocator.take(variant.smooth_v == SmoothScope::sequence ? bytes({kv_heads, d}, sizeof(float)) : 0);
+  layout.delta_s = allocator.take(
+      variant.smooth_q == SmoothScope::block ? bytes({q_heads, q_blocks, layout.padded_kv}, sizeof(float)) : 0);
   layout.v_values = allocator.take(v_copy ? bytes({kv_heads, layout.padded_kv, d}, sizeof(uint16_t)) : 0);
   // Per channel and slice: a K sum (mean(K)), a V sum (mean(V)), K's min and max (per-tensor psi_K, 2 bytes
   // each) and V's (per-channel psi_V); per-tensor psi_Q adds one amax per Q block.
   const bool k_per_tensor = variant.k.granularity == Granularity::per_tensor;
   const int64_t column_bytes = (variant.smooth_k == SmoothScope::sequence ? 4 : 0) +
                                (variant.smooth_v == SmoothScope::sequence ? 4 : 0) + (k_per_tensor ? 4 : 0) +
-                               (v_quantized ? 4 : 0);
+                               (v_per_channel ? 4 : 0);
   const int64_t slices = std::min<int64_t>(kMaxPrologueStatisticsSlices, (shape.tokens_kv + 15) / 16);
   const size_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? bytes({q_heads, q_blocks}, 4) : 0;
   layout.prologue_statistics =

@@ -122,6 +122,32 @@ TEST_CASE("V smoothing and block-sparse masks") {
   CHECK(contains(sparse.source, "kept_blocks[block] == 0"));
 }
 
+TEST_CASE("Q smoothing adds the prologue's delta_s of the CTA's Q block to S; int4 codes multiply as int8") {
+  const AttentionVariant int4 = test::presetVariant("sage2-int4", 128);
+  const KernelPlan plan = Sm80Schedule::full().plan(int4, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 3});
+  const std::string source = AttentionKernelGenerator::generate(int4, plan).source;
+  CHECK(contains(source, "S accumulates in s32 (int4 codes, one per byte: multiplied as int8 codes)"));
+  CHECK(contains(source, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
+  CHECK(contains(source, "add_q_mean_correction(scores, kv.delta_s + kv_begin, kv.delta_factor, position.quad_lane);"));
+  // The CTA's 64 rows lie in one 128-row Q block of the variant (delta_s is per variant block).
+  CHECK(contains(source, "(q_head_index * (size.padded_q / 128) + q_begin / 128) * size.padded_kv"));
+  CHECK(contains(source, "kv.delta_factor = 1.0f;")); // the softmax scale is folded into Q
+  // Added after dequantization and before the mask.
+  const size_t dequantize = source.find("  dequantize_scores(scores, score_accumulator");
+  const size_t correction = source.find("  add_q_mean_correction(scores");
+  const size_t mask = source.find("    mask_scores(scores");
+  REQUIRE(dequantize != std::string::npos);
+  CHECK(dequantize < correction);
+  CHECK(correction < mask);
+  // No delta_s without Q smoothing.
+  const AttentionVariant unsmoothed = test::presetVariant("sage2-int4-no-smooth-q", 128);
+  const std::string unsmoothed_source =
+      AttentionKernelGenerator::generate(unsmoothed,
+                                         Sm80Schedule::full().plan(unsmoothed, GpuArch::sm90a, InputType::f16))
+          .source;
+  CHECK_FALSE(contains(unsmoothed_source, "add_q_mean_correction"));
+}
+
 TEST_CASE("a plan that does not belong to the variant is refused") {
   const AttentionVariant variant = test::presetVariant("sage-b", 128);
   const KernelPlan plan = Sm80Schedule().plan(test::presetVariant("sage-b", 64), GpuArch::sm80, InputType::f16);

@@ -7,8 +7,9 @@
 // builds them from the reference's own quantizers (sage/numerics), adding only the layout and the order of sums.
 //
 // Covered: q_codes and q_scales (quantized, unsmoothed Q), k_mean, k_codes and k_scales (quantized K),
-// v_codes / v_scales / v_mean (per-channel V) and v_values (an f16 copy of V). Not modelled: q_mean and a
-// smoothed Q, casts of an unquantized Q or K.
+// v_codes / v_scales / v_mean (per-channel V) and v_values (an f16 copy of V); FP4 (NVFP4/MXFP4) Q, K and V^T
+// codes and microscales from quantizeNvfp4Row / quantizeMxfp4Row. Not modelled: q_mean, delta_s and a smoothed Q,
+// casts of an unquantized Q or K.
 #pragma once
 
 #include "sage/codegen/PrologueConfig.h"
@@ -41,6 +42,30 @@ inline void storeFloat(std::vector<unsigned char> &bytes, int64_t index, float v
 inline unsigned char codeOf(ElementType dtype, float scaled) {
   return dtype == ElementType::e4m3 ? numerics::floatToE4m3Bits(scaled)
                                     : static_cast<unsigned char>(numerics::roundToInt8(scaled));
+}
+
+// FP4 microscaling of one row (NVFP4 for 16-element groups, MXFP4 for 32), packed two codes per byte (element 2k
+// in the low nibble of byte k), one scale byte per group.
+inline void quantizeFp4Row(const std::vector<float> &row, int group, unsigned char *codes, unsigned char *scales) {
+  std::vector<uint8_t> unpacked(row.size()), scale_codes(row.size() / static_cast<size_t>(group));
+  if (group == 16)
+    numerics::quantizeNvfp4Row(row, 1.0f, unpacked, scale_codes);
+  else
+    numerics::quantizeMxfp4Row(row, unpacked, scale_codes);
+  for (size_t i = 0; i < row.size(); i += 2)
+    codes[i / 2] = static_cast<unsigned char>(unpacked[i] | unpacked[i + 1] << 4);
+  std::copy(scale_codes.begin(), scale_codes.end(), scales);
+}
+
+// FP4 along the channels of every token of one head: codes [padded][d / 2], scales [padded][d / group].
+template <class Values>
+void quantizeFp4Tokens(int group, int64_t padded, int64_t d, Values x, unsigned char *codes, unsigned char *scales) {
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t token = 0; token < padded; ++token) {
+    for (int64_t c = 0; c < d; ++c)
+      row[c] = x(token, c);
+    quantizeFp4Row(row, group, codes + token * d / 2, scales + token * d / group);
+  }
 }
 
 // Sum of channel c over tokens [begin, end) of one head as a column-statistics CTA forms it: thread row r sums
@@ -127,7 +152,22 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
   const int64_t d = q.dim(), batch = q.batch(), heads_q = q.heads(), heads_kv = k.heads();
   const int64_t padded_q = layout.padded_q, padded_kv = layout.padded_kv;
 
-  if (!config.q.cast() && !config.smooth_q) {
+  if (config.q.microscaled() && !config.smooth_q) {
+    std::vector<unsigned char> &codes = add("q_codes", layout.q_codes);
+    std::vector<unsigned char> &scales = add("q_scales", layout.q_scales);
+    const int group = config.q.groupChannels();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads_q; ++h) {
+        const int64_t head = b * heads_q + h;
+        const auto x = [&](int64_t token, int64_t c) {
+          if (token >= q.tokens())
+            return 0.0f;
+          return config.fold_q_scale ? q.at(b, h, token, c) * q_prescale : q.at(b, h, token, c);
+        };
+        quantizeFp4Tokens(group, padded_q, d, x, codes.data() + head * padded_q * d / 2,
+                          scales.data() + head * padded_q * d / group);
+      }
+  } else if (!config.q.cast() && !config.smooth_q && !config.q.microscaled()) {
     std::vector<unsigned char> &codes = add("q_codes", layout.q_codes);
     std::vector<unsigned char> &scales = add("q_scales", layout.q_scales);
     for (int64_t b = 0; b < batch; ++b)
@@ -152,8 +192,9 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
   std::vector<unsigned char> *k_codes = config.k.cast() ? nullptr : &add("k_codes", layout.k_codes);
   std::vector<unsigned char> *k_scales = config.k.cast() ? nullptr : &add("k_scales", layout.k_scales);
   const bool v_codes = config.v_output == codegen::VOutput::codes;
-  std::vector<unsigned char> *v_code_bytes = v_codes ? &add("v_codes", layout.v_codes) : nullptr;
-  std::vector<unsigned char> *v_scales = v_codes ? &add("v_scales", layout.v_scales) : nullptr;
+  const bool v_fp4 = config.v_output == codegen::VOutput::fp4_codes;
+  std::vector<unsigned char> *v_code_bytes = v_codes || v_fp4 ? &add("v_codes", layout.v_codes) : nullptr;
+  std::vector<unsigned char> *v_scales = v_codes || v_fp4 ? &add("v_scales", layout.v_scales) : nullptr;
   std::vector<unsigned char> *v_mean = config.smooth_v ? &add("v_mean", layout.v_mean) : nullptr;
   std::vector<unsigned char> *v_values =
       config.v_output == codegen::VOutput::f16_values ? &add("v_values", layout.v_values) : nullptr;
@@ -169,7 +210,16 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
         if (v_mean)
           storeFloat(*v_mean, head * d + c, vs.mean[c]);
       }
-      if (k_codes) {
+      if (k_codes && config.k.microscaled()) {
+        const auto x = [&](int64_t token, int64_t c) {
+          if (token >= n)
+            return 0.0f;
+          return config.smooth_k ? k.at(b, h, token, c) - ks.mean[c] : k.at(b, h, token, c);
+        };
+        const int group = config.k.groupChannels();
+        quantizeFp4Tokens(group, padded_kv, d, x, k_codes->data() + head * padded_kv * d / 2,
+                          k_scales->data() + head * padded_kv * d / group);
+      } else if (k_codes) {
         const auto x = [&](int64_t token, int64_t c) {
           if (token >= n)
             return 0.0f;
@@ -201,6 +251,16 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
           for (int64_t token = 0; token < padded_kv; ++token)
             (*v_code_bytes)[(head * d + c) * padded_kv + token] = codeOf(config.v_dtype, vx(token, c) * scale.inverse);
         }
+      if (v_fp4) { // V^T: each channel's row of tokens, microscaled along the tokens
+        const int group = config.vGroupTokens();
+        std::vector<float> row(static_cast<size_t>(padded_kv));
+        for (int64_t c = 0; c < d; ++c) {
+          for (int64_t token = 0; token < padded_kv; ++token)
+            row[token] = vx(token, c);
+          quantizeFp4Row(row, group, v_code_bytes->data() + (head * d + c) * padded_kv / 2,
+                         v_scales->data() + (head * d + c) * padded_kv / group);
+        }
+      }
       if (v_values)
         for (int64_t token = 0; token < padded_kv; ++token)
           for (int64_t c = 0; c < d; ++c) {

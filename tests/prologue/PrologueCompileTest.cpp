@@ -52,6 +52,10 @@ std::vector<AttentionVariant> variantsToCompile(int head_dim) {
     variants.push_back(prologue_test::makeVariant(kind, head_dim));
   for (const dsl::PresetInfo &info : dsl::presets())
     variants.push_back(dsl::preset(info.name, head_dim)->describe());
+  // Issue 11's presets: int4 codes one per byte, Q smoothing's delta_s written by the K tiles; FP4 (NVFP4, MXFP4)
+  // codes and microscales of Q, K and V^T (sage3-fp4-direct-p's prologue is sage3-fp4's).
+  for (const char *name : {"sage2-int4", "sage2-int4-no-smooth-q", "sage3-fp4", "sage3-mxfp4"})
+    variants.push_back(dsl::preset(name, head_dim)->describe());
   return variants;
 }
 

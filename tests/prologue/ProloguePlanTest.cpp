@@ -100,6 +100,79 @@ TEST_CASE("launch plans: statistics and the first read, then the second read tha
                                      {Role::v_tile_quantize}});
 }
 
+TEST_CASE("Q smoothing: the K tiles write delta_s after launch 1's q_mean; int4 codes one per byte") {
+  // sage2-int4: K and V statistics in launch 1 with psi_Q (and q_mean); K (with delta_s) and V in launch 2.
+  const AttentionVariant int4 = dsl::preset("sage2-int4", 128)->describe();
+  const PrologueSource prologue = codegen::PrologueGenerator::generate(int4, InputType::f16, 128);
+  CHECK(rolesOf(prologue) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
+                                       {Role::k_block_quantize, Role::v_tile_quantize}});
+  REQUIRE(prologue.kernels.size() == 2);
+  const std::string &first = prologue.kernels[0].source, &second = prologue.kernels[1].source;
+  CHECK(first.find("params.offsets.q_mean") != std::string::npos);
+  CHECK(first.find("writeQMeanCorrection") == std::string::npos);
+  CHECK(second.find("writeQMeanCorrection(k, params, head, first, stored_rows);") != std::string::npos);
+  CHECK(second.find("params.offsets.delta_s") != std::string::npos);
+  CHECK(second.find("sum = __fmaf_rn(mean[j], k(pass, j), sum);") != std::string::npos);
+  for (const std::string *source : {&first, &second}) {
+    CHECK(source->find("static constexpr float kCodeMax = 7.0f;") != std::string::npos);
+    CHECK(source->find("return packInt4Codes(scaled);") != std::string::npos);
+    CHECK(source->find("code < -7 ? -7 : code > 7 ? 7 : code") != std::string::npos);
+  }
+  // Without Q smoothing there is no delta_s.
+  const AttentionVariant unsmoothed = dsl::preset("sage2-int4-no-smooth-q", 128)->describe();
+  for (const codegen::PrologueKernel &kernel :
+       codegen::PrologueGenerator::generate(unsmoothed, InputType::f16, 128).kernels)
+    CHECK(kernel.source.find("writeQMeanCorrection") == std::string::npos);
+  // Q smoothed but K not: K still waits for launch 1's q_mean, in a second launch of its own.
+  VariantKind smooth_q_only = kindNamed("per_block_unsmoothed_f16_v");
+  smooth_q_only.smooth_q = true;
+  const PrologueSource smooth_q_prologue =
+      codegen::PrologueGenerator::generate(prologue_test::makeVariant(smooth_q_only, 64), InputType::f16, 64);
+  CHECK(rolesOf(smooth_q_prologue) ==
+        std::vector<std::vector<Role>>{{Role::q_block_quantize}, {Role::k_block_quantize}});
+  CHECK(smooth_q_prologue.kernels[1].source.find("writeQMeanCorrection") != std::string::npos);
+}
+
+TEST_CASE("FP4: microscaled Q and K along the channels, V^T along the tokens, with the device library's arithmetic") {
+  for (const char *name : {"sage3-fp4", "sage3-mxfp4"}) {
+    CAPTURE(name);
+    const AttentionVariant variant = dsl::preset(name, 128)->describe();
+    const bool mx = std::string(name) == "sage3-mxfp4";
+    const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, InputType::f16, 128, {});
+    CHECK(config.q.microscaled());
+    CHECK(config.q.groupChannels() == (mx ? 32 : 16));
+    CHECK(config.v_output == codegen::VOutput::fp4_codes);
+    CHECK(config.vGroupTokens() == (mx ? 32 : 16));
+    // V's microscales need no statistics: V is quantized in the first read, K (smoothed, with delta_s) in the second.
+    const PrologueSource prologue = codegen::PrologueGenerator::generate(variant, InputType::f16, 128);
+    CHECK(rolesOf(prologue) ==
+          std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize, Role::v_tile_quantize},
+                                         {Role::k_block_quantize}});
+    const std::string &first = prologue.kernels[0].source, &second = prologue.kernels[1].source;
+    for (const std::string *source : {&first, &second}) {
+      CHECK(source->find("namespace sage::device::fp4") != std::string::npos); // the device library, pasted in
+      CHECK(source->find("#pragma once") == std::string::npos);
+    }
+    const std::string scale = mx ? "mxfp4_scale_code" : "nvfp4_scale_code";
+    CHECK(first.find("storeMicroscaledTile<QQuantizer>(q, codes, scales, kBlockQ);") != std::string::npos);
+    CHECK(first.find("constexpr int kGroupTokens = " + std::string(mx ? "32" : "16") + ";") != std::string::npos);
+    CHECK(first.find("sage::device::fp4::" + scale + "(amax)") != std::string::npos);
+    CHECK(first.find("codes + row * (params.size.padded_kv / 2) + (first + token) / 2") != std::string::npos);
+    CHECK(second.find("storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);") != std::string::npos);
+    CHECK(second.find("writeQMeanCorrection") != std::string::npos);
+  }
+  // What FP4 the prologue refuses, naming the field.
+  AttentionVariant bad = dsl::preset("sage3-fp4", 128)->describe();
+  bad.q.scale_type = ScaleType::ue8m0;
+  CHECK_THROWS_WITH_AS(codegen::PrologueGenerator::generate(bad, InputType::f16, 128),
+                       doctest::Contains("q: microscale_1x16 takes ue4m3 scales"), std::invalid_argument);
+  bad = dsl::preset("sage3-fp4", 128)->describe();
+  bad.v.dtype = ElementType::int8;
+  CHECK_THROWS_WITH_AS(codegen::PrologueGenerator::generate(bad, InputType::f16, 128),
+                       doctest::Contains("v.dtype: microscaled V codes are e2m1"), std::invalid_argument);
+}
+
 TEST_CASE("every preset and variant kind takes one launch, or two when it reduces over the sequence") {
   std::vector<AttentionVariant> variants;
   for (const VariantKind &kind : prologue_test::variantKinds())
@@ -321,10 +394,13 @@ TEST_CASE("the generator names what it cannot do") {
   variant.head_dim = 96;
   rejects(variant, "head_dim: the prologue supports", 96);
   variant = base;
-  variant.q.dtype = ElementType::int4;
+  variant.q.dtype = ElementType::e2m1;
   rejects(variant, "q.dtype");
   variant = base;
-  variant.k.granularity = Granularity::microscale_1x16;
+  variant.k.granularity = Granularity::microscale_1x16; // microscaling is FP4's
+  rejects(variant, "k.dtype: microscaled codes are e2m1");
+  variant = base;
+  variant.k.granularity = Granularity::per_channel;
   rejects(variant, "k.granularity");
   variant = base;
   variant.q.group_tokens = 48;

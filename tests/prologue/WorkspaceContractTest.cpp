@@ -37,7 +37,7 @@ std::vector<std::pair<std::string, BufferSlice>> buffersOf(const schedules::Work
   return {{"q_codes", layout.q_codes},   {"q_scales", layout.q_scales}, {"k_codes", layout.k_codes},
           {"k_scales", layout.k_scales}, {"k_mean", layout.k_mean},     {"q_mean", layout.q_mean},
           {"v_values", layout.v_values}, {"v_codes", layout.v_codes},   {"v_scales", layout.v_scales},
-          {"v_mean", layout.v_mean}};
+          {"v_mean", layout.v_mean},     {"delta_s", layout.delta_s}};
 }
 
 } // namespace

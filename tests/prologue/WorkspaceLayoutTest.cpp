@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace sage;
@@ -40,17 +41,9 @@ AttentionVariant variantOf(Granularity granularity, int q_group, int k_group, bo
 }
 
 std::vector<BufferSlice> slicesOf(const WorkspaceLayout &layout) {
-  return {layout.q_codes,
-          layout.q_scales,
-          layout.k_codes,
-          layout.k_scales,
-          layout.k_mean,
-          layout.q_mean,
-          layout.v_values,
-          layout.v_codes,
-          layout.v_scales,
-          layout.v_mean,
-          layout.prologue_statistics};
+  return {layout.q_codes,  layout.q_scales, layout.k_codes,  layout.k_scales,
+          layout.k_mean,   layout.q_mean,   layout.v_values, layout.v_codes,
+          layout.v_scales, layout.v_mean,   layout.delta_s,  layout.prologue_statistics};
 }
 
 // Every buffer 256-byte aligned, inside total_bytes, and no two used buffers overlap.
@@ -165,7 +158,7 @@ TEST_CASE("computeWorkspaceLayout: the exact preset stores Q and K in the input 
     CHECK(layout.k_codes.offset == 393216);
     CHECK(layout.k_codes.bytes == 196608); // 2 * 2 heads * 384 * 64 * 2 bytes
     for (const BufferSlice &unused : {layout.q_scales, layout.k_scales, layout.k_mean, layout.q_mean, layout.v_codes,
-                                      layout.v_scales, layout.v_mean, layout.prologue_statistics})
+                                      layout.v_scales, layout.v_mean, layout.delta_s, layout.prologue_statistics})
       CHECK(unused.bytes == 0);
     // exact's f32 V runs through the f16 P.V: copied to f16 only from a bf16 input.
     CHECK(layout.v_values.offset == 589824);
@@ -208,6 +201,7 @@ TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing 
     CHECK(layout.q_scales.bytes == static_cast<size_t>(8 * expected.q_scales * 4));
     CHECK(layout.k_scales.bytes == static_cast<size_t>(4 * expected.k_scales * 4));
     CHECK(layout.q_mean.bytes == 6144);   // 2 * 4 heads * 3 blocks * 64 floats
+    CHECK(layout.delta_s.bytes == 36864); // 2 * 4 heads * 3 blocks * 384 padded tokens floats
     CHECK(layout.k_mean.bytes == 1024);   // 2 * 2 * 64 floats
     CHECK(layout.v_mean.bytes == 1024);   // 2 * 2 * 64 floats
     CHECK(layout.v_codes.bytes == 98304); // 2 * 2 * 64 channels * 384 padded tokens
@@ -236,10 +230,15 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
   shape.tokens_kv = 0;
   CHECK_THROWS_WITH_AS(computeWorkspaceLayout(variant, shape, InputType::f16), doctest::Contains("tokens_kv"),
                        std::invalid_argument);
-  AttentionVariant int4 = variant;
-  int4.q.dtype = ElementType::int4;
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(int4, smallShape(), InputType::f16), doctest::Contains("q quantizer"),
+  // e2m1 codes need microscales; int4 codes are laid out one per byte (the legalized s4 -> s8 operand).
+  AttentionVariant fp4 = variant;
+  fp4.q.dtype = ElementType::e2m1;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(fp4, smallShape(), InputType::f16), doctest::Contains("q quantizer"),
                        std::invalid_argument);
+  AttentionVariant int4 = variant;
+  int4.q.dtype = int4.k.dtype = ElementType::int4;
+  CHECK(computeWorkspaceLayout(int4, smallShape(), InputType::f16).q_codes.bytes ==
+        computeWorkspaceLayout(variant, smallShape(), InputType::f16).q_codes.bytes);
   AttentionVariant per_token_v = variant;
   per_token_v.v = spec(Granularity::per_token);
   CHECK_THROWS_WITH_AS(computeWorkspaceLayout(per_token_v, smallShape(), InputType::f16),
@@ -251,9 +250,10 @@ TEST_CASE("computeWorkspaceLayout: rejects shapes and quantizers it cannot lay o
                        doctest::Contains("k quantizer: granularity none is a cast"), std::invalid_argument);
   AttentionVariant bf16_v = variant;
   bf16_v.v = prologue_test::tokenQuantizer(ElementType::bf16, Granularity::none, 0);
-  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(bf16_v, smallShape(), InputType::bf16),
-                       doctest::Contains("v quantizer: expected per_channel codes or an f16/f32 cast"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      computeWorkspaceLayout(bf16_v, smallShape(), InputType::bf16),
+      doctest::Contains("v quantizer: expected per_channel codes, FP4 (e2m1 microscaled) codes or an f16/f32 cast"),
+      std::invalid_argument);
 }
 
 TEST_CASE("computeWorkspaceLayout: a shape whose sizes overflow 64 bits is refused, never a wrapped size") {
@@ -270,4 +270,28 @@ TEST_CASE("computeWorkspaceLayout: a shape whose sizes overflow 64 bits is refus
                        std::invalid_argument);
   shape.batch = 1 << 20; // 2^20 x 2^20 heads x 2^31 tokens x 64 channels = 2^77 elements
   CHECK_THROWS_AS(computeWorkspaceLayout(variant, shape, InputType::f16), std::invalid_argument);
+}
+
+TEST_CASE("computeWorkspaceLayout: FP4 codes two per byte, one scale byte per microscale group") {
+  const ProblemShape shape = smallShape(); // d 64, padded_q 384, padded_kv 384
+  for (const char *name : {"sage3-fp4", "sage3-mxfp4"}) {
+    CAPTURE(name);
+    const int group = std::string(name) == "sage3-mxfp4" ? 32 : 16;
+    const WorkspaceLayout layout = computeWorkspaceLayout(dsl::preset(name, 64)->describe(), shape, InputType::f16);
+    CHECK(layout.q_codes.bytes == 8u * 384 * 32);    // b x h_q = 8 heads, d / 2 bytes per token
+    CHECK(layout.k_codes.bytes == 4u * 384 * 32);    // b x h_kv = 4 heads
+    CHECK(layout.q_scale_count == 384 * 64 / group); // per head: one byte per group of channels
+    CHECK(layout.q_scales.bytes == static_cast<size_t>(8 * 384 * 64 / group));
+    CHECK(layout.k_scales.bytes == static_cast<size_t>(4 * 384 * 64 / group));
+    CHECK(layout.v_codes.bytes == 4u * 64 * 192);                              // V^T: d rows of padded_kv / 2 bytes
+    CHECK(layout.v_scales.bytes == static_cast<size_t>(4 * 64 * 384 / group)); // along the tokens
+    CHECK(layout.delta_s.bytes == 8u * 3 * 384 * 4);                           // Q is smoothed
+    checkAlignedAndDisjoint(layout);
+  }
+  AttentionVariant odd = dsl::preset("sage3-mxfp4", 64)->describe();
+  ProblemShape shape_48 = shape;
+  odd.head_dim = shape_48.head_dim = 48;
+  CHECK_THROWS_WITH_AS(computeWorkspaceLayout(odd, shape_48, InputType::f16),
+                       doctest::Contains("q quantizer: head_dim 48 is not a multiple of its 32-channel"),
+                       std::invalid_argument);
 }

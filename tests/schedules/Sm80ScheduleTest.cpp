@@ -255,3 +255,51 @@ TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {
   CHECK(fp8.tunables.stages == 5);
   CHECK(fp8.min_blocks_per_multiprocessor == 1);
 }
+
+TEST_CASE("issue 11: the registered sm80 schedule runs INT4 (as int8 codes) with Q smoothing; FP4 is refused") {
+  const Sm80Schedule full = Sm80Schedule::full();
+  for (const char *name : {"sage2-int4", "sage2-int4-no-smooth-q"})
+    for (int head_dim : {64, 128})
+      for (GpuArch arch : kArchs) {
+        CAPTURE(name);
+        CAPTURE(archName(arch));
+        const AttentionVariant variant = test::presetVariant(name, head_dim);
+        const SupportResult result = full.supports(variant, arch, InputType::f16);
+        CHECK(result.supported == hasFp8MmaSync(arch)); // their P.V is e4m3
+        if (!result.supported)
+          continue;
+        const KernelPlan plan = full.plan(variant, arch, InputType::f16);
+        // The legalized s4 -> s8 program: int8 codes, m16n8k32 s8; per-thread scale groups interleaved by 8.
+        CHECK(plan.qk_operand == ElementType::int8);
+        CHECK(plan.qk_mma == MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+        CHECK(plan.q_scales.interleave == 8);
+        CHECK(plan.k_scales.interleave == 8);
+        // The registry's instance is the full one: the sm80 schedule is the one that runs them, also on sm_90a.
+        CHECK(planBestSchedule(variant, arch, InputType::f16).schedule == Sm80Schedule::kName);
+      }
+  // A default Sm80Schedule judges only the numerics it shares with the sm90 kernels, so the sm90 schedule (which
+  // asks it) refuses these.
+  const AttentionVariant int4 = test::presetVariant("sage2-int4");
+  CHECK(reasonFor(int4).find("Q smoothing") != std::string::npos);
+  CHECK(reasonFor(test::presetVariant("sage2-int4-no-smooth-q")).find("int4") != std::string::npos);
+  const SupportResult sm90 = findSchedule("sm90.wgmma_tma")->supports(int4, GpuArch::sm90a, InputType::f16);
+  CHECK_FALSE(sm90.supported);
+  // int8 with Q smoothing runs on the full schedule too; smoothing over the sequence or an unquantized Q does not.
+  AttentionVariant smooth_q = test::presetVariant("sage-b");
+  smooth_q.smooth_q = SmoothScope::block;
+  CHECK(full.supports(smooth_q, GpuArch::sm80, InputType::f16).supported);
+  smooth_q.smooth_q = SmoothScope::sequence;
+  CHECK(full.supports(smooth_q, GpuArch::sm80, InputType::f16).reason.find("over the sequence") != std::string::npos);
+  AttentionVariant exact_smooth_q = test::presetVariant("exact");
+  exact_smooth_q.smooth_q = SmoothScope::block;
+  CHECK(full.supports(exact_smooth_q, GpuArch::sm80, InputType::f16).reason.find("quantized Q") != std::string::npos);
+  // Mixed code types, and FP4 (not emulated yet).
+  AttentionVariant mixed = int4;
+  mixed.k.dtype = ElementType::int8;
+  CHECK(full.supports(mixed, GpuArch::sm89, InputType::f16).reason.find("one type") != std::string::npos);
+  for (const char *name : {"sage3-fp4", "sage3-fp4-direct-p", "sage3-mxfp4"}) {
+    const SupportResult fp4 = full.supports(test::presetVariant(name), GpuArch::sm90a, InputType::f16);
+    CHECK_FALSE(fp4.supported);
+    CHECK(fp4.reason.find("FP4") != std::string::npos);
+  }
+}

@@ -30,6 +30,8 @@ expect "ir unknown preset" 1 "--preset: unknown preset 'sage-x'; expected one of
 expect "ir bad head dim" 1 "head_dim: expected a positive multiple of 16" -- "$sagegen" ir --preset sage-b --headdim 100
 expect "ir without --preset" 1 "preset is required" -- "$sagegen" ir
 expect "list has the reference-only presets" 0 "sage3-fp4 .*NVFP4" -- "$sagegen" list
+expect "list has the SLA presets" 0 "sla-f16 .*SLA: predicted critical blocks" -- "$sagegen" list
+expect "ir prints SLA's mask prediction" 0 "sage.predict_mask %q, %k critical" -- "$sagegen" ir --preset sla-f16 --headdim 64
 expect "ir of sage3-fp4" 0 "sage.q_mean_correction %s_dequant, mean\(%q_smoothed\), %k_smoothed" -- "$sagegen" ir --preset sage3-fp4
 expect "ir --legalize sm_90a decodes FP4" 0 "sage.mma %q_decoded_f16, %k_decoded_f16 -> f32" -- "$sagegen" ir --preset sage3-fp4 --legalize sm_90a
 expect "ir --legalize sm_90a decodes INT4" 0 "sage.decode %q_int4 to int8" -- "$sagegen" ir --preset sage2-int4 --legalize sm_90a
@@ -72,8 +74,16 @@ expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpg
 expect "explain prints the Q.K^T mma" 0 "Q\.K\^T mma +m16n8k32 int8\.int8 -> s32" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
 expect "explain prints the P.V path" 0 "P\.V path +e4m3 P x e4m3 V\^T, f32 accumulator" -- "$sagegen" explain --preset sage2-fp8 --arch sm_89
 expect "explain prints the V source" 0 "V source +workspace v_values" -- "$sagegen" explain --preset sage-b --arch sm_80 --input bf16
+expect "explain runs INT4 on sm_90a as the legalized s4 -> s8 program" 0 "legalized for sm_90a: 2 sage.decode: .*to int8 \(emulation\)" -- "$sagegen" explain --preset sage2-int4 --arch sm_90a
+expect "explain: INT4 with Q smoothing runs on the sm80 schedule" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage2-int4 --arch sm_90a
+expect "explain: no sage.decode where the target multiplies int4" 0 "legalized for sm_89: no sage.decode" -- "$sagegen" explain --preset sage2-int4 --arch sm_89
+expect "explain: the kernel still multiplies int4 as int8 on sm_89" 0 "int4 codes decoded to int8" -- "$sagegen" explain --preset sage2-int4 --arch sm_89
+expect "explain: FP4 is legalized but has no kernel yet" 1 "e2m1 \(FP4\): the sm80 schedule does not emulate FP4 yet" -- "$sagegen" explain --preset sage3-fp4 --arch sm_90a
 expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
+expect "explain chooses the FP4 schedule on sm_120f" 0 "chosen: sm120\.mma_fp4 \(default plan\)" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
+expect "explain prints the FP4 plan" 0 "FP4 +ue4m3 scales per 16 elements; P two-level.*K rows read permuted in shared memory" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
+expect "explain says why not sm_100f" 1 "sm120\.mma_fp4: unsupported: sm_100f: ptxas 13\.0 rejects the block-scaled mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_100f
 expect "explain of an IR file" 0 "variant 'sage-vb' d128 none, with LSE, f16 inputs, on sm_89" -- "$sagegen" explain --ir "$work/good.mlir" --arch sm_89
 expect "explain gives the reason" 1 "sm80\.mma_sync: unsupported: e4m3 P\.V needs mma\.sync m16n8k32 e4m3 \(sm_89 or newer\)" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80
 expect "explain says none is chosen" 1 "no schedule supports variant 'sage2-fp8' on sm_80" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80

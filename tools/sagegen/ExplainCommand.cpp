@@ -2,6 +2,7 @@
 // order of preference, the one chosen, and the main facts of its default plan (what codegen will write).
 #include "KernelSetOptions.h"
 
+#include "sage/ir/Legalize.h"
 #include "sage/ir/Program.h"
 #include "sage/schedules/ScheduleRegistry.h"
 
@@ -31,6 +32,8 @@ std::string_view pvPathName(schedules::PvPath path) {
     return "int8 P x int8 V^T, s32 per KV block added into f32";
   case schedules::PvPath::e4m3_accumulate_f32:
     return "e4m3 P x e4m3 V^T, f32 accumulator";
+  case schedules::PvPath::e2m1_block_scaled:
+    return "e2m1 P (microscaled in registers) x e2m1 V^T, block-scaled mma, f32 accumulator";
   }
   return "?";
 }
@@ -42,7 +45,7 @@ std::string_view valueSourceName(schedules::ValueSource source) {
   case schedules::ValueSource::workspace_values:
     return "workspace v_values (f16 copy from the prologue)";
   case schedules::ValueSource::workspace_codes:
-    return "workspace v_codes (8-bit, transposed, from the prologue)";
+    return "workspace v_codes (8-bit or e2m1, transposed, from the prologue)";
   }
   return "?";
 }
@@ -52,16 +55,33 @@ std::string mmaText(const schedules::MmaShape &mma) {
                      nameOf(mma.accumulator));
 }
 
-AttentionVariant variantFromFile(const std::string &path) {
+ir::Program programFromFile(const std::string &path) {
   std::ifstream file(path);
   if (!file)
     throw UserError("--ir: cannot open '" + path + "'");
   std::stringstream text;
   text << file.rdbuf();
-  return ir::Program::parse(text.str(), path).variant(); // ProgramError with file:line:col
+  return ir::Program::parse(text.str(), path); // ProgramError with file:line:col
 }
 
-void printPlan(const schedules::KernelPlan &plan) {
+// What `sagegen ir --legalize <arch>` does to the program: its sage.decode ops (FP4/INT4 operands the target's tensor
+// cores cannot multiply, decoded exactly), one line.
+std::string legalizationSummary(const ir::Program &program, schedules::GpuArch arch) {
+  const std::string target(schedules::archName(arch));
+  if (!ir::targetCapabilities(target))
+    return "no legalization target " + target;
+  std::string decodes;
+  int count = 0;
+  std::istringstream lines(ir::legalizeForTarget(program, target).print());
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t at = line.find("sage.decode "); at != std::string::npos) {
+      decodes += (count++ ? ", " : "") + line.substr(at + 12);
+    }
+  return count == 0 ? "no sage.decode (the target multiplies every operand as the program says)"
+                    : std::to_string(count) + " sage.decode: " + decodes + " (emulation)";
+}
+
+void printPlan(const schedules::KernelPlan &plan, const AttentionVariant &variant) {
   const schedules::SharedMemoryLayout &shared = plan.shared;
   fmt::print("  tunables     {}\n", schedules::tunablesText(plan.tunables));
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
@@ -80,9 +100,20 @@ void printPlan(const schedules::KernelPlan &plan) {
              shared.q.bytes, shared.stages, shared.stage_bytes, shared.k.bytes, shared.v.bytes, shared.k_scales.bytes);
   fmt::print("  occupancy    {} CTA(s) per SM (__launch_bounds__)\n", plan.min_blocks_per_multiprocessor);
   fmt::print("  Q.K^T mma    {}\n", mmaText(plan.qk_mma));
+  if (variant.q.dtype != plan.qk_mma.a && variant.q.quantized())
+    fmt::print("               {} codes decoded to {} (the legalized program's operands, also where the target "
+               "multiplies {} natively)\n",
+               nameOf(variant.q.dtype), nameOf(plan.qk_mma.a), nameOf(variant.q.dtype));
   fmt::print("  P.V mma      {}\n", mmaText(plan.pv_mma));
   fmt::print("  P.V path     {}\n", pvPathName(plan.pv_path));
   fmt::print("  V source     {}\n", valueSourceName(plan.v_source));
+  if (plan.fp4_scale_group > 0)
+    fmt::print("  FP4          {} scales per {} elements; P {}; {}; K rows read permuted in shared memory ({}), "
+               "k_codes natural\n",
+               plan.fp4_scale_group == 16 ? "ue4m3" : "ue8m0", plan.fp4_scale_group,
+               plan.fp4_two_level_p ? "two-level (s_P1 = rowmax / 2688, then microscales)" : "microscaled directly",
+               plan.fp4_delta_s ? "S += delta_s (Q smoothing)" : "no delta_s",
+               plan.fp4_permute_k_rows_in_shared ? "S = P's A operand" : "no");
   fmt::print("  grid         {}\n", plan.grid.description());
 }
 
@@ -95,12 +126,14 @@ void explain(const ExplainOptions &options) {
     throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f)");
   const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
   const schedules::InputType input = parseInputOption(options.kernel.input);
-  const AttentionVariant variant = options.ir_file.empty()
-                                       ? options.kernel.preset.builder(options.kernel.preset.preset).build().variant()
-                                       : variantFromFile(options.ir_file);
+  const ir::Program program = options.ir_file.empty()
+                                  ? options.kernel.preset.builder(options.kernel.preset.preset).build()
+                                  : programFromFile(options.ir_file);
+  const AttentionVariant variant = program.variant();
 
   fmt::print("variant '{}' d{} {}{}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask.kind),
              variant.epilogue.write_lse ? ", with LSE" : "", schedules::nameOf(input), schedules::archName(arch));
+  fmt::print("legalized for {}: {}\n", schedules::archName(arch), legalizationSummary(program, arch));
   fmt::print("schedules, most preferred first:\n");
   std::optional<std::string_view> chosen;
   int rank = 0;
@@ -119,7 +152,7 @@ void explain(const ExplainOptions &options) {
   }
   const schedules::KernelPlan plan = schedules::planBestSchedule(variant, arch, input);
   fmt::print("chosen: {} (default plan)\n", plan.schedule);
-  printPlan(plan);
+  printPlan(plan, variant);
 }
 
 } // namespace

@@ -12,9 +12,17 @@ CommandAction addListCommand(CLI::App &app) {
   return [] {
     for (const auto &info : dsl::presets())
       fmt::print("{:<10} {}\n", info.name, info.summary);
-    fmt::print("\nIR and CPU reference only (no kernel schedule yet; `sagegen ir --legalize <arch>` shows the "
-               "rewrite):\n");
+    fmt::print("\nNot in the default kernel set (`sagegen explain` says which schedule runs each, and how):\n"
+               "  INT4 (issue 11): the sm80 schedule from sm_89, int4 decoded to int8 (compile-verified; not yet run "
+               "on a GPU as of 2026-11-23)\n"
+               "  FP4 (issue 11): the sm120.mma_fp4 schedule on sm_120f (compile-verified only: no Blackwell GPU); "
+               "elsewhere IR and CPU reference only (`sagegen ir --legalize <arch>` shows the rewrite)\n"
+               "  sagebwd: SageBwd's forward (Algorithm 2), CPU reference only\n");
     for (const auto &info : dsl::referenceOnlyPresets())
+      fmt::print("{:<22} {}\n", info.name, info.summary);
+    fmt::print("\nSLA, sparse-linear attention (`sagegen ir` prints them; the CPU reference is sage/reference/Sla.h; "
+               "the GPU runs them through SlaRunner / the C ABI's sage_sla_*, not `sagegen emit`):\n");
+    for (const auto &info : dsl::slaPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);
     fmt::print("\nBackward programs (SageBwd; `sagegen ir --backward --preset NAME`, `sagegen reference-backward`):\n");
     for (const auto &info : dsl::backwardPresets())

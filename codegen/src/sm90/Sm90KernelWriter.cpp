@@ -37,6 +37,8 @@ std::string_view pvOperands(PvPath path) {
     return "int8";
   case PvPath::e4m3_accumulate_f32:
     return "e4m3";
+  case PvPath::e2m1_block_scaled:
+    break; // not an sm90 plan
   }
   return "";
 }

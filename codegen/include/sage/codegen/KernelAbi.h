@@ -9,6 +9,7 @@
 struct SageWorkspaceOffsets {
   unsigned long long q_codes, q_scales, k_codes, k_scales, k_mean, q_mean;
   unsigned long long v_values, v_codes, v_scales, v_mean;
+  unsigned long long delta_s; // Q smoothing's correction of S [b, h_q, q_blocks, padded_kv] (WorkspaceLayout.h)
 };
 
 struct SageTensorStrides {

@@ -50,6 +50,7 @@ struct QkQuantization {
 QkQuantization int8(Granularity granularity);
 QkQuantization int4(Granularity granularity);
 QkQuantization full_precision(); // no quantization: f32 Q and K
+QkQuantization f16_qk();         // Q and K cast to f16, f32 accumulation (SLA's exact sparse part)
 // FP4 Q and K (SageAttention3): E2M1 values with microscales along head_dim; the softmax scale is folded into Q.
 QkQuantization nvfp4(); // 1x16 groups, UE4M3 scales
 QkQuantization mxfp4(); // 1x32 groups, UE8M0 (power-of-two) scales: the paper's ablation
@@ -89,6 +90,9 @@ public:
   AttentionBuilder &mask(MaskKind kind);
   AttentionBuilder &lse(bool write = true); // also write the LSE (corrected for K smoothing)
   AttentionBuilder &name(std::string name);
+  // SLA (issue 13): mask prediction, the linear branch and O = O^s + Proj(O^l); the variant's attention becomes its
+  // sparse part, block_sparse over the predicted critical blocks (so the mask must be no_mask or block_sparse).
+  AttentionBuilder &sla(const SlaSpec &spec);
 
   // The normalized description (groups resolved); build().variant() returns the same.
   AttentionVariant describe() const;
@@ -104,7 +108,12 @@ private:
   PvQuantization pv_;
   MaskKind mask_ = MaskKind::none;
   bool lse_ = false;
+  SlaSpec sla_;
 };
+
+// SLA's defaults (the paper's): k_h = 5%, k_l = 10%, phi = softmax. Use with .blocks(64, 64), the paper's b_q, b_kv.
+SlaSpec sla_spec(FeatureMap feature_map = FeatureMap::softmax, double critical_percent = 5.0,
+                 double negligible_percent = 10.0);
 
 AttentionBuilder attention(std::string name = "custom");
 

@@ -5,6 +5,8 @@
 // here, so those layers do not depend on MLIR and the IR has exactly one interpreter of its meaning.
 #pragma once
 
+#include "sage/ir/SlaSpec.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -127,6 +129,7 @@ struct AttentionVariant {
   AccumulationSpec accumulation;
   MaskSpec mask;
   EpilogueSpec epilogue;
+  SlaSpec sla; // SLA (issue 13): when enabled, the fields above describe its sparse part (mask: block_sparse)
 
   bool operator==(const AttentionVariant &) const = default;
 };

@@ -25,10 +25,11 @@ struct MmaShape {
 
 // How O += P.V is computed (the four families of the SageAttention kernels).
 enum class PvPath : uint8_t {
-  f16_accumulate_f16, // f16 P x f16 V into an f16 accumulator (SageAttn-T/B), optionally flushed into f32
-  f16_accumulate_f32, // f16 P x f16 V into an f32 accumulator (the exact preset on the GPU)
-  int8_per_block,     // int8 P (static scale) x int8 V^T (per channel) -> s32 per KV block, added into f32
-  e4m3_accumulate_f32 // e4m3 P (static scale) x e4m3 V^T (per channel) into f32, optionally two-level
+  f16_accumulate_f16,  // f16 P x f16 V into an f16 accumulator (SageAttn-T/B), optionally flushed into f32
+  f16_accumulate_f32,  // f16 P x f16 V into an f32 accumulator (the exact preset on the GPU)
+  int8_per_block,      // int8 P (static scale) x int8 V^T (per channel) -> s32 per KV block, added into f32
+  e4m3_accumulate_f32, // e4m3 P (static scale) x e4m3 V^T (per channel) into f32, optionally two-level
+  e2m1_block_scaled    // FP4 P (microscaled in registers, optionally two-level) x FP4 V^T, block-scaled mma, f32
 };
 
 // Where the attention kernel reads V from.
@@ -128,6 +129,16 @@ struct KernelPlan {
   // registers are the A operand as they are (see WorkspaceLayout.h, VCodesTokenOrder).
   bool wgmma_value_token_order = false;
   bool two_level_flush = false; // sm90: two-level accumulation, its outer sum in shared memory (shared.flush_bytes)
+
+  // sm120.mma_fp4: microscaled FP4 operands (e2m1 codes, two per byte; one UE4M3 or UE8M0 scale per
+  // `fp4_scale_group` elements along each matmul's reduction axis; codegen/README.md, "FP4 operands").
+  int fp4_scale_group = 0;      // 16 (NVFP4, UE4M3) or 32 (MXFP4, UE8M0); 0: not an FP4 plan
+  bool fp4_two_level_p = false; // P: s_P1 = rowmax(P~) / (448 * 6) per row of the S tile, then the microscales
+  bool fp4_delta_s = false;     // Q smoothing: S += delta_s[Q block][token], the prologue's GEMV
+  // The token order of k_codes that the kernel expects from the prologue. The sm120 kernel permutes S's columns
+  // itself, by reading K's rows in shared memory in fp4ScoreColumnToken order, so the prologue writes K as it is.
+  KCodesTokenOrder k_codes_token_order = KCodesTokenOrder::natural;
+  bool fp4_permute_k_rows_in_shared = false; // the kernel applies fp4ScoreColumnToken to K's rows (sm120)
 
   SharedMemoryLayout shared;
   int min_blocks_per_multiprocessor = 1; // __launch_bounds__ occupancy target

@@ -5,7 +5,8 @@
 // HND or NHD with arbitrary outer strides (the last dim is contiguous). The prologue writes compact, padded,
 // head-major (HND) buffers, so the attention kernel only ever reads one layout:
 //
-//   q_codes   int8/e4m3  [b, h_q,  padded_q,  d]      token-major, padded rows are 0; an unquantized Q
+//   q_codes   int8/e4m3  [b, h_q,  padded_q,  d]      token-major, padded rows are 0; int4 codes are stored one
+//             per byte (int8 values in [-7, 7], the legalized s4 -> s8 operand); an unquantized Q
 //             (granularity none) is stored in the input type instead (2 bytes, times the folded
 //             softmax scale when Q folds it), with the same row order and zero padding
 //   q_scales  f32        [b, h_q,  q_scale_count]     one per quantization group (see groupsPerBlock)
@@ -19,6 +20,14 @@
 //             the token axis is in the VCodesTokenOrder the attention kernel asked the prologue for
 //   v_scales  f32        [b, h_kv, d]                 per-channel V scale
 //   v_mean    f32        [b, h_kv, d]                 mean of V over tokens, when V is smoothed
+//   FP4 operands (e2m1 microscaled, issue 11; codegen/README.md "FP4 operands"): q_codes [b, h_q, padded_q, d / 2]
+//             and k_codes [b, h_kv, padded_kv, d / 2] (channel 2k in the low nibble of byte k), q_scales / k_scales
+//             one byte per group of 16 (ue4m3) or 32 (ue8m0) channels of a token [.., tokens, d / group] (so
+//             q_scale_count = padded_q * d / group), v_codes = V^T [b, h_kv, d, padded_kv / 2] (token 2t in the low
+//             nibble of byte t) and v_scales [b, h_kv, d, padded_kv / group] along the tokens
+//   delta_s   f32        [b, h_q, q_blocks, padded_kv] Q smoothing's correction (sage.q_mean_correction):
+//             delta_s[i, j] = sum_c q_mean[i, c] * (K[j, c] - mean_k[c]) in f32, in Q's domain (the folded
+//             softmax scale included), 0 for padded tokens; the attention kernel adds it to S
 //   prologue_statistics                              the prologue's scratch between its two launches (the
 //             attention kernel never reads it): per-tensor Q's block amax [b, h_q, q_blocks] f32, then per
 //             (KV head, slice of tokens, channel) K's and V's sums (f32) and min/max (input type), for the
@@ -61,6 +70,10 @@ inline constexpr int64_t kMaxPrologueStatisticsSlices = 64;
 
 enum class VCodesTokenOrder : uint8_t { natural, wgmma_interleaved_32 };
 
+// k_codes' token order. Every kernel today reads `natural` K codes: the sm120 FP4 kernel permutes S's columns by
+// reading K's rows in shared memory permuted (KernelPlan::fp4_permute_k_rows_in_shared), so no prologue differs.
+enum class KCodesTokenOrder : uint8_t { natural };
+
 // The token that position `position` (0-based along padded_kv) of a v_codes row holds under `order`.
 int64_t vCodesTokenAt(VCodesTokenOrder order, int64_t position);
 
@@ -74,7 +87,7 @@ struct WorkspaceLayout {
   int64_t padded_kv = 0;     // tokens_kv rounded up to block_kv
   int64_t q_scale_count = 0; // scales per (batch, head) of Q
   int64_t k_scale_count = 0; // scales per (batch, head) of K
-  BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean;
+  BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean, delta_s;
   BufferSlice prologue_statistics; // the prologue's scratch, last
   size_t total_bytes = 0;
 };

@@ -1,0 +1,132 @@
+// The parameter blocks of SLA's kernels (issue 13). Plain C, like codegen's KernelAbi.h: the device headers include
+// it and the host includes the same file (codegen/device is on sage_codegen's include path), so both sides agree on
+// the layout by construction. Pointers, ints, 64-bit strides (in elements; the head-dim stride is 1).
+#ifndef SAGE_SLA_ABI_CUH
+#define SAGE_SLA_ABI_CUH
+
+struct SageSlaStrides {
+  long long batch, head, token;
+};
+
+struct SageSlaShape {
+  int batch, heads_q, heads_kv, tokens_q, tokens_kv;
+  int q_blocks, kv_blocks;                  // ceil(tokens / block)
+  int critical_per_row, negligible_per_row; // sage::criticalBlocksPerRow / negligibleBlocksPerRow
+};
+
+// Launch 1 of the mask prediction: the mean of every Q block and K block. Grid (q_blocks + kv_blocks, heads_q,
+// batch).
+struct SageSlaPoolParams {
+  const void *q, *k; // f16
+  struct SageSlaStrides q_strides, k_strides;
+  struct SageSlaShape shape;
+  float *pooled_q; // [batch, heads_q, q_blocks, d]
+  float *pooled_k; // [batch, heads_kv, kv_blocks, d]
+};
+
+// Launch 2: P_c, M_c and the lookup tables, one CTA per row of P_c. Grid (q_blocks, heads_q, batch).
+struct SageSlaPredictParams {
+  const float *pooled_q, *pooled_k;
+  struct SageSlaShape shape;
+  float scale;                  // 1/sqrt(d)
+  float *compressed;            // P_c [batch, heads_q, q_blocks, kv_blocks]
+  signed char *classes;         // M_c: 1 critical, 0 marginal, -1 negligible, same order
+  unsigned char *critical_mask; // 1 where critical: the block mask of the sparse part, same order
+  int *critical_lut;            // per row, its critical kv blocks ascending (critical_per_row of kv_blocks slots)
+  int *linear_lut;              // per row, ascending: the marginal blocks, or the non-marginal ones when
+                                // marginal_majority (pre-aggregation: H_i = sum of all h_j minus these)
+  int marginal_majority;
+};
+
+// Launch 3: h_j = phi(K_j)^T V_j and z_j = colsum(phi(K_j)) per kv block. Grid (kv_blocks, heads_kv, batch).
+struct SageSlaStateParams {
+  const void *k, *v; // f16
+  struct SageSlaStrides k_strides, v_strides;
+  struct SageSlaShape shape;
+  float *h_states; // [batch, heads_kv, kv_blocks, d, d]
+  float *z_states; // [batch, heads_kv, kv_blocks, d]
+};
+
+// Launch 3b (pre-aggregation only): the sums of h_j and z_j over all kv blocks, in block order (deterministic).
+// Grid (ceil(d * d / 256), heads_kv, batch).
+struct SageSlaTotalsParams {
+  const float *h_states, *z_states;
+  struct SageSlaShape shape;
+  float *h_total; // [batch, heads_kv, d, d]
+  float *z_total; // [batch, heads_kv, d]
+};
+
+// Launch 4: H_i, Z_i from the lookup table, O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
+// Grid (q_blocks, heads_q, batch).
+struct SageSlaOutputParams {
+  const void *q; // f16
+  struct SageSlaStrides q_strides;
+  const float *h_states, *z_states, *h_total, *z_total;
+  const int *linear_lut;
+  int marginal_majority;
+  const void *o_sparse; // f16 O^s (the block-sparse attention's output)
+  struct SageSlaStrides o_sparse_strides;
+  const float *proj_weight; // [d, d] row-major (out, in): torch.nn.Linear's weight; 0: O^s is left as it is
+  const float *proj_bias;   // [d], or 0
+  struct SageSlaShape shape;
+  float *o_linear; // O^l [batch, heads_q, tokens_q, d] (f32, kept for the backward), or 0
+  void *out;       // f16 O; may alias o_sparse
+  struct SageSlaStrides out_strides;
+};
+
+// ---- The backward (Algorithm 2). The caller's Proj is differentiated by its owner (torch.nn.Linear): these kernels
+// take dO^s (= dO) and dO^l (= dO W) and return dQ, dK, dV of the exact formula, in f32.
+
+// Backward launch 1: per column of M_c, the q blocks where it is critical, marginal or neither (ascending), and
+// their counts. Grid (kv_blocks, heads_q, batch).
+struct SageSlaColumnsParams {
+  const signed char *classes; // M_c [batch, heads_q, q_blocks, kv_blocks]
+  struct SageSlaShape shape;
+  int *critical_columns;     // [batch, heads_q, kv_blocks, q_blocks]
+  int *marginal_columns;     // same
+  int *non_marginal_columns; // same
+  int *column_counts;        // [batch, heads_q, kv_blocks, 3]: critical, marginal, non-marginal
+};
+
+// Backward launch 2: one q block of one q head: L and D^s of the sparse part (recomputed over the critical blocks),
+// dQ (sparse and linear), dH_i, dZ_i. Grid (q_blocks, heads_q, batch); dynamic shared memory: d * d floats (H_i).
+struct SageSlaRowsBackwardParams {
+  const void *q, *k, *v; // f16
+  struct SageSlaStrides q_strides, k_strides, v_strides;
+  const float *d_sparse, *d_linear; // dO^s and dO^l, [batch, heads_q, tokens_q, d] f32
+  const float *h_states, *z_states, *h_total, *z_total;
+  const int *critical_lut, *linear_lut; // the forward's row tables
+  int marginal_majority;
+  struct SageSlaShape shape;
+  float scale;    // 1/sqrt(d)
+  float *lse;     // [batch, heads_q, tokens_q]
+  float *delta;   // D^s, same
+  float *dq;      // [batch, heads_q, tokens_q, d]
+  float *dh_rows; // dH_i [batch, heads_q, q_blocks, d, d]
+  float *dz_rows; // dZ_i [batch, heads_q, q_blocks, d]
+};
+
+// Backward launch 3: sum_i dH_i, sum_i dZ_i per q head (for columns whose marginal blocks are the majority).
+// Grid (ceil(d * d / 256), heads_q, batch).
+struct SageSlaRowTotalsParams {
+  const float *dh_rows, *dz_rows;
+  struct SageSlaShape shape;
+  float *dh_total; // [batch, heads_q, d, d]
+  float *dz_total; // [batch, heads_q, d]
+};
+
+// Backward launch 4: one kv block of one kv head: dK, dV over the q heads of its GQA group. Grid (kv_blocks,
+// heads_kv, batch); dynamic shared memory: d * d floats (dh_j).
+struct SageSlaColumnsBackwardParams {
+  const void *q, *k, *v; // f16
+  struct SageSlaStrides q_strides, k_strides, v_strides;
+  const float *d_sparse; // dO^s
+  const float *lse, *delta;
+  const float *dh_rows, *dz_rows, *dh_total, *dz_total;
+  const int *critical_columns, *marginal_columns, *non_marginal_columns, *column_counts;
+  struct SageSlaShape shape;
+  float scale;
+  float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
+};
+
+#endif // SAGE_SLA_ABI_CUH

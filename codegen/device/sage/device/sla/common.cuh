@@ -1,0 +1,106 @@
+// Helpers of SLA's kernels: f16 loads and stores, warp and block reductions, the feature maps phi.
+#pragma once
+
+#include "sage/device/sla/abi.cuh"
+
+namespace sage::device::sla {
+
+constexpr int kThreads = 256; // every SLA kernel runs 8 warps
+constexpr int kWarps = kThreads / 32;
+
+// Feature maps, as sage::FeatureMap numbers them.
+constexpr int kPhiSoftmax = 0;
+constexpr int kPhiEluPlusOne = 1;
+constexpr int kPhiRelu = 2;
+
+__device__ __forceinline__ float load_f16(const void *base, long long index) {
+  const unsigned short bits = static_cast<const unsigned short *>(base)[index];
+  float value;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
+  return value;
+}
+
+__device__ __forceinline__ void store_f16(void *base, long long index, float value) {
+  unsigned short bits;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+  static_cast<unsigned short *>(base)[index] = bits;
+}
+
+__device__ __forceinline__ long long element_index(const SageSlaStrides &strides, int b, int h, int t, int c) {
+  return b * strides.batch + h * strides.head + t * strides.token + c;
+}
+
+__device__ __forceinline__ float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+__device__ __forceinline__ float warp_max(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// Reduces over the CTA; every thread gets the result. `scratch` holds kWarps floats.
+template <bool kMax> __device__ float block_reduce(float value, float *scratch) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  value = kMax ? warp_max(value) : warp_sum(value);
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = value;
+  __syncthreads();
+  float total = scratch[0];
+  for (int w = 1; w < kWarps; ++w)
+    total = kMax ? fmaxf(total, scratch[w]) : total + scratch[w];
+  return total;
+}
+
+// phi over one row of D values held in shared memory, in place, by one warp (softmax is over the features).
+template <int D, int kPhi> __device__ void feature_map_row(float *row) {
+  const int lane = threadIdx.x % 32;
+  if (kPhi == kPhiSoftmax) {
+    float top = -__int_as_float(0x7f800000);
+    for (int c = lane; c < D; c += 32)
+      top = fmaxf(top, row[c]);
+    top = warp_max(top);
+    float sum = 0.0f;
+    for (int c = lane; c < D; c += 32) {
+      row[c] = expf(row[c] - top);
+      sum += row[c];
+    }
+    sum = warp_sum(sum);
+    for (int c = lane; c < D; c += 32)
+      row[c] /= sum;
+  } else if (kPhi == kPhiEluPlusOne) {
+    for (int c = lane; c < D; c += 32)
+      row[c] = row[c] > 0.0f ? row[c] + 1.0f : expf(row[c]);
+  } else {
+    for (int c = lane; c < D; c += 32)
+      row[c] = fmaxf(row[c], 0.0f);
+  }
+  __syncwarp();
+}
+
+// The vector-Jacobian product of phi for one row, by one warp: dx += J_phi(x)^T dy, with y = phi(x) given.
+template <int D, int kPhi>
+__device__ void feature_map_backward_row(const float *x, const float *y, const float *dy, float *dx) {
+  const int lane = threadIdx.x % 32;
+  if (kPhi == kPhiSoftmax) {
+    float inner = 0.0f;
+    for (int c = lane; c < D; c += 32)
+      inner += dy[c] * y[c];
+    inner = warp_sum(inner);
+    for (int c = lane; c < D; c += 32)
+      dx[c] += y[c] * (dy[c] - inner);
+  } else if (kPhi == kPhiEluPlusOne) {
+    for (int c = lane; c < D; c += 32)
+      dx[c] += x[c] > 0.0f ? dy[c] : dy[c] * y[c]; // y = exp(x) there
+  } else {
+    for (int c = lane; c < D; c += 32)
+      dx[c] += x[c] > 0.0f ? dy[c] : 0.0f;
+  }
+  __syncwarp();
+}
+
+} // namespace sage::device::sla

@@ -1,0 +1,51 @@
+// SLA's kernels (issue 13): one CUDA translation unit per (head dim, blocks, feature map) holding the five
+// extern "C" kernels of an SLA forward besides its sparse part, and the four of its backward (which is the block_sparse
+// attention kernel of the variant's sparseness, run with the predicted critical mask). Device code:
+// codegen/device/sage/device/sla/; parameter blocks: sage/device/sla/abi.cuh (plain C, included by host and device).
+//
+// Launch order: pool -> predict (the mask prediction's two launches), states [-> totals when the marginal blocks are
+// the majority], the block-sparse attention with keep = critical, then output (O^l and O = O^s + Proj(O^l)).
+#pragma once
+
+#include "sage/ir/AttentionVariant.h"
+
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace sage::codegen {
+
+inline constexpr std::string_view kSlaPoolKernel = "sage_sla_pool";       // grid (q_blocks + kv_blocks, h_q, b)
+inline constexpr std::string_view kSlaPredictKernel = "sage_sla_predict"; // grid (q_blocks, h_q, b)
+inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // grid (kv_blocks, h_kv, b)
+inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (ceil(d*d/256), h_kv, b)
+inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output";   // grid (q_blocks, h_q, b)
+// The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), their totals, then the kv blocks (dK,
+// dV). The rows and kv kernels take d * d floats of dynamic shared memory (slaBackwardSharedBytes).
+inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
+inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
+inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (ceil(d*d/256), h_q, b)
+inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv";        // grid (kv_blocks, h_kv, b)
+inline constexpr int kSlaThreads = 256;                                            // every kernel's CTA
+inline constexpr int kSlaMaxKvBlocks = 4096;                                       // a row of P_c in shared memory
+inline constexpr int kSlaMaxHeadDim = 128;                                         // the output kernel's shared memory
+
+struct SlaKernelSource {
+  std::string name;   // sage_sla_d128_bq64_bkv64_softmax
+  std::string source; // #includes the device library's sla headers
+  std::array<std::string_view, 9> entry_points{kSlaPoolKernel,         kSlaPredictKernel,   kSlaStatesKernel,
+                                               kSlaTotalsKernel,       kSlaOutputKernel,    kSlaColumnsKernel,
+                                               kSlaRowsBackwardKernel, kSlaRowTotalsKernel, kSlaKvBackwardKernel};
+};
+
+// Throws std::invalid_argument naming the field when the variant is not SLA or its head dim is not 16..128 (a power
+// of two: the kernels split d x d states over 256 threads).
+SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
+
+// Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state.
+inline int slaBackwardSharedBytes(int head_dim) { return head_dim * head_dim * 4; }
+
+// Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.
+bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks);
+
+} // namespace sage::codegen

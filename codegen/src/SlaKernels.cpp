@@ -1,0 +1,94 @@
+// The translation unit of SLA's kernels: the Config constants and five extern "C" entry points around the device
+// library's templates (sage/device/sla/*.cuh).
+#include "sage/codegen/SlaKernels.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace sage::codegen {
+
+bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks) {
+  const long long marginal =
+      kv_blocks - criticalBlocksPerRow(spec, kv_blocks) - negligibleBlocksPerRow(spec, kv_blocks);
+  return 2 * marginal > kv_blocks;
+}
+
+SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
+  if (!variant.sla.enabled)
+    throw std::invalid_argument("variant: '" + variant.name + "' is not an SLA variant");
+  const int d = variant.head_dim;
+  if (d < 16 || d > kSlaMaxHeadDim || (d & (d - 1)) != 0)
+    throw std::invalid_argument("head_dim: the SLA kernels take 16, 32, 64 or 128, got " + std::to_string(d));
+  SlaKernelSource kernel;
+  const std::string_view phi = nameOf(variant.sla.feature_map);
+  kernel.name = fmt::format("sage_sla_d{}_bq{}_bkv{}_{}", d, variant.block_q, variant.block_kv, phi);
+  kernel.source = fmt::format(
+      R"(// SLA (sparse-linear attention): mask prediction and the linear branch of '{name}'.
+#include "sage/device/sla/backward.cuh"
+#include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/mask_prediction.cuh"
+
+namespace {{
+constexpr int kHeadDim = {d};
+constexpr int kBlockQ = {block_q};
+constexpr int kBlockKv = {block_kv};
+constexpr int kPhi = {phi_number}; // {phi}
+}} // namespace
+
+// Algorithm 1, line 5: pool(Q), pool(K)
+extern "C" __global__ void __launch_bounds__(256) {pool}(const SageSlaPoolParams p) {{
+  sage::device::sla::pool_blocks<kHeadDim, kBlockQ, kBlockKv>(p);
+}}
+
+// Lines 5-6: P_c, M_c (top {critical}% critical, bottom {negligible}% negligible) and the lookup tables
+extern "C" __global__ void __launch_bounds__(256) {predict}(const SageSlaPredictParams p) {{
+  sage::device::sla::predict_row<kHeadDim>(p);
+}}
+
+// Line 4: h_j = phi(K_j)^T V_j, z_j = rowsum(phi(K_j)^T)
+extern "C" __global__ void __launch_bounds__(256) {states}(const SageSlaStateParams p) {{
+  sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
+}}
+
+// Pre-aggregation: sum_j h_j, sum_j z_j
+extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsParams p) {{
+  sage::device::sla::linear_totals<kHeadDim>(p);
+}}
+
+// Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
+extern "C" __global__ void __launch_bounds__(256, 1) {output}(const SageSlaOutputParams p) {{
+  sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi>(p);
+}}
+
+// Backward (Algorithm 2): the column lookup tables of M_c
+extern "C" __global__ void __launch_bounds__(256) {columns}(const SageSlaColumnsParams p) {{
+  sage::device::sla::column_tables(p);
+}}
+
+// Lines 2-6 and 10-12 per q block: L, D^s, dQ, dH_i, dZ_i
+extern "C" __global__ void __launch_bounds__(256, 1) {rows}(const SageSlaRowsBackwardParams p) {{
+  sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
+}}
+
+// Pre-aggregation of the backward: sum_i dH_i, sum_i dZ_i
+extern "C" __global__ void __launch_bounds__(256) {row_totals}(const SageSlaRowTotalsParams p) {{
+  sage::device::sla::row_totals<kHeadDim>(p);
+}}
+
+// Lines 7-17 per kv block: dK, dV
+extern "C" __global__ void __launch_bounds__(256, 1) {kv}(const SageSlaColumnsBackwardParams p) {{
+  sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
+}}
+)",
+      fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
+      fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("name", variant.name),
+      fmt::arg("d", d), fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
+      fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),
+      fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
+      fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
+      fmt::arg("critical", variant.sla.critical_percent), fmt::arg("negligible", variant.sla.negligible_percent));
+  return kernel;
+}
+
+} // namespace sage::codegen

@@ -1,0 +1,79 @@
+// SLA's forward on the GPU (issue 13): the mask prediction (two launches), the linear branch's per-block states
+// (one, plus the totals when the marginal blocks are the majority), the variant's sparse part as the block-sparse
+// attention kernel of an ordinary AttentionRunner with the predicted critical mask, and the output launch
+// (O^l, O = O^s + Proj(O^l)). f16 Q, K, V and O; Proj's weight [d, d] and bias [d] in f32 on the device.
+#pragma once
+
+#include "sage/device/sla/abi.cuh"
+#include "sage/runtime/AttentionRunner.h"
+
+#include <cstddef>
+#include <memory>
+
+namespace sage::runtime {
+
+struct SlaTensors {
+  const void *q = nullptr, *k = nullptr, *v = nullptr; // f16
+  SageTensorStrides q_strides{}, k_strides{}, v_strides{};
+  void *o = nullptr; // f16 [b, h_q, n_q, d]: O^s first, then O
+  SageTensorStrides o_strides{};
+  const float *proj_weight = nullptr; // [d, d] row-major (out, in); null: O stays O^s (the caller applies Proj)
+  const float *proj_bias = nullptr;   // [d], or null
+  float *o_linear = nullptr;          // O^l [b, h_q, n_q, d] contiguous f32, or null
+};
+
+// The backward's inputs and outputs: dO^s (= dO) and dO^l (= dO W, from Proj's owner), f32 contiguous
+// [b, h_q, n_q, d]; dQ [b, h_q, n_q, d], dK and dV [b, h_kv, n_kv, d], f32 contiguous, written (not accumulated).
+struct SlaBackwardTensors {
+  const void *q = nullptr, *k = nullptr, *v = nullptr; // f16, as given to run()
+  SageTensorStrides q_strides{}, k_strides{}, v_strides{};
+  const float *d_sparse = nullptr, *d_linear = nullptr;
+  float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+// Byte offsets of the SLA workspace's regions (each 256-byte aligned) and its total size.
+struct SlaWorkspaceLayout {
+  size_t pooled_q = 0, pooled_k = 0, compressed = 0, classes = 0, critical_mask = 0, critical_lut = 0, linear_lut = 0,
+         h_states = 0, z_states = 0, h_total = 0, z_total = 0, attention = 0, total = 0;
+  // The backward's regions (zero unless the layout was made with backward = true), after the forward's.
+  size_t lse = 0, delta = 0, dh_rows = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
+         marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
+  SageSlaShape shape{};
+  bool marginal_majority = false;
+};
+
+class SlaRunner {
+public:
+  // `variant` must be SLA (sla.enabled); its sparse part runs through an AttentionRunner made with `options`
+  // (options.ir_fingerprint: the sparse part's). Throws std::invalid_argument for a non-SLA variant, a head dim the
+  // SLA kernels do not take, or an input type other than f16; CompileError, CudaError.
+  SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options);
+  ~SlaRunner();
+  SlaRunner(const SlaRunner &) = delete;
+  SlaRunner &operator=(const SlaRunner &) = delete;
+
+  // Throws std::invalid_argument naming the field for shapes the kernels cannot run (more than 4096 kv blocks).
+  // `backward`: also the regions backward() needs (dH_i: b x h_q x T_m x d x d f32, the column tables).
+  SlaWorkspaceLayout workspaceLayout(const schedules::ProblemShape &shape, bool backward = false) const;
+  size_t workspaceBytes(const schedules::ProblemShape &shape, bool backward = false) const {
+    return workspaceLayout(shape, backward).total;
+  }
+
+  // Launches everything on `stream`. RunPhase::prologue runs the mask prediction alone (to time it).
+  void run(const schedules::ProblemShape &shape, const SlaTensors &tensors, void *workspace, size_t workspace_bytes,
+           driver::Stream stream, RunPhase phase = RunPhase::all) const;
+
+  // Algorithm 2 of the exact formula (the sparse part unquantized), after run() on the same workspace (a
+  // backward layout) and inputs: it reads the forward's classes, lookup tables and h_j, z_j.
+  void backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
+                size_t workspace_bytes, driver::Stream stream) const;
+
+  const AttentionRunner &sparsePart() const;
+  const AttentionVariant &variant() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+} // namespace sage::runtime

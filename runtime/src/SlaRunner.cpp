@@ -1,0 +1,317 @@
+// SLA's forward: the SLA kernels (codegen's SlaKernels.h) compiled with NVRTC and launched around the block-sparse
+// attention of the variant's sparse part.
+#include "sage/runtime/SlaRunner.h"
+
+#include "sage/codegen/DeviceLibrary.h"
+#include "sage/codegen/SlaKernels.h"
+#include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/LoadedKernel.h"
+#include "sage/runtime/NvrtcCompiler.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace sage::runtime {
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+size_t alignUp(size_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
+
+AttentionVariant sparsePartOf(const AttentionVariant &variant) {
+  AttentionVariant sparse = variant;
+  sparse.sla = SlaSpec{};
+  return sparse;
+}
+
+driver::Dim3 grid(long long x, long long y, long long z) {
+  return {static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
+}
+
+} // namespace
+
+struct SlaRunner::State {
+  AttentionVariant variant;
+  std::unique_ptr<AttentionRunner> sparse;
+  driver::Context context = nullptr;
+  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward;
+};
+
+SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
+    : state_(std::make_unique<State>()) {
+  if (!variant.sla.enabled)
+    throw std::invalid_argument("variant: '" + variant.name + "' is not an SLA variant");
+  if (options.input != schedules::InputType::f16)
+    throw std::invalid_argument("options.input: the SLA kernels read f16 Q, K and V");
+  state_->variant = variant;
+  const codegen::SlaKernelSource kernels = codegen::generateSlaKernels(variant); // checks the head dim
+  state_->sparse = std::make_unique<AttentionRunner>(sparsePartOf(variant), options);
+
+  const CudaDriver &driver = CudaDriver::instance();
+  state_->context = driver.primaryContext(state_->sparse->device());
+  ScopedContext scope(driver, state_->context);
+  CompileRequest request;
+  request.key = kernels.name;
+  request.source = kernels.source;
+  request.source_name = kernels.name + ".cu";
+  request.options.arch = std::string(schedules::archName(options.arch.value_or(currentDeviceArch())));
+  for (const codegen::DeviceHeader &header : codegen::deviceLibrary())
+    request.headers.emplace_back(std::string(header.name), std::string(header.text));
+  const ByteBuffer image = NvrtcCompiler().compileCubin(request).image;
+  const std::shared_ptr<LoadedModule> module = LoadedModule::load(image, driver);
+  state_->pool = module->kernel(std::string(codegen::kSlaPoolKernel));
+  state_->predict = module->kernel(std::string(codegen::kSlaPredictKernel));
+  state_->states = module->kernel(std::string(codegen::kSlaStatesKernel));
+  state_->totals = module->kernel(std::string(codegen::kSlaTotalsKernel));
+  state_->output = module->kernel(std::string(codegen::kSlaOutputKernel));
+  state_->columns = module->kernel(std::string(codegen::kSlaColumnsKernel));
+  state_->rows_backward = module->kernel(std::string(codegen::kSlaRowsBackwardKernel));
+  state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
+  state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
+  state_->rows_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
+  state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
+}
+
+SlaRunner::~SlaRunner() = default;
+
+const AttentionRunner &SlaRunner::sparsePart() const { return *state_->sparse; }
+const AttentionVariant &SlaRunner::variant() const { return state_->variant; }
+
+SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &shape, bool backward) const {
+  const AttentionVariant &variant = state_->variant;
+  if (shape.batch <= 0 || shape.heads_q <= 0 || shape.heads_kv <= 0 || shape.tokens_q <= 0 || shape.tokens_kv <= 0 ||
+      shape.heads_q % shape.heads_kv != 0)
+    throw std::invalid_argument("shape: expected positive sizes and heads_q a multiple of heads_kv");
+  if (shape.head_dim != variant.head_dim)
+    throw std::invalid_argument("shape.head_dim: the variant's is " + std::to_string(variant.head_dim) + ", got " +
+                                std::to_string(shape.head_dim));
+  const long long q_blocks = (shape.tokens_q + variant.block_q - 1) / variant.block_q;
+  const long long kv_blocks = (shape.tokens_kv + variant.block_kv - 1) / variant.block_kv;
+  if (kv_blocks > codegen::kSlaMaxKvBlocks)
+    throw std::invalid_argument("shape.tokens_kv: the mask prediction holds at most " +
+                                std::to_string(codegen::kSlaMaxKvBlocks) + " kv blocks per row, got " +
+                                std::to_string(kv_blocks));
+  SlaWorkspaceLayout layout;
+  const long long critical = criticalBlocksPerRow(variant.sla, kv_blocks);
+  const long long negligible = negligibleBlocksPerRow(variant.sla, kv_blocks);
+  layout.marginal_majority = codegen::slaMarginalMajority(variant.sla, kv_blocks);
+  const long long marginal = kv_blocks - critical - negligible;
+  const long long listed = layout.marginal_majority ? kv_blocks - marginal : marginal;
+  layout.shape = {static_cast<int>(shape.batch),    static_cast<int>(shape.heads_q),   static_cast<int>(shape.heads_kv),
+                  static_cast<int>(shape.tokens_q), static_cast<int>(shape.tokens_kv), static_cast<int>(q_blocks),
+                  static_cast<int>(kv_blocks),      static_cast<int>(critical),        static_cast<int>(negligible)};
+  const size_t d = static_cast<size_t>(variant.head_dim);
+  const size_t rows = static_cast<size_t>(shape.batch * shape.heads_q * q_blocks);
+  const size_t kv_heads = static_cast<size_t>(shape.batch * shape.heads_kv);
+  size_t offset = 0;
+  auto take = [&](size_t &field, size_t bytes) {
+    field = offset;
+    offset = alignUp(offset + bytes);
+  };
+  take(layout.pooled_q, rows * d * 4);
+  take(layout.pooled_k, kv_heads * static_cast<size_t>(kv_blocks) * d * 4);
+  take(layout.compressed, rows * static_cast<size_t>(kv_blocks) * 4);
+  take(layout.classes, rows * static_cast<size_t>(kv_blocks));
+  take(layout.critical_mask, rows * static_cast<size_t>(kv_blocks));
+  take(layout.critical_lut, rows * static_cast<size_t>(critical) * 4);
+  take(layout.linear_lut, rows * static_cast<size_t>(listed) * 4);
+  take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 4);
+  take(layout.z_states, kv_heads * static_cast<size_t>(kv_blocks) * d * 4);
+  take(layout.h_total, kv_heads * d * d * 4);
+  take(layout.z_total, kv_heads * d * 4);
+  take(layout.attention, state_->sparse->workspaceBytes(shape));
+  // The backward's regions after the forward's: a backward layout keeps every forward offset.
+  if (backward) {
+    const size_t tokens = static_cast<size_t>(shape.batch * shape.heads_q * shape.tokens_q);
+    const size_t columns = static_cast<size_t>(shape.batch * shape.heads_q * kv_blocks);
+    take(layout.lse, tokens * 4);
+    take(layout.delta, tokens * 4);
+    take(layout.dh_rows, rows * d * d * 4);
+    take(layout.dz_rows, rows * d * 4);
+    take(layout.dh_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * d * 4);
+    take(layout.dz_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * 4);
+    take(layout.critical_columns, columns * static_cast<size_t>(q_blocks) * 4);
+    take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
+    take(layout.non_marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
+    take(layout.column_counts, columns * 3 * 4);
+  }
+  layout.total = offset;
+  return layout;
+}
+
+void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tensors, void *workspace,
+                    size_t workspace_bytes, driver::Stream stream, RunPhase phase) const {
+  const SlaWorkspaceLayout layout = workspaceLayout(shape);
+  if (!workspace || workspace_bytes < layout.total)
+    throw std::invalid_argument("workspace: " + std::to_string(layout.total) + " bytes needed, got " +
+                                std::to_string(workspace_bytes));
+  if (!tensors.q || !tensors.k || !tensors.v || !tensors.o)
+    throw std::invalid_argument("tensors: q, k, v and o are required");
+  auto *base = static_cast<unsigned char *>(workspace);
+  auto at = [base](size_t offset) { return base + offset; };
+  const SageSlaShape &size = layout.shape;
+  const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
+  const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};
+  const SageSlaStrides v_strides{tensors.v_strides.batch, tensors.v_strides.head, tensors.v_strides.token};
+  const SageSlaStrides o_strides{tensors.o_strides.batch, tensors.o_strides.head, tensors.o_strides.token};
+  const driver::Dim3 block{codegen::kSlaThreads, 1, 1};
+  const int d = state_->variant.head_dim;
+  ScopedContext scope(CudaDriver::instance(), state_->context);
+
+  // Mask prediction: pool(Q), pool(K); P_c, M_c and the lookup tables.
+  const SageSlaPoolParams pool{tensors.q,
+                               tensors.k,
+                               q_strides,
+                               k_strides,
+                               size,
+                               reinterpret_cast<float *>(at(layout.pooled_q)),
+                               reinterpret_cast<float *>(at(layout.pooled_k))};
+  state_->pool.launch(pool, {grid(size.q_blocks + size.kv_blocks, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaPredictParams predict{reinterpret_cast<const float *>(at(layout.pooled_q)),
+                                     reinterpret_cast<const float *>(at(layout.pooled_k)),
+                                     size,
+                                     1.0f / std::sqrt(static_cast<float>(d)),
+                                     reinterpret_cast<float *>(at(layout.compressed)),
+                                     reinterpret_cast<signed char *>(at(layout.classes)),
+                                     at(layout.critical_mask),
+                                     reinterpret_cast<int *>(at(layout.critical_lut)),
+                                     reinterpret_cast<int *>(at(layout.linear_lut)),
+                                     layout.marginal_majority ? 1 : 0};
+  state_->predict.launch(predict, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+  if (phase == RunPhase::prologue)
+    return;
+
+  // h_j, z_j (and their totals for pre-aggregation).
+  const SageSlaStateParams states{tensors.k,
+                                  tensors.v,
+                                  k_strides,
+                                  v_strides,
+                                  size,
+                                  reinterpret_cast<float *>(at(layout.h_states)),
+                                  reinterpret_cast<float *>(at(layout.z_states))};
+  state_->states.launch(states, {grid(size.kv_blocks, size.heads_kv, size.batch), block, 0, stream});
+  if (layout.marginal_majority) {
+    const SageSlaTotalsParams totals{
+        reinterpret_cast<const float *>(at(layout.h_states)), reinterpret_cast<const float *>(at(layout.z_states)),
+        size, reinterpret_cast<float *>(at(layout.h_total)), reinterpret_cast<float *>(at(layout.z_total))};
+    state_->totals.launch(
+        totals,
+        {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_kv, size.batch), block, 0, stream});
+  }
+
+  // O^s: the sparse part over the critical blocks.
+  AttentionTensors attention;
+  attention.q = tensors.q;
+  attention.k = tensors.k;
+  attention.v = tensors.v;
+  attention.q_strides = tensors.q_strides;
+  attention.k_strides = tensors.k_strides;
+  attention.v_strides = tensors.v_strides;
+  attention.o = tensors.o;
+  attention.o_strides = tensors.o_strides;
+  attention.block_mask = at(layout.critical_mask);
+  state_->sparse->run(shape, attention, at(layout.attention), layout.total - layout.attention, stream);
+
+  // O^l and O = O^s + Proj(O^l), in place over O^s.
+  const SageSlaOutputParams output{tensors.q,
+                                   q_strides,
+                                   reinterpret_cast<const float *>(at(layout.h_states)),
+                                   reinterpret_cast<const float *>(at(layout.z_states)),
+                                   reinterpret_cast<const float *>(at(layout.h_total)),
+                                   reinterpret_cast<const float *>(at(layout.z_total)),
+                                   reinterpret_cast<const int *>(at(layout.linear_lut)),
+                                   layout.marginal_majority ? 1 : 0,
+                                   tensors.o,
+                                   o_strides,
+                                   tensors.proj_weight,
+                                   tensors.proj_bias,
+                                   size,
+                                   tensors.o_linear,
+                                   tensors.o,
+                                   o_strides};
+  state_->output.launch(output, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+}
+
+void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
+                         size_t workspace_bytes, driver::Stream stream) const {
+  const SlaWorkspaceLayout layout = workspaceLayout(shape, true);
+  if (!workspace || workspace_bytes < layout.total)
+    throw std::invalid_argument("workspace: the backward needs " + std::to_string(layout.total) + " bytes, got " +
+                                std::to_string(workspace_bytes));
+  if (!tensors.q || !tensors.k || !tensors.v || !tensors.d_sparse || !tensors.d_linear || !tensors.dq || !tensors.dk ||
+      !tensors.dv)
+    throw std::invalid_argument("tensors: q, k, v, d_sparse, d_linear, dq, dk and dv are required");
+  auto *base = static_cast<unsigned char *>(workspace);
+  auto floats = [base](size_t offset) { return reinterpret_cast<float *>(base + offset); };
+  auto ints = [base](size_t offset) { return reinterpret_cast<int *>(base + offset); };
+  const SageSlaShape &size = layout.shape;
+  const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
+  const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};
+  const SageSlaStrides v_strides{tensors.v_strides.batch, tensors.v_strides.head, tensors.v_strides.token};
+  const driver::Dim3 block{codegen::kSlaThreads, 1, 1};
+  const int d = state_->variant.head_dim;
+  const auto shared = static_cast<unsigned>(codegen::slaBackwardSharedBytes(d));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  ScopedContext scope(CudaDriver::instance(), state_->context);
+
+  const SageSlaColumnsParams columns{reinterpret_cast<const signed char *>(base + layout.classes),
+                                     size,
+                                     ints(layout.critical_columns),
+                                     ints(layout.marginal_columns),
+                                     ints(layout.non_marginal_columns),
+                                     ints(layout.column_counts)};
+  state_->columns.launch(columns, {grid(size.kv_blocks, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaRowsBackwardParams rows{tensors.q,
+                                       tensors.k,
+                                       tensors.v,
+                                       q_strides,
+                                       k_strides,
+                                       v_strides,
+                                       tensors.d_sparse,
+                                       tensors.d_linear,
+                                       floats(layout.h_states),
+                                       floats(layout.z_states),
+                                       floats(layout.h_total),
+                                       floats(layout.z_total),
+                                       ints(layout.critical_lut),
+                                       ints(layout.linear_lut),
+                                       layout.marginal_majority ? 1 : 0,
+                                       size,
+                                       scale,
+                                       floats(layout.lse),
+                                       floats(layout.delta),
+                                       tensors.dq,
+                                       floats(layout.dh_rows),
+                                       floats(layout.dz_rows)};
+  state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, shared, stream});
+  const SageSlaRowTotalsParams totals{floats(layout.dh_rows), floats(layout.dz_rows), size, floats(layout.dh_total),
+                                      floats(layout.dz_total)};
+  state_->row_totals.launch(
+      totals,
+      {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaColumnsBackwardParams kv{tensors.q,
+                                        tensors.k,
+                                        tensors.v,
+                                        q_strides,
+                                        k_strides,
+                                        v_strides,
+                                        tensors.d_sparse,
+                                        floats(layout.lse),
+                                        floats(layout.delta),
+                                        floats(layout.dh_rows),
+                                        floats(layout.dz_rows),
+                                        floats(layout.dh_total),
+                                        floats(layout.dz_total),
+                                        ints(layout.critical_columns),
+                                        ints(layout.marginal_columns),
+                                        ints(layout.non_marginal_columns),
+                                        ints(layout.column_counts),
+                                        size,
+                                        scale,
+                                        tensors.dk,
+                                        tensors.dv};
+  state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, shared, stream});
+}
+
+} // namespace sage::runtime

@@ -1,0 +1,116 @@
+// SLA's kernels (issue 13): the generated translation unit for each SLA preset x head dim x arch compiles with
+// NVRTC to a cubin without spills (libnvrtc directly: no GPU needed); the generator's refusals and the
+// pre-aggregation rule.
+#include "sage/codegen/DeviceLibrary.h"
+#include "sage/codegen/SlaKernels.h"
+#include "sage/dsl/Presets.h"
+
+#include <doctest/doctest.h>
+#include <nvrtc.h>
+
+#include <regex>
+#include <sstream>
+#include <string>
+
+using namespace sage;
+using namespace sage::codegen;
+
+namespace {
+
+struct Outcome {
+  bool compiled = false;
+  std::string log;
+};
+
+Outcome compile(const SlaKernelSource &kernel, const std::string &arch) {
+  const std::string source = expandDeviceIncludes(kernel.source);
+  Outcome outcome;
+  nvrtcProgram program = nullptr;
+  if (nvrtcCreateProgram(&program, source.c_str(), (kernel.name + ".cu").c_str(), 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    outcome.log = "nvrtcCreateProgram failed";
+    return outcome;
+  }
+  const std::string arch_option = "--gpu-architecture=" + arch;
+  const char *options[] = {arch_option.c_str(), "-std=c++17", "--ptxas-options=-v"};
+  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  outcome.log.resize(log_size);
+  if (log_size > 0)
+    nvrtcGetProgramLog(program, outcome.log.data());
+  size_t cubin_bytes = 0;
+  outcome.compiled =
+      result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &cubin_bytes) == NVRTC_SUCCESS && cubin_bytes > 0;
+  nvrtcDestroyProgram(&program);
+  return outcome;
+}
+
+} // namespace
+
+TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") {
+  for (const dsl::PresetInfo &info : dsl::slaPresets())
+    for (int head_dim : {64, 128}) {
+      const AttentionVariant variant = dsl::preset(info.name, head_dim)->describe();
+      const SlaKernelSource kernel = generateSlaKernels(variant);
+      for (const char *arch : {"sm_80", "sm_89", "sm_90a"}) {
+        CAPTURE(kernel.name);
+        CAPTURE(std::string(arch));
+        const Outcome outcome = compile(kernel, arch);
+        INFO(outcome.log);
+        REQUIRE(outcome.compiled);
+        for (std::string_view entry : kernel.entry_points)
+          CHECK(outcome.log.find(std::string(entry)) != std::string::npos); // ptxas reports every kernel
+        // Static shared memory plus the backward's d x d dynamic state fit the smallest of these archs (sm_89: 99 KiB
+        // per block).
+        std::istringstream lines(outcome.log);
+        std::string line, function;
+        std::smatch found;
+        while (std::getline(lines, line)) {
+          if (std::regex_search(line, found, std::regex(R"(Compiling entry function '(\w+)')")))
+            function = found[1];
+          if (std::regex_search(line, found, std::regex(R"((\d+) bytes smem)"))) {
+            const bool dynamic_state = function == kSlaRowsBackwardKernel || function == kSlaKvBackwardKernel;
+            CAPTURE(function);
+            CHECK(std::stoi(found[1]) + (dynamic_state ? slaBackwardSharedBytes(head_dim) : 0) <= 99 * 1024);
+          }
+        }
+        std::smatch match;
+        std::string rest = outcome.log;
+        while (std::regex_search(rest, match, std::regex(R"((\d+) bytes spill stores)"))) {
+          CHECK(std::stoi(match[1]) == 0);
+          rest = match.suffix();
+        }
+      }
+    }
+}
+
+TEST_CASE("the SLA kernel source names its steps and constants") {
+  const SlaKernelSource kernel = generateSlaKernels(dsl::preset("sla-f16-elu", 128)->describe());
+  CHECK(kernel.name == "sage_sla_d128_bq64_bkv64_elu_plus_one");
+  for (const char *text :
+       {"constexpr int kHeadDim = 128;", "constexpr int kBlockKv = 64;", "constexpr int kPhi = 1;",
+        "top 5% critical, bottom 10% negligible", "#include \"sage/device/sla/mask_prediction.cuh\""}) {
+    CAPTURE(std::string(text));
+    CHECK(kernel.source.find(text) != std::string::npos);
+  }
+}
+
+TEST_CASE("the SLA generator refuses what its kernels cannot run") {
+  CHECK_THROWS_WITH_AS(generateSlaKernels(dsl::preset("sage-b", 128)->describe()),
+                       doctest::Contains("is not an SLA variant"), std::invalid_argument);
+  AttentionVariant wide = dsl::preset("sla-f16", 128)->describe();
+  wide.head_dim = 256;
+  CHECK_THROWS_WITH_AS(generateSlaKernels(wide), doctest::Contains("head_dim: the SLA kernels take"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("pre-aggregation when the marginal blocks are the majority of a row") {
+  SlaSpec spec; // 5% critical, 10% negligible: 85% marginal
+  CHECK(slaMarginalMajority(spec, 512));
+  spec.critical_percent = 40.0;
+  spec.negligible_percent = 20.0;
+  CHECK_FALSE(slaMarginalMajority(spec, 10)); // 4 + 2 non-marginal, 4 marginal
+  spec.negligible_percent = 5.0;
+  CHECK(slaMarginalMajority(spec, 20)); // 8 + 1 non-marginal, 11 marginal
+}
