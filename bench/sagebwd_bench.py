@@ -20,21 +20,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import sagegen  # noqa: E402
+from cuda_timing import time_ms  # noqa: E402
 
 
-def time_ms(function, warmup=2, repeats=10):
-    for _ in range(warmup):
-        function()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
 
 
 def forward_flops(batch, heads, tokens, dim, causal):
@@ -92,7 +80,7 @@ def main():
                 samples = {key: [] for key in timed}
                 for _ in range(max(1, args.rounds)):
                     for key, function in timed.items():
-                        samples[key].append(time_ms(function))
+                        samples[key].append(time_ms(function, warmup=2, repeats=10))
                 ms = {key: statistics.median(values) for key, values in samples.items()}
                 flops = 3.5 * forward_flops(batch, heads, tokens, dim, causal)
                 row = {"d": dim, "causal": bool(causal), "N": tokens, "batch": batch, "heads": heads}
