@@ -1,6 +1,7 @@
 // The sm120 FP4 schedule: what it supports and how it tiles a variant (the kernel itself is
 // codegen/device/sage/device/sm120/attention.cuh, whose SharedLayout mirrors layoutSharedMemory below).
 #include "sage/schedules/Sm120Schedule.h"
+#include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
 
@@ -178,19 +179,14 @@ KernelPlan Sm120Schedule::plan(const AttentionVariant &variant, GpuArch arch, In
   plan.k_codes_token_order = KCodesTokenOrder::natural;
   plan.fp4_permute_k_rows_in_shared = true;
 
-  const GpuLimits limits = gpuLimits(arch);
   int stages = chosen.stages;
-  plan.shared = layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group,
-                                   plan.fp4_delta_s, stages);
-  while (!explicit_tunables && stages > kMinStages &&
-         plan.shared.total_bytes > limits.max_dynamic_shared_bytes_per_block)
-    plan.shared = layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group,
-                                     plan.fp4_delta_s, --stages);
+  plan.shared = detail::fitPipelineStages(
+      [&](int depth) {
+        return layoutSharedMemory(variant.head_dim, chosen.block_q, chosen.block_kv, plan.fp4_scale_group,
+                                  plan.fp4_delta_s, depth);
+      },
+      stages, kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
-  require(plan.shared.total_bytes <= limits.max_dynamic_shared_bytes_per_block,
-          "tunables.stages: " + std::to_string(stages) + " stages need " + std::to_string(plan.shared.total_bytes) +
-              " bytes of shared memory; " + std::string(archName(arch)) + " allows " +
-              std::to_string(limits.max_dynamic_shared_bytes_per_block) + " per block");
   plan.min_blocks_per_multiprocessor = 1;
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;

@@ -1,5 +1,6 @@
 // The sm80 mma.sync schedule: what it supports and how it tiles a variant.
 #include "sage/schedules/Sm80Schedule.h"
+#include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
 
@@ -360,15 +361,9 @@ KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   // Shared memory: default tunables give up pipeline depth before they give up fitting the arch.
   const GpuLimits limits = gpuLimits(arch);
   int stages = chosen.stages;
-  plan.shared = layoutSharedMemory(plan, stages);
-  while (!explicit_tunables && stages > kMinStages &&
-         plan.shared.total_bytes > limits.max_dynamic_shared_bytes_per_block)
-    plan.shared = layoutSharedMemory(plan, --stages);
+  plan.shared = detail::fitPipelineStages([&](int depth) { return layoutSharedMemory(plan, depth); }, stages,
+                                          kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
-  require(plan.shared.total_bytes <= limits.max_dynamic_shared_bytes_per_block,
-          "tunables.stages: " + std::to_string(stages) + " stages need " + std::to_string(plan.shared.total_bytes) +
-              " bytes of shared memory; " + std::string(archName(arch)) + " allows " +
-              std::to_string(limits.max_dynamic_shared_bytes_per_block) + " per block");
 
   // Occupancy: two CTAs per SM when threads and the register estimate allow it. Default plans then also trim the
   // pipeline (not below kMinDefaultStages) until two CTAs' shared memory fits: on H100, sage-b d128 causal ran at

@@ -1,6 +1,7 @@
 // The sm90 wgmma + TMA schedule: what it supports and how it tiles a variant (the kernel itself is
 // codegen/device/sage/device/sm90/attention.cuh).
 #include "sage/schedules/Sm90Schedule.h"
+#include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
 #include "sage/schedules/Sm80Schedule.h"
@@ -181,17 +182,10 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     ws.v_box = {std::min(2 * variant.head_dim, kSwizzleSpan), chosen.block_kv};
 
   // Shared memory: default tunables give up pipeline depth before they give up fitting the arch.
-  const GpuLimits limits = gpuLimits(arch);
   int stages = chosen.stages;
-  plan.shared = layoutSharedMemory(plan, stages);
-  while (!explicit_tunables && stages > kMinStages &&
-         plan.shared.total_bytes > limits.max_dynamic_shared_bytes_per_block)
-    plan.shared = layoutSharedMemory(plan, --stages);
+  plan.shared = detail::fitPipelineStages([&](int depth) { return layoutSharedMemory(plan, depth); }, stages,
+                                          kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
-  require(plan.shared.total_bytes <= limits.max_dynamic_shared_bytes_per_block,
-          "tunables.stages: " + std::to_string(stages) + " stages need " + std::to_string(plan.shared.total_bytes) +
-              " bytes of shared memory; " + std::string(archName(arch)) + " allows " +
-              std::to_string(limits.max_dynamic_shared_bytes_per_block) + " per block");
   plan.min_blocks_per_multiprocessor = 1;
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
