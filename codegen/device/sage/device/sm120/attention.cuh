@@ -450,11 +450,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
                               tile.kv_head_index * Config::kHeadDim;
         const unsigned short *q = static_cast<const unsigned short *>(params.q) + tile.batch * params.q_strides.batch +
                                   tile.head * params.q_strides.head;
-        float sum = 0.0f;
-        if (row < size.tokens_q)
-          for (int channel = quad_lane; channel < Config::kHeadDim; channel += 4)
-            sum += decode_input_element<Config::kBf16>(q[row * params.q_strides.token + channel]) * k_mean[channel];
-        correction = quad_sum(sum) * params.softmax_scale;
+        correction = sm90::smoothed_k_lse_correction<Config::kHeadDim, Config::kBf16>(
+            q + row * params.q_strides.token, k_mean, row < size.tokens_q, quad_lane, params.softmax_scale);
       }
       if (quad_lane != 0 || row >= size.tokens_q)
         continue;

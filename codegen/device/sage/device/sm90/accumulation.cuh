@@ -146,17 +146,13 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
       const int row = rows[half];
       float correction = 0.0f;
       if constexpr (Config::kLseCorrection) {
-        // K was smoothed: every score of row i moved by q_i . mean(K) / sqrt(d); read from the caller's Q (the
-        // quantization error of q times mean(K) would not be small). The quad's lanes split the channels.
+        // K was smoothed: every score of row i moved by q_i . mean(K) / sqrt(d).
         const float *k_mean =
             reinterpret_cast<const float *>(workspace + base.offsets.k_mean) + tile.kv_head_index * Config::kHeadDim;
         const unsigned short *q = static_cast<const unsigned short *>(base.q) + tile.batch * base.q_strides.batch +
                                   tile.head * base.q_strides.head;
-        float sum = 0.0f;
-        if (row < size.tokens_q)
-          for (int channel = quad_lane; channel < Config::kHeadDim; channel += 4)
-            sum += decode_input_element<Config::kBf16>(q[row * base.q_strides.token + channel]) * k_mean[channel];
-        correction = quad_sum(sum) * base.softmax_scale;
+        correction = smoothed_k_lse_correction<Config::kHeadDim, Config::kBf16>(
+            q + row * base.q_strides.token, k_mean, row < size.tokens_q, quad_lane, base.softmax_scale);
       }
       if (quad_lane != 0 || row >= size.tokens_q)
         continue;

@@ -119,4 +119,17 @@ __device__ __forceinline__ float quad_sum(float value) {
   return value + __shfl_xor_sync(0xffffffffu, value, 2);
 }
 
+// The LSE correction of a smoothed K for one row: every score of the row moved by q . mean(K) * softmax scale. Read
+// from the caller's Q (the quantization error of q times mean(K) would not be small); the quad's four lanes split
+// the channels and all get the sum. `q_row` may be out of range when !valid (it is not read then).
+template <int kHeadDim, bool kBf16>
+__device__ __forceinline__ float smoothed_k_lse_correction(const unsigned short *q_row, const float *k_mean, bool valid,
+                                                           int quad_lane, float softmax_scale) {
+  float sum = 0.0f;
+  if (valid)
+    for (int channel = quad_lane; channel < kHeadDim; channel += 4)
+      sum += decode_input_element<kBf16>(q_row[channel]) * k_mean[channel];
+  return quad_sum(sum) * softmax_scale;
+}
+
 } // namespace sage::device::sm90
