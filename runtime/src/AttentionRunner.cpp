@@ -9,6 +9,7 @@
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
+#include "sage/runtime/ProcessResources.h"
 #include "sage/runtime/Sm90TensorMaps.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
@@ -32,27 +33,6 @@ namespace sage::runtime {
 namespace {
 
 constexpr int kDefaultSharedMemoryLimit = 48 * 1024;
-
-KernelCache &processCache() {
-  static KernelCache cache;
-  return cache;
-}
-
-ModuleRegistry &processModules() {
-  static ModuleRegistry registry;
-  return registry;
-}
-
-// One AotKernelDirectory per directory and process: its manifest is read (and any problem reported) once.
-std::shared_ptr<const AotKernelDirectory> processAotDirectory(const std::filesystem::path &directory) {
-  static std::mutex mutex;
-  static std::map<std::filesystem::path, std::shared_ptr<const AotKernelDirectory>> directories;
-  std::lock_guard lock(mutex);
-  std::shared_ptr<const AotKernelDirectory> &slot = directories[directory];
-  if (!slot)
-    slot = std::make_shared<const AotKernelDirectory>(directory);
-  return slot;
-}
 
 // What run() derives from the problem shape alone, kept for the last shape seen: repeated calls with one shape
 // (the common case) skip the layout and grid computations.
@@ -202,7 +182,7 @@ struct AttentionRunner::State {
     std::shared_ptr<const LoadedModule> module;
     if (image) {
       try {
-        module = processModules().getOrLoad(digest, *image);
+        module = processModuleRegistry().getOrLoad(digest, *image);
       } catch (const CudaError &error) {
         if (!CudaDriver::instance().available())
           throw; // no driver at all: compiling would not help
@@ -214,11 +194,11 @@ struct AttentionRunner::State {
     }
     if (!image) {
       const CacheResult result =
-          cacheKernel(options.cache ? *options.cache : processCache(), kernel, &compiled.compile_milliseconds);
+          cacheKernel(options.cache ? *options.cache : processKernelCache(), kernel, &compiled.compile_milliseconds);
       compiled.source = result.source;
       if (!load_modules)
         return compiled;
-      module = processModules().getOrLoad(result.digest, *result.image);
+      module = processModuleRegistry().getOrLoad(result.digest, *result.image);
     }
     compiled.kernel = module->kernel(kernel.entry_point);
     if (kernel.dynamic_shared_bytes > kDefaultSharedMemoryLimit)
