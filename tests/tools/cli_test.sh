@@ -240,6 +240,27 @@ expect "cache warm into a file" 1 "sagegen: --dir: cannot use it as a kernel cac
   "$sagegen" cache warm --dir "$work/file/sub" --preset sage-t --arch sm_80
 expect "cache warm bad arch" 1 "sagegen: --arch: unknown architecture 'sm_1'" -- "$sagegen" cache warm --dir "$cache" --preset sage-t --arch sm_1
 expect "cache warm without --preset" 1 "preset is required" -- "$sagegen" cache warm --dir "$cache" --arch sm_80
+# cache warm for the SageBwd backward module and an SLA preset (its sparse part's kernels and the SLA module).
+aux=$work/aux-cache
+expect "cache warm --backward builds the backward module" 0 "^built +[0-9a-f]{12}  sagebwd_d64_f16_sm_80_sm80_mma_sync_backward" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --headdim 64 --arch sm_80
+expect "cache warm --backward again finds it on disk" 0 "^disk +[0-9a-f]{12}  sagebwd_d64_f16_sm_80" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --headdim 64 --arch sm_80
+expect "cache warm of an SLA preset builds the SLA module" 0 "^built +[0-9a-f]{12}  sage_sla_d64_bq64_bkv64_softmax" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16 --headdim 64 --arch sm_80
+expect "cache warm of an SLA preset builds its sparse part" 0 "^built +[0-9a-f]{12}  sage_attention_sla_f16_elu_d64_block_sparse" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16-elu --headdim 64 --arch sm_80
+expect "cache ls shows the backward module" 0 "^[0-9a-f]{12} +[0-9.]+ KiB  sm80.mma_sync_backward +sm_80 +64  sagebwd_d64_f16_sm_80_sm80_mma_sync_backward +ok" -- \
+  "$sagegen" cache ls --dir "$aux"
+expect "cache ls shows the SLA module" 0 "^[0-9a-f]{12} +[0-9.]+ KiB  sla +sm_80 +64  sage_sla_d64_bq64_bkv64_softmax +ok" -- \
+  "$sagegen" cache ls --dir "$aux"
+expect "cache verify checks them" 0 "^checked $(count "$aux" '*.kernel') entries: 0 damaged" -- "$sagegen" cache verify --dir "$aux"
+expect "cache warm --backward of a forward preset" 1 "sagegen: --preset: unknown backward preset 'sage-b'; expected one of sagebwd" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sage-b --arch sm_80
+expect "cache warm --backward --lse" 1 "sagegen: --lse: backward presets" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --arch sm_80 --lse
+expect "cache warm of an SLA preset in bf16" 1 "sagegen: --input: the SLA kernels read f16" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16 --arch sm_80 --input bf16
 expect "cache without a subcommand" 1 "" -- "$sagegen" cache
 expect "cache unknown subcommand" 1 "" -- "$sagegen" cache frob
 
