@@ -5,6 +5,7 @@
 #include "sage/runtime/ArgumentError.h"
 #include "sage/runtime/AuxiliaryKernels.h"
 #include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/GeneratedKernelLoader.h"
 #include "sage/runtime/ProcessResources.h"
 
 #include <fmt/core.h>
@@ -52,11 +53,13 @@ AttentionBackwardRunner::AttentionBackwardRunner(const BackwardVariant &variant,
   const BackwardKernelSet set = generateBackwardKernels(variant, input, currentDeviceArch(), options.ir_fingerprint);
   plan_ = set.plan;
   kernel_name_ = set.kernel.name;
-  const CacheResult cached =
-      cacheKernel(options.cache ? *options.cache : processKernelCache(), set.kernel, &compile_milliseconds_);
-  kernel_source_ = cached.source;
-  kernel_digest_ = cached.digest;
-  const std::shared_ptr<const LoadedModule> module = processModuleRegistry().getOrLoad(cached.digest, *cached.image);
+  const std::shared_ptr<const AotKernelDirectory> aot = aotDirectoryFor(options.aot_directory);
+  const LoadedGeneratedKernel loaded =
+      loadGeneratedKernel(set.kernel, options.cache ? *options.cache : processKernelCache(), aot.get());
+  kernel_source_ = loaded.source;
+  kernel_digest_ = set.kernel.key.digest();
+  compile_milliseconds_ = loaded.compile_milliseconds;
+  const std::shared_ptr<const LoadedModule> &module = loaded.module;
   for (const schedules::BackwardLaunch &launch : plan_.launches) {
     kernels_.push_back(module->kernel(launch.entry_point));
     if (launch.dynamic_shared_bytes > 48 * 1024)

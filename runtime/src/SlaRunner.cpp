@@ -5,6 +5,7 @@
 #include "sage/codegen/SlaKernels.h"
 #include "sage/runtime/AuxiliaryKernels.h"
 #include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/GeneratedKernelLoader.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ProcessResources.h"
 
@@ -58,10 +59,12 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   ScopedContext scope(driver, state_->context);
   const GeneratedKernel module_kernel = generateSlaModule(variant, options.arch.value_or(currentDeviceArch()));
   state_->module_name = module_kernel.name;
-  const CacheResult cached =
-      cacheKernel(options.cache ? *options.cache : processKernelCache(), module_kernel, &state_->compile_milliseconds);
-  state_->module_source = cached.source;
-  const std::shared_ptr<const LoadedModule> module = processModuleRegistry().getOrLoad(cached.digest, *cached.image);
+  const std::shared_ptr<const AotKernelDirectory> aot = aotDirectoryFor(options.aot_directory);
+  const LoadedGeneratedKernel loaded =
+      loadGeneratedKernel(module_kernel, options.cache ? *options.cache : processKernelCache(), aot.get());
+  state_->module_source = loaded.source;
+  state_->compile_milliseconds = loaded.compile_milliseconds;
+  const std::shared_ptr<const LoadedModule> &module = loaded.module;
   state_->pool = module->kernel(std::string(codegen::kSlaPoolKernel));
   state_->predict = module->kernel(std::string(codegen::kSlaPredictKernel));
   state_->states = module->kernel(std::string(codegen::kSlaStatesKernel));

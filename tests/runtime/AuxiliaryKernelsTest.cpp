@@ -5,8 +5,11 @@
 
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
+#include "sage/runtime/AotKernelDirectory.h"
+#include "sage/runtime/AotManifest.h"
 #include "sage/runtime/AttentionBackwardRunner.h"
 #include "sage/runtime/AttentionKernelKeys.h"
+#include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/KernelCache.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/Sha256.h"
@@ -17,6 +20,7 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -43,6 +47,47 @@ BackwardKernelSet backwardKernels(const std::string &preset, int head_dim, bool 
 
 AttentionVariant slaVariant(const std::string &preset, int head_dim) {
   return dsl::preset(preset, head_dim)->build().variant();
+}
+
+void writeFile(const std::filesystem::path &path, std::string_view bytes) {
+  std::ofstream file(path, std::ios::binary);
+  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(file.good());
+}
+
+// An ahead-of-time directory as `sagegen emit` writes it, holding `module` compiled with NVRTC.
+void writeAotDirectory(const std::filesystem::path &directory, const GeneratedKernel &module) {
+  KernelCacheOptions memory_only;
+  memory_only.memory_only = true;
+  KernelCache cache(memory_only);
+  const CacheResult compiled = cacheKernel(cache, module);
+  const std::string_view cubin(reinterpret_cast<const char *>(compiled.image->data()), compiled.image->size());
+  AotKernelEntry entry;
+  entry.key_text = module.key.text();
+  entry.key_digest = module.key.digest();
+  entry.variant = entry.preset = "probe";
+  entry.head_dim = module.key.head_dim;
+  entry.causal = module.key.causal;
+  entry.role = std::string(nameOf(module.role));
+  entry.name = module.name;
+  entry.schedule = module.key.schedule;
+  entry.tunables = module.key.tunables;
+  entry.arch = module.key.arch;
+  entry.input = "f16";
+  entry.entry_point = module.entry_point;
+  entry.source_file = "module.cu";
+  entry.source_sha256 = sha256Hex(selfContainedSource(module));
+  entry.cubin_file = "module.cubin";
+  entry.cubin_sha256 = sha256Hex(cubin);
+  entry.grid_rule = "per launch";
+  AotManifest manifest;
+  manifest.key_format_version = kKernelKeyFormatVersion;
+  manifest.sagegen_version = sagegenVersion();
+  manifest.nvrtc_version = nvrtcVersion();
+  manifest.kernels.push_back(entry);
+  writeFile(directory / std::string(kAotManifestFileName), writeAotManifest(manifest));
+  writeFile(directory / "module.cu", selfContainedSource(module));
+  writeFile(directory / "module.cubin", cubin);
 }
 
 } // namespace
@@ -143,6 +188,29 @@ TEST_CASE("the backward module through the kernel cache: built once, then memory
   CHECK(entries[0].key_text == set.kernel.key.text());
 }
 
+TEST_CASE("an AOT directory lists the backward and SLA modules by key (roles backward and sla)") {
+  test::TemporaryDirectory backward_directory("sagegen-auxiliary-aot-backward");
+  const BackwardKernelSet set = backwardKernels("sagebwd", 64, false, InputType::f16, GpuArch::sm80);
+  writeAotDirectory(backward_directory.path, set.kernel);
+  std::vector<std::string> warnings;
+  const AotKernelDirectory backward(backward_directory.path,
+                                    [&](const std::string &warning) { warnings.push_back(warning); });
+  CHECK(backward.find(set.kernel.key).outcome == AotLookupOutcome::found);
+  // Another variant's module is not handed out.
+  CHECK(backward.find(backwardKernels("sagebwd", 64, true, InputType::f16, GpuArch::sm80).kernel.key).outcome ==
+        AotLookupOutcome::not_listed);
+  REQUIRE(backward.manifest());
+  CHECK(backward.manifest()->kernels.at(0).role == "backward");
+
+  test::TemporaryDirectory sla_directory("sagegen-auxiliary-aot-sla");
+  const GeneratedKernel sla = generateSlaModule(slaVariant("sla-f16", 64), GpuArch::sm80);
+  writeAotDirectory(sla_directory.path, sla);
+  const AotKernelDirectory sla_aot(sla_directory.path,
+                                   [&](const std::string &warning) { warnings.push_back(warning); });
+  CHECK(sla_aot.find(sla.key).outcome == AotLookupOutcome::found);
+  CHECK(warnings.empty());
+}
+
 TEST_CASE("GPU: a second backward runner of a variant takes its module from memory, a fresh cache from disk") {
   if (test::skipWithoutGpu("runtime_auxiliary_kernels_test"))
     return;
@@ -166,6 +234,16 @@ TEST_CASE("GPU: a second backward runner of a variant takes its module from memo
   const AttentionBackwardRunner third(program.variant(), InputType::f16, 0, options);
   CHECK(third.kernelSource() == CacheSource::disk);
   CHECK(third.describe().find("[disk]") != std::string::npos);
+
+  // An AOT directory with the module comes first.
+  test::TemporaryDirectory aot("sagegen-auxiliary-runner-aot");
+  writeAotDirectory(
+      aot.path,
+      generateBackwardKernels(program.variant(), InputType::f16, third.plan().arch, program.fingerprint()).kernel);
+  options.aot_directory = aot.path;
+  const AttentionBackwardRunner from_aot(program.variant(), InputType::f16, 0, options);
+  CHECK(from_aot.kernelSource() == CacheSource::aot);
+  CHECK(from_aot.describe().find("[aot]") != std::string::npos);
 }
 
 TEST_CASE("GPU: a second SLA runner takes the SLA module from memory, a fresh cache from disk") {
@@ -188,4 +266,12 @@ TEST_CASE("GPU: a second SLA runner takes the SLA module from memory, a fresh ca
   const SlaRunner third(variant, options);
   CHECK(third.moduleSource() == CacheSource::disk);
   CHECK(third.describe().find("[disk]; sparse part: ") != std::string::npos);
+
+  // An AOT directory with the SLA module comes first (the sparse part, not in it, comes from the cache).
+  test::TemporaryDirectory aot("sagegen-auxiliary-sla-aot");
+  writeAotDirectory(aot.path, generateSlaModule(variant, currentDeviceArch())); // device 0's, as the runner's
+  options.aot_directory = aot.path;
+  const SlaRunner from_aot(variant, options);
+  CHECK(from_aot.moduleSource() == CacheSource::aot);
+  CHECK(from_aot.describe().find("[aot]; sparse part: ") != std::string::npos);
 }

@@ -110,7 +110,8 @@ void warm(const CacheCommandOptions &options) {
   }
   for (const std::string &warning : warnings)
     fmt::print(stderr, "warning: {}\n", warning);
-  fmt::print("{} kernel modules of {} in {}\n", kernels.kernels.size(), kernels.summary, cache.directory().string());
+  fmt::print("{} kernel modules of {} for {} in {}\n", kernels.kernels.size(), kernels.variant, kernels.schedule,
+             cache.directory().string());
 }
 
 } // namespace

@@ -80,15 +80,22 @@ struct KernelSetOptions {
 // forward preset; an SLA preset's sparse part and SLA module (as sage_sla_create makes them); with `backward`, the
 // backward preset's module (as sage_backward_create makes it).
 struct PresetKernels {
-  std::string summary; // "<variant> for <schedule>"
+  std::string preset;
+  std::string variant;  // the variant's (or backward program's) name
+  std::string schedule; // the plan's schedule
+  std::string input;    // "f16" or "bf16"
+  int head_dim = 0;
+  bool lse = false;
   std::vector<runtime::GeneratedKernel> kernels;
 };
 
-inline PresetKernels generatePresetKernels(const KernelSetOptions &options, bool backward) {
-  const schedules::InputType input = parseInputOption(options.input);
-  const schedules::GpuArch arch = parseArchOption(options.arch);
-  const PresetOptions &preset = options.preset;
+// Throws UserError for options that do not fit the preset, std::invalid_argument when no schedule supports it.
+inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedules::InputType input,
+                                           schedules::GpuArch arch, bool backward) {
   PresetKernels result;
+  result.preset = preset.preset;
+  result.input = std::string(schedules::nameOf(input));
+  result.head_dim = preset.head_dim;
   if (backward) {
     if (preset.lse)
       throw UserError("--lse: backward presets read the forward's LSE; they have no --lse");
@@ -104,21 +111,24 @@ inline PresetKernels generatePresetKernels(const KernelSetOptions &options, bool
     const ir::BackwardProgram program = builder->build();
     runtime::BackwardKernelSet set =
         runtime::generateBackwardKernels(program.variant(), input, arch, program.fingerprint());
-    result.summary = program.name() + " for " + set.plan.schedule;
+    result.variant = program.name();
+    result.schedule = set.plan.schedule;
     result.kernels.push_back(std::move(set.kernel));
     return result;
   }
   const AttentionVariant variant = preset.builder(preset.preset).build().variant();
+  result.variant = variant.name;
+  result.lse = variant.epilogue.write_lse;
   if (!variant.sla.enabled) {
     VariantKernels kernels = generateVariantKernels(preset, input, arch);
-    result.summary = kernels.variant.name + " for " + kernels.set.plan.schedule;
+    result.schedule = kernels.set.plan.schedule;
     result.kernels = std::move(kernels.set.kernels);
     return result;
   }
   if (preset.lse)
     throw UserError("--lse: the SLA runner writes no LSE");
   if (input != schedules::InputType::f16)
-    throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + options.input + "'");
+    throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + result.input + "'");
   AttentionVariant sparse = variant;
   sparse.sla = SlaSpec{};
   runtime::AttentionKernelRequest request;
@@ -126,10 +136,15 @@ inline PresetKernels generatePresetKernels(const KernelSetOptions &options, bool
   request.arch = arch;
   request.ir_fingerprint = dsl::emitProgram(sparse).fingerprint();
   runtime::AttentionKernelSet set = runtime::generateAttentionKernels(sparse, request);
-  result.summary = variant.name + " (SLA) for " + set.plan.schedule;
+  result.schedule = set.plan.schedule;
   result.kernels = std::move(set.kernels);
   result.kernels.push_back(runtime::generateSlaModule(variant, arch));
   return result;
+}
+
+inline PresetKernels generatePresetKernels(const KernelSetOptions &options, bool backward) {
+  return generatePresetKernels(options.preset, parseInputOption(options.input), parseArchOption(options.arch),
+                               backward);
 }
 
 } // namespace sage::tool

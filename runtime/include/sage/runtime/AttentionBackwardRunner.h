@@ -1,5 +1,6 @@
 // SageBwd (issue 12) at run time: the backward kernels of one BackwardVariant for one device, compiled with NVRTC
-// through the kernel cache on construction (memory, then $SAGEGEN_CACHE_DIR, then NVRTC, as the forward's) and
+// through the kernel cache on construction (an AOT directory's cubin, else memory, then $SAGEGEN_CACHE_DIR, then
+// NVRTC, as the forward's) and
 // launched on a stream with a caller-provided workspace.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +33,9 @@ struct BackwardTensors {
 struct BackwardRunnerOptions {
   std::string ir_fingerprint;   // ir::BackwardProgram::fingerprint(): the IR part of the cache key (may be empty)
   KernelCache *cache = nullptr; // default: the process-wide cache on $SAGEGEN_CACHE_DIR (ProcessResources.h)
+  // Ahead-of-time kernels (`sagegen emit --backward` output), looked up before the cache. Empty: $SAGEGEN_AOT_DIR;
+  // neither set: none. Only a cubin whose stored key equals the module's key is used.
+  std::filesystem::path aot_directory;
 };
 
 class AttentionBackwardRunner {
@@ -51,7 +56,7 @@ public:
   void run(const BackwardTensors &tensors, void *workspace, size_t workspace_bytes, driver::Stream stream) const;
 
   const schedules::BackwardKernelPlan &plan() const { return plan_; }
-  // The plan and the module, with where it came from (memory/disk/built, and the compile time when built).
+  // The plan and the module, with where it came from (aot/memory/disk/built, and the compile time when built).
   std::string describe() const;
   CacheSource kernelSource() const { return kernel_source_; }
   const std::string &kernelDigest() const { return kernel_digest_; } // the cache key's digest
