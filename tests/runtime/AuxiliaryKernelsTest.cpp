@@ -1,6 +1,7 @@
-// The SageBwd backward and SLA modules in the kernel cache: their keys (what changes the kernel changes the key, the
-// same request gives the same key), a cache round trip with NVRTC (no GPU needed), and, on a GPU, that a second
-// runner of the same variant finds its module in memory and a fresh process-like cache finds it on disk.
+// The SageBwd backward and SLA modules in the kernel cache and AOT directories: their keys (what changes the kernel
+// changes the key, the same request gives the same key), a cache round trip and an AOT lookup with NVRTC (no GPU
+// needed), and, on a GPU (tools/gpu-check --run), that a second runner of the same variant finds its module in
+// memory, a fresh process-like cache finds it on disk, and an AOT directory comes first.
 #include "sage/runtime/AuxiliaryKernels.h"
 
 #include "sage/dsl/AttentionBackward.h"
