@@ -148,9 +148,10 @@ AotKernelEntry readKernel(const JsonValue &value, const std::string &path, std::
   entry.causal = reader.boolean("causal");
   entry.lse = reader.boolean("lse");
   entry.role = reader.string("role");
-  if (entry.role != "prologue" && entry.role != "attention")
-    reader.fail(reader.fieldPath("role"),
-                fmt::format("expected \"prologue\" or \"attention\", found \"{}\"", entry.role));
+  if (entry.role != "prologue" && entry.role != "attention" && entry.role != "backward" && entry.role != "sla")
+    reader.fail(reader.fieldPath("role"), fmt::format("expected \"prologue\", \"attention\", \"backward\" or \"sla\", "
+                                                      "found \"{}\"",
+                                                      entry.role));
   entry.name = reader.string("name");
   entry.schedule = reader.string("schedule");
   entry.tunables = reader.string("tunables");

@@ -1,12 +1,14 @@
 #include "sage/runtime/AttentionBackwardRunner.h"
 
-#include "sage/codegen/BackwardKernelGenerator.h"
-#include "sage/codegen/DeviceLibrary.h"
 #include "sage/device/sm80/backward_params.cuh"
 #include "sage/numerics/CheckedSize.h"
 #include "sage/runtime/ArgumentError.h"
+#include "sage/runtime/AuxiliaryKernels.h"
 #include "sage/runtime/DeviceArch.h"
-#include "sage/runtime/NvrtcCompiler.h"
+#include "sage/runtime/GeneratedKernelLoader.h"
+#include "sage/runtime/ProcessResources.h"
+
+#include <fmt/core.h>
 
 #include <cmath>
 #include <limits>
@@ -42,37 +44,30 @@ void checkShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens
 
 } // namespace
 
-AttentionBackwardRunner::AttentionBackwardRunner(const BackwardVariant &variant, schedules::InputType input, int device)
+AttentionBackwardRunner::AttentionBackwardRunner(const BackwardVariant &variant, schedules::InputType input, int device,
+                                                 BackwardRunnerOptions options)
     : variant_(variant), device_(device) {
   const CudaDriver &driver = CudaDriver::instance();
   context_ = driver.primaryContext(device);
   ScopedContext scope(driver, context_);
-  const schedules::GpuArch arch = currentDeviceArch();
-  plan_ = schedules::bestBackwardSchedule(variant, arch, input).plan(variant, arch, input);
-  const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(variant, plan_);
-  kernel_name_ = kernel.name;
-  CompileRequest request;
-  request.key = kernel.name;
-  request.source = kernel.source;
-  request.source_name = kernel.name + ".cu";
-  for (const codegen::DeviceHeader &header : codegen::deviceLibrary())
-    request.headers.emplace_back(std::string(header.name), std::string(header.text));
-  request.options.arch = std::string(schedules::archName(arch));
-  const CompileResult compiled = NvrtcCompiler().compileCubin(request);
-  compile_milliseconds_ = compiled.compile_milliseconds;
-  module_ = driver.loadModule(compiled.image.data());
+  const BackwardKernelSet set = generateBackwardKernels(variant, input, currentDeviceArch(), options.ir_fingerprint);
+  plan_ = set.plan;
+  kernel_name_ = set.kernel.name;
+  const std::shared_ptr<const AotKernelDirectory> aot = aotDirectoryFor(options.aot_directory);
+  const LoadedGeneratedKernel loaded =
+      loadGeneratedKernel(set.kernel, options.cache ? *options.cache : processKernelCache(), aot.get());
+  kernel_source_ = loaded.source;
+  kernel_digest_ = set.kernel.key.digest();
+  compile_milliseconds_ = loaded.compile_milliseconds;
+  const std::shared_ptr<const LoadedModule> &module = loaded.module;
   for (const schedules::BackwardLaunch &launch : plan_.launches) {
-    functions_.push_back(driver.moduleFunction(module_, launch.entry_point.c_str()));
+    kernels_.push_back(module->kernel(launch.entry_point));
     if (launch.dynamic_shared_bytes > 48 * 1024)
-      driver.setFunctionAttribute(functions_.back(), driver::FunctionAttribute::max_dynamic_shared_size_bytes,
-                                  launch.dynamic_shared_bytes);
+      kernels_.back().setMaxDynamicSharedMemory(launch.dynamic_shared_bytes);
   }
 }
 
-AttentionBackwardRunner::~AttentionBackwardRunner() {
-  if (module_)
-    CudaDriver::instance().unloadModule(module_, context_);
-}
+AttentionBackwardRunner::~AttentionBackwardRunner() = default;
 
 size_t AttentionBackwardRunner::workspaceBytes(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q,
                                                int64_t tokens_kv) const {
@@ -132,19 +127,22 @@ void AttentionBackwardRunner::run(const BackwardTensors &tensors, void *workspac
 
   const CudaDriver &driver = CudaDriver::instance();
   ScopedContext scope(driver, context_);
-  for (size_t i = 0; i < functions_.size(); ++i) {
+  for (size_t i = 0; i < kernels_.size(); ++i) {
     const schedules::BackwardLaunch &launch = plan_.launches[i];
     const auto grid =
         launch.gridFor(tensors.batch, tensors.heads_q, tensors.heads_kv, tensors.tokens_q, tensors.tokens_kv);
-    void *arguments[] = {&params};
-    driver.launchKernel(functions_[i], {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])}, {128u, 1u, 1u},
-                        unsigned(launch.dynamic_shared_bytes), stream, arguments);
+    kernels_[i].launch(params, {{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])},
+                                {128u, 1u, 1u},
+                                unsigned(launch.dynamic_shared_bytes),
+                                stream});
   }
 }
 
 std::string AttentionBackwardRunner::describe() const {
-  return "backward '" + variant_.name + "': " + plan_.describe() + ", kernels " + kernel_name_ + " (built, " +
-         std::to_string(static_cast<int>(compile_milliseconds_)) + " ms)";
+  return fmt::format("backward '{}': {}, kernels {} [{}{}]", variant_.name, plan_.describe(), kernel_name_,
+                     cacheSourceName(kernel_source_),
+                     kernel_source_ == CacheSource::built ? fmt::format(" {:.0f} ms", compile_milliseconds_)
+                                                          : std::string());
 }
 
 } // namespace sage::runtime

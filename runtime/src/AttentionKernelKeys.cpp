@@ -27,4 +27,41 @@ KernelKey attentionKernelKey(const std::string &ir_fingerprint, const AttentionV
   return key;
 }
 
+KernelKey backwardKernelKey(const std::string &ir_fingerprint, const schedules::BackwardKernelPlan &plan,
+                            std::string_view module_name, std::string_view source) {
+  KernelKey key;
+  key.ir_hash = ir_fingerprint;
+  key.schedule = plan.schedule;
+  key.tunables = fmt::format("block_q={},block_kv={},warps={}", plan.block_q, plan.block_kv, plan.warps);
+  key.head_dim = plan.head_dim;
+  key.causal = plan.causal;
+  const std::string_view input = schedules::nameOf(plan.input);
+  key.dtypes = fmt::format("qkv={},do={},grads={}", input, input, input);
+  key.layout = "contiguous";
+  key.arch = std::string(schedules::archName(plan.arch));
+  key.compiler_version = nvrtcVersion();
+  key.sagegen_version = sagegenVersion();
+  key.extra = fmt::format("{};source-sha256={}", module_name, sha256Hex(source));
+  return key;
+}
+
+KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant &variant, schedules::GpuArch arch,
+                       std::string_view module_name, std::string_view source) {
+  KernelKey key;
+  key.ir_hash = ir_fingerprint;
+  key.schedule = "sla"; // one fixed set of kernels, not a schedule's plan
+  key.tunables = fmt::format("block_q={},block_kv={}", variant.block_q, variant.block_kv);
+  key.head_dim = variant.head_dim;
+  key.causal = false; // SLA variants take no mask
+  key.dtypes = "qkv=f16,o=f16";
+  key.layout = "strided";
+  key.arch = std::string(schedules::archName(arch));
+  key.compiler_version = nvrtcVersion();
+  key.sagegen_version = sagegenVersion();
+  // The feature map and the k_h / k_l percentages are compiled into the source (or passed at launch): its hash
+  // keeps the key exact.
+  key.extra = fmt::format("{};source-sha256={}", module_name, sha256Hex(source));
+  return key;
+}
+
 } // namespace sage::runtime

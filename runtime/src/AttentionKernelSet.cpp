@@ -17,6 +17,10 @@ std::string_view nameOf(AttentionKernelRole role) {
     return "prologue";
   case AttentionKernelRole::attention:
     return "attention";
+  case AttentionKernelRole::backward:
+    return "backward";
+  case AttentionKernelRole::sla:
+    return "sla";
   }
   return "unknown";
 }
@@ -36,8 +40,7 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
   if (set.plan.wgmma_value_token_order) // the sm90 kernel's 8-bit P.V reads V^T in its accumulator's token order
     prologue_options.v_codes_token_order = schedules::VCodesTokenOrder::wgmma_interleaved_32;
   try {
-    set.prologue =
-        codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim, {}, prologue_options);
+    set.prologue = codegen::PrologueGenerator::generate(variant, request.input, variant.head_dim, {}, prologue_options);
   } catch (const schedules::UnsupportedError &) {
     throw;
   } catch (const std::invalid_argument &error) {

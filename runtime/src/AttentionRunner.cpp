@@ -7,8 +7,10 @@
 #include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/GeneratedKernelLoader.h"
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/ModuleRegistry.h"
+#include "sage/runtime/ProcessResources.h"
 #include "sage/runtime/Sm90TensorMaps.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
@@ -32,27 +34,6 @@ namespace sage::runtime {
 namespace {
 
 constexpr int kDefaultSharedMemoryLimit = 48 * 1024;
-
-KernelCache &processCache() {
-  static KernelCache cache;
-  return cache;
-}
-
-ModuleRegistry &processModules() {
-  static ModuleRegistry registry;
-  return registry;
-}
-
-// One AotKernelDirectory per directory and process: its manifest is read (and any problem reported) once.
-std::shared_ptr<const AotKernelDirectory> processAotDirectory(const std::filesystem::path &directory) {
-  static std::mutex mutex;
-  static std::map<std::filesystem::path, std::shared_ptr<const AotKernelDirectory>> directories;
-  std::lock_guard lock(mutex);
-  std::shared_ptr<const AotKernelDirectory> &slot = directories[directory];
-  if (!slot)
-    slot = std::make_shared<const AotKernelDirectory>(directory);
-  return slot;
-}
 
 // What run() derives from the problem shape alone, kept for the last shape seen: repeated calls with one shape
 // (the common case) skip the layout and grid computations.
@@ -172,12 +153,8 @@ struct AttentionRunner::State {
     request.ir_fingerprint = options.ir_fingerprint;
     request.schedule = options.schedule;
     kernels = generateAttentionKernels(variant, request);
-    if (load_modules) {
-      const std::filesystem::path aot_directory =
-          options.aot_directory.empty() ? AotKernelDirectory::defaultDirectory() : options.aot_directory;
-      if (!aot_directory.empty())
-        aot = processAotDirectory(aot_directory);
-    }
+    if (load_modules)
+      aot = aotDirectoryFor(options.aot_directory);
     for (const GeneratedKernel &kernel : kernels.kernels) {
       if (kernel.role == AttentionKernelRole::prologue)
         prologue_kernels.push_back(compile(kernel));
@@ -190,36 +167,15 @@ struct AttentionRunner::State {
   CompiledKernel compile(const GeneratedKernel &kernel) {
     CompiledKernel compiled;
     compiled.name = kernel.name;
-    std::shared_ptr<const ByteBuffer> image;
-    const std::string digest = kernel.key.digest();
-    if (aot) {
-      AotLookup found = aot->find(kernel.key);
-      if (found.outcome == AotLookupOutcome::found) {
-        image = std::make_shared<const ByteBuffer>(std::move(found.image));
-        compiled.source = CacheSource::aot;
-      }
+    KernelCache &cache = options.cache ? *options.cache : processKernelCache();
+    if (!load_modules) {
+      compiled.source = cacheKernel(cache, kernel, &compiled.compile_milliseconds).source;
+      return compiled;
     }
-    std::shared_ptr<const LoadedModule> module;
-    if (image) {
-      try {
-        module = processModules().getOrLoad(digest, *image);
-      } catch (const CudaError &error) {
-        if (!CudaDriver::instance().available())
-          throw; // no driver at all: compiling would not help
-        // Checked before loading, but the driver has the last word: compile it instead, as for any rejected image.
-        std::fprintf(stderr, "warning: sagegen AOT kernels: the driver rejected %s (%s); compiling it instead\n",
-                     kernel.entry_point.c_str(), error.what());
-        image.reset();
-      }
-    }
-    if (!image) {
-      const CacheResult result =
-          cacheKernel(options.cache ? *options.cache : processCache(), kernel, &compiled.compile_milliseconds);
-      compiled.source = result.source;
-      if (!load_modules)
-        return compiled;
-      module = processModules().getOrLoad(result.digest, *result.image);
-    }
+    const LoadedGeneratedKernel loaded = loadGeneratedKernel(kernel, cache, aot.get());
+    compiled.source = loaded.source;
+    compiled.compile_milliseconds = loaded.compile_milliseconds;
+    const std::shared_ptr<const LoadedModule> &module = loaded.module;
     compiled.kernel = module->kernel(kernel.entry_point);
     if (kernel.dynamic_shared_bytes > kDefaultSharedMemoryLimit)
       compiled.kernel.setMaxDynamicSharedMemory(kernel.dynamic_shared_bytes);

@@ -518,7 +518,10 @@ sage_status sage_backward_create(const sage_backward_config *config, sage_backwa
     builder->float_type(input == sage::schedules::InputType::bf16 ? sage::ElementType::bf16 : sage::ElementType::f16);
     const sage::ir::BackwardProgram program = builder->build();
     auto handle = std::make_unique<sage_backward>();
-    handle->runner = std::make_unique<sage::runtime::AttentionBackwardRunner>(program.variant(), input, config->device);
+    sage::runtime::BackwardRunnerOptions options;
+    options.ir_fingerprint = program.fingerprint();
+    handle->runner =
+        std::make_unique<sage::runtime::AttentionBackwardRunner>(program.variant(), input, config->device, options);
     handle->dtype = config->dtype;
     handle->device = config->device;
     *out = handle.release();

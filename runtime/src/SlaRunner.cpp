@@ -1,12 +1,15 @@
-// SLA's forward: the SLA kernels (codegen's SlaKernels.h) compiled with NVRTC and launched around the block-sparse
-// attention of the variant's sparse part.
+// SLA's forward: the SLA kernels (codegen's SlaKernels.h) compiled with NVRTC through the kernel cache and
+// launched around the block-sparse attention of the variant's sparse part.
 #include "sage/runtime/SlaRunner.h"
 
-#include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/SlaKernels.h"
+#include "sage/runtime/AuxiliaryKernels.h"
 #include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/GeneratedKernelLoader.h"
 #include "sage/runtime/LoadedKernel.h"
-#include "sage/runtime/NvrtcCompiler.h"
+#include "sage/runtime/ProcessResources.h"
+
+#include <fmt/core.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -35,6 +38,9 @@ struct SlaRunner::State {
   AttentionVariant variant;
   std::unique_ptr<AttentionRunner> sparse;
   driver::Context context = nullptr;
+  std::string module_name;
+  CacheSource module_source = CacheSource::built;
+  double compile_milliseconds = 0.0;
   LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward;
 };
 
@@ -45,21 +51,20 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   if (options.input != schedules::InputType::f16)
     throw std::invalid_argument("options.input: the SLA kernels read f16 Q, K and V");
   state_->variant = variant;
-  const codegen::SlaKernelSource kernels = codegen::generateSlaKernels(variant); // checks the head dim
+  codegen::generateSlaKernels(variant); // checks the head dim before the sparse part is compiled
   state_->sparse = std::make_unique<AttentionRunner>(sparsePartOf(variant), options);
 
   const CudaDriver &driver = CudaDriver::instance();
   state_->context = driver.primaryContext(state_->sparse->device());
   ScopedContext scope(driver, state_->context);
-  CompileRequest request;
-  request.key = kernels.name;
-  request.source = kernels.source;
-  request.source_name = kernels.name + ".cu";
-  request.options.arch = std::string(schedules::archName(options.arch.value_or(currentDeviceArch())));
-  for (const codegen::DeviceHeader &header : codegen::deviceLibrary())
-    request.headers.emplace_back(std::string(header.name), std::string(header.text));
-  const ByteBuffer image = NvrtcCompiler().compileCubin(request).image;
-  const std::shared_ptr<LoadedModule> module = LoadedModule::load(image, driver);
+  const GeneratedKernel module_kernel = generateSlaModule(variant, options.arch.value_or(currentDeviceArch()));
+  state_->module_name = module_kernel.name;
+  const std::shared_ptr<const AotKernelDirectory> aot = aotDirectoryFor(options.aot_directory);
+  const LoadedGeneratedKernel loaded =
+      loadGeneratedKernel(module_kernel, options.cache ? *options.cache : processKernelCache(), aot.get());
+  state_->module_source = loaded.source;
+  state_->compile_milliseconds = loaded.compile_milliseconds;
+  const std::shared_ptr<const LoadedModule> &module = loaded.module;
   state_->pool = module->kernel(std::string(codegen::kSlaPoolKernel));
   state_->predict = module->kernel(std::string(codegen::kSlaPredictKernel));
   state_->states = module->kernel(std::string(codegen::kSlaStatesKernel));
@@ -76,6 +81,17 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
 SlaRunner::~SlaRunner() = default;
 
 const AttentionRunner &SlaRunner::sparsePart() const { return *state_->sparse; }
+
+std::string SlaRunner::describe() const {
+  const State &state = *state_;
+  return fmt::format("SLA '{}': {} [{}{}]; sparse part: {}", state.variant.name, state.module_name,
+                     cacheSourceName(state.module_source),
+                     state.module_source == CacheSource::built ? fmt::format(" {:.0f} ms", state.compile_milliseconds)
+                                                               : std::string(),
+                     state.sparse->describe());
+}
+
+CacheSource SlaRunner::moduleSource() const { return state_->module_source; }
 const AttentionVariant &SlaRunner::variant() const { return state_->variant; }
 
 SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &shape, bool backward) const {

@@ -190,7 +190,7 @@ TEST_CASE("malformed manifests are rejected with the field's path and the proble
         "test.json: kernels[0].source: expected a file name inside the manifest's directory, found "
         "\"../../etc/passwd\"");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("role", "epilogue"); }) ==
-        "test.json: kernels[0].role: expected \"prologue\" or \"attention\", found \"epilogue\"");
+        "test.json: kernels[0].role: expected \"prologue\", \"attention\", \"backward\" or \"sla\", found \"epilogue\"");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("arch", "sm_89"); }) ==
         "test.json: kernels[0].arch: \"sm_89\" does not match the key text's \"sm_80\"");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("cubin_sha256", std::string(64, '0')); }) ==

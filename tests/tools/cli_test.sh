@@ -190,6 +190,20 @@ check "emit's attention source is named by entry point and content" \
 expect "emit again replaces the previous kernels" 0 "removed sage_attention_sage_b_d64_f16_sm_89-.*\.cubin" -- \
   "$sagegen" emit --preset sage-t --headdim 64 --causal --lse --input bf16 --arch sm_80 -o "$work/emit"
 check "only the new kernels remain" test "$(count "$work/emit" '*.cubin') $(count "$work/emit" '*sage_b*')" = "0 0"
+expect "emit --backward writes the SageBwd module" 0 "wrote 1 kernels of 1 variants \(2 files\)" -- \
+  "$sagegen" emit --backward --preset sagebwd --headdim 64 --arch sm_80 --format cubin -o "$work/emit-bwd"
+check "emit --backward's manifest lists it with role backward" grep -q '"role": "backward"' "$work/emit-bwd/manifest.json"
+check "emit --backward's module is named by content" \
+  test "$(count "$work/emit-bwd" 'sagebwd_d64_f16_sm_80_sm80_mma_sync_backward-????????????.sm_80.cubin')" = 1
+warmed=$("$sagegen" cache warm --dir "$work/emit-bwd-cache" --backward --preset sagebwd --headdim 64 --arch sm_80 |
+  sed -nE 's/^built +([0-9a-f]{12}) .*/\1/p')
+check "emit --backward's key is the one cache warm --backward computes" \
+  grep -qE "\"key_digest\": \"${warmed:-none}[0-9a-f]{52}\"" "$work/emit-bwd/manifest.json"
+expect "emit of an SLA preset writes its sparse part and the SLA module" 0 "wrote 3 kernels of 1 variants \(6 files\)" -- \
+  "$sagegen" emit --preset sla-f16 --headdim 64 --arch sm_80 --format cubin -o "$work/emit-sla"
+check "emit's SLA manifest lists the module with role sla" grep -q '"role": "sla"' "$work/emit-sla/manifest.json"
+expect "emit --backward of a forward preset" 1 "sagegen: --preset: unknown backward preset 'sage-b'" -- \
+  "$sagegen" emit --backward --preset sage-b --arch sm_80 -o "$work/x"
 expect "emit unsupported" 1 "sagegen: --preset sage2-fp8 --arch sm_80: not supported: .*sm_89 or newer" -- \
   "$sagegen" emit --preset sage2-fp8 --arch sm_80 -o "$work/fp8"
 check "emit writes nothing when unsupported" test ! -e "$work/fp8"
@@ -202,7 +216,7 @@ expect "emit unknown preset" 1 "sagegen: --preset: unknown preset 'sage-q'" -- "
 expect "emit without --arch" 1 "sagegen: --arch: required" -- "$sagegen" emit --preset sage-b -o "$work/x"
 expect "emit without --preset" 1 "sagegen: --preset: required \(or --defaults" -- "$sagegen" emit --arch sm_80 -o "$work/x"
 expect "emit without -o" 1 "output is required" -- "$sagegen" emit --preset sage-b --arch sm_80
-expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset or --arch" -- \
+expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset, --arch or --backward" -- \
   "$sagegen" emit --defaults --preset sage-b -o "$work/x"
 touch "$work/file"
 expect "emit into a file" 1 "sagegen: -o: cannot create the directory .*/file" -- \
@@ -240,6 +254,27 @@ expect "cache warm into a file" 1 "sagegen: --dir: cannot use it as a kernel cac
   "$sagegen" cache warm --dir "$work/file/sub" --preset sage-t --arch sm_80
 expect "cache warm bad arch" 1 "sagegen: --arch: unknown architecture 'sm_1'" -- "$sagegen" cache warm --dir "$cache" --preset sage-t --arch sm_1
 expect "cache warm without --preset" 1 "preset is required" -- "$sagegen" cache warm --dir "$cache" --arch sm_80
+# cache warm for the SageBwd backward module and an SLA preset (its sparse part's kernels and the SLA module).
+aux=$work/aux-cache
+expect "cache warm --backward builds the backward module" 0 "^built +[0-9a-f]{12}  sagebwd_d64_f16_sm_80_sm80_mma_sync_backward" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --headdim 64 --arch sm_80
+expect "cache warm --backward again finds it on disk" 0 "^disk +[0-9a-f]{12}  sagebwd_d64_f16_sm_80" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --headdim 64 --arch sm_80
+expect "cache warm of an SLA preset builds the SLA module" 0 "^built +[0-9a-f]{12}  sage_sla_d64_bq64_bkv64_softmax" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16 --headdim 64 --arch sm_80
+expect "cache warm of an SLA preset builds its sparse part" 0 "^built +[0-9a-f]{12}  sage_attention_sla_f16_elu_d64_block_sparse" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16-elu --headdim 64 --arch sm_80
+expect "cache ls shows the backward module" 0 "^[0-9a-f]{12} +[0-9.]+ KiB  sm80.mma_sync_backward +sm_80 +64  sagebwd_d64_f16_sm_80_sm80_mma_sync_backward +ok" -- \
+  "$sagegen" cache ls --dir "$aux"
+expect "cache ls shows the SLA module" 0 "^[0-9a-f]{12} +[0-9.]+ KiB  sla +sm_80 +64  sage_sla_d64_bq64_bkv64_softmax +ok" -- \
+  "$sagegen" cache ls --dir "$aux"
+expect "cache verify checks them" 0 "^checked $(count "$aux" '*.kernel') entries: 0 damaged" -- "$sagegen" cache verify --dir "$aux"
+expect "cache warm --backward of a forward preset" 1 "sagegen: --preset: unknown backward preset 'sage-b'; expected one of sagebwd" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sage-b --arch sm_80
+expect "cache warm --backward --lse" 1 "sagegen: --lse: backward presets" -- \
+  "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --arch sm_80 --lse
+expect "cache warm of an SLA preset in bf16" 1 "sagegen: --input: the SLA kernels read f16" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16 --arch sm_80 --input bf16
 expect "cache without a subcommand" 1 "" -- "$sagegen" cache
 expect "cache unknown subcommand" 1 "" -- "$sagegen" cache frob
 

@@ -222,11 +222,11 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   manifest.nvrtc_version = runtime::nvrtcVersion();
 
   // Generate everything first (cheap), then compile each distinct (source, arch) once, in parallel.
-  std::vector<VariantKernels> generated;
+  std::vector<PresetKernels> generated;
   for (const EmitTarget &target : targets) {
     PresetOptions preset{target.preset, target.head_dim, target.causal, target.lse};
     try {
-      generated.push_back(generateVariantKernels(preset, target.input, target.arch));
+      generated.push_back(generatePresetKernels(preset, target.input, target.arch, target.backward));
     } catch (const UserError &) {
       throw;
     } catch (const std::invalid_argument &error) {
@@ -240,8 +240,8 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   }
 
   // The .cu files stand alone: device-library includes are inlined (the keys hash this same text).
-  for (VariantKernels &kernels : generated)
-    for (runtime::GeneratedKernel &kernel : kernels.set.kernels)
+  for (PresetKernels &kernels : generated)
+    for (runtime::GeneratedKernel &kernel : kernels.kernels)
       if (kernel.uses_device_library) {
         kernel.source = runtime::selfContainedSource(kernel);
         kernel.uses_device_library = false;
@@ -251,22 +251,23 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   std::map<std::pair<std::string, std::string>, size_t> job_of; // (source sha256, arch) -> job
   std::map<std::string, const std::string *> sources;           // file name -> text
   std::vector<size_t> kernel_jobs;
-  for (const VariantKernels &kernels : generated) {
-    for (const runtime::GeneratedKernel &kernel : kernels.set.kernels) {
+  std::vector<bool> is_module; // a backward or SLA module: several kernels in one cubin
+  for (const PresetKernels &kernels : generated) {
+    for (const runtime::GeneratedKernel &kernel : kernels.kernels) {
       runtime::AotKernelEntry entry;
       entry.key_digest = kernel.key.digest();
       entry.key_text = kernel.key.text();
-      entry.variant = kernels.variant.name;
+      entry.variant = kernels.variant;
       entry.preset = kernels.preset;
-      entry.head_dim = kernels.variant.head_dim;
+      entry.head_dim = kernels.head_dim;
       entry.causal = kernel.key.causal;
-      entry.lse = kernels.variant.epilogue.write_lse;
+      entry.lse = kernels.lse;
       entry.role = std::string(runtime::nameOf(kernel.role));
       entry.name = kernel.name;
       entry.schedule = kernel.key.schedule;
       entry.tunables = kernel.key.tunables;
       entry.arch = kernel.key.arch;
-      entry.input = std::string(schedules::nameOf(kernels.set.plan.input));
+      entry.input = kernels.input;
       entry.entry_point = kernel.entry_point;
       entry.source_sha256 = runtime::sha256Hex(kernel.source);
       const std::string stem = contentStem(kernel.entry_point, entry.source_sha256);
@@ -292,6 +293,8 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
         jobs.push_back(std::move(job));
       }
       kernel_jobs.push_back(found->second);
+      is_module.push_back(kernel.role == runtime::AttentionKernelRole::backward ||
+                          kernel.role == runtime::AttentionKernelRole::sla);
       manifest.kernels.push_back(std::move(entry));
     }
   }
@@ -315,11 +318,20 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   for (size_t index = 0; index < manifest.kernels.size(); ++index) {
     runtime::AotKernelEntry &entry = manifest.kernels[index];
     const CompileJob &job = jobs[kernel_jobs[index]];
-    for (const runtime::KernelResources &resources : job.cubin.resources)
-      if (resources.kernel == entry.entry_point)
+    for (const runtime::KernelResources &resources : job.cubin.resources) {
+      if (is_module[index]) { // every kernel of the module: the largest of each
+        runtime::AotKernelResources &most = entry.resources ? *entry.resources : entry.resources.emplace();
+        most.registers = std::max(most.registers, resources.registers);
+        most.spill_store_bytes = std::max(most.spill_store_bytes, resources.spill_store_bytes);
+        most.spill_load_bytes = std::max(most.spill_load_bytes, resources.spill_load_bytes);
+        most.static_shared_bytes = std::max(most.static_shared_bytes, resources.static_shared_bytes);
+        most.stack_frame_bytes = std::max(most.stack_frame_bytes, resources.stack_frame_bytes);
+      } else if (resources.kernel == entry.entry_point) {
         entry.resources =
             runtime::AotKernelResources{resources.registers, resources.spill_store_bytes, resources.spill_load_bytes,
                                         resources.static_shared_bytes, resources.stack_frame_bytes};
+      }
+    }
     if (!entry.resources)
       throw std::runtime_error(fmt::format("ptxas reported no resources for {} ({})", entry.entry_point, entry.arch));
     write(entry.source_file, *sources.at(entry.source_file));

@@ -1,4 +1,5 @@
-// `sagegen emit`'s work: generate the kernels of a list of (preset, head dim, mask, input, arch) targets, compile
+// `sagegen emit`'s work: generate the kernels of a list of (preset, head dim, mask, input, arch) targets (forward,
+// SLA and backward presets: KernelSetOptions.h's generatePresetKernels), compile
 // each distinct (source, arch) once with NVRTC (for ptxas's resource report, and for the PTX / cubin files when
 // asked), write the files named by content and one manifest.json (runtime/AotManifest.h) for the directory.
 #pragma once
@@ -23,6 +24,7 @@ struct EmitTarget {
   bool lse = false;
   schedules::InputType input = schedules::InputType::f16;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
+  bool backward = false; // `preset` is a backward preset: its SageBwd module (an SLA preset needs no flag)
 };
 
 struct EmitOptions {

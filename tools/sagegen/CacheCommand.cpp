@@ -14,6 +14,7 @@ namespace {
 struct CacheCommandOptions {
   std::string directory; // --dir; empty: the default cache directory
   bool fix = false;
+  bool backward = false; // warm: --preset names a backward preset
   KernelSetOptions kernels;
 };
 
@@ -51,7 +52,7 @@ void list(const CacheCommandOptions &options) {
   runtime::KernelCache cache = openCache(directory);
   std::vector<runtime::CacheEntryInfo> entries = cache.list();
   std::sort(entries.begin(), entries.end(), [](const auto &a, const auto &b) { return a.digest < b.digest; });
-  fmt::print("{:<12}  {:>10}  {:<15} {:<8} {:>4}  {:<52} {}\n", "DIGEST", "SIZE", "SCHEDULE", "ARCH", "D",
+  fmt::print("{:<12}  {:>10}  {:<22} {:<8} {:>4}  {:<52} {}\n", "DIGEST", "SIZE", "SCHEDULE", "ARCH", "D",
              "ENTRY POINT", "STATUS");
   std::uint64_t total = 0;
   std::size_t damaged = 0;
@@ -60,7 +61,7 @@ void list(const CacheCommandOptions &options) {
     damaged += entry.valid ? 0 : 1;
     std::optional<runtime::KernelKey> key = runtime::parseKernelKeyText(entry.key_text);
     std::string entry_point = key ? key->extra.substr(0, key->extra.find(';')) : "-";
-    fmt::print("{:<12}  {:>10}  {:<15} {:<8} {:>4}  {:<52} {}\n", entry.digest.substr(0, 12),
+    fmt::print("{:<12}  {:>10}  {:<22} {:<8} {:>4}  {:<52} {}\n", entry.digest.substr(0, 12),
                humanBytes(entry.file_bytes), key ? key->schedule : "-", key ? key->arch : "-",
                key ? std::to_string(key->head_dim) : "-", entry_point.empty() ? "-" : entry_point,
                entry.valid ? "ok" : "damaged: " + entry.problem);
@@ -94,13 +95,13 @@ void clear(const CacheCommandOptions &options) {
 }
 
 void warm(const CacheCommandOptions &options) {
-  VariantKernels kernels = options.kernels.generate();
+  const PresetKernels kernels = generatePresetKernels(options.kernels, options.backward);
   std::vector<std::string> warnings;
   runtime::KernelCache cache =
       openCache(cacheDirectory(options, false), [&](const std::string &warning) { warnings.push_back(warning); });
   if (cache.directory().empty())
     throw UserError(fmt::format("--dir: cannot use it as a kernel cache: {}", warnings.empty() ? "" : warnings[0]));
-  for (const runtime::GeneratedKernel &kernel : kernels.set.kernels) {
+  for (const runtime::GeneratedKernel &kernel : kernels.kernels) {
     double milliseconds = 0;
     const runtime::CacheResult result = runtime::cacheKernel(cache, kernel, &milliseconds);
     fmt::print("{:<6} {}  {} ({})\n", runtime::cacheSourceName(result.source), result.digest.substr(0, 12),
@@ -109,8 +110,8 @@ void warm(const CacheCommandOptions &options) {
   }
   for (const std::string &warning : warnings)
     fmt::print(stderr, "warning: {}\n", warning);
-  fmt::print("{} kernels of {} for {} in {}\n", kernels.set.kernels.size(), kernels.variant.name,
-             kernels.set.plan.schedule, cache.directory().string());
+  fmt::print("{} kernel modules of {} for {} in {}\n", kernels.kernels.size(), kernels.variant, kernels.schedule,
+             cache.directory().string());
 }
 
 } // namespace
@@ -131,10 +132,14 @@ CommandAction addCacheCommand(CLI::App &app) {
   verify_command->add_flag("--fix", options->fix, "remove the damaged entries (then exit 0)");
   CLI::App *clear_command = command->add_subcommand("clear", "delete every entry");
   add_dir(clear_command);
-  CLI::App *warm_command =
-      command->add_subcommand("warm", "compile a variant's kernels into the cache with NVRTC (no GPU needed)");
+  CLI::App *warm_command = command->add_subcommand(
+      "warm", "compile a variant's kernels into the cache with NVRTC (no GPU needed): a forward or SLA preset's, or "
+              "with --backward a backward preset's");
   add_dir(warm_command);
   options->kernels.addTo(*warm_command);
+  warm_command->add_flag(
+      "--backward", options->backward,
+      "--preset is a backward preset (sagebwd, sagebwd-int8-dp, exact-bwd): warm its SageBwd module");
   return [options, ls, verify_command, clear_command, warm_command] {
     if (ls->parsed())
       list(*options);

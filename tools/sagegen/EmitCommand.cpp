@@ -1,5 +1,6 @@
-// `sagegen emit`: writes a variant's kernels (prologue + attention) and a manifest.json into a directory, or, with
-// --defaults, the committed default set of generated/.
+// `sagegen emit`: writes a variant's kernels (prologue + attention; an SLA preset's SLA module too; with --backward a
+// backward preset's SageBwd module) and a manifest.json into a directory, or, with --defaults, the committed default
+// set of generated/.
 #include "AotEmitter.h"
 #include "KernelSetOptions.h"
 
@@ -14,6 +15,7 @@ namespace {
 struct EmitCommandOptions {
   KernelSetOptions kernels;
   bool defaults = false;
+  bool backward = false;
   std::string format = "cu";
   std::string output;
   unsigned jobs = 0;
@@ -39,9 +41,9 @@ void run(const EmitCommandOptions &options) {
   emit.jobs = options.jobs;
   std::vector<EmitTarget> targets;
   if (options.defaults) {
-    if (options.preset_given || options.arch_given)
+    if (options.preset_given || options.arch_given || options.backward)
       throw UserError("--defaults: emits every preset for sm_80, sm_89 and sm_90a; do not combine it with "
-                      "--preset or --arch");
+                      "--preset, --arch or --backward");
     targets = defaultEmitTargets();
     emit.skip_unsupported = true;
   } else {
@@ -50,9 +52,11 @@ void run(const EmitCommandOptions &options) {
     if (!options.arch_given)
       throw UserError("--arch: required (or --defaults for the default set)");
     const PresetOptions &preset = options.kernels.preset;
-    preset.builder(preset.preset); // an unknown preset is the user's mistake: say so before generating
+    if (!options.backward)
+      preset.builder(preset.preset); // an unknown preset is the user's mistake: say so before generating
     targets.push_back({preset.preset, preset.head_dim, preset.causal, preset.lse,
-                       parseInputOption(options.kernels.input), parseArchOption(options.kernels.arch)});
+                       parseInputOption(options.kernels.input), parseArchOption(options.kernels.arch),
+                       options.backward});
   }
 
   EmitReport report = emitKernels(targets, emit);
@@ -76,6 +80,9 @@ CommandAction addEmitCommand(CLI::App &app) {
   command->add_flag("--defaults", options->defaults,
                     "the committed default set: every preset x head dim {64,128} x causal {no,yes} x "
                     "{sm_80, sm_89, sm_90a} x input {f16, bf16}");
+  command->add_flag("--backward", options->backward,
+                    "--preset is a backward preset (sagebwd, sagebwd-int8-dp, exact-bwd): emit its SageBwd module "
+                    "(an SLA preset emits its sparse part's kernels and the SLA module without a flag)");
   command->add_option("--format", options->format, "cu, ptx, cubin or all (the .cu is always written)")
       ->capture_default_str();
   command->add_option("-o,--output", options->output, "output directory (created if missing)")->required();

@@ -1,15 +1,19 @@
 // Options of commands that generate a variant's kernels for one arch (`emit`, `cache warm`): the preset options
-// plus --input and --arch, and the variant's kernels with the keys the runtime will compute for them.
+// plus --input and --arch, and the variant's kernels with the keys the runtime will compute for them (a forward
+// preset's, an SLA preset's sparse part and SLA module, or a backward preset's module).
 #pragma once
 
 #include "PresetOptions.h"
 
+#include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/Program.h"
 #include "sage/runtime/AttentionKernelSet.h"
+#include "sage/runtime/AuxiliaryKernels.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
 
 #include <string>
+#include <vector>
 
 namespace sage::tool {
 
@@ -71,5 +75,76 @@ struct KernelSetOptions {
     return generateVariantKernels(preset, parseInputOption(input), parseArchOption(arch));
   }
 };
+
+// Every kernel module a runtime runner of the preset compiles, with the keys it computes: AttentionRunner's for a
+// forward preset; an SLA preset's sparse part and SLA module (as sage_sla_create makes them); with `backward`, the
+// backward preset's module (as sage_backward_create makes it).
+struct PresetKernels {
+  std::string preset;
+  std::string variant;  // the variant's (or backward program's) name
+  std::string schedule; // the plan's schedule
+  std::string input;    // "f16" or "bf16"
+  int head_dim = 0;
+  bool lse = false;
+  std::vector<runtime::GeneratedKernel> kernels;
+};
+
+// Throws UserError for options that do not fit the preset, std::invalid_argument when no schedule supports it.
+inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedules::InputType input,
+                                           schedules::GpuArch arch, bool backward) {
+  PresetKernels result;
+  result.preset = preset.preset;
+  result.input = std::string(schedules::nameOf(input));
+  result.head_dim = preset.head_dim;
+  if (backward) {
+    if (preset.lse)
+      throw UserError("--lse: backward presets read the forward's LSE; they have no --lse");
+    auto builder =
+        dsl::backwardPreset(preset.preset, preset.head_dim, preset.causal ? MaskKind::causal : MaskKind::none);
+    if (!builder) {
+      std::string known;
+      for (const auto &info : dsl::backwardPresets())
+        known += (known.empty() ? "" : ", ") + std::string(info.name);
+      throw UserError("--preset: unknown backward preset '" + preset.preset + "'; expected one of " + known);
+    }
+    builder->float_type(input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16);
+    const ir::BackwardProgram program = builder->build();
+    runtime::BackwardKernelSet set =
+        runtime::generateBackwardKernels(program.variant(), input, arch, program.fingerprint());
+    result.variant = program.name();
+    result.schedule = set.plan.schedule;
+    result.kernels.push_back(std::move(set.kernel));
+    return result;
+  }
+  const AttentionVariant variant = preset.builder(preset.preset).build().variant();
+  result.variant = variant.name;
+  result.lse = variant.epilogue.write_lse;
+  if (!variant.sla.enabled) {
+    VariantKernels kernels = generateVariantKernels(preset, input, arch);
+    result.schedule = kernels.set.plan.schedule;
+    result.kernels = std::move(kernels.set.kernels);
+    return result;
+  }
+  if (preset.lse)
+    throw UserError("--lse: the SLA runner writes no LSE");
+  if (input != schedules::InputType::f16)
+    throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + result.input + "'");
+  AttentionVariant sparse = variant;
+  sparse.sla = SlaSpec{};
+  runtime::AttentionKernelRequest request;
+  request.input = input;
+  request.arch = arch;
+  request.ir_fingerprint = dsl::emitProgram(sparse).fingerprint();
+  runtime::AttentionKernelSet set = runtime::generateAttentionKernels(sparse, request);
+  result.schedule = set.plan.schedule;
+  result.kernels = std::move(set.kernels);
+  result.kernels.push_back(runtime::generateSlaModule(variant, arch));
+  return result;
+}
+
+inline PresetKernels generatePresetKernels(const KernelSetOptions &options, bool backward) {
+  return generatePresetKernels(options.preset, parseInputOption(options.input), parseArchOption(options.arch),
+                               backward);
+}
 
 } // namespace sage::tool

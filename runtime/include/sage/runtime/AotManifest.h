@@ -27,7 +27,8 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-// ptxas's report for the kernel (absent when the kernel was not compiled).
+// ptxas's report for the kernel (absent when the kernel was not compiled); for a module of several kernels, the
+// largest value of each field over its kernels.
 struct AotKernelResources {
   int registers = 0;
   int spill_store_bytes = 0;
@@ -45,13 +46,13 @@ struct AotKernelEntry {
   int head_dim = 0;
   bool causal = false;
   bool lse = false;
-  std::string role; // "prologue" or "attention"
+  std::string role; // "prologue", "attention", or a module of several kernels: "backward" (SageBwd) or "sla"
   std::string name;
   std::string schedule;
   std::string tunables;
-  std::string arch;  // "sm_90a"
-  std::string input; // "f16" or "bf16"
-  std::string entry_point;
+  std::string arch;        // "sm_90a"
+  std::string input;       // "f16" or "bf16"
+  std::string entry_point; // a backward or SLA module: the module's name (its kernels are the plan's launches)
   std::string source_file; // file names inside the manifest's directory, never paths
   std::string source_sha256;
   std::string ptx_file;   // empty when not emitted

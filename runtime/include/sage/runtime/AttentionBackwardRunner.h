@@ -1,13 +1,19 @@
-// SageBwd (issue 12) at run time: the backward kernels of one BackwardVariant for one device, compiled with NVRTC on
-// construction (not through the kernel cache yet) and launched on a stream with a caller-provided workspace.
+// SageBwd (issue 12) at run time: the backward kernels of one BackwardVariant for one device, compiled with NVRTC
+// through the kernel cache on construction (an AOT directory's cubin, else memory, then $SAGEGEN_CACHE_DIR, then
+// NVRTC, as the forward's) and
+// launched on a stream with a caller-provided workspace.
 #pragma once
 
 #include "sage/ir/BackwardVariant.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/KernelCache.h"
+#include "sage/runtime/LoadedKernel.h"
 #include "sage/schedules/BackwardSchedule.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,11 +30,20 @@ struct BackwardTensors {
   float softmax_scale = 0.0f; // 0: 1 / sqrt(head_dim)
 };
 
+struct BackwardRunnerOptions {
+  std::string ir_fingerprint;   // ir::BackwardProgram::fingerprint(): the IR part of the cache key (may be empty)
+  KernelCache *cache = nullptr; // default: the process-wide cache on $SAGEGEN_CACHE_DIR (ProcessResources.h)
+  // Ahead-of-time kernels (`sagegen emit --backward` output), looked up before the cache. Empty: $SAGEGEN_AOT_DIR;
+  // neither set: none. Only a cubin whose stored key equals the module's key is used.
+  std::filesystem::path aot_directory;
+};
+
 class AttentionBackwardRunner {
 public:
   // Plans (bestBackwardSchedule: std::invalid_argument when nothing supports the variant on the device's arch) and
-  // compiles (CompileError) for `device`.
-  AttentionBackwardRunner(const BackwardVariant &variant, schedules::InputType input, int device);
+  // compiles (CompileError) for `device`, or finds the module in the kernel cache.
+  AttentionBackwardRunner(const BackwardVariant &variant, schedules::InputType input, int device,
+                          BackwardRunnerOptions options = {});
   ~AttentionBackwardRunner();
   AttentionBackwardRunner(const AttentionBackwardRunner &) = delete;
   AttentionBackwardRunner &operator=(const AttentionBackwardRunner &) = delete;
@@ -41,7 +56,10 @@ public:
   void run(const BackwardTensors &tensors, void *workspace, size_t workspace_bytes, driver::Stream stream) const;
 
   const schedules::BackwardKernelPlan &plan() const { return plan_; }
+  // The plan and the module, with where it came from (aot/memory/disk/built, and the compile time when built).
   std::string describe() const;
+  CacheSource kernelSource() const { return kernel_source_; }
+  const std::string &kernelDigest() const { return kernel_digest_; } // the cache key's digest
 
 private:
   BackwardVariant variant_;
@@ -49,8 +67,9 @@ private:
   std::string kernel_name_;
   int device_;
   driver::Context context_ = nullptr;
-  driver::Module module_ = nullptr;
-  std::vector<driver::Function> functions_;
+  std::vector<LoadedKernel> kernels_; // plan_.launches' entry points; they keep the module loaded
+  CacheSource kernel_source_ = CacheSource::built;
+  std::string kernel_digest_;
   double compile_milliseconds_ = 0.0;
 };
 

@@ -21,8 +21,9 @@
 
 namespace sage::runtime {
 
-enum class AttentionKernelRole { prologue, attention };
-std::string_view nameOf(AttentionKernelRole role); // "prologue", "attention"
+// backward and sla: the SageBwd and SLA modules (AuxiliaryKernels.h), each one translation unit of several kernels.
+enum class AttentionKernelRole { prologue, attention, backward, sla };
+std::string_view nameOf(AttentionKernelRole role); // "prologue", "attention", "backward", "sla"
 
 struct AttentionKernelRequest {
   schedules::InputType input = schedules::InputType::f16;
@@ -34,9 +35,9 @@ struct AttentionKernelRequest {
 
 struct GeneratedKernel {
   AttentionKernelRole role = AttentionKernelRole::attention;
-  std::string name;        // for logs and describe()
-  std::string entry_point; // the extern "C" __global__ function
-  std::string source;      // one CUDA C++ translation unit
+  std::string name;                 // for logs and describe()
+  std::string entry_point;          // the extern "C" __global__ function (a backward or SLA module: the module's name)
+  std::string source;               // one CUDA C++ translation unit
   bool uses_device_library = false; // the source includes device-library headers (codegen/DeviceLibrary.h)
   std::array<unsigned, 3> block{1, 1, 1};
   int dynamic_shared_bytes = 0;

@@ -28,7 +28,7 @@ struct KernelCacheOptions {
   CacheWarningSink warning_sink;   // empty: warnings go to stderr
 };
 
-// Where a kernel image came from. KernelCache itself answers memory, disk or built; aot is AttentionRunner's
+// Where a kernel image came from. KernelCache itself answers memory, disk or built; aot is the runners'
 // answer for an image taken from an ahead-of-time kernel directory (AotKernelDirectory.h).
 enum class CacheSource { memory, disk, built, aot };
 const char *cacheSourceName(CacheSource source); // "memory", "disk", "built", "aot"

@@ -1,7 +1,9 @@
 // SLA's forward on the GPU (issue 13): the mask prediction (two launches), the linear branch's per-block states
 // (one, plus the totals when the marginal blocks are the majority), the variant's sparse part as the block-sparse
 // attention kernel of an ordinary AttentionRunner with the predicted critical mask, and the output launch
-// (O^l, O = O^s + Proj(O^l)). f16 Q, K, V and O; Proj's weight [d, d] and bias [d] in f32 on the device.
+// (O^l, O = O^s + Proj(O^l)). The SLA kernels are one module, compiled through the kernel cache (options.cache,
+// else the process's), or taken from options.aot_directory / $SAGEGEN_AOT_DIR, like the sparse part's. f16 Q, K, V and
+// O; Proj's weight [d, d] and bias [d] in f32 on the device.
 #pragma once
 
 #include "sage/device/sla/abi.cuh"
@@ -70,6 +72,10 @@ public:
 
   const AttentionRunner &sparsePart() const;
   const AttentionVariant &variant() const;
+  // The SLA module and where it came from (memory/disk/built, the compile time when built), then the sparse part's
+  // AttentionRunner::describe().
+  std::string describe() const;
+  CacheSource moduleSource() const; // where the SLA module came from (aot/memory/disk/built)
 
 private:
   struct State;
