@@ -37,9 +37,8 @@ std::vector<ScheduleVerdict> scheduleVerdicts(const AttentionVariant &variant, G
 std::vector<ScheduleVerdict> scheduleVerdicts(std::span<const Schedule *const> schedules,
                                               const AttentionVariant &variant, GpuArch arch, InputType input);
 
-// The most preferred schedule that supports the variant. Throws UnsupportedError (an std::invalid_argument) listing
-// each schedule's reason ("variant 'x': no schedule supports it on sm_80; sm80.mma_sync: <reason>; ...") when none
-// does.
+// The most preferred schedule that supports the variant. Throws UnsupportedError (an std::invalid_argument) listing each schedule's
+// reason ("variant 'x': no schedule supports it on sm_80; sm80.mma_sync: <reason>; ...") when none does.
 const Schedule &bestSchedule(const AttentionVariant &variant, GpuArch arch, InputType input);
 const Schedule &bestSchedule(std::span<const Schedule *const> schedules, const AttentionVariant &variant, GpuArch arch,
                              InputType input);
