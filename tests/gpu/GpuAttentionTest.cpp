@@ -349,7 +349,6 @@ TEST_CASE("accuracy against exact attention on N(0,1), N = 4096, d = 128 (issue 
     CHECK(measured["sage2-int4"].relative_l1 < measured["sage2-int4-no-smooth-q"].relative_l1);
   }
   if (measured.count("sage3-fp4") && measured.count("sage3-fp4-direct-p")) {
-    CHECK(measured["sage3-fp4"].cosine_similarity >= 0.999);
     CHECK(measured["sage3-fp4"].relative_l1 < measured["sage3-fp4-direct-p"].relative_l1);
     if (measured.count("sage3-mxfp4"))
       CHECK(measured["sage3-fp4-direct-p"].relative_l1 < measured["sage3-mxfp4"].relative_l1);
