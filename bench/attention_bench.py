@@ -21,22 +21,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import sagegen  # noqa: E402
+from cuda_timing import time_ms  # noqa: E402
 
 
-def time_ms(function, warmup=3, repeats=15):
-    """Median of `repeats` timed calls (CUDA events), after `warmup` calls."""
-    for _ in range(warmup):
-        function()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
 
 
 def tops(batch, heads, tokens, dim, causal, milliseconds):

@@ -8,9 +8,14 @@ namespace {
 
 constexpr int kBlock = 64;
 
-// The main kernel's shared memory (backward.cuh's main_shared_bytes): seven K/V/Q/dO tiles of 64 x d bytes (16-bit
-// ones count twice), three 64 x 64 int8 code tiles, 2 x 64 row statistics and 8 floats of reduction scratch.
-int mainSharedBytes(int head_dim) { return kBlock * head_dim * 9 + 3 * kBlock * kBlock + (2 * kBlock + 8) * 4; }
+// The main kernel's shared memory (backward.cuh's kMainSharedBytes): every row padded by 16 bytes (no bank
+// conflicts for ldmatrix): K^, Q^ as [64][d] int8, K^^T, Q^^T, dO^^T as [d][64] int8, V, dO as [64][d] 16-bit, three
+// [64][64] int8 code tiles, 2 x 64 row statistics and 8 floats of reduction scratch.
+int mainSharedBytes(int head_dim) {
+  constexpr int kPad = 16;
+  return 2 * kBlock * (head_dim + kPad) + 3 * head_dim * (kBlock + kPad) + 2 * kBlock * (2 * head_dim + kPad) +
+         3 * kBlock * (kBlock + kPad) + (2 * kBlock + 8) * 4;
+}
 
 bool isInt8PerBlock(const QuantizerSpec &spec, int group_tokens) {
   return spec == QuantizerSpec{ElementType::int8, Granularity::per_block, group_tokens};

@@ -61,12 +61,13 @@ TEST_CASE("the SageBwd kernels compile for sm_80, sm_89 and sm_90a") {
           CHECK(outcome.cubin_bytes > 0);
           for (const BackwardLaunch &launch : kernel.plan.launches)
             CHECK_MESSAGE(outcome.log.find(launch.entry_point) != std::string::npos, launch.entry_point);
-          // One line per kernel: "Compiling entry function 'x' ... Used N registers ... spill stores".
-          const std::regex report(
-              R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) bytes spill stores)");
+          // One report per kernel: "Function properties for x / N bytes stack frame, N bytes spill stores, ... /
+          // Used N registers" (the registers bound the CTAs per SM: 2 at 255 x 128 threads).
+          const std::regex report(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
+                                  R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
           for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), report), end; it != end; ++it)
-            std::printf("%-56s %-7s %-24s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
-                        std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[2].str().c_str(),
-                        (*it)[3].str().c_str());
+            std::printf("%-56s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
+                        std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
+                        (*it)[2].str().c_str(), (*it)[3].str().c_str());
         }
 }

@@ -16,9 +16,16 @@
 // i.e. twice the int8 Q.K^T and the 16-bit dO.V^T); f32 atomics into an L2-resident buffer cost one reduction per
 // element per KV tile and keep one pass. The price: dQ's summation order varies between runs (last-bit noise).
 //
-// Operands are read from shared memory straight into the mma fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32"
-// and "m16n8k16": g = lane / 4, t = lane % 4). Every operand is stored with its reduction axis contiguous, which is
-// why the prologue writes Q, K and dO codes transposed as well: 8-bit operands have no ldmatrix.trans.
+// Operands reach the mma fragments by ldmatrix (PTX ISA, "Matrix Fragments for mma.m16n8k32" and "m16n8k16"): an
+// 8 x 8 b16 matrix is 8 rows of 16 bytes, and lane l receives bytes 4(l % 4).. of row l / 4, which is the fragment of
+// 16-bit operands (2 elements) and of 8-bit ones (4 elements) alike. Every operand is stored with its reduction axis
+// contiguous, which is why the prologue writes Q, K and dO codes transposed as well: 8-bit operands have no
+// ldmatrix.trans. Shared-memory rows are padded by 16 bytes (kPad): rows of 64, 128 or 256 bytes would put the 8
+// rows of an 8 x 8 matrix in the same 4 banks (an 8-way conflict); with the pad they cover all 32 banks.
+//
+// Tile loads are cp.async, overlapped without extra buffers: the step of Q tile i computes S and dP (phase 1, which
+// reads Q^, dO, L, D) and then dV, dK, dQ (phase 2, which reads Q^^T, dO^^T and the P/dS codes). Q^^T and dO^^T of
+// tile i are fetched while phase 1 of tile i runs, and Q^, dO, L, D of tile i + 1 while phase 2 of tile i runs.
 #pragma once
 
 #include "sage/device/sm80/backward_params.cuh"
@@ -37,9 +44,19 @@ constexpr int kWarps = 4;  // 16 keys each
 constexpr int kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared memory of `main`: K^, K^^T, V, Q^, Q^^T, dO, dO^^T tiles, the P^T / dS^T / dS code tiles, row statistics.
+constexpr int kPad = 16; // bytes after each shared-memory row (see the top of this file)
+
+// Row strides in bytes of `main`'s shared tiles: [64][d] int8, [64][d] 16-bit, and [d][64] / [64][64] int8.
+template <int kHeadDim> constexpr int kCodeRowBytes = kHeadDim + kPad;
+template <int kHeadDim> constexpr int kInputRowBytes = 2 * kHeadDim + kPad;
+constexpr int kTokenRowBytes = kBlock + kPad;
+
+// Shared memory of `main`: K^, Q^ ([64][d] int8), K^^T, Q^^T, dO^^T ([d][64] int8), V, dO ([64][d] 16-bit), the
+// P^T / dS^T / dS code tiles ([64][64] int8), L and D of 64 rows, 2 x kWarps floats of reduction scratch.
 template <class Config>
-constexpr int kMainSharedBytes = kBlock *Config::kHeadDim * 9 + 3 * kBlock *kBlock + (2 * kBlock + 8) * 4;
+constexpr int kMainSharedBytes = 2 * kBlock *kCodeRowBytes<Config::kHeadDim> + 3 * Config::kHeadDim *kTokenRowBytes +
+                                 2 * kBlock *kInputRowBytes<Config::kHeadDim> + 3 * kBlock *kTokenRowBytes +
+                                 (2 * kBlock + 2 * kWarps) * 4;
 
 // ---- mma.sync ----------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -63,39 +80,76 @@ __device__ __forceinline__ void mma_16bit(float (&c)[4], const unsigned (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ unsigned load32(const void *address) { return *static_cast<const unsigned *>(address); }
-
-// A (16 x 32 int8, row-major) at rows row0.. and columns k0.. of a matrix with `stride` bytes per row.
-__device__ __forceinline__ void load_a_s8(unsigned (&a)[4], const signed char *matrix, int stride, int row0, int k0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  a[0] = load32(matrix + (row0 + g) * stride + k0 + 4 * t);
-  a[1] = load32(matrix + (row0 + g + 8) * stride + k0 + 4 * t);
-  a[2] = load32(matrix + (row0 + g) * stride + k0 + 16 + 4 * t);
-  a[3] = load32(matrix + (row0 + g + 8) * stride + k0 + 16 + 4 * t);
+__device__ __forceinline__ unsigned shared_address(const void *pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }
 
-// B (32 x 8 int8, column-major): columns n0.. stored as rows of `stride` bytes, k contiguous.
-__device__ __forceinline__ void load_b_s8(unsigned (&b)[2], const signed char *matrix, int stride, int n0, int k0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  b[0] = load32(matrix + (n0 + g) * stride + k0 + 4 * t);
-  b[1] = load32(matrix + (n0 + g) * stride + k0 + 16 + 4 * t);
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
 }
 
-// A (16 x 16 16-bit, row-major) and B (16 x 8, column-major), `stride` in elements.
-__device__ __forceinline__ void load_a_16bit(unsigned (&a)[4], const unsigned short *matrix, int stride, int row0,
-                                             int k0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  a[0] = load32(matrix + (row0 + g) * stride + k0 + 2 * t);
-  a[1] = load32(matrix + (row0 + g + 8) * stride + k0 + 2 * t);
-  a[2] = load32(matrix + (row0 + g) * stride + k0 + 8 + 2 * t);
-  a[3] = load32(matrix + (row0 + g + 8) * stride + k0 + 8 + 2 * t);
+// A (16 rows x 32 bytes, row-major: 16 x 32 int8 or 16 x 16 16-bit) at rows row0.. and bytes column0.. of a tile
+// with `stride` bytes per row. Lanes 8m..8m+7 address matrix m: rows +8 for m odd, bytes +16 for m >= 2.
+__device__ __forceinline__ void load_a(unsigned (&a)[4], const unsigned char *tile, int stride, int row0, int column0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+  ldmatrix_x4(a, shared_address(tile + (row0 + (lane & 7) + (m & 1) * 8) * stride + column0 + (m >> 1) * 16));
 }
 
-__device__ __forceinline__ void load_b_16bit(unsigned (&b)[2], const unsigned short *matrix, int stride, int n0,
-                                             int k0) {
-  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-  b[0] = load32(matrix + (n0 + g) * stride + k0 + 2 * t);
-  b[1] = load32(matrix + (n0 + g) * stride + k0 + 8 + 2 * t);
+// B of two n-tiles (columns n0.. and n0 + 8.., stored as rows with the reduction axis contiguous) over 32 bytes
+// from column0: b0 for n0, b1 for n0 + 8.
+__device__ __forceinline__ void load_b_pair(unsigned (&b0)[2], unsigned (&b1)[2], const unsigned char *tile, int stride,
+                                            int n0, int column0) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+  unsigned r[4];
+  ldmatrix_x4(r, shared_address(tile + (n0 + (lane & 7) + (m >> 1) * 8) * stride + column0 + (m & 1) * 16));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// B of one n-tile over two k-steps of 32 bytes (64 bytes from column 0): b0 for bytes 0..31, b1 for 32..63.
+__device__ __forceinline__ void load_b_two_steps(unsigned (&b0)[2], unsigned (&b1)[2], const unsigned char *tile,
+                                                 int stride, int n0) {
+  const int lane = threadIdx.x & 31;
+  unsigned r[4];
+  ldmatrix_x4(r, shared_address(tile + (n0 + (lane & 7)) * stride + (lane >> 3) * 16));
+  b0[0] = r[0], b0[1] = r[1], b1[0] = r[2], b1[1] = r[3];
+}
+
+// ---- cp.async ----------------------------------------------------------------------------------------------------
+// 16 bytes global -> shared; `valid` false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void copy16_async(void *shared, const void *global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// 4 bytes global -> shared (through L1: rows of L and D are 4-byte words); `valid` false writes a zero word.
+__device__ __forceinline__ void copy4_async(void *shared, const void *global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most `kPending` of this thread's committed copy groups are still in flight.
+template <int kPending> __device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Rows row0 .. row0 + kRows - 1 of a global matrix of `rows` rows of kRowBytes (a multiple of 16) into shared rows
+// kStride bytes apart; rows at or beyond `rows` become zeros (and read nothing: their source is the matrix's start).
+template <int kRows, int kRowBytes, int kStride>
+__device__ __forceinline__ void copy_rows_async(unsigned char *shared, const void *matrix, long long row0,
+                                                long long rows) {
+  constexpr int kChunksPerRow = kRowBytes / 16;
+  const auto *base = static_cast<const unsigned char *>(matrix);
+  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+    const int row = chunk / kChunksPerRow, column = (chunk % kChunksPerRow) * 16;
+    const bool valid = row0 + row < rows;
+    copy16_async(shared + row * kStride + column, valid ? base + (row0 + row) * kRowBytes + column : base, valid);
+  }
 }
 
 // ---- helpers -----------------------------------------------------------------------------------------------------
@@ -111,6 +165,27 @@ __device__ __forceinline__ float block_max(float value, float *scratch) {
     result = fmaxf(result, scratch[w]);
   __syncthreads();
   return result;
+}
+
+// The maxima of `first` and `second` over the CTA in one exchange (`scratch`: 2 x kWarps floats). Synchronizes the
+// CTA twice (two block_max calls would take four barriers).
+__device__ __forceinline__ void block_max_pair(float &first, float &second, float *scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, offset));
+    second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, offset));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    scratch[threadIdx.x >> 5] = first;
+    scratch[kWarps + (threadIdx.x >> 5)] = second;
+  }
+  __syncthreads();
+  first = scratch[0];
+  second = scratch[kWarps];
+  for (int w = 1; w < kWarps; ++w) {
+    first = fmaxf(first, scratch[w]);
+    second = fmaxf(second, scratch[kWarps + w]);
+  }
+  __syncthreads();
 }
 
 // psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
@@ -132,33 +207,15 @@ template <bool kBf16> __device__ __forceinline__ unsigned pack_output(float low,
     return pack_f16x2(low, high);
 }
 
-// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory.
-__device__ __forceinline__ void copy_tile(void *shared, const void *global, int bytes) {
-  for (int chunk = threadIdx.x; chunk < bytes / 16; chunk += kThreads)
-    static_cast<uint4 *>(shared)[chunk] = static_cast<const uint4 *>(global)[chunk];
-}
-
-// Rows token0.. of a [tokens, head_dim] 16-bit head into a [kBlock, head_dim] tile; zero beyond `tokens`.
-template <int kHeadDim>
-__device__ __forceinline__ void load_input_tile(unsigned short *shared, const unsigned short *head, int token0,
-                                                int tokens) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  for (int chunk = threadIdx.x; chunk < kBlock * kChunksPerRow; chunk += kThreads) {
-    const int row = chunk / kChunksPerRow;
-    uint4 value = make_uint4(0u, 0u, 0u, 0u);
-    if (token0 + row < tokens)
-      value = reinterpret_cast<const uint4 *>(head +
-                                              static_cast<long long>(token0 + row) * kHeadDim)[chunk % kChunksPerRow];
-    reinterpret_cast<uint4 *>(shared)[chunk] = value;
-  }
-}
-
 // psi of one 64-token block of a head: one int8 scale for its 64 x head_dim values (zeros beyond `tokens`).
 // Writes the codes natural ([token][channel], when `codes` is given) and transposed ([channel][token] per block).
 template <class Config>
 __device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
                                signed char *codes_t, float *scales, float *scratch) {
-  constexpr int kHeadDim = Config::kHeadDim;
+  constexpr int kHeadDim = Config::kHeadDim, kStagedRow = kHeadDim + 4;
+  // This block's codes [token][channel]. Shared by successive calls: block_max's barriers order a call's writes after
+  // the previous call's reads.
+  __shared__ signed char staged[kBlock * kStagedRow];
   const int token0 = block * kBlock;
   float amax = 0.0f;
   for (int e = threadIdx.x; e < kBlock * kHeadDim; e += kThreads) {
@@ -178,7 +235,15 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
     const signed char code = int8_code(x, inverse);
     if (codes)
       codes[static_cast<long long>(token0 + t) * kHeadDim + c] = code;
-    codes_t[static_cast<long long>(block) * kBlock * kHeadDim + c * kBlock + t] = code;
+    staged[t * kStagedRow + c] = code;
+  }
+  __syncthreads();
+  // The transposed codes from shared memory, so that consecutive threads write consecutive bytes (written straight
+  // from the loop above, each byte went to its own 32-byte sector). Rows of kHeadDim + 4 bytes: the 32 tokens a warp
+  // reads in one channel lie in 32 different banks.
+  for (int e = threadIdx.x; e < kBlock * kHeadDim; e += kThreads) {
+    const int c = e / kBlock, t = e % kBlock;
+    codes_t[static_cast<long long>(block) * kBlock * kHeadDim + e] = staged[t * kStagedRow + c];
   }
   if (threadIdx.x == 0)
     scales[block] = scale;
@@ -230,31 +295,44 @@ template <class Config> __device__ void preprocess_k(const SageBackwardParams &p
                          p.k_scales + head * blocks, scratch);
 }
 
+// dQ's f32 sum in global memory (8-byte aligned `address`): one reduction per pair of channels on sm_90 (a vector
+// red halves the L2 atomic traffic), two atomics before it.
+__device__ __forceinline__ void add_pair(float *address, float low, float high) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(address), "f"(low), "f"(high) : "memory");
+#else
+  atomicAdd(address, low);
+  atomicAdd(address + 1, high);
+#endif
+}
+
+// Two int8 codes as one 16-bit store: `low` at the lower address.
+__device__ __forceinline__ unsigned short code_pair(signed char low, signed char high) {
+  return static_cast<unsigned short>(static_cast<unsigned char>(low) | (static_cast<unsigned char>(high) << 8));
+}
+
 template <class Config> __device__ void backward_main(const SageBackwardParams &p, unsigned char *shared) {
   constexpr int kHeadDim = Config::kHeadDim, kChannelTiles = kHeadDim / 8, kTileBytes = kBlock * kHeadDim;
-  signed char *k_tile = reinterpret_cast<signed char *>(shared); // [key][channel]
-  signed char *k_tile_t = k_tile + kTileBytes;                   // [channel][key]
-  auto *v_tile = reinterpret_cast<unsigned short *>(k_tile_t + kTileBytes);
-  signed char *q_tile = reinterpret_cast<signed char *>(v_tile + kTileBytes);
-  signed char *q_tile_t = q_tile + kTileBytes;
-  auto *do_tile = reinterpret_cast<unsigned short *>(q_tile_t + kTileBytes);
-  signed char *do_tile_t = reinterpret_cast<signed char *>(do_tile + kTileBytes);
-  signed char *p_t_codes = do_tile_t + kTileBytes;       // [key][query]
-  signed char *ds_t_codes = p_t_codes + kBlock * kBlock; // [key][query]
-  signed char *ds_codes = ds_t_codes + kBlock * kBlock;  // [query][key]
-  float *lse_log2 = reinterpret_cast<float *>(ds_codes + kBlock * kBlock);
-  float *delta = lse_log2 + kBlock;
-  float *scratch = delta + kBlock; // 2 x kWarps
+  constexpr int kCodeRow = kCodeRowBytes<kHeadDim>, kInputRow = kInputRowBytes<kHeadDim>;
+  unsigned char *k_tile = shared;                                             // [key][channel] int8
+  unsigned char *q_tile = k_tile + kBlock * kCodeRow;                         // [query][channel] int8
+  unsigned char *k_tile_t = q_tile + kBlock * kCodeRow;                       // [channel][key] int8
+  unsigned char *q_tile_t = k_tile_t + kHeadDim * kTokenRowBytes;             // [channel][query] int8
+  unsigned char *do_tile_t = q_tile_t + kHeadDim * kTokenRowBytes;            // [channel][query] int8
+  unsigned char *v_tile = do_tile_t + kHeadDim * kTokenRowBytes;              // [key][channel] 16-bit
+  unsigned char *do_tile = v_tile + kBlock * kInputRow;                       // [query][channel] 16-bit
+  unsigned char *p_t_codes = do_tile + kBlock * kInputRow;                    // [key][query]
+  unsigned char *ds_t_codes = p_t_codes + kBlock * kTokenRowBytes;            // [key][query]
+  unsigned char *ds_codes = ds_t_codes + kBlock * kTokenRowBytes;             // [query][key]
+  float *lse = reinterpret_cast<float *>(ds_codes + kBlock * kTokenRowBytes); // L (natural log), 0 beyond the end
+  float *delta = lse + kBlock;                                                // D, 0 beyond the end
+  float *scratch = delta + kBlock;                                            // 2 x kWarps
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int kv_block = blockIdx.x, key0 = kv_block * kBlock;
   const int kv_blocks = (p.tokens_kv + kBlock - 1) / kBlock, q_blocks = (p.tokens_q + kBlock - 1) / kBlock;
   const long long kv_head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
   const long long kv_codes = (kv_head * kv_blocks + kv_block) * kTileBytes;
-  copy_tile(k_tile, p.k_codes + kv_codes, kTileBytes);
-  copy_tile(k_tile_t, p.k_codes_t + kv_codes, kTileBytes);
-  load_input_tile<kHeadDim>(v_tile, static_cast<const unsigned short *>(p.v) + kv_head * p.tokens_kv * kHeadDim, key0,
-                            p.tokens_kv);
   const float k_scale = p.k_scales[kv_head * kv_blocks + kv_block];
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int causal_offset = p.tokens_kv - p.tokens_q; // key j is visible to query i iff j <= i + offset
@@ -263,110 +341,166 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     const int last_blind = key0 - causal_offset - kBlock;
     first_q_block = last_blind >= 0 ? last_blind / kBlock + 1 : 0;
   }
+  // The steps: every visible Q tile of every query head of this KV head's GQA group, head by head.
+  const int group = p.heads_q / p.heads_kv, first_head = static_cast<int>(blockIdx.y) * group;
+  const int tiles_per_head = q_blocks - first_q_block;
+  const int steps = tiles_per_head > 0 ? group * tiles_per_head : 0;
+  const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
+
+  // Starts a step's phase-1 loads as one cp.async group: Q^, dO and the rows' L and D.
+  auto issue_phase1 = [&](int step) {
+    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
+    const int q_block = first_q_block + step % tiles_per_head;
+    copy_rows_async<kBlock, kHeadDim, kCodeRow>(q_tile, p.q_codes + (q_head * q_blocks + q_block) * kTileBytes, 0,
+                                                kBlock);
+    copy_rows_async<kBlock, 2 * kHeadDim, kInputRow>(do_tile, d_o_input + q_head * p.tokens_q * kHeadDim,
+                                                     q_block * kBlock, p.tokens_q);
+    if (threadIdx.x < kBlock) {
+      const int query = q_block * kBlock + static_cast<int>(threadIdx.x);
+      const bool valid = query < p.tokens_q;
+      const long long row = q_head * p.tokens_q + (valid ? query : 0);
+      copy4_async(lse + threadIdx.x, p.lse + row, valid);
+      copy4_async(delta + threadIdx.x, p.delta + row, valid);
+    }
+    commit_copies();
+  };
+
+  if (steps > 0) { // K^, K^^T, V of this KV tile join step 0's phase-1 group
+    copy_rows_async<kBlock, kHeadDim, kCodeRow>(k_tile, p.k_codes + kv_codes, 0, kBlock);
+    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(k_tile_t, p.k_codes_t + kv_codes, 0, kHeadDim);
+    copy_rows_async<kBlock, 2 * kHeadDim, kInputRow>(
+        v_tile, static_cast<const unsigned short *>(p.v) + kv_head * p.tokens_kv * kHeadDim, key0, p.tokens_kv);
+    issue_phase1(0);
+  }
 
   float dk[kChannelTiles][4] = {}, dv[kChannelTiles][4] = {};
-  const int group = p.heads_q / p.heads_kv;
-  for (int h = static_cast<int>(blockIdx.y) * group; h < (static_cast<int>(blockIdx.y) + 1) * group; ++h) {
-    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + h;
-    for (int q_block = first_q_block; q_block < q_blocks; ++q_block) {
-      const int query0 = q_block * kBlock;
-      const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
-      __syncthreads(); // every warp is done with the previous Q tile
-      copy_tile(q_tile, p.q_codes + q_codes, kTileBytes);
-      copy_tile(q_tile_t, p.q_codes_t + q_codes, kTileBytes);
-      copy_tile(do_tile_t, p.do_codes_t + q_codes, kTileBytes);
-      load_input_tile<kHeadDim>(do_tile, static_cast<const unsigned short *>(p.d_o) + q_head * p.tokens_q * kHeadDim,
-                                query0, p.tokens_q);
-      if (threadIdx.x < kBlock) {
-        const int query = query0 + threadIdx.x;
-        lse_log2[threadIdx.x] = query < p.tokens_q ? p.lse[q_head * p.tokens_q + query] * kLog2e : negative_infinity();
-        delta[threadIdx.x] = query < p.tokens_q ? p.delta[q_head * p.tokens_q + query] : 0.0f;
-      }
-      const float q_scale = p.q_scales[q_head * q_blocks + q_block];
-      const float do_scale = p.do_scales[q_head * q_blocks + q_block];
-      __syncthreads();
+  for (int step = 0; step < steps; ++step) {
+    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
+    const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
+    const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
+    __syncthreads(); // every warp is done with the previous step's phase 2 (Q^^T, dO^^T, the code tiles)
+    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(q_tile_t, p.q_codes_t + q_codes, 0, kHeadDim);
+    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(do_tile_t, p.do_codes_t + q_codes, 0, kHeadDim);
+    commit_copies();
+    const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
+    wait_copies<1>(); // this step's phase-1 group has landed (Q^^T and dO^^T may still be in flight)
+    __syncthreads();
 
-      // S^T = K^ Q^^T x s_K s_Q; P^T = exp(S^T / sqrt(d) - L); dP^T = V dO^T (16-bit); dS^T = P^T o (dP^T - D)
-      float p_t[8][4], ds_t[8][4];
-      float p_max = 0.0f, ds_max = 0.0f;
+    // Phase 1. S^T = K^ Q^^T x s_K s_Q (k-steps of 32 channels); dP^T = V dO^T in 16 bits (k-steps of 16 channels).
+    // The A fragment (this warp's 16 keys) is loaded once per k-step and used by all 8 query tiles.
+    int s[8][4] = {};
+    float dp[8][4] = {};
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        int s[4] = {0, 0, 0, 0};
-        float dp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int column = 0; column < kHeadDim; column += 32) {
+      unsigned a[4];
+      load_a(a, k_tile, kCodeRow, warp * 16, column);
 #pragma unroll
-        for (int k0 = 0; k0 < kHeadDim; k0 += 32) {
-          unsigned a[4], b[2];
-          load_a_s8(a, k_tile, kHeadDim, warp * 16, k0);
-          load_b_s8(b, q_tile, kHeadDim, n * 8, k0);
-          mma_s8(s, a, b);
-        }
-#pragma unroll
-        for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
-          unsigned a[4], b[2];
-          load_a_16bit(a, v_tile, kHeadDim, warp * 16, k0);
-          load_b_16bit(b, do_tile, kHeadDim, n * 8, k0);
-          mma_16bit<Config::kBf16>(dp, a, b);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + warp * 16 + g + (e >= 2 ? 8 : 0), row = n * 8 + 2 * t + (e & 1);
-          const int query = query0 + row;
-          const float lse = lse_log2[row];
-          bool visible = key < p.tokens_kv && query < p.tokens_q && lse != negative_infinity();
-          if constexpr (Config::kCausal)
-            visible = visible && key <= query + causal_offset;
-          const float score = static_cast<float>(s[e]) * q_scale * k_scale;
-          const float probability = visible ? fast_exp2(score * scale_log2 - lse) : 0.0f;
-          p_t[n][e] = probability;
-          ds_t[n][e] = probability * (dp[e] - delta[row]);
-          p_max = fmaxf(p_max, probability);
-          ds_max = fmaxf(ds_max, fabsf(ds_t[n][e]));
-        }
+      for (int n = 0; n < 8; n += 2) {
+        unsigned b0[2], b1[2];
+        load_b_pair(b0, b1, q_tile, kCodeRow, n * 8, column);
+        mma_s8(s[n], a, b0);
+        mma_s8(s[n + 1], a, b1);
       }
-      // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9)
-      float p_scale, p_inverse, ds_scale, ds_inverse;
-      int8_scale(block_max(p_max, scratch), p_scale, p_inverse);
-      int8_scale(block_max(ds_max, scratch + kWarps), ds_scale, ds_inverse);
+    }
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+    for (int column = 0; column < 2 * kHeadDim; column += 32) {
+      unsigned a[4];
+      load_a(a, v_tile, kInputRow, warp * 16, column);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = warp * 16 + g + (e >= 2 ? 8 : 0), row = n * 8 + 2 * t + (e & 1);
-          p_t_codes[key * kBlock + row] = int8_code(p_t[n][e], p_inverse);
-          const signed char ds_code = int8_code(ds_t[n][e], ds_inverse);
-          ds_t_codes[key * kBlock + row] = ds_code;
-          ds_codes[row * kBlock + key] = ds_code;
-        }
-      __syncthreads();
+      for (int n = 0; n < 8; n += 2) {
+        unsigned b0[2], b1[2];
+        load_b_pair(b0, b1, do_tile, kInputRow, n * 8, column);
+        mma_16bit<Config::kBf16>(dp[n], a, b0);
+        mma_16bit<Config::kBf16>(dp[n + 1], a, b1);
+      }
+    }
+    // P^T = exp(S^T / sqrt(d) - L); dS^T = P^T o (dP^T - D), in place of dP^T
+    float p_t[8][4];
+    float p_max = 0.0f, ds_max = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + warp * 16 + g + (e >= 2 ? 8 : 0), row = n * 8 + 2 * t + (e & 1);
+        const int query = query0 + row;
+        const float lse_log2 = lse[row] * kLog2e;
+        bool visible = key < p.tokens_kv && query < p.tokens_q && lse_log2 != negative_infinity();
+        if constexpr (Config::kCausal)
+          visible = visible && key <= query + causal_offset;
+        const float score = static_cast<float>(s[n][e]) * q_scale * k_scale;
+        const float probability = visible ? fast_exp2(score * scale_log2 - lse_log2) : 0.0f;
+        p_t[n][e] = probability;
+        dp[n][e] = probability * (dp[n][e] - delta[row]);
+        p_max = fmaxf(p_max, probability);
+        ds_max = fmaxf(ds_max, fabsf(dp[n][e]));
+      }
+    // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9)
+    float p_scale, p_inverse, ds_scale, ds_inverse;
+    block_max_pair(p_max, ds_max, scratch);
+    int8_scale(p_max, p_scale, p_inverse);
+    int8_scale(ds_max, ds_scale, ds_inverse);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int key = warp * 16 + g + 8 * half, row = n * 8 + 2 * t; // this thread's rows row and row + 1
+        const signed char ds_low = int8_code(dp[n][2 * half], ds_inverse);
+        const signed char ds_high = int8_code(dp[n][2 * half + 1], ds_inverse);
+        *reinterpret_cast<unsigned short *>(p_t_codes + key * kTokenRowBytes + row) =
+            code_pair(int8_code(p_t[n][2 * half], p_inverse), int8_code(p_t[n][2 * half + 1], p_inverse));
+        *reinterpret_cast<unsigned short *>(ds_t_codes + key * kTokenRowBytes + row) = code_pair(ds_low, ds_high);
+        ds_codes[row * kTokenRowBytes + key] = static_cast<unsigned char>(ds_low);
+        ds_codes[(row + 1) * kTokenRowBytes + key] = static_cast<unsigned char>(ds_high);
+      }
+    wait_copies<0>(); // Q^^T and dO^^T
+    __syncthreads();  // the codes, Q^^T and dO^^T are visible; every warp is done with Q^, dO, L and D
+    if (step + 1 < steps)
+      issue_phase1(step + 1); // lands while phase 2 runs
 
-      // dV_j += P^^T dO^_i, dK_j += dS^^T Q^_i (this warp's 16 keys); dQ_i += dS^ K^_j (this warp's 16 queries)
-      const float dv_scale = p_scale * do_scale, dk_scale = ds_scale * q_scale;
-      const float dq_scale = ds_scale * k_scale * p.softmax_scale;
+    // Phase 2. dV_j += P^^T dO^_i, dK_j += dS^^T Q^_i (this warp's 16 keys); dQ_i += dS^ K^_j (its 16 queries).
+    // The A fragments (2 k-steps of 32 tokens each) serve every channel tile.
+    const float dv_scale = p_scale * do_scale, dk_scale = ds_scale * q_scale;
+    const float dq_scale = ds_scale * k_scale * p.softmax_scale;
+    unsigned a_p[2][4], a_ds_t[2][4];
 #pragma unroll
-      for (int nc = 0; nc < kChannelTiles; ++nc) {
-        int acc_v[4] = {0, 0, 0, 0}, acc_k[4] = {0, 0, 0, 0}, acc_q[4] = {0, 0, 0, 0};
+    for (int k_step = 0; k_step < 2; ++k_step) {
+      load_a(a_p[k_step], p_t_codes, kTokenRowBytes, warp * 16, 32 * k_step);
+      load_a(a_ds_t[k_step], ds_t_codes, kTokenRowBytes, warp * 16, 32 * k_step);
+    }
 #pragma unroll
-        for (int k0 = 0; k0 < kBlock; k0 += 32) {
-          unsigned a[4], b[2];
-          load_a_s8(a, p_t_codes, kBlock, warp * 16, k0);
-          load_b_s8(b, do_tile_t, kBlock, nc * 8, k0);
-          mma_s8(acc_v, a, b);
-          load_a_s8(a, ds_t_codes, kBlock, warp * 16, k0);
-          load_b_s8(b, q_tile_t, kBlock, nc * 8, k0);
-          mma_s8(acc_k, a, b);
-          load_a_s8(a, ds_codes, kBlock, warp * 16, k0);
-          load_b_s8(b, k_tile_t, kBlock, nc * 8, k0);
-          mma_s8(acc_q, a, b);
-        }
+    for (int nc = 0; nc < kChannelTiles; ++nc) {
+      int acc_v[4] = {0, 0, 0, 0}, acc_k[4] = {0, 0, 0, 0};
+      unsigned b0[2], b1[2];
+      load_b_two_steps(b0, b1, do_tile_t, kTokenRowBytes, nc * 8);
+      mma_s8(acc_v, a_p[0], b0);
+      mma_s8(acc_v, a_p[1], b1);
+      load_b_two_steps(b0, b1, q_tile_t, kTokenRowBytes, nc * 8);
+      mma_s8(acc_k, a_ds_t[0], b0);
+      mma_s8(acc_k, a_ds_t[1], b1);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dv[nc][e] += static_cast<float>(acc_v[e]) * dv_scale;
-          dk[nc][e] += static_cast<float>(acc_k[e]) * dk_scale;
-          const int query = query0 + warp * 16 + g + (e >= 2 ? 8 : 0), channel = nc * 8 + 2 * t + (e & 1);
-          if (query < p.tokens_q)
-            atomicAdd(p.dq_accum + (q_head * p.tokens_q + query) * kHeadDim + channel,
-                      static_cast<float>(acc_q[e]) * dq_scale);
-        }
+      for (int e = 0; e < 4; ++e) {
+        dv[nc][e] += static_cast<float>(acc_v[e]) * dv_scale;
+        dk[nc][e] += static_cast<float>(acc_k[e]) * dk_scale;
+      }
+    }
+    // dQ in its own loop: fewer fragments live next to the 2 x d / 2 f32 dK, dV accumulators
+    unsigned a_ds[2][4];
+#pragma unroll
+    for (int k_step = 0; k_step < 2; ++k_step)
+      load_a(a_ds[k_step], ds_codes, kTokenRowBytes, warp * 16, 32 * k_step);
+#pragma unroll
+    for (int nc = 0; nc < kChannelTiles; ++nc) {
+      int acc_q[4] = {0, 0, 0, 0};
+      unsigned b0[2], b1[2];
+      load_b_two_steps(b0, b1, k_tile_t, kTokenRowBytes, nc * 8);
+      mma_s8(acc_q, a_ds[0], b0);
+      mma_s8(acc_q, a_ds[1], b1);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) { // channels 2t, 2t + 1 of queries g and g + 8
+        const int query = query0 + warp * 16 + g + 8 * half;
+        if (query < p.tokens_q)
+          add_pair(p.dq_accum + (q_head * p.tokens_q + query) * kHeadDim + nc * 8 + 2 * t,
+                   static_cast<float>(acc_q[2 * half]) * dq_scale, static_cast<float>(acc_q[2 * half + 1]) * dq_scale);
       }
     }
   }

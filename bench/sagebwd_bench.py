@@ -1,0 +1,105 @@
+"""Training speed of SageBwd (issue 12) against PyTorch SDPA (flash and cuDNN backends), measured in one run.
+
+Each implementation runs forward + backward through autograd (`torch.autograd.grad` of the output against q, k, v
+with a fixed dO), bf16, HND, 16k tokens per call (batch = 16384 / N, at least 1), hidden 2048 (heads = 2048 / d), as
+bench/attention_bench.py does. TOPS counts 3.5x the forward's 4 * b * h * N^2 * d (halved when causal): the issue's
+convention (the backward's five products are 2.5x). The forward alone is timed too, and the backward's share is
+forward + backward minus forward. SageBwd's time includes everything the op does (quantization, LSE, D, dQ
+conversion). Each number is the median over --rounds rounds of the median of 10 calls; --json writes the rows.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import sagegen  # noqa: E402
+from cuda_timing import time_ms  # noqa: E402
+
+
+
+
+def forward_flops(batch, heads, tokens, dim, causal):
+    return 4.0 * batch * heads * tokens * tokens * dim / (2.0 if causal else 1.0)
+
+
+def implementations(causal):
+    def sdpa(backend):
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return run
+
+    return {
+        "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+        "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "sagebwd": lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=causal),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dims", default="128")
+    parser.add_argument("--tokens", default="1024,2048,4096,8192,16384")
+    parser.add_argument("--causal", default="0,1")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    names = ["flash", "cudnn", "sagebwd"]
+    print("forward + backward TOPS (3.5x the forward's flops; bf16, 16k tokens x hidden 2048 per call, "
+          + torch.cuda.get_device_name() + ")")
+    print(f"{'d':>4} {'causal':>6} {'N':>6} " + " ".join(f"{n:>8}" for n in names)
+          + f" {'x flash':>8} {'x cudnn':>8} {'sage fwd ms':>11} {'sage bwd ms':>11} {'cudnn bwd ms':>12}")
+    rows = []
+    for dim in map(int, args.dims.split(",")):
+        for causal in map(int, args.causal.split(",")):
+            for tokens in map(int, args.tokens.split(",")):
+                batch, heads = max(1, 16384 // tokens), 2048 // dim
+                q, k, v = (torch.randn(batch, heads, tokens, dim, dtype=torch.bfloat16, device="cuda",
+                                       requires_grad=True) for _ in range(3))
+                d_o = torch.randn(batch, heads, tokens, dim, dtype=torch.bfloat16, device="cuda")
+                timed = {}
+                for name, attention in implementations(bool(causal)).items():
+                    def step(attention=attention):
+                        out = attention(q, k, v)
+                        return torch.autograd.grad(out, (q, k, v), d_o)
+
+                    def forward(attention=attention):
+                        with torch.no_grad():
+                            return attention(q, k, v)
+
+                    timed[(name, "step")] = step
+                    timed[(name, "forward")] = forward
+                samples = {key: [] for key in timed}
+                for _ in range(max(1, args.rounds)):
+                    for key, function in timed.items():
+                        samples[key].append(time_ms(function, warmup=2, repeats=10))
+                ms = {key: statistics.median(values) for key, values in samples.items()}
+                flops = 3.5 * forward_flops(batch, heads, tokens, dim, causal)
+                row = {"d": dim, "causal": bool(causal), "N": tokens, "batch": batch, "heads": heads}
+                for name in names:
+                    row[name] = {"tops": flops / (ms[(name, "step")] * 1e-3) / 1e12, "step_ms": ms[(name, "step")],
+                                 "forward_ms": ms[(name, "forward")],
+                                 "backward_ms": ms[(name, "step")] - ms[(name, "forward")]}
+                line = f"{dim:>4} {causal:>6} {tokens:>6} " + " ".join(f"{row[n]['tops']:>8.1f}" for n in names)
+                line += (f" {row['sagebwd']['tops'] / row['flash']['tops']:>8.2f}"
+                         f" {row['sagebwd']['tops'] / row['cudnn']['tops']:>8.2f}"
+                         f" {row['sagebwd']['forward_ms']:>11.3f} {row['sagebwd']['backward_ms']:>11.3f}"
+                         f" {row['cudnn']['backward_ms']:>12.3f}")
+                print(line, flush=True)
+                rows.append(row)
+                del q, k, v, d_o
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
