@@ -24,6 +24,8 @@ std::string_view pvPathSummary(PvPath path) {
     return "e4m3 P~ (static scale) x e4m3 V^T (per channel), f32 accumulator (mma m16n8k32 e4m3)";
   case PvPath::e2m1_block_scaled:
     return "e2m1 P~ (microscaled) x e2m1 V^T, block-scaled mma (not an sm80 path)";
+  case PvPath::e2m1_decoded:
+    return "e2m1 P~ (microscaled in registers) x e2m1 V^T, both decoded exactly to 16-bit values, f32 accumulator";
   }
   return "";
 }
@@ -114,8 +116,13 @@ std::string emitHeaderComment(const KernelContext &context) {
       fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", context.variant.name),
       fmt::arg("d", plan.head_dim), fmt::arg("arch", schedules::archName(plan.arch)),
       fmt::arg("input", schedules::nameOf(plan.input)),
-      fmt::arg("qk", context.quantized_qk ? "int8 codes, mma m16n8k32 s8.s8.s32, dequantized in f32"
-                                          : "unquantized, mma m16n8k16 with f32 accumulate"),
+      fmt::arg("qk", context.fp4            ? (plan.qk_mma.a == ElementType::bf16
+                                                   ? "FP4 by emulation: e2m1 x ue8m0 decoded to bf16 (exact), mma m16n8k16 "
+                                                     "bf16 with f32 accumulate"
+                                                   : "FP4 by emulation: e2m1 x ue4m3 decoded to f16 (exact), mma m16n8k16 "
+                                                     "f16 with f32 accumulate")
+                     : context.quantized_qk ? "int8 codes, mma m16n8k32 s8.s8.s32, dequantized in f32"
+                                            : "unquantized, mma m16n8k16 with f32 accumulate"),
       fmt::arg("pv", pvPathSummary(plan.pv_path)), fmt::arg("v_source", valueSourceSummary(plan.v_source)),
       fmt::arg("mask", maskSummary(context.variant.mask.kind)), fmt::arg("grid", plan.grid.description()),
       fmt::arg("stages", plan.tunables.stages));
@@ -124,8 +131,8 @@ std::string emitHeaderComment(const KernelContext &context) {
 std::string emitConstants(const KernelContext &context) {
   const schedules::KernelPlan &plan = context.plan;
   const schedules::SharedMemoryLayout &shared = plan.shared;
-  std::string text =
-      fmt::format(R"(// ---- Tunables (from the schedule's plan) ----
+  std::string text = fmt::format(
+      R"(// ---- Tunables (from the schedule's plan) ----
 constexpr int kHeadDim = {d};
 constexpr int kBlockQ = {block_q}; // b_q: Q rows per CTA
 constexpr int kBlockKv = {block_kv}; // b_kv: K/V tokens per main-loop step
@@ -144,7 +151,7 @@ constexpr int kLanesPerRow = 4;                      // lanes sharing an accumul
 constexpr int kRowTiles = kRowsPerWarp / kMmaRows;   // m16 tiles per warp
 constexpr int kScoreTiles = kBlockKv / kMmaColumns;  // n8 tiles of S_i^j per row tile
 constexpr int kOutputTiles = kHeadDim / kMmaColumns; // n8 tiles of O_i per row tile
-constexpr int kQkOperandBytes = {qk_bytes}; // bytes per Q/K element in the workspace
+constexpr int kQkOperandBytes = {qk_bytes}; // bytes per Q/K element {qk_bytes_note}
 constexpr int kQkStepBytes = 32; // bytes of a row one Q.K^T mma consumes (its k extent)
 constexpr int kQkSteps = kHeadDim * kQkOperandBytes / kQkStepBytes;
 constexpr int kPvStepTokens = {pv_k}; // k of the P.V mma
@@ -168,28 +175,33 @@ constexpr int kVTileOffset = {v_offset}; // within a stage
 constexpr bool kCausal = {causal};
 constexpr bool kReverseQBlocks = {reverse}; // causal: the longest rows first
 {log_constants})",
-                  fmt::arg("d", plan.head_dim), fmt::arg("block_q", plan.tunables.block_q),
-                  fmt::arg("block_kv", plan.tunables.block_kv), fmt::arg("warps", plan.tunables.warps),
-                  fmt::arg("stages", plan.tunables.stages), fmt::arg("min_blocks", plan.min_blocks_per_multiprocessor),
-                  fmt::arg("qk_bytes", schedules::bytesOf(plan.qk_operand)), fmt::arg("pv_k", plan.pv_mma.k),
-                  fmt::arg("k_scales_note", context.staged_k_scales ? ", K_j's scales" : ""),
-                  fmt::arg("q_row_bytes", shared.q.row_bytes), fmt::arg("k_row_bytes", shared.k.row_bytes),
-                  fmt::arg("v_rows", shared.v.rows),
-                  fmt::arg("v_rows_note", plan.v_source == schedules::ValueSource::workspace_codes
-                                              ? " // V_j^T: one row per channel"
-                                              : " // V_j: one row per token"),
-                  fmt::arg("v_row_bytes", shared.v.row_bytes), fmt::arg("q_offset", shared.q.offset),
-                  fmt::arg("stage_offset", shared.stage_offset), fmt::arg("k_offset", shared.k.offset),
-                  fmt::arg("v_offset", shared.v.offset),
-                  fmt::arg("scales_offset", context.staged_k_scales
-                                                ? fmt::format("constexpr int kKScalesOffset = {}; // within a stage\n",
-                                                              shared.k_scales.offset)
-                                                : std::string()),
-                  fmt::arg("stage_bytes", shared.stage_bytes), fmt::arg("total_bytes", shared.total_bytes),
-                  fmt::arg("causal", context.causal), fmt::arg("log_constants", logConstants(context)),
-                  fmt::arg("reverse", plan.grid.reverse_q_blocks));
+      fmt::arg("d", plan.head_dim), fmt::arg("block_q", plan.tunables.block_q),
+      fmt::arg("block_kv", plan.tunables.block_kv), fmt::arg("warps", plan.tunables.warps),
+      fmt::arg("stages", plan.tunables.stages), fmt::arg("min_blocks", plan.min_blocks_per_multiprocessor),
+      fmt::arg("qk_bytes", schedules::bytesOf(plan.qk_mma.a)),
+      fmt::arg("qk_bytes_note", context.fp4 ? "as decoded for the mma" : "in the workspace"),
+      fmt::arg("pv_k", plan.pv_mma.k), fmt::arg("k_scales_note", context.staged_k_scales ? ", K_j's scales" : ""),
+      fmt::arg("q_row_bytes", shared.q.row_bytes),
+      fmt::arg("k_row_bytes", context.fp4 ? shared.decoded_k.row_bytes : shared.k.row_bytes),
+      fmt::arg("v_rows", context.fp4 ? shared.decoded_v.rows : shared.v.rows),
+      fmt::arg("v_rows_note", context.fp4 ? " // V_j^T decoded: one row per channel"
+                              : plan.v_source == schedules::ValueSource::workspace_codes
+                                  ? " // V_j^T: one row per channel"
+                                  : " // V_j: one row per token"),
+      fmt::arg("v_row_bytes", context.fp4 ? shared.decoded_v.row_bytes : shared.v.row_bytes),
+      fmt::arg("q_offset", shared.q.offset), fmt::arg("stage_offset", shared.stage_offset),
+      fmt::arg("k_offset", shared.k.offset), fmt::arg("v_offset", shared.v.offset),
+      fmt::arg("scales_offset",
+               context.staged_k_scales
+                   ? fmt::format("constexpr int kKScalesOffset = {}; // within a stage\n", shared.k_scales.offset)
+                   : std::string()),
+      fmt::arg("stage_bytes", shared.stage_bytes), fmt::arg("total_bytes", shared.total_bytes),
+      fmt::arg("causal", context.causal), fmt::arg("log_constants", logConstants(context)),
+      fmt::arg("reverse", plan.grid.reverse_q_blocks));
   text += scaleConstants(context);
   text += probabilityConstants(context);
+  if (context.fp4)
+    text += fp4Constants(context);
   return text + "\n";
 }
 

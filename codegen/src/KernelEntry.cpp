@@ -43,10 +43,7 @@ struct KvStream {
   // K_j, V_j@SCALES_NOTE@ of KV block `kv_block` into the pipeline stage at `stage_base`, with cp.async
   __device__ __forceinline__ void load(unsigned stage_base, int kv_block) const {
     const int kv_begin = kv_block * kBlockKv;
-    copy_tile_async<kBlockKv, kKRowBytes, false>(stage_base + kKTileOffset,
-                                                 k_codes + static_cast<long long>(kv_begin) * kKRowBytes, kKRowBytes,
-                                                 kBlockKv);
-@LOAD_VALUES@@LOAD_SCALES@  }
+@LOAD_KEYS@@LOAD_VALUES@@LOAD_SCALES@  }
 };
 
 // ---- One step of the main loop: KV block j, in pipeline stage (iteration % kStages) ----
@@ -65,10 +62,10 @@ __device__ __forceinline__ void process_kv_block(ThreadState &state, const Threa
   cp_async_commit();
   const unsigned stage_base = position.shared_base + kStageOffset + (iteration % kStages) * kStageBytes;
   const int kv_begin = kv_block * kBlockKv;
-@K_BLOCK_SCALE@
+@K_BLOCK_SCALE@@DECODE_STAGE@
   // S_i^j = Q_i K_j^T, then psi^-1 into f32 (base-2 domain)
   ScoreAccumulator score_accumulator[kRowTiles][kScoreTiles][4];
-  multiply_q_k(score_accumulator, state.q_fragment, stage_base + kKTileOffset, position.lane);
+  multiply_q_k(score_accumulator, state.q_fragment, @K_TILE@, position.lane);
   float scores[kRowTiles][kScoreTiles][4];
   @DEQUANTIZE_CALL@;
 @Q_MEAN_CORRECTION@  if (kMasked)
@@ -81,9 +78,7 @@ __device__ __forceinline__ void process_kv_block(ThreadState &state, const Threa
   // O_i^j = diag(exp2(m_i^(j-1) - m_i^j)) O_i^(j-1) + P~_i^j V_j
   rescale_output(state.o_accumulator, rescale);
 @RESCALE_FLUSHED@  unsigned p_fragment[kRowTiles][kPvSteps][4];
-  pack_probabilities(p_fragment, scores);
-  multiply_p_v(state.o_accumulator, p_fragment, stage_base + kVTileOffset, position.lane);
-@FLUSH@}
+@PV_STEP@@FLUSH@}
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocessor)
 @NAME@(const SageAttentionParams params) {
@@ -106,17 +101,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocess
 
   // ---- Workspace views of this (batch, head), in the layout of sage/schedules/WorkspaceLayout.h ----
   const unsigned char *workspace = params.workspace;
-  const unsigned char *q_codes =
-      workspace + params.offsets.q_codes + (q_head_index * size.padded_q + q_begin) * kQRowBytes;
-  const int kv_blocks = (size.tokens_kv + kBlockKv - 1) / kBlockKv;
+@Q_SOURCE@  const int kv_blocks = (size.tokens_kv + kBlockKv - 1) / kBlockKv;
   KvStream kv;
-  kv.k_codes = workspace + params.offsets.k_codes + kv_head_index * size.padded_kv * kKRowBytes;
+  kv.k_codes = workspace + params.offsets.k_codes + kv_head_index * size.padded_kv * @K_CODE_ROW_BYTES@;
 @STREAM_SETUP@  kv.tokens_kv = size.tokens_kv;
   kv.padded_kv = size.padded_kv;
 @BLOCK_RANGE@
   // ---- Step 1: Q_i -> shared memory (its own cp.async group), the first kStages - 1 K/V tiles behind it ----
-  copy_tile_async<kBlockQ, kQRowBytes, false>(position.shared_base + kQTileOffset, q_codes, kQRowBytes, kBlockQ);
-  cp_async_commit();
+@LOAD_Q@  cp_async_commit();
   int load_block = kv.next_block(-1);
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
@@ -128,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocksPerMultiprocess
   }
   cp_async_wait<kStages - 1>(); // Q_i has landed; K/V may still be in flight
   __syncthreads();
-  ThreadState state;
+@DECODE_Q@  ThreadState state;
   load_q_fragments(state.q_fragment, position.shared_base + kQTileOffset, position.warp, position.lane);
 
   // The factor that puts S in the exponent's base-2 domain: @DOMAIN_NOTE@
@@ -185,6 +177,10 @@ std::string streamFields(const KernelContext &context) {
   if (context.smoothed_q)
     text += "  const float *delta_s;         // Q smoothing: the prologue's delta_s of this CTA's Q block [padded_kv]\n"
             "  float delta_factor;           // puts delta_s in S's domain\n";
+  if (context.fp4)
+    return text + "  const unsigned char *k_scales; // K's microscales [padded_kv, d / group] of this KV head\n"
+                  "  const unsigned char *v_codes;  // V^T's e2m1 codes [d, padded_kv / 2] of this KV head\n"
+                  "  const unsigned char *v_scales; // V^T's microscales [d, padded_kv / group] of this KV head\n";
   if (context.quantized_qk)
     text += "  const float *k_scales;        // K's scales of this KV head\n";
   if (context.plan.v_source == ValueSource::workspace_codes)
@@ -204,6 +200,14 @@ std::string streamSetup(const KernelContext &context) {
         "               (q_head_index * (size.padded_q / {0}) + q_begin / {0}) * size.padded_kv;\n"
         "  kv.delta_factor = {1};\n",
         context.variant.block_q, domainFactor(context));
+  if (context.fp4)
+    return text +
+           "  // FP4: K's scales, V^T's codes and scales, as the prologue wrote them (codegen/README.md, FP4 "
+           "operands)\n"
+           "  kv.k_scales = workspace + params.offsets.k_scales + kv_head_index * size.k_scale_count;\n"
+           "  kv.v_codes = workspace + params.offsets.v_codes + kv_head_index * kHeadDim * (size.padded_kv / 2);\n"
+           "  kv.v_scales = workspace + params.offsets.v_scales +\n"
+           "                kv_head_index * kHeadDim * (size.padded_kv / kFp4Group);\n";
   if (context.quantized_qk)
     text += "  kv.k_scales =\n"
             "      reinterpret_cast<const float *>(workspace + params.offsets.k_scales) + kv_head_index * "
@@ -237,7 +241,27 @@ std::string nextBlock(const KernelContext &context) {
          "    return block;\n";
 }
 
+std::string loadKeys(const KernelContext &context) {
+  if (context.fp4)
+    return "    copy_tile_async<kBlockKv, kKCodeRowBytes, false>(\n"
+           "        stage_base + kKCodesOffset, k_codes + static_cast<long long>(kv_begin) * kKCodeRowBytes, "
+           "kKCodeRowBytes, kBlockKv);\n"
+           "    // K_j's scales are contiguous: copied as 16-byte rows\n"
+           "    copy_tile_async<kBlockKv * kKScaleRowBytes / kChunkBytes, kChunkBytes, false>(\n"
+           "        stage_base + kKScalesOffset, k_scales + static_cast<long long>(kv_begin) * kKScaleRowBytes, "
+           "kChunkBytes,\n"
+           "        kBlockKv * kKScaleRowBytes / kChunkBytes);\n";
+  return "    copy_tile_async<kBlockKv, kKRowBytes, false>(stage_base + kKTileOffset,\n"
+         "                                                 k_codes + static_cast<long long>(kv_begin) * kKRowBytes, "
+         "kKRowBytes,\n"
+         "                                                 kBlockKv);\n";
+}
+
 std::string loadValues(const KernelContext &context) {
+  if (context.fp4) // V_j^T's scales are read from the workspace by the decode (rows of b_kv / group bytes)
+    return "    copy_tile_async<kHeadDim, kVCodeRowBytes, false>(stage_base + kVCodesOffset, v_codes + kv_begin / 2, "
+           "padded_kv / 2,\n"
+           "                                                      kHeadDim);\n";
   if (context.plan.v_source == ValueSource::workspace_codes)
     return "    copy_tile_async<kVRows, kVRowBytes, false>(stage_base + kVTileOffset, v_codes + kv_begin, padded_kv, "
            "kVRows);\n";
@@ -325,9 +349,69 @@ std::string dequantizeCall(const KernelContext &context) {
   return "dequantize_scores(scores, score_accumulator, state.row_factor, k_block_scale)";
 }
 
+// The per-stage decode of K_j and V_j^T (FP4), and the tiles the mma path reads.
+std::string decodeStage(const KernelContext &context) {
+  if (!context.fp4)
+    return "";
+  return "  // K_j and V_j^T: e2m1 codes x microscales decoded to 16-bit tiles (exact); the barrier at the top of "
+         "this\n"
+         "  // step has seen every warp finish reading the previous tiles\n"
+         "  decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset, stage_base + kKCodesOffset,\n"
+         "                                      shared_memory + (stage_base - position.shared_base) + "
+         "kKScalesOffset,\n"
+         "                                      kKScaleRowBytes);\n"
+         "  decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset, stage_base + kVCodesOffset,\n"
+         "                                      kv.v_scales + kv_begin / kFp4Group, kv.padded_kv / kFp4Group);\n"
+         "  __syncthreads();\n";
+}
+
+std::string pvStep(const KernelContext &context) {
+  if (context.fp4)
+    return "  float p_row_scale[kRowTiles][2]; // s_P1 (two-level P), else 1\n"
+           "  quantize_probabilities(p_fragment, p_row_scale, scores);\n"
+           "  multiply_p_v(state.o_accumulator, p_fragment, p_row_scale, position.shared_base + kVDecodedOffset, "
+           "position.lane);\n";
+  return "  pack_probabilities(p_fragment, scores);\n"
+         "  multiply_p_v(state.o_accumulator, p_fragment, stage_base + kVTileOffset, position.lane);\n";
+}
+
+std::string qSource(const KernelContext &context) {
+  if (context.fp4)
+    return "  const unsigned char *q_codes =\n"
+           "      workspace + params.offsets.q_codes + (q_head_index * size.padded_q + q_begin) * kQCodeRowBytes;\n"
+           "  const unsigned char *q_scales =\n"
+           "      workspace + params.offsets.q_scales + q_head_index * size.q_scale_count + q_begin * "
+           "kQScaleRowBytes;\n";
+  return "  const unsigned char *q_codes =\n"
+         "      workspace + params.offsets.q_codes + (q_head_index * size.padded_q + q_begin) * kQRowBytes;\n";
+}
+
+std::string loadQ(const KernelContext &context) {
+  if (context.fp4)
+    return "  copy_tile_async<kBlockQ, kQCodeRowBytes, false>(position.shared_base + kQCodesOffset, q_codes, "
+           "kQCodeRowBytes,\n"
+           "                                                 kBlockQ);\n"
+           "  copy_tile_async<kBlockQ * kQScaleRowBytes / kChunkBytes, kChunkBytes, false>(\n"
+           "      position.shared_base + kQScalesOffset, q_scales, kChunkBytes, kBlockQ * kQScaleRowBytes / "
+           "kChunkBytes);\n";
+  return "  copy_tile_async<kBlockQ, kQRowBytes, false>(position.shared_base + kQTileOffset, q_codes, kQRowBytes, "
+         "kBlockQ);\n";
+}
+
+std::string decodeQ(const KernelContext &context) {
+  if (!context.fp4)
+    return "";
+  return "  // FP4: Q_i's codes x microscales decoded once into the Q tile; its staging bytes are K_j's decoded tile "
+         "next\n"
+         "  decode_fp4_tile<kBlockQ, kHeadDim>(position.shared_base + kQTileOffset, position.shared_base + "
+         "kQCodesOffset,\n"
+         "                                     shared_memory + kQScalesOffset, kQScaleRowBytes);\n"
+         "  __syncthreads();\n";
+}
+
 std::string epiloguePointers(const KernelContext &context) {
   std::string text;
-  if (context.plan.v_source == ValueSource::workspace_codes)
+  if (context.plan.v_source == ValueSource::workspace_codes && !context.fp4)
     text += "  const float *v_scales = reinterpret_cast<const float *>(workspace + params.offsets.v_scales) + "
             "kv_head_index * kHeadDim;\n";
   if (context.smoothed_v)
@@ -368,7 +452,7 @@ std::string lse(const KernelContext &context) {
 } // namespace
 
 std::string emitKernelEntry(const KernelContext &context) {
-  const bool codes = context.plan.v_source == ValueSource::workspace_codes;
+  const bool codes = context.plan.v_source == ValueSource::workspace_codes && !context.fp4; // per-channel delta_V
   const std::string q_scales =
       context.quantized_qk
           ? "  const float *q_scales =\n"
@@ -392,10 +476,18 @@ std::string emitKernelEntry(const KernelContext &context) {
                             : ""},
        {"NEXT_BLOCK", nextBlock(context)},
        {"SCALES_NOTE", context.staged_k_scales ? " and K_j's scales" : ""},
+       {"LOAD_KEYS", loadKeys(context)},
        {"LOAD_VALUES", loadValues(context)},
        {"LOAD_SCALES", loadScales(context)},
        {"CAUSAL_NOTE", context.causal ? " or the causal diagonal" : ""},
        {"K_BLOCK_SCALE", k_block_scale},
+       {"DECODE_STAGE", decodeStage(context)},
+       {"K_TILE", context.fp4 ? "position.shared_base + kKDecodedOffset" : "stage_base + kKTileOffset"},
+       {"PV_STEP", pvStep(context)},
+       {"Q_SOURCE", qSource(context)},
+       {"K_CODE_ROW_BYTES", context.fp4 ? "kKCodeRowBytes" : "kKRowBytes"},
+       {"LOAD_Q", loadQ(context)},
+       {"DECODE_Q", decodeQ(context)},
        {"DEQUANTIZE_CALL", dequantizeCall(context)},
        {"Q_MEAN_CORRECTION",
         context.smoothed_q

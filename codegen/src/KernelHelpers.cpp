@@ -118,7 +118,7 @@ std::string emitInstructionWrappers(const KernelContext &context) {
   text += emitLdmatrixFunction(4, false);
   if (plan.v_source != ValueSource::workspace_codes)
     text += emitLdmatrixFunction(4, true);
-  else // V^T's last k step when b_kv / 32 is odd
+  else if (!context.fp4) // V^T's last k step when b_kv / 32 is odd (FP4: the decoded V^T has an even number of steps)
     text += emitLdmatrixFunction(2, false);
   text += emitCpAsyncCopy16Function();
   if (context.staged_k_scales)
@@ -129,7 +129,7 @@ std::string emitInstructionWrappers(const KernelContext &context) {
   if (context.variant.epilogue.write_lse)
     text += emitLog2Function();
   text += emitPackF16x2Function(); // P~ in f16, O in f16, the rescale factor of an f16 accumulator
-  if (plan.input == schedules::InputType::bf16)
+  if (plan.input == schedules::InputType::bf16 || plan.pv_mma.a == ElementType::bf16) // output; or MXFP4's decode
     text += emitPackBf16x2Function();
   if (plan.pv_path == PvPath::f16_accumulate_f16) {
     text += emitScaleF16x2Function();

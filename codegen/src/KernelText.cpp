@@ -50,6 +50,7 @@ KernelContext makeContext(const AttentionVariant &variant, const schedules::Kern
                       variant.accumulation.kind == AccumulationKind::f32_two_level;
   context.smoothed_v = variant.smooth_v != SmoothScope::none;
   context.smoothed_q = variant.smooth_q == SmoothScope::block;
+  context.fp4 = plan.pv_path == schedules::PvPath::e2m1_decoded;
   context.lse_correction =
       variant.epilogue.write_lse && variant.epilogue.lse_smoothing_correction && variant.smooth_k != SmoothScope::none;
   return context;

@@ -32,6 +32,7 @@ struct KernelContext {
   bool smoothed_v = false;      // mean(V) is added back in the epilogue
   bool smoothed_q = false;      // Q smoothing: the prologue's delta_s (mean(Q_i) . K_j^T) is added to S
   bool lse_correction = false;  // LSE gets q . mean(K) back (K was smoothed)
+  bool fp4 = false;             // FP4 by emulation: staged e2m1 codes decoded to 16-bit tiles (PvPath::e2m1_decoded)
 };
 
 KernelContext makeContext(const AttentionVariant &variant, const schedules::KernelPlan &plan, std::string name);
@@ -45,5 +46,11 @@ std::string emitSoftmaxSteps(const KernelContext &context);
 std::string emitValueSteps(const KernelContext &context);
 std::string emitEpilogueSteps(const KernelContext &context);
 std::string emitKernelEntry(const KernelContext &context);
+
+// FP4 by emulation (KernelFp4Steps.cpp): its constants, the decode of staged tiles (with the device library's
+// microscaling), and P~'s microscaling plus the P.V product.
+std::string fp4Constants(const KernelContext &context);
+std::string emitFp4DecodeSteps(const KernelContext &context);
+std::string emitFp4ValueSteps(const KernelContext &context);
 
 } // namespace sage::codegen::detail

@@ -223,6 +223,9 @@ std::string emitValueSteps(const KernelContext &context) {
     if (context.two_level)
       text += kFlushF32;
     break;
+  case PvPath::e2m1_decoded:
+    text += emitFp4ValueSteps(context);
+    break;
   case PvPath::e2m1_block_scaled:
     throw std::invalid_argument("plan.pv_path: e2m1_block_scaled is the sm120 schedule's, not the sm80 writer's");
   }

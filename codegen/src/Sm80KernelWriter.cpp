@@ -33,6 +33,8 @@ KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const sche
   source += detail::emitConstants(context);
   source += detail::emitInstructionWrappers(context);
   source += detail::emitTileHelpers(context);
+  if (context.fp4)
+    source += detail::emitFp4DecodeSteps(context);
   source += detail::emitScoreSteps(context);
   source += detail::emitSoftmaxSteps(context);
   source += detail::emitValueSteps(context);

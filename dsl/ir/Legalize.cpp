@@ -29,8 +29,14 @@ const std::array<TargetCapabilities, 8> kTargets{{
 
 // The type a target without the quantized mma multiplies instead, or nullopt when `quantize`'s codes are fine.
 std::optional<ElementType> decodedType(QuantizeOp quantize, const TargetCapabilities &target) {
-  if (quantize.getDtype() == ElementType::e2m1 && !target.block_scaled_fp4)
-    return quantize.getGranularity() == Granularity::microscale_1x32 ? ElementType::bf16 : ElementType::f16;
+  if (quantize.getDtype() == ElementType::e2m1 && !target.block_scaled_fp4) {
+    // sage::fp4DecodedType is the rule the sm80 schedule plans its emulation with; the IR's enums share its spellings.
+    const std::optional<sage::Granularity> granularity =
+        sage::parseGranularity(stringifyGranularity(quantize.getGranularity()).str());
+    if (!granularity)
+      return std::nullopt;
+    return symbolizeElementType(std::string(sage::nameOf(sage::fp4DecodedType(*granularity))));
+  }
   if (quantize.getDtype() == ElementType::int4 && !target.int4_mma)
     return ElementType::int8;
   return std::nullopt;

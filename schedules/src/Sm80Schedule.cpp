@@ -40,8 +40,8 @@ bool isFloatCast(const QuantizerSpec &spec) {
 SupportResult checkQkQuantizer(const QuantizerSpec &spec, std::string_view role, int block_tokens) {
   const std::string who(role);
   if (spec.dtype == ElementType::e2m1)
-    return SupportResult::no(who + " codes are e2m1 (FP4): the sm80 schedule does not emulate FP4 yet (decode to f16 "
-                                   "+ f16 mma, see `sagegen ir --legalize`)");
+    return SupportResult::no(who + " codes are e2m1 (FP4): the sm80 schedule emulates FP4 only when Q, K, P and V are "
+                                   "all microscaled e2m1");
   // int4 runs as the legalized s4 -> s8 program: int4 codes stored one per byte, multiplied by the int8 mma.
   if (spec.dtype != ElementType::int8 && spec.dtype != ElementType::int4)
     return SupportResult::no(who + " codes are " + typeName(spec.dtype) +
@@ -108,6 +108,61 @@ SupportResult checkQk(const AttentionVariant &variant, const Sm80Schedule::Exten
     return SupportResult::no("Q and K codes must have one type (both int8 or both int4)");
   if (variant.qk.accumulator != AccumulatorType::s32)
     return SupportResult::no("int8 Q.K^T accumulates in s32 (mma m16n8k32 s8.s8.s32)");
+  return SupportResult::yes();
+}
+
+bool fp4Operand(const QuantizerSpec &spec, Granularity granularity, ScaleType scale) {
+  return spec.dtype == ElementType::e2m1 && spec.granularity == granularity && spec.scale_type == scale &&
+         spec.static_scale <= 0.0;
+}
+
+bool anyFp4(const AttentionVariant &variant) {
+  return variant.q.dtype == ElementType::e2m1 || variant.k.dtype == ElementType::e2m1 ||
+         variant.p.dtype == ElementType::e2m1 || variant.v.dtype == ElementType::e2m1;
+}
+
+// FP4 by emulation, as the legalization rewrites the program for a target without the block-scaled mma: each operand's
+// e2m1 codes times its microscales decoded exactly (fp4DecodedType: f16 for NVFP4, bf16 for MXFP4), then the 16-bit
+// mma.sync with f32 accumulation. P is microscaled in registers exactly as the reference's quantizeProbabilities.
+SupportResult checkFp4(const AttentionVariant &variant, GpuArch arch, const Sm80Schedule::Extensions &extensions) {
+  if (!extensions.fp4_emulation)
+    return SupportResult::no("e2m1 (FP4) operands: only the sm80 kernel writer emulates FP4 (decoded to f16/bf16 for "
+                             "a 16-bit mma.sync, see `sagegen ir --legalize`)");
+  // The legalization decodes FP4 only for a target without the block-scaled mma; the emulation runs that program.
+  if (hasFp4BlockScaledMma(arch))
+    return SupportResult::no(std::string(archName(arch)) +
+                             " multiplies FP4 natively (block-scaled mma): its legalized program has no sage.decode, "
+                             "which is what the sm80 schedule emulates (on sm_80, sm_86, sm_89, sm_90a)");
+  const bool nvfp4 = fp4Operand(variant.q, Granularity::microscale_1x16, ScaleType::ue4m3);
+  const bool mxfp4 = fp4Operand(variant.q, Granularity::microscale_1x32, ScaleType::ue8m0);
+  if (!nvfp4 && !mxfp4)
+    return SupportResult::no("FP4 emulation: Q must be e2m1 with microscale_1x16 ue4m3 (NVFP4) or microscale_1x32 "
+                             "ue8m0 (MXFP4) scales, got " +
+                             typeName(variant.q.dtype) + " " + granularityName(variant.q.granularity));
+  const Granularity granularity = variant.q.granularity;
+  const ScaleType scale = variant.q.scale_type;
+  const std::string format = nvfp4 ? "NVFP4 (e2m1, microscale_1x16, ue4m3)" : "MXFP4 (e2m1, microscale_1x32, ue8m0)";
+  if (!fp4Operand(variant.k, granularity, scale))
+    return SupportResult::no("FP4 emulation: K must be quantized as Q: " + format);
+  if (!fp4Operand(variant.p, granularity, scale))
+    return SupportResult::no("FP4 emulation: P must be quantized as Q and K: " + format);
+  if (!fp4Operand(variant.v, granularity, scale))
+    return SupportResult::no("FP4 emulation: V must be quantized as Q and K: " + format + ", along the tokens");
+  if (variant.q.two_level || variant.k.two_level || variant.v.two_level)
+    return SupportResult::no("FP4 emulation: only P has a two-level scale (s_P1 per row)");
+  if (variant.qk.a != ElementType::e2m1 || variant.qk.b != ElementType::e2m1 ||
+      variant.qk.accumulator != AccumulatorType::f32 || variant.pv.a != ElementType::e2m1 ||
+      variant.pv.b != ElementType::e2m1 || variant.pv.accumulator != AccumulatorType::f32)
+    return SupportResult::no("FP4 emulation: both matmuls must be e2m1 x e2m1 with an f32 accumulator");
+  if (variant.accumulation.kind != AccumulationKind::f32)
+    return SupportResult::no("FP4 emulation: accumulation must be f32, got " +
+                             std::string(nameOf(variant.accumulation.kind)));
+  if (variant.smooth_v != SmoothScope::none)
+    return SupportResult::no("FP4 emulation: smoothed V is not supported (no FP4 preset smooths V)");
+  if (variant.smooth_q == SmoothScope::sequence)
+    return SupportResult::no("Q smoothing over the sequence is not supported (only per Q block, SageAttention2)");
+  if (variant.smooth_k == SmoothScope::block)
+    return SupportResult::no("K smoothing per block is not supported (only over the sequence)");
   return SupportResult::yes();
 }
 
@@ -214,6 +269,12 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
   require(tunables.stages >= kMinStages && tunables.stages <= kMaxStages,
           "tunables.stages: expected " + std::to_string(kMinStages) + ".." + std::to_string(kMaxStages) + ", got " +
               std::to_string(tunables.stages));
+  // FP4 P's two-level scale is taken per row of one S tile: another tile width quantizes P otherwise than the
+  // reference.
+  if (variant.p.dtype == ElementType::e2m1)
+    require(tunables.block_kv == variant.block_kv,
+            "tunables.block_kv: FP4 P is quantized per S tile, so it must be the variant's block_kv " +
+                std::to_string(variant.block_kv) + ", got " + std::to_string(tunables.block_kv));
   if (variant.mask.kind == MaskKind::block_sparse)
     require(tunables.block_q == variant.block_q && tunables.block_kv == variant.block_kv,
             "tunables.block_q/block_kv: a block_sparse variant's block mask is in units of its own blocks (" +
@@ -226,13 +287,94 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
   }
 }
 
+// Q.K^T: int8 codes (int4 codes are stored one per byte, so they are int8 codes to the mma: the legalized s4 -> s8
+// program), or unquantized Q/K stored in the input's own type by the prologue; P.V by P's type.
+void planOperands(KernelPlan &plan, const AttentionVariant &variant, InputType input) {
+  const bool quantized_qk = variant.q.quantized();
+  plan.qk_operand = quantized_qk ? ElementType::int8 : (input == InputType::f16 ? ElementType::f16 : ElementType::bf16);
+  plan.qk_mma = quantized_qk ? MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32}
+                             : MmaShape{16, 8, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
+  plan.q_scales = scaleIndexingOf(variant.q, variant.block_q);
+  plan.k_scales = scaleIndexingOf(variant.k, variant.block_kv);
+  if (plan.k_scales.used)
+    plan.k_scales_per_block =
+        static_cast<int>(plan.k_scales.groupOf(plan.tunables.block_kv - 1) - plan.k_scales.groupOf(0) + 1);
+
+  if (variant.p.dtype == ElementType::int8) {
+    plan.pv_path = PvPath::int8_per_block;
+    plan.pv_mma = {16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32};
+    plan.v_operand = ElementType::int8;
+  } else if (variant.p.dtype == ElementType::e4m3) {
+    plan.pv_path = PvPath::e4m3_accumulate_f32;
+    plan.pv_mma = {16, 8, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32};
+    plan.v_operand = ElementType::e4m3;
+  } else if (variant.pv.accumulator == AccumulatorType::f16) {
+    plan.pv_path = PvPath::f16_accumulate_f16;
+    plan.pv_mma = {16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f16};
+    plan.v_operand = ElementType::f16;
+  } else {
+    plan.pv_path = PvPath::f16_accumulate_f32;
+    plan.pv_mma = {16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
+    plan.v_operand = ElementType::f16;
+  }
+  plan.interleave_kv_tokens = bytesOf(plan.pv_mma.a) == 1;
+  if (plan.interleave_kv_tokens)
+    plan.v_source = ValueSource::workspace_codes;
+  else if (input == InputType::f16 && variant.smooth_v == SmoothScope::none)
+    plan.v_source = ValueSource::input;
+  else
+    plan.v_source = ValueSource::workspace_values;
+}
+
+// FP4 by emulation: the legalized program's operands (fp4DecodedType: f16 for NVFP4, bf16 for MXFP4) in the 16-bit
+// m16n8k16 mma for both matmuls. The microscales are applied by the decode, so S needs no dequantization; the kernel
+// reads the prologue's codes and scales as the FP4 contract lays them out (K in natural token order).
+void planFp4Operands(KernelPlan &plan, const AttentionVariant &variant) {
+  const ElementType decoded = fp4DecodedType(variant.q.granularity);
+  plan.qk_operand = ElementType::e2m1;
+  plan.qk_mma = {16, 8, 16, decoded, decoded, AccumulatorType::f32};
+  plan.pv_path = PvPath::e2m1_decoded;
+  plan.pv_mma = plan.qk_mma;
+  plan.v_operand = decoded;
+  plan.v_source = ValueSource::workspace_codes;
+  plan.fp4_scale_group = microscaleGroupSize(variant.q.granularity);
+  plan.fp4_two_level_p = variant.p.two_level;
+  plan.fp4_delta_s = variant.smooth_q == SmoothScope::block;
+  plan.k_codes_token_order = KCodesTokenOrder::natural;
+}
+
 int alignUp(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
 
 SharedRegion region(int offset, int rows, int row_bytes) {
   return {offset, alignUp(rows * row_bytes, kRegionAlignment), rows, row_bytes};
 }
 
+// FP4 emulation: Q_i decoded once; per stage K_j's codes, V_j^T's codes and K_j's scales (cp.async); one pair of
+// decoded K_j / V_j^T tiles, whose bytes first hold Q_i's codes and scales until Q_i is decoded.
+SharedMemoryLayout layoutFp4SharedMemory(const KernelPlan &plan, int stages) {
+  const Tunables &t = plan.tunables;
+  const int d = plan.head_dim, group = plan.fp4_scale_group, value_bytes = bytesOf(plan.qk_mma.a);
+  SharedMemoryLayout layout;
+  layout.q = region(0, t.block_q, d * value_bytes);
+  layout.decoded_k = region(layout.q.bytes, t.block_kv, d * value_bytes);
+  layout.decoded_v = region(layout.decoded_k.offset + layout.decoded_k.bytes, d, t.block_kv * value_bytes);
+  layout.q_codes = region(layout.decoded_k.offset, t.block_q, d / 2);
+  layout.q_scales = region(layout.q_codes.offset + layout.q_codes.bytes, t.block_q, d / group);
+  const int scratch_end =
+      std::max(layout.decoded_v.offset + layout.decoded_v.bytes, layout.q_scales.offset + layout.q_scales.bytes);
+  layout.k = region(0, t.block_kv, d / 2);
+  layout.k_scales = region(layout.k.bytes, t.block_kv, d / group);
+  layout.v = region(layout.k_scales.offset + layout.k_scales.bytes, d, t.block_kv / 2);
+  layout.stage_offset = scratch_end;
+  layout.stage_bytes = layout.v.offset + layout.v.bytes;
+  layout.stages = stages;
+  layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes;
+  return layout;
+}
+
 SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
+  if (plan.pv_path == PvPath::e2m1_decoded)
+    return layoutFp4SharedMemory(plan, stages);
   const Tunables &t = plan.tunables;
   const int qk_row_bytes = plan.head_dim * bytesOf(plan.qk_operand);
   SharedMemoryLayout layout;
@@ -258,7 +400,7 @@ int estimateRegisters(const KernelPlan &plan) {
   if (plan.pv_path == PvPath::f16_accumulate_f16)
     output /= 2;
   const int scores = rows * kv / kWarpSize;
-  const int q_fragment = rows * d * bytesOf(plan.qk_operand) / (kWarpSize * 4);
+  const int q_fragment = rows * d * bytesOf(plan.qk_mma.a) / (kWarpSize * 4);
   const int p_fragment = rows * kv * bytesOf(plan.pv_mma.a) / (kWarpSize * 4);
   return kBaseRegisters + output + scores + q_fragment + p_fragment;
 }
@@ -275,7 +417,9 @@ int outputAccumulatorRegisters(const KernelPlan &plan, const AttentionVariant &v
 std::string_view Sm80Schedule::summary() const {
   return "mma.sync m16n8k32 int8/e4m3 and m16n8k16 f16/bf16 (int4 Q/K decoded to int8: the s4 -> s8 legalization), "
          "ldmatrix, cp.async multi-stage K/V pipeline, one CTA per (Q block, head, batch), S and P in registers; Q "
-         "smoothing's correction (prologue's delta_s) added to S";
+         "smoothing's correction (prologue's delta_s) added to S; FP4 by emulation (e2m1 x microscale decoded exactly "
+         "to "
+         "f16/bf16, 16-bit mma.sync, f32 accumulation)";
 }
 
 SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType) const {
@@ -294,6 +438,8 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
     return SupportResult::no("block_kv " + std::to_string(variant.block_kv) + ": expected 32, 64 or 128");
   if (variant.block_q % kMmaRows != 0 || variant.block_q <= 0)
     return SupportResult::no("block_q " + std::to_string(variant.block_q) + ": expected a multiple of 16");
+  if (anyFp4(variant))
+    return checkFp4(variant, arch, extensions_);
   if (SupportResult qk = checkQk(variant, extensions_); !qk)
     return qk;
   return checkPv(variant, arch);
@@ -320,43 +466,10 @@ KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   plan.rows_per_warp = chosen.block_q / chosen.warps;
   plan.row_tiles_per_warp = plan.rows_per_warp / kMmaRows;
 
-  // Q.K^T: int8 codes (int4 codes are stored one per byte, so they are int8 codes to the mma: the legalized
-  // s4 -> s8 program), or unquantized Q/K stored in the input's own type by the prologue.
-  const bool quantized_qk = variant.q.quantized();
-  plan.qk_operand = quantized_qk ? ElementType::int8 : (input == InputType::f16 ? ElementType::f16 : ElementType::bf16);
-  plan.qk_mma = quantized_qk ? MmaShape{16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32}
-                             : MmaShape{16, 8, 16, plan.qk_operand, plan.qk_operand, AccumulatorType::f32};
-  plan.q_scales = scaleIndexingOf(variant.q, variant.block_q);
-  plan.k_scales = scaleIndexingOf(variant.k, variant.block_kv);
-  if (plan.k_scales.used)
-    plan.k_scales_per_block =
-        static_cast<int>(plan.k_scales.groupOf(chosen.block_kv - 1) - plan.k_scales.groupOf(0) + 1);
-
-  // P.V
-  if (variant.p.dtype == ElementType::int8) {
-    plan.pv_path = PvPath::int8_per_block;
-    plan.pv_mma = {16, 8, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32};
-    plan.v_operand = ElementType::int8;
-  } else if (variant.p.dtype == ElementType::e4m3) {
-    plan.pv_path = PvPath::e4m3_accumulate_f32;
-    plan.pv_mma = {16, 8, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32};
-    plan.v_operand = ElementType::e4m3;
-  } else if (variant.pv.accumulator == AccumulatorType::f16) {
-    plan.pv_path = PvPath::f16_accumulate_f16;
-    plan.pv_mma = {16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f16};
-    plan.v_operand = ElementType::f16;
-  } else {
-    plan.pv_path = PvPath::f16_accumulate_f32;
-    plan.pv_mma = {16, 8, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
-    plan.v_operand = ElementType::f16;
-  }
-  plan.interleave_kv_tokens = bytesOf(plan.pv_mma.a) == 1;
-  if (plan.interleave_kv_tokens)
-    plan.v_source = ValueSource::workspace_codes;
-  else if (input == InputType::f16 && variant.smooth_v == SmoothScope::none)
-    plan.v_source = ValueSource::input;
+  if (variant.q.dtype == ElementType::e2m1)
+    planFp4Operands(plan, variant);
   else
-    plan.v_source = ValueSource::workspace_values;
+    planOperands(plan, variant, input);
 
   // Shared memory: default tunables give up pipeline depth before they give up fitting the arch.
   const GpuLimits limits = gpuLimits(arch);

@@ -145,12 +145,15 @@ TEST_CASE("rows quantized 8 values at a time are quantizeNvfp4Row's and quantize
   }
 }
 
-TEST_CASE("P~ in 1x16 groups, two-level and direct, is reference::quantizeProbabilities, value for value") {
+TEST_CASE("P~ microscaled with the group-generic helpers (NVFP4 two-level and direct, MXFP4) is "
+          "reference::quantizeProbabilities, value for value") {
   std::mt19937 generator(13);
   std::exponential_distribution<double> distance(0.7);
-  for (const char *name : {"sage3-fp4", "sage3-fp4-direct-p"}) {
+  for (const char *name : {"sage3-fp4", "sage3-fp4-direct-p", "sage3-mxfp4"}) {
+    CAPTURE(name);
     const sage::QuantizerSpec spec = sage::dsl::preset(name, 128)->describe().p;
     const bool two_level = spec.two_level;
+    const int group = sage::microscaleGroupSize(spec.granularity);
     CHECK(two_level == (std::string(name) == "sage3-fp4"));
     for (int row_index = 0; row_index < 300; ++row_index) {
       // P~ = 2^(S - m) of one block's row: values in (0, 1], a 1 where the row's max lies (not in every block), and
@@ -166,24 +169,82 @@ TEST_CASE("P~ in 1x16 groups, two-level and direct, is reference::quantizeProbab
       std::vector<double> expected = row;
       sage::reference::quantizeProbabilities(expected, spec);
 
+      // The attention kernel's steps (KernelFp4Steps.cpp, quantize_probabilities): the row max of P~ (a quad max of
+      // fmaxf over non-negative values), s_P1, then per group the amax, its scale code, value and inverse.
       float row_max = 0.0f;
       for (double p : row)
-        row_max = fp4::max_magnitude(row_max, static_cast<float>(p));
+        row_max = std::fmax(row_max, static_cast<float>(p));
       const fp4::RowScale row_scale = two_level ? fp4::probability_row_scale(row_max) : fp4::RowScale{1.0f, 1.0f};
-      for (size_t first = 0; first < row.size(); first += 16) {
-        float x[16], amax = 0.0f;
-        for (int j = 0; j < 16; ++j) {
+      for (size_t first = 0; first < row.size(); first += static_cast<size_t>(group)) {
+        float x[32], amax = 0.0f;
+        for (int j = 0; j < group; ++j) {
           const float p = static_cast<float>(row[first + j]);
           x[j] = two_level ? fp4::multiply_rn(p, row_scale.inverse) : p;
           amax = fp4::max_magnitude(amax, x[j]);
         }
-        const unsigned scale_code = fp4::nvfp4_scale_code(amax);
-        for (int j = 0; j < 16; ++j) {
-          const float value =
-              fp4::quantize_probability(x[j], fp4::ue4m3_value(scale_code), fp4::nvfp4_inverse(scale_code));
+        const unsigned scale_code = fp4::microscale_code(amax, group);
+        for (int j = 0; j < group; ++j) {
+          const float value = fp4::quantize_probability(x[j], fp4::microscale_value(scale_code, group),
+                                                        fp4::microscale_inverse(scale_code, group));
           CAPTURE(row_index);
           CAPTURE(first + j);
           CHECK(static_cast<double>(value) * static_cast<double>(row_scale.scale) == expected[first + j]);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// Whether `value` is exactly a binary floating-point number with `precision` significant bits and `min_exponent` the
+// exponent of its smallest normal (f16: 11 and -14, max 65504; bf16: 8 and -126, max ~3.4e38).
+bool representable(float value, int precision, int min_exponent, double max) {
+  const double a = std::fabs(static_cast<double>(value));
+  if (a == 0.0)
+    return true;
+  if (a > max)
+    return false;
+  const int exponent = std::max(std::ilogb(a), min_exponent); // subnormals keep the smallest normal's spacing
+  const double steps = std::ldexp(a, precision - 1 - exponent);
+  return steps == std::floor(steps);
+}
+
+} // namespace
+
+TEST_CASE("decode_e2m1x8 gives the reference's dequantized Q/K/V, exactly representable in the emulation's mma type") {
+  std::mt19937 generator(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const char *name : {"sage3-fp4", "sage3-mxfp4"}) {
+    CAPTURE(name);
+    const sage::QuantizerSpec spec = sage::dsl::preset(name, 128)->describe().k;
+    const int group = sage::microscaleGroupSize(spec.granularity);
+    const bool bf16 = sage::fp4DecodedType(spec.granularity) == sage::ElementType::bf16;
+    CHECK(bf16 == (group == 32));
+    for (int row = 0; row < 120; ++row) {
+      const float magnitude = std::ldexp(1.0f, row % 48 - 24);
+      sage::reference::OperandMatrix matrix{1, 128, {}};
+      for (int c = 0; c < 128; ++c)
+        matrix.values.push_back((row % 5 == 0 && c < 32) ? 0.0f : normal(generator) * magnitude * (c % 29 ? 1 : 40));
+      const std::vector<double> expected = sage::reference::quantizeOperand(matrix, spec, 1);
+      for (int first = 0; first < 128; first += group) {
+        float amax = 0.0f;
+        for (int c = first; c < first + group; ++c)
+          amax = fp4::max_magnitude(amax, matrix.values[c]);
+        const unsigned scale_code = fp4::microscale_code(amax, group);
+        for (int word = first; word < first + group; word += 8) {
+          float x[8];
+          std::copy_n(matrix.values.begin() + word, 8, x);
+          float decoded[8];
+          fp4::decode_e2m1x8(fp4::pack_e2m1x8(x, fp4::microscale_inverse(scale_code, group)),
+                             fp4::microscale_value(scale_code, group), decoded);
+          for (int j = 0; j < 8; ++j) {
+            CAPTURE(row);
+            CAPTURE(word + j);
+            CHECK(static_cast<double>(decoded[j]) == expected[word + j]);
+            CHECK(bf16 ? representable(decoded[j], 8, -126, 3.3895313892515355e38)
+                       : representable(decoded[j], 11, -14, 65504.0));
+          }
         }
       }
     }

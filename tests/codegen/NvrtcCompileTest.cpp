@@ -136,13 +136,40 @@ TEST_CASE("issue 11's INT4 presets (int4 decoded to int8, Q smoothing's delta_s)
           for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100f, GpuArch::sm120f}) {
             const std::string preset(info.name);
             const AttentionVariant variant = test::presetVariant(preset, head_dim, mask);
-            const bool int4 = variant.q.dtype == ElementType::int4;
-            // The INT4 presets' e4m3 P.V needs sm_89; FP4 is not emulated yet.
-            CHECK(static_cast<bool>(Sm80Schedule::full().supports(variant, arch, input)) ==
-                  (int4 && arch != GpuArch::sm80));
-            if (int4 && arch != GpuArch::sm80)
+            if (variant.q.dtype != ElementType::int4)
+              continue;
+            // The INT4 presets' e4m3 P.V needs sm_89.
+            CHECK(static_cast<bool>(Sm80Schedule::full().supports(variant, arch, input)) == (arch != GpuArch::sm80));
+            if (arch != GpuArch::sm80)
               cases.push_back({preset, head_dim, mask, input, arch});
           }
   REQUIRE(cases.size() == 2 * 2 * 2 * 2 * 4);
+  compileAndCheck(cases);
+}
+
+TEST_CASE("issue 11's FP4 presets compile by emulation (decoded to f16/bf16, 16-bit mma.sync) where the legalization "
+          "decodes FP4") {
+  std::vector<Case> cases;
+  for (const dsl::PresetInfo &info : dsl::referenceOnlyPresets())
+    for (int head_dim : {64, 128})
+      for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+        for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100f, GpuArch::sm120f}) {
+          const std::string preset(info.name);
+          const AttentionVariant variant = test::presetVariant(preset, head_dim, mask);
+          if (variant.q.dtype != ElementType::e2m1)
+            continue;
+          // sm_100f and sm_120f multiply FP4 natively: their legalized program has nothing to emulate.
+          CHECK(static_cast<bool>(Sm80Schedule::full().supports(variant, arch, InputType::f16)) ==
+                !hasFp4BlockScaledMma(arch));
+          if (hasFp4BlockScaledMma(arch))
+            continue;
+          CHECK_FALSE(Sm80Schedule().supports(variant, arch, InputType::f16)); // the sm90 schedule's numerics check
+          // The kernel reads only the prologue's codes: the input type changes the output's packing alone, so bf16
+          // inputs are compiled for one arch.
+          cases.push_back({preset, head_dim, mask, InputType::f16, arch});
+          if (arch == GpuArch::sm90a)
+            cases.push_back({preset, head_dim, mask, InputType::bf16, arch});
+        }
+  REQUIRE(cases.size() == 3 * 2 * 2 * 4);
   compileAndCheck(cases);
 }

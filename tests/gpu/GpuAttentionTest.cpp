@@ -266,6 +266,17 @@ TEST_CASE("kernels match the CPU reference of their variant") {
       {"sage2-int4", 64, false, StorageType::bf16, Layout::hnd, 2, 1, 190, 450, 0.0, 0.04, 0.999, 0.01},
       {"sage2-int4-no-smooth-q", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04, 0.999, 0.01},
       {"sage2-int4-no-smooth-q", 64, true, StorageType::bf16, Layout::nhd, 2, 1, 256, 256, 0.0, 0.04, 0.999, 0.01},
+      // FP4 by emulation (sm80 schedule: codes x microscales decoded to f16/bf16, P microscaled in registers): the
+      // prologue's codes are bit-exact with the reference's, so the differences are f32 sums, ex2.approx and the P
+      // codes that those move across a rounding boundary (as for 8-bit P): the 8-bit presets' bound.
+      {"sage3-fp4", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04, 0.999, 0.01},
+      {"sage3-fp4", 128, true, StorageType::f16, Layout::nhd, 4, 2, 200, 333, 8.0, 0.04, 0.999, 0.01},
+      {"sage3-fp4", 64, false, StorageType::bf16, Layout::hnd, 2, 1, 190, 450, 0.0, 0.04, 0.999, 0.01},
+      {"sage3-fp4", 64, true, StorageType::f16, Layout::hnd, 2, 2, 256, 256, 0.0, 0.04, 0.999, 0.01},
+      {"sage3-fp4-direct-p", 128, true, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04, 0.999, 0.01},
+      {"sage3-fp4-direct-p", 64, false, StorageType::bf16, Layout::nhd, 2, 1, 256, 256, 0.0, 0.04, 0.999, 0.01},
+      {"sage3-mxfp4", 128, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04, 0.999, 0.01},
+      {"sage3-mxfp4", 64, true, StorageType::bf16, Layout::nhd, 4, 2, 200, 333, 0.0, 0.04, 0.999, 0.01},
       {"exact", 64, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.002, 0.99999, 1e-3},
       {"exact", 64, true, StorageType::f16, Layout::nhd, 4, 2, 256, 384, 0.0, 0.002, 0.99999, 1e-3},
       {"exact", 128, false, StorageType::f16, Layout::nhd, 2, 1, 190, 450, 8.0, 0.002, 0.99999, 1e-3},

@@ -256,7 +256,7 @@ TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {
   CHECK(fp8.min_blocks_per_multiprocessor == 1);
 }
 
-TEST_CASE("issue 11: the registered sm80 schedule runs INT4 (as int8 codes) with Q smoothing; FP4 is refused") {
+TEST_CASE("issue 11: the registered sm80 schedule runs INT4 (as int8 codes) with Q smoothing") {
   const Sm80Schedule full = Sm80Schedule::full();
   for (const char *name : {"sage2-int4", "sage2-int4-no-smooth-q"})
     for (int head_dim : {64, 128})
@@ -293,13 +293,100 @@ TEST_CASE("issue 11: the registered sm80 schedule runs INT4 (as int8 codes) with
   AttentionVariant exact_smooth_q = test::presetVariant("exact");
   exact_smooth_q.smooth_q = SmoothScope::block;
   CHECK(full.supports(exact_smooth_q, GpuArch::sm80, InputType::f16).reason.find("quantized Q") != std::string::npos);
-  // Mixed code types, and FP4 (not emulated yet).
+  // Mixed code types.
   AttentionVariant mixed = int4;
   mixed.k.dtype = ElementType::int8;
   CHECK(full.supports(mixed, GpuArch::sm89, InputType::f16).reason.find("one type") != std::string::npos);
-  for (const char *name : {"sage3-fp4", "sage3-fp4-direct-p", "sage3-mxfp4"}) {
-    const SupportResult fp4 = full.supports(test::presetVariant(name), GpuArch::sm90a, InputType::f16);
-    CHECK_FALSE(fp4.supported);
-    CHECK(fp4.reason.find("FP4") != std::string::npos);
-  }
+}
+
+TEST_CASE("issue 11: the registered sm80 schedule runs FP4 by emulation (the legalized program's f16/bf16 operands)") {
+  const Sm80Schedule full = Sm80Schedule::full();
+  struct Expected {
+    const char *name;
+    ElementType decoded;
+    int group;
+    bool two_level;
+  };
+  for (const Expected &expected :
+       {Expected{"sage3-fp4", ElementType::f16, 16, true}, Expected{"sage3-fp4-direct-p", ElementType::f16, 16, false},
+        Expected{"sage3-mxfp4", ElementType::bf16, 32, false}})
+    for (int head_dim : {64, 128})
+      for (GpuArch arch : kArchs) {
+        CAPTURE(expected.name);
+        CAPTURE(head_dim);
+        CAPTURE(archName(arch));
+        const AttentionVariant variant = test::presetVariant(expected.name, head_dim);
+        const SupportResult support = full.supports(variant, arch, InputType::f16);
+        // Where the legalization decodes FP4: not on the archs with the block-scaled mma (sm_100f, sm_120f).
+        CHECK(support.supported == !hasFp4BlockScaledMma(arch));
+        if (!support.supported) {
+          CHECK(support.reason.find("multiplies FP4 natively") != std::string::npos);
+          continue;
+        }
+        const KernelPlan plan = full.plan(variant, arch, InputType::f16);
+        CHECK(plan.pv_path == PvPath::e2m1_decoded);
+        CHECK(plan.qk_operand == ElementType::e2m1);
+        CHECK(plan.qk_mma == MmaShape{16, 8, 16, expected.decoded, expected.decoded, AccumulatorType::f32});
+        CHECK(plan.pv_mma == plan.qk_mma);
+        CHECK(plan.v_source == ValueSource::workspace_codes);
+        CHECK_FALSE(plan.interleave_kv_tokens);
+        CHECK_FALSE(plan.q_scales.used); // the decode applies the microscales: S needs no dequantization
+        CHECK(plan.fp4_scale_group == expected.group);
+        CHECK(plan.fp4_two_level_p == expected.two_level);
+        CHECK(plan.fp4_delta_s);
+        CHECK(plan.k_codes_token_order == KCodesTokenOrder::natural);
+        CHECK_FALSE(plan.fp4_permute_k_rows_in_shared);
+        CHECK(plan.tunables.block_kv == variant.block_kv);
+        // Shared memory: the decoded Q, then the decoded K_j / V_j^T (Q_i's codes and scales staged in their bytes),
+        // then the stages of K_j codes, K_j scales and V_j^T codes.
+        const SharedMemoryLayout &shared = plan.shared;
+        const int value_bytes = 2, d = head_dim, b_kv = plan.tunables.block_kv, b_q = plan.tunables.block_q;
+        CHECK(shared.q.row_bytes == d * value_bytes);
+        CHECK(shared.decoded_k.offset >= shared.q.offset + shared.q.bytes);
+        CHECK(shared.decoded_k.row_bytes == d * value_bytes);
+        CHECK(shared.decoded_v.rows == d);
+        CHECK(shared.decoded_v.row_bytes == b_kv * value_bytes);
+        CHECK(shared.q_codes.offset == shared.decoded_k.offset);
+        CHECK(shared.q_scales.offset >= shared.q_codes.offset + b_q * d / 2);
+        CHECK(shared.stage_offset >= shared.decoded_v.offset + shared.decoded_v.bytes);
+        CHECK(shared.stage_offset >= shared.q_scales.offset + b_q * d / expected.group);
+        CHECK(shared.k.row_bytes == d / 2);
+        CHECK(shared.k_scales.row_bytes == d / expected.group);
+        CHECK(shared.v.rows == d);
+        CHECK(shared.v.row_bytes == b_kv / 2);
+        CHECK(shared.total_bytes == shared.stage_offset + shared.stages * shared.stage_bytes);
+        CHECK(shared.total_bytes <= gpuLimits(arch).max_dynamic_shared_bytes_per_block);
+        // The registry's instance is the full one: the sm80 schedule is the one that runs them, also on sm_90a.
+        CHECK(planBestSchedule(variant, arch, InputType::f16).schedule == Sm80Schedule::kName);
+      }
+  // A default Sm80Schedule (the sm90 schedule's numerics check) refuses FP4, and so does the sm90 schedule.
+  const AttentionVariant fp4 = test::presetVariant("sage3-fp4");
+  CHECK(reasonFor(fp4).find("FP4") != std::string::npos);
+  CHECK_FALSE(findSchedule("sm90.wgmma_tma")->supports(fp4, GpuArch::sm90a, InputType::f16).supported);
+  // P's two-level scale is per S tile: the tile must be the variant's.
+  Tunables narrow = full.plan(fp4, GpuArch::sm90a, InputType::f16).tunables;
+  narrow.block_kv = fp4.block_kv / 2;
+  CHECK_THROWS_WITH_AS(full.plan(fp4, GpuArch::sm90a, InputType::f16, narrow),
+                       doctest::Contains("FP4 P is quantized per S tile"), std::invalid_argument);
+  // Why not, for each operand that breaks the format.
+  const auto reason = [&](const AttentionVariant &variant) {
+    return full.supports(variant, GpuArch::sm90a, InputType::f16).reason;
+  };
+  AttentionVariant mixed_scales = fp4;
+  mixed_scales.k.granularity = Granularity::microscale_1x32;
+  mixed_scales.k.scale_type = ScaleType::ue8m0;
+  CHECK(reason(mixed_scales).find("K must be quantized as Q") != std::string::npos);
+  AttentionVariant fp4_pv_only = test::presetVariant("sage-b");
+  fp4_pv_only.p = fp4.p;
+  fp4_pv_only.v = fp4.v;
+  CHECK(reason(fp4_pv_only).find("Q must be e2m1") != std::string::npos);
+  AttentionVariant int8_p = fp4;
+  int8_p.p = test::presetVariant("sage-vb").p;
+  CHECK(reason(int8_p).find("P must be quantized as Q and K") != std::string::npos);
+  AttentionVariant smooth_v = fp4;
+  smooth_v.smooth_v = SmoothScope::sequence;
+  CHECK(reason(smooth_v).find("smoothed V") != std::string::npos);
+  AttentionVariant two_level_accumulation = fp4;
+  two_level_accumulation.accumulation = {AccumulationKind::f32_two_level, 4};
+  CHECK(reason(two_level_accumulation).find("accumulation must be f32") != std::string::npos);
 }

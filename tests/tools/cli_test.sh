@@ -78,7 +78,9 @@ expect "explain runs INT4 on sm_90a as the legalized s4 -> s8 program" 0 "legali
 expect "explain: INT4 with Q smoothing runs on the sm80 schedule" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage2-int4 --arch sm_90a
 expect "explain: no sage.decode where the target multiplies int4" 0 "legalized for sm_89: no sage.decode" -- "$sagegen" explain --preset sage2-int4 --arch sm_89
 expect "explain: the kernel still multiplies int4 as int8 on sm_89" 0 "int4 codes decoded to int8" -- "$sagegen" explain --preset sage2-int4 --arch sm_89
-expect "explain: FP4 is legalized but has no kernel yet" 1 "e2m1 \(FP4\): the sm80 schedule does not emulate FP4 yet" -- "$sagegen" explain --preset sage3-fp4 --arch sm_90a
+expect "explain: FP4 runs by emulation on sm_90a" 0 "FP4 by emulation: decode e2m1 x ue4m3 to f16 \(exact\), f16 mma\.sync, f32 accumulation" -- "$sagegen" explain --preset sage3-fp4 --headdim 128 --arch sm_90a
+expect "explain: MXFP4 decodes to bf16" 0 "FP4 by emulation: decode e2m1 x ue8m0 to bf16 \(exact\), bf16 mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_80
+expect "explain: the sm90 schedule leaves FP4 to the sm80 one" 0 "sm90\.wgmma_tma: unsupported: e2m1 \(FP4\) operands: only the sm80 kernel writer emulates FP4" -- "$sagegen" explain --preset sage3-fp4-direct-p --arch sm_90a
 expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
 expect "explain chooses the FP4 schedule on sm_120f" 0 "chosen: sm120\.mma_fp4 \(default plan\)" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f

@@ -34,6 +34,8 @@ std::string_view pvPathName(schedules::PvPath path) {
     return "e4m3 P x e4m3 V^T, f32 accumulator";
   case schedules::PvPath::e2m1_block_scaled:
     return "e2m1 P (microscaled in registers) x e2m1 V^T, block-scaled mma, f32 accumulator";
+  case schedules::PvPath::e2m1_decoded:
+    return "e2m1 P (microscaled in registers) x e2m1 V^T, both decoded exactly to the mma's type, f32 accumulator";
   }
   return "?";
 }
@@ -107,7 +109,16 @@ void printPlan(const schedules::KernelPlan &plan, const AttentionVariant &varian
   fmt::print("  P.V mma      {}\n", mmaText(plan.pv_mma));
   fmt::print("  P.V path     {}\n", pvPathName(plan.pv_path));
   fmt::print("  V source     {}\n", valueSourceName(plan.v_source));
-  if (plan.fp4_scale_group > 0)
+  if (plan.pv_path == schedules::PvPath::e2m1_decoded) {
+    const std::string_view scale = plan.fp4_scale_group == 16 ? "ue4m3" : "ue8m0";
+    const std::string_view decoded = nameOf(plan.qk_mma.a);
+    fmt::print("  FP4          FP4 by emulation: decode e2m1 x {} to {} (exact), {} mma.sync, f32 accumulation; {} "
+               "elements per scale; P {}; {}\n",
+               scale, decoded, decoded, plan.fp4_scale_group,
+               plan.fp4_two_level_p ? "two-level (s_P1 = rowmax / 2688, then microscales), microscaled in registers"
+                                    : "microscaled directly in registers",
+               plan.fp4_delta_s ? "S += delta_s (Q smoothing)" : "no delta_s");
+  } else if (plan.fp4_scale_group > 0)
     fmt::print("  FP4          {} scales per {} elements; P {}; {}; K rows read permuted in shared memory ({}), "
                "k_codes natural\n",
                plan.fp4_scale_group == 16 ? "ue4m3" : "ue8m0", plan.fp4_scale_group,

@@ -16,7 +16,8 @@ CommandAction addListCommand(CLI::App &app) {
                "  INT4 (issue 11): the sm80 schedule from sm_89, int4 decoded to int8 (compile-verified; not yet run "
                "on a GPU as of 2026-11-23)\n"
                "  FP4 (issue 11): the sm120.mma_fp4 schedule on sm_120f (compile-verified only: no Blackwell GPU); "
-               "elsewhere IR and CPU reference only (`sagegen ir --legalize <arch>` shows the rewrite)\n"
+               "by emulation on the sm80 schedule on sm_80..sm_90a (the legalized program, `sagegen ir --legalize "
+               "<arch>`: codes decoded to f16/bf16)\n"
                "  sagebwd: SageBwd's forward (Algorithm 2), CPU reference only\n");
     for (const auto &info : dsl::referenceOnlyPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);

@@ -38,6 +38,7 @@ std::string_view pvOperands(PvPath path) {
   case PvPath::e4m3_accumulate_f32:
     return "e4m3";
   case PvPath::e2m1_block_scaled:
+  case PvPath::e2m1_decoded:
     break; // not an sm90 plan
   }
   return "";

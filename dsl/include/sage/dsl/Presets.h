@@ -20,7 +20,7 @@ const std::vector<PresetInfo> &presets();
 // Issue 11's presets (SageAttention3's FP4 and SageAttention2's INT4, with their ablations), kept out of presets()
 // (the default AOT kernel set, and the tests that expect every schedule to run a preset): the IR, the CPU reference
 // and the legalization pass run all of them; the sm80 schedule runs the INT4 ones (int4 decoded to int8, Q
-// smoothing's delta_s), not yet the FP4 ones. preset() resolves these names too.
+// smoothing's delta_s) and the FP4 ones by emulation (decoded to f16/bf16). preset() resolves these names too.
 const std::vector<PresetInfo> &referenceOnlyPresets();
 
 // SLA presets (issue 13): sparse-linear attention at the paper's settings (b_q = b_kv = 64, k_h = 5%, k_l = 10%,

@@ -51,6 +51,12 @@ inline bool isMicroscale(Granularity granularity) {
 inline int microscaleGroupSize(Granularity granularity) {
   return granularity == Granularity::microscale_1x16 ? 16 : granularity == Granularity::microscale_1x32 ? 32 : 0;
 }
+// What a target without the block-scaled FP4 mma multiplies instead of microscaled e2m1 codes (the type of the
+// legalization's sage.decode): code x microscale, exactly. f16 for NVFP4 (e2m1 x ue4m3 has at most 5 significant bits
+// and lies in 2^-10 .. 2688); bf16 for MXFP4 (a ue8m0 scale spans 2^-127 .. 2^127: bf16's exponent range, not f16's).
+inline ElementType fp4DecodedType(Granularity granularity) {
+  return granularity == Granularity::microscale_1x32 ? ElementType::bf16 : ElementType::f16;
+}
 
 enum class ScaleType : uint8_t { f32, ue4m3, ue8m0 };
 

@@ -29,7 +29,9 @@ enum class PvPath : uint8_t {
   f16_accumulate_f32,  // f16 P x f16 V into an f32 accumulator (the exact preset on the GPU)
   int8_per_block,      // int8 P (static scale) x int8 V^T (per channel) -> s32 per KV block, added into f32
   e4m3_accumulate_f32, // e4m3 P (static scale) x e4m3 V^T (per channel) into f32, optionally two-level
-  e2m1_block_scaled    // FP4 P (microscaled in registers, optionally two-level) x FP4 V^T, block-scaled mma, f32
+  e2m1_block_scaled,   // FP4 P (microscaled in registers, optionally two-level) x FP4 V^T, block-scaled mma, f32
+  e2m1_decoded         // FP4 emulation (sm80): P microscaled in registers and V^T's codes, both decoded exactly to
+               // pv_mma.a (f16 or bf16), m16n8k16 with f32 accumulation per KV block (times s_P1 when two-level)
 };
 
 // Where the attention kernel reads V from.
@@ -70,7 +72,15 @@ struct SharedMemoryLayout {
   int stage_bytes = 0;   // stage s starts at stage_offset + s * stage_bytes
   int stages = 0;
   int flush_bytes = 0; // sm90 two-level accumulation: the outer f32 sum of O, after the stages
-  int total_bytes = 0; // the kernel's dynamic shared memory
+  // FP4 emulation (sm80, PvPath::e2m1_decoded): q is Q_i decoded (16-bit values), k/v/k_scales are K_j's codes, V_j^T's
+  // codes and K_j's scales as staged by cp.async; the kernel decodes each stage into these two tiles (offsets from the
+  // CTA's buffer), which the f16/bf16 mma path reads. Q_i's codes and scales are staged once in the same scratch,
+  // before any K_j is decoded there.
+  SharedRegion decoded_k; // K_j: [b_kv, d] 16-bit values
+  SharedRegion decoded_v; // V_j^T: [d, b_kv] 16-bit values (channel-major: the B operand's own layout)
+  SharedRegion q_codes;   // Q_i's e2m1 codes [b_q, d / 2], inside the decoded tiles' bytes
+  SharedRegion q_scales;  // Q_i's microscales [b_q, d / group] (flat), after q_codes
+  int total_bytes = 0;    // the kernel's dynamic shared memory
 };
 
 // One CTA per (Q block, q head, batch): grid = (ceil(tokens_q / block_q), heads_q, batch).

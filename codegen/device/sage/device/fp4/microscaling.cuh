@@ -145,6 +145,29 @@ SAGE_FP4_FUNCTION unsigned pack_e2m1x8(const float (&x)[8], float inverse) {
   return packed;
 }
 
+// ---- Either format by its group size (16: NVFP4, UE4M3 scales; 32: MXFP4, UE8M0 scales) ----
+
+SAGE_FP4_FUNCTION unsigned microscale_code(float amax, int group) {
+  return group == 32 ? mxfp4_scale_code(amax) : nvfp4_scale_code(amax);
+}
+
+SAGE_FP4_FUNCTION float microscale_value(unsigned scale_code, int group) {
+  return group == 32 ? ue8m0_value(scale_code) : ue4m3_value(scale_code);
+}
+
+SAGE_FP4_FUNCTION float microscale_inverse(unsigned scale_code, int group) {
+  return group == 32 ? mxfp4_inverse(scale_code) : nvfp4_inverse(scale_code);
+}
+
+// ---- Decoding: the FP4 emulation's sage.decode (code value x microscale, exact in f32 and in the 16-bit type the
+// legalization picks: f16 for NVFP4, bf16 for MXFP4) ----
+
+// Eight E2M1 codes of one word (element j in bits 4j .. 4j + 3) times their group's scale.
+SAGE_FP4_FUNCTION void decode_e2m1x8(unsigned packed, float scale, float (&values)[8]) {
+  for (int j = 0; j < 8; ++j)
+    values[j] = multiply_rn(e2m1_value(packed >> (4 * j) & 0xfu), scale);
+}
+
 // ---- P~ (the attention kernel's side, SageAttention3's Algorithm 1 line 10; reference::quantizeProbabilities) ----
 
 // Two-level P: the per-row f32 scale s_P1 = rowmax(P~) / (448 * 6) and its inverse, as numerics::symmetricScale
