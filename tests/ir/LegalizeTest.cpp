@@ -59,9 +59,13 @@ TEST_CASE("MXFP4 decodes to bf16 (a power-of-two scale needs f32's exponent rang
 
 TEST_CASE("targets with the block-scaled FP4 mma keep FP4; INT4 decodes to int8 where the target lacks it") {
   const ir::Program fp4 = presetProgram("sage3-fp4");
-  for (const char *arch : {"sm_100a", "sm_120a"}) {
+  for (const char *arch : {"sm_120a", "sm_120f"}) {
     CAPTURE(arch);
     CHECK(ir::legalizeForTarget(fp4, arch).print() == fp4.print());
+  }
+  for (const char *arch : {"sm_100a", "sm_100f"}) { // tcgen05's FP4 is not lowered to: decoded as on Hopper
+    CAPTURE(arch);
+    CHECK(contains(ir::legalizeForTarget(fp4, arch).print(), "sage.decode %q_e2m1 to f16"));
   }
   const ir::Program int4 = presetProgram("sage2-int4");
   for (const char *arch : {"sm_80", "sm_86", "sm_89"}) {

@@ -55,6 +55,7 @@ TEST_CASE("tensor-core features per arch") {
   CHECK(hasWgmma(GpuArch::sm90a));
   CHECK_FALSE(hasWgmma(GpuArch::sm100f));
   CHECK(hasFp4BlockScaledMma(GpuArch::sm120f));
+  CHECK_FALSE(hasFp4BlockScaledMma(GpuArch::sm100f)); // tcgen05 only there: not the mma.sync form
   CHECK_FALSE(hasFp4BlockScaledMma(GpuArch::sm90a));
 }
 

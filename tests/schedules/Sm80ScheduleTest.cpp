@@ -317,7 +317,7 @@ TEST_CASE("issue 11: the registered sm80 schedule runs FP4 by emulation (the leg
         CAPTURE(archName(arch));
         const AttentionVariant variant = test::presetVariant(expected.name, head_dim);
         const SupportResult support = full.supports(variant, arch, InputType::f16);
-        // Where the legalization decodes FP4: not on the archs with the block-scaled mma (sm_100f, sm_120f).
+        // Where the legalization decodes FP4: everywhere but on the block-scaled mma.sync (sm_120f).
         CHECK(support.supported == !hasFp4BlockScaledMma(arch));
         if (!support.supported) {
           CHECK(support.reason.find("multiplies FP4 natively") != std::string::npos);

@@ -85,7 +85,8 @@ expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, b
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
 expect "explain chooses the FP4 schedule on sm_120f" 0 "chosen: sm120\.mma_fp4 \(default plan\)" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
 expect "explain prints the FP4 plan" 0 "FP4 +ue4m3 scales per 16 elements; P two-level.*K rows read permuted in shared memory" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
-expect "explain says why not sm_100f" 1 "sm120\.mma_fp4: unsupported: sm_100f: ptxas 13\.0 rejects the block-scaled mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_100f
+expect "explain says why not sm_100f" 0 "sm120\.mma_fp4: unsupported: sm_100f: ptxas 13\.0 rejects the block-scaled mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_100f
+expect "sm_100f runs FP4 by emulation" 0 "chosen: sm80\.mma_sync" -- "$sagegen" explain --preset sage3-fp4 --arch sm_100f
 expect "explain of an IR file" 0 "variant 'sage-vb' d128 none, with LSE, f16 inputs, on sm_89" -- "$sagegen" explain --ir "$work/good.mlir" --arch sm_89
 expect "explain gives the reason" 1 "sm80\.mma_sync: unsupported: e4m3 P\.V needs mma\.sync m16n8k32 e4m3 \(sm_89 or newer\)" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80
 expect "explain says none is chosen" 1 "no schedule supports variant 'sage2-fp8' on sm_80" -- "$sagegen" explain --preset sage2-fp8 --arch sm_80

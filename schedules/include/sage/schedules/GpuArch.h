@@ -20,6 +20,6 @@ int computeCapability(GpuArch arch);                     // sm_89 -> 89
 bool hasInt8MmaSync(GpuArch arch);       // mma.sync m16n8k32 s8/u8 (all of ours)
 bool hasFp8MmaSync(GpuArch arch);        // mma.sync m16n8k32 e4m3/e5m2: sm_89 and newer
 bool hasWgmma(GpuArch arch);             // sm_90a only
-bool hasFp4BlockScaledMma(GpuArch arch); // sm_100f, sm_120f
+bool hasFp4BlockScaledMma(GpuArch arch); // mma.sync kind::mxf4nvf4.block_scale: sm_120f only
 
 } // namespace sage::schedules
