@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(256) {predict}(const SageSlaPredict
   sage::device::sla::predict_row<kHeadDim>(p);
 }}
 
-// Line 4: h_j = phi(K_j)^T V_j, z_j = rowsum(phi(K_j)^T)
+// Line 4: h_j = phi(K_j)^T V_j (tensor cores; f16 h_j / s_j), z_j = rowsum(phi(K_j)^T)
 extern "C" __global__ void __launch_bounds__(256) {states}(const SageSlaStateParams p) {{
   sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
 }}
@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsPa
 }}
 
 // Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
-extern "C" __global__ void __launch_bounds__(256, 1) {output}(const SageSlaOutputParams p) {{
+extern "C" __global__ void __launch_bounds__(256, 2) {output}(const SageSlaOutputParams p) {{
   sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi>(p);
 }}
 

@@ -69,6 +69,7 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->rows_backward = module->kernel(std::string(codegen::kSlaRowsBackwardKernel));
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
+  state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
   state_->rows_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
   state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
 }
@@ -116,7 +117,8 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
   take(layout.critical_mask, rows * static_cast<size_t>(kv_blocks));
   take(layout.critical_lut, rows * static_cast<size_t>(critical) * 4);
   take(layout.linear_lut, rows * static_cast<size_t>(listed) * 4);
-  take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 4);
+  take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 2);
+  take(layout.h_scales, kv_heads * static_cast<size_t>(kv_blocks) * 4);
   take(layout.z_states, kv_heads * static_cast<size_t>(kv_blocks) * d * 4);
   take(layout.h_total, kv_heads * d * d * 4);
   take(layout.z_total, kv_heads * d * 4);
@@ -188,13 +190,17 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                   k_strides,
                                   v_strides,
                                   size,
-                                  reinterpret_cast<float *>(at(layout.h_states)),
+                                  reinterpret_cast<unsigned short *>(at(layout.h_states)),
+                                  reinterpret_cast<float *>(at(layout.h_scales)),
                                   reinterpret_cast<float *>(at(layout.z_states))};
   state_->states.launch(states, {grid(size.kv_blocks, size.heads_kv, size.batch), block, 0, stream});
   if (layout.marginal_majority) {
-    const SageSlaTotalsParams totals{
-        reinterpret_cast<const float *>(at(layout.h_states)), reinterpret_cast<const float *>(at(layout.z_states)),
-        size, reinterpret_cast<float *>(at(layout.h_total)), reinterpret_cast<float *>(at(layout.z_total))};
+    const SageSlaTotalsParams totals{reinterpret_cast<const unsigned short *>(at(layout.h_states)),
+                                     reinterpret_cast<const float *>(at(layout.h_scales)),
+                                     reinterpret_cast<const float *>(at(layout.z_states)),
+                                     size,
+                                     reinterpret_cast<float *>(at(layout.h_total)),
+                                     reinterpret_cast<float *>(at(layout.z_total))};
     state_->totals.launch(
         totals,
         {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_kv, size.batch), block, 0, stream});
@@ -216,7 +222,8 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   // O^l and O = O^s + Proj(O^l), in place over O^s.
   const SageSlaOutputParams output{tensors.q,
                                    q_strides,
-                                   reinterpret_cast<const float *>(at(layout.h_states)),
+                                   reinterpret_cast<const unsigned short *>(at(layout.h_states)),
+                                   reinterpret_cast<const float *>(at(layout.h_scales)),
                                    reinterpret_cast<const float *>(at(layout.z_states)),
                                    reinterpret_cast<const float *>(at(layout.h_total)),
                                    reinterpret_cast<const float *>(at(layout.z_total)),
@@ -230,7 +237,9 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    tensors.o_linear,
                                    tensors.o,
                                    o_strides};
-  state_->output.launch(output, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+  state_->output.launch(output,
+                        {grid(size.q_blocks, size.heads_q, size.batch), block,
+                         static_cast<unsigned>(codegen::slaOutputSharedBytes(d, state_->variant.block_q)), stream});
 }
 
 void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
@@ -270,7 +279,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        v_strides,
                                        tensors.d_sparse,
                                        tensors.d_linear,
-                                       floats(layout.h_states),
+                                       reinterpret_cast<const unsigned short *>(base + layout.h_states),
+                                       floats(layout.h_scales),
                                        floats(layout.z_states),
                                        floats(layout.h_total),
                                        floats(layout.z_total),

@@ -7,6 +7,7 @@
 // the majority], the block-sparse attention with keep = critical, then output (O^l and O = O^s + Proj(O^l)).
 #pragma once
 
+#include "sage/device/sla/abi.cuh"
 #include "sage/ir/AttentionVariant.h"
 
 #include <array>
@@ -44,6 +45,10 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
 
 // Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state.
 inline int slaBackwardSharedBytes(int head_dim) { return head_dim * head_dim * 4; }
+
+// Dynamic shared memory of the output kernel (abi.cuh's formula, shared with the device code): split f16 operands of
+// its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
+inline int slaOutputSharedBytes(int head_dim, int block_q) { return sage_sla_output_shared_bytes(head_dim, block_q); }
 
 // Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.
 bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks);

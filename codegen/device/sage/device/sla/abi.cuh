@@ -38,30 +38,35 @@ struct SageSlaPredictParams {
   int marginal_majority;
 };
 
-// Launch 3: h_j = phi(K_j)^T V_j and z_j = colsum(phi(K_j)) per kv block. Grid (kv_blocks, heads_kv, batch).
+// Launch 3: h_j = phi(K_j)^T V_j and z_j = colsum(phi(K_j)) per kv block, on tensor cores. Grid (kv_blocks, heads_kv,
+// batch). h_j is stored in f16 (half the bytes the output kernel reads per listed block) as h_j / s_j, with s_j a power
+// of two that puts max |h_j / s_j| in [2^14, 2^15): no overflow whatever the inputs' range, 11 significant bits.
 struct SageSlaStateParams {
   const void *k, *v; // f16
   struct SageSlaStrides k_strides, v_strides;
   struct SageSlaShape shape;
-  float *h_states; // [batch, heads_kv, kv_blocks, d, d]
-  float *z_states; // [batch, heads_kv, kv_blocks, d]
+  unsigned short *h_states; // f16 bits of h_j / s_j, [batch, heads_kv, kv_blocks, d, d]
+  float *h_scales;          // s_j, [batch, heads_kv, kv_blocks]
+  float *z_states;          // [batch, heads_kv, kv_blocks, d]
 };
 
 // Launch 3b (pre-aggregation only): the sums of h_j and z_j over all kv blocks, in block order (deterministic).
 // Grid (ceil(d * d / 256), heads_kv, batch).
 struct SageSlaTotalsParams {
-  const float *h_states, *z_states;
+  const unsigned short *h_states;
+  const float *h_scales, *z_states;
   struct SageSlaShape shape;
   float *h_total; // [batch, heads_kv, d, d]
   float *z_total; // [batch, heads_kv, d]
 };
 
 // Launch 4: H_i, Z_i from the lookup table, O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
-// Grid (q_blocks, heads_q, batch).
+// Grid (q_blocks, heads_q, batch); dynamic shared memory: sage_sla_output_shared_bytes(d, block_q).
 struct SageSlaOutputParams {
   const void *q; // f16
   struct SageSlaStrides q_strides;
-  const float *h_states, *z_states, *h_total, *z_total;
+  const unsigned short *h_states;
+  const float *h_scales, *z_states, *h_total, *z_total;
   const int *linear_lut;
   int marginal_majority;
   const void *o_sparse; // f16 O^s (the block-sparse attention's output)
@@ -94,7 +99,8 @@ struct SageSlaRowsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse, *d_linear; // dO^s and dO^l, [batch, heads_q, tokens_q, d] f32
-  const float *h_states, *z_states, *h_total, *z_total;
+  const unsigned short *h_states;
+  const float *h_scales, *z_states, *h_total, *z_total;
   const int *critical_lut, *linear_lut; // the forward's row tables
   int marginal_majority;
   struct SageSlaShape shape;
@@ -128,5 +134,32 @@ struct SageSlaColumnsBackwardParams {
   float scale;
   float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
 };
+
+#ifdef __CUDACC__
+#define SAGE_SLA_HOST_DEVICE __host__ __device__
+#else
+#define SAGE_SLA_HOST_DEVICE
+#endif
+#ifdef __cplusplus
+#define SAGE_SLA_CONSTEXPR constexpr
+#else
+#define SAGE_SLA_CONSTEXPR
+#endif
+
+// The output kernel's dynamic shared memory: a d x min(d, 64) column slice of H_i (or min(d, 64) rows of Proj's
+// weight) and the q block's rows of phi(Q) (then O^l), each as f16 hi and lo parts with rows padded by 8 halves, then
+// Z_i, the denominators and a reduction scratch in f32. sla/linear_branch.cuh's OutputLayout uses these functions.
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_operand_halves(int head_dim) {
+  const int columns = head_dim < 64 ? head_dim : 64;
+  const int state = head_dim * (columns + 8), weight = columns * (head_dim + 8);
+  return state > weight ? state : weight;
+}
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_rows(int block_q) {
+  return (block_q + 15) / 16 * 16;
+}
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_shared_bytes(int head_dim, int block_q) {
+  const int rows = sage_sla_output_rows(block_q);
+  return 2 * (2 * sage_sla_output_operand_halves(head_dim) + 2 * rows * (head_dim + 8)) + 4 * (head_dim + rows + 8);
+}
 
 #endif // SAGE_SLA_ABI_CUH

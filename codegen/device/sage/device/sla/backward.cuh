@@ -68,8 +68,9 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     const float sign = majority ? -1.0f : 1.0f;
     for (int n = 0; n < listed; ++n) {
       const long long block = head_kv * p.shape.kv_blocks + lut[n];
+      const float coefficient = sign * p.h_scales[block]; // the states are f16 h_j / s_j (linear_states)
       for (int a = 0; a < Tile::kRows; ++a)
-        state[a] += sign * p.h_states[block * D * D + (a0 + a) * D + c];
+        state[a] = fmaf(coefficient, f16_value(p.h_states[block * D * D + (a0 + a) * D + c]), state[a]);
       if (threadIdx.x < D)
         z += sign * p.z_states[block * D + threadIdx.x];
     }
