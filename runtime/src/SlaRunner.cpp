@@ -35,7 +35,8 @@ struct SlaRunner::State {
   AttentionVariant variant;
   std::unique_ptr<AttentionRunner> sparse;
   driver::Context context = nullptr;
-  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward;
+  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward, sparse_rows,
+      sparse_kv;
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -70,6 +71,11 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
   state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
+  state_->sparse_rows = module->kernel(std::string(codegen::kSlaSparseRowsBackwardKernel));
+  state_->sparse_kv = module->kernel(std::string(codegen::kSlaSparseKvBackwardKernel));
+  const int sparse_shared = codegen::slaSparseBackwardSharedBytes(variant.head_dim, variant.block_q, variant.block_kv);
+  state_->sparse_rows.setMaxDynamicSharedMemory(sparse_shared);
+  state_->sparse_kv.setMaxDynamicSharedMemory(sparse_shared);
   state_->rows_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
   state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
 }
@@ -295,6 +301,12 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        floats(layout.dh_rows),
                                        floats(layout.dz_rows)};
   state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, shared, stream});
+  const auto sparse_shared = static_cast<unsigned>(codegen::slaSparseBackwardSharedBytes(
+      d, state_->variant.block_q, state_->variant.block_kv)); // after the rows kernel: it adds to dQ
+  state_->sparse_rows.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch),
+                                    {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
+                                    sparse_shared,
+                                    stream});
   const SageSlaRowTotalsParams totals{floats(layout.dh_rows), floats(layout.dz_rows), size, floats(layout.dh_total),
                                       floats(layout.dz_total)};
   state_->row_totals.launch(
@@ -322,6 +334,10 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         tensors.dk,
                                         tensors.dv};
   state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, shared, stream});
+  state_->sparse_kv.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch),
+                                {static_cast<unsigned>(2 * state_->variant.block_kv), 1, 1},
+                                sparse_shared,
+                                stream});
 }
 
 } // namespace sage::runtime

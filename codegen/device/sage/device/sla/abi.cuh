@@ -93,8 +93,10 @@ struct SageSlaColumnsParams {
   int *column_counts;        // [batch, heads_q, kv_blocks, 3]: critical, marginal, non-marginal
 };
 
-// Backward launch 2: one q block of one q head: L and D^s of the sparse part (recomputed over the critical blocks),
-// dQ (sparse and linear), dH_i, dZ_i. Grid (q_blocks, heads_q, batch); dynamic shared memory: d * d floats (H_i).
+// Backward launch 2: one q block of one q head: the linear branch's dQ (written), dH_i, dZ_i. Grid (q_blocks,
+// heads_q, batch); dynamic shared memory: d * d floats (H_i). Launch 2b, the sparse part's rows on tensor cores, takes
+// the same block: L and D^s recomputed over the critical blocks (written to lse, delta), dQ += the sparse part's.
+// Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
 struct SageSlaRowsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
@@ -121,8 +123,10 @@ struct SageSlaRowTotalsParams {
   float *dz_total; // [batch, heads_q, d]
 };
 
-// Backward launch 4: one kv block of one kv head: dK, dV over the q heads of its GQA group. Grid (kv_blocks,
-// heads_kv, batch); dynamic shared memory: d * d floats (dh_j).
+// Backward launch 4: one kv block of one kv head: the linear branch's dK, dV (written) over the q heads of its GQA
+// group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: d * d floats (dh_j). Launch 4b, the sparse part's
+// kv blocks on tensor cores, takes the same block and adds to dK, dV. Grid (kv_blocks, heads_kv, batch),
+// 2 * block_kv threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
 struct SageSlaColumnsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
@@ -160,6 +164,13 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_rows(i
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_shared_bytes(int head_dim, int block_q) {
   const int rows = sage_sla_output_rows(block_q);
   return 2 * (2 * sage_sla_output_operand_halves(head_dim) + 2 * rows * (head_dim + 8)) + 4 * (head_dim + rows + 8);
+}
+
+// The sparse backward's dynamic shared memory: Q and dO^s (block_q rows), K and V (block_kv rows) in f16 with rows
+// padded by 8 halves, then L and D^s of a q block (f32).
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int
+sage_sla_sparse_backward_shared_bytes(int head_dim, int block_q, int block_kv) {
+  return 2 * (2 * block_q + 2 * block_kv) * (head_dim + 8) + 8 * block_q;
 }
 
 #endif // SAGE_SLA_ABI_CUH

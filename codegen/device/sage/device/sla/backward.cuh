@@ -1,7 +1,7 @@
-// SLA's backward (Algorithm 2) of the exact formula, on CUDA cores: a first, correct version (no tensor cores yet).
-// Proj is its owner's to differentiate: these kernels take dO^s and dO^l. The sparse part recomputes L and
-// D^s = rowsum(dO^s o O^s) over the critical blocks (one extra sparse forward) so that it needs nothing of the
-// forward's attention kernel; the linear branch reads the forward's h_j, z_j (and totals) and lookup tables.
+// SLA's backward (Algorithm 2) of the exact formula: the linear branch's kernels, on CUDA cores. Proj is its owner's
+// to differentiate: these kernels take dO^s and dO^l. The linear branch reads the forward's h_j, z_j (and totals) and
+// lookup tables; the rows and kv kernels here write dQ, dK and dV, to which the sparse part's tensor-core kernels
+// (sparse_backward.cuh: L and D^s recomputed over the critical blocks) add afterwards.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
@@ -38,10 +38,9 @@ __device__ inline void column_tables(const SageSlaColumnsParams &p) {
     p.column_counts[column * 3 + lane] = counts[lane];
 }
 
-// Launch 2: one q block of one q head.
+// Launch 2: one q block of one q head: the linear branch's dQ (written), dH_i and dZ_i.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
   using Tile = StateTile<D>;
-  constexpr int kPerLane = D / 32;
   extern __shared__ float h_state[]; // H_i [D][D]
   __shared__ float z_state[D];
   __shared__ float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
@@ -150,66 +149,6 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     p.dh_rows[row_block * D * D + (a0 + a) * D + c] = dh[a];
   if (threadIdx.x < D)
     p.dz_rows[row_block * D + threadIdx.x] = dz;
-  __syncthreads(); // dQ's linear part is written: the sparse part adds to it
-
-  // The sparse part (lines 10-12), one warp per query row: L, O^s and D^s recomputed, then dQ += dS K / sqrt(d).
-  const int *critical = p.critical_lut + row_block * p.shape.critical_per_row;
-  for (int r = begin + warp; r < end; r += kWarps) {
-    float q[kPerLane], d_out[kPerLane], o[kPerLane], dq[kPerLane];
-    for (int m = 0; m < kPerLane; ++m) {
-      q[m] = load_f16(p.q, element_index(p.q_strides, b, h, r, lane + 32 * m));
-      d_out[m] = p.d_sparse[(head * p.shape.tokens_q + r) * D + lane + 32 * m];
-      o[m] = 0.0f;
-      dq[m] = 0.0f;
-    }
-    float row_max = -__int_as_float(0x7f800000), row_sum = 0.0f;
-    for (int pass = 0; pass < 2; ++pass) {
-      float lse = 0.0f, delta = 0.0f;
-      if (pass == 1) {
-        lse = row_max + logf(row_sum);
-        float dot = 0.0f;
-        for (int m = 0; m < kPerLane; ++m)
-          dot += d_out[m] * (o[m] / row_sum);
-        delta = warp_sum(dot);
-        if (lane == 0) {
-          p.lse[head * p.shape.tokens_q + r] = lse;
-          p.delta[head * p.shape.tokens_q + r] = delta;
-        }
-      }
-      for (int n = 0; n < p.shape.critical_per_row; ++n) {
-        const int key_begin = critical[n] * BLOCK_KV;
-        const int key_end = min(p.shape.tokens_kv, key_begin + BLOCK_KV);
-        for (int t = key_begin; t < key_end; ++t) {
-          float k[kPerLane], v[kPerLane], s = 0.0f;
-          for (int m = 0; m < kPerLane; ++m) {
-            k[m] = load_f16(p.k, element_index(p.k_strides, b, h_kv, t, lane + 32 * m));
-            v[m] = load_f16(p.v, element_index(p.v_strides, b, h_kv, t, lane + 32 * m));
-            s += q[m] * k[m];
-          }
-          s = warp_sum(s) * p.scale;
-          if (pass == 0) { // online softmax: m, l, O^s
-            const float m_new = fmaxf(row_max, s);
-            const float alpha = expf(row_max - m_new), weight = expf(s - m_new);
-            row_sum = row_sum * alpha + weight;
-            for (int m = 0; m < kPerLane; ++m)
-              o[m] = o[m] * alpha + weight * v[m];
-            row_max = m_new;
-          } else { // P = exp(S - L), dP = dO V^T, dS = P (dP - D), dQ += dS K / sqrt(d)
-            const float prob = expf(s - lse);
-            float dp = 0.0f;
-            for (int m = 0; m < kPerLane; ++m)
-              dp += d_out[m] * v[m];
-            dp = warp_sum(dp);
-            const float ds = prob * (dp - delta) * p.scale;
-            for (int m = 0; m < kPerLane; ++m)
-              dq[m] += ds * k[m];
-          }
-        }
-      }
-    }
-    for (int m = 0; m < kPerLane; ++m)
-      p.dq[(head * p.shape.tokens_q + r) * D + lane + 32 * m] += dq[m];
-  }
 }
 
 // Launch 3: sum_i dH_i and sum_i dZ_i per q head, in block order.
@@ -232,11 +171,10 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 
 // Launch 4: one kv block of one kv head. dh_j = sum of dH_i over the q blocks (of every q head of the GQA group)
 // where the block is marginal (or all minus the others: pre-aggregation per column), then d phi(K_t) = dh_j V_t + dz_j
-// and dV_t = phi(K_t) dh_j (line 17); then the sparse part, one warp per key: dV += P^T dO^s, dK += dS^T Q / sqrt(d).
+// and dV_t = phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   using Tile = StateTile<D>;
-  constexpr int kPerLane = D / 32;
   extern __shared__ float dh_state[]; // dh_j [D][D]
   __shared__ float dz_state[D];
   __shared__ float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
@@ -310,47 +248,6 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       feature_map_backward_row<D, PHI>(k_raw[r], k_phi[r], dk_phi[r], dk_lin[r]);
       for (int col = lane; col < D; col += 32)
         p.dk[(head_kv * p.shape.tokens_kv + chunk + r) * D + col] = dk_lin[r][col];
-    }
-  }
-  __syncthreads(); // the linear parts of dK and dV are written: the sparse part adds to them
-
-  for (int t = begin + warp; t < end; t += kWarps) {
-    float k[kPerLane], v[kPerLane], dk[kPerLane], dv[kPerLane];
-    for (int m = 0; m < kPerLane; ++m) {
-      k[m] = load_f16(p.k, element_index(p.k_strides, b, h_kv, t, lane + 32 * m));
-      v[m] = load_f16(p.v, element_index(p.v_strides, b, h_kv, t, lane + 32 * m));
-      dk[m] = 0.0f;
-      dv[m] = 0.0f;
-    }
-    for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
-      const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-      const long long column = head * p.shape.kv_blocks + j;
-      const int *critical = p.critical_columns + column * q_blocks;
-      const int count = p.column_counts[column * 3];
-      for (int n = 0; n < count; ++n) {
-        const int row_begin = critical[n] * BLOCK_Q, row_end = min(p.shape.tokens_q, row_begin + BLOCK_Q);
-        for (int r = row_begin; r < row_end; ++r) {
-          float q[kPerLane], d_out[kPerLane], s = 0.0f, dp = 0.0f;
-          for (int m = 0; m < kPerLane; ++m) {
-            q[m] = load_f16(p.q, element_index(p.q_strides, b, h, r, lane + 32 * m));
-            d_out[m] = p.d_sparse[(head * p.shape.tokens_q + r) * D + lane + 32 * m];
-            s += q[m] * k[m];
-            dp += d_out[m] * v[m];
-          }
-          s = warp_sum(s) * p.scale;
-          dp = warp_sum(dp);
-          const float prob = expf(s - p.lse[head * p.shape.tokens_q + r]);
-          const float ds = prob * (dp - p.delta[head * p.shape.tokens_q + r]) * p.scale;
-          for (int m = 0; m < kPerLane; ++m) {
-            dv[m] += prob * d_out[m];
-            dk[m] += ds * q[m];
-          }
-        }
-      }
-    }
-    for (int m = 0; m < kPerLane; ++m) {
-      p.dk[(head_kv * p.shape.tokens_kv + t) * D + lane + 32 * m] += dk[m];
-      p.dv[(head_kv * p.shape.tokens_kv + t) * D + lane + 32 * m] += dv[m];
     }
   }
 }

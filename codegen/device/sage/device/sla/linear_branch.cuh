@@ -20,10 +20,6 @@ template <int D> struct StateTile {
   __device__ static int first_row() { return (threadIdx.x / D) * kRows; }
 };
 
-__device__ __forceinline__ unsigned pack_f16x2(unsigned short low, unsigned short high) {
-  return static_cast<unsigned>(low) | (static_cast<unsigned>(high) << 16);
-}
-
 // Splits 8 consecutive values into hi and lo f16 parts and stores each part as one 16-byte vector.
 __device__ __forceinline__ void store_split8(const float (&values)[8], float factor, unsigned short *hi,
                                              unsigned short *lo) {

@@ -20,6 +20,11 @@ __device__ __forceinline__ float f16_value(unsigned short bits) {
   return value;
 }
 
+// Two f16 numbers in one register, `low` at the lower address (the lower column of a fragment pair).
+__device__ __forceinline__ unsigned pack_f16x2(unsigned short low, unsigned short high) {
+  return static_cast<unsigned>(low) | (static_cast<unsigned>(high) << 16);
+}
+
 // x = hi + lo (up to ~2^-22 relative), both f16.
 __device__ __forceinline__ void split_f16(float value, unsigned short &hi, unsigned short &lo) {
   hi = f16_bits(value);
