@@ -31,24 +31,50 @@ __device__ __forceinline__ void accumulators_to_a(unsigned (&a)[4], const float 
   a[3] = pack_f16x2(f16_bits(right[2]), f16_bits(right[3]));
 }
 
-// rows x D of an f16 tensor (rows from `first`, `valid` of them) into shared memory; rows past `valid` are 0.
+// rows x D of an f16 tensor (rows from `first`, `valid` of them) into shared memory; rows past `valid` are 0. 16 bytes
+// per load where the rows are 16-byte aligned (the usual contiguous layouts), 2 otherwise.
 template <int D>
 __device__ void stage_f16_rows(unsigned short *tile, int stride, const void *source, const SageSlaStrides &strides,
                                int b, int h, int first, int rows, int valid, int thread, int threads) {
+  const unsigned short *base = static_cast<const unsigned short *>(source) + element_index(strides, b, h, first, 0);
+  if (strides.token % 8 == 0 && reinterpret_cast<unsigned long long>(base) % 16 == 0) {
+    for (int e = thread; e < rows * (D / 8); e += threads) {
+      const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+      *reinterpret_cast<uint4 *>(tile + r * stride + c) =
+          r < valid ? *reinterpret_cast<const uint4 *>(base + r * strides.token + c) : make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
   for (int e = thread; e < rows * D; e += threads) {
     const int r = e / D, c = e % D;
-    tile[r * stride + c] =
-        r < valid ? static_cast<const unsigned short *>(source)[element_index(strides, b, h, first + r, c)] : 0;
+    tile[r * stride + c] = r < valid ? base[r * strides.token + c] : 0;
   }
 }
 
-// rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16.
+// rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step.
 template <int D>
 __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *source, int first, int rows, int valid,
                                int thread, int threads) {
-  for (int e = thread; e < rows * D; e += threads) {
-    const int r = e / D, c = e % D;
-    tile[r * stride + c] = f16_bits(r < valid ? source[static_cast<long long>(first + r) * D + c] : 0.0f);
+  const float *base = source + static_cast<long long>(first) * D;
+  const bool vector = reinterpret_cast<unsigned long long>(base) % 16 == 0;
+  for (int e = thread; e < rows * (D / 8); e += threads) {
+    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+    float values[8];
+    if (r >= valid) {
+      for (int k = 0; k < 8; ++k)
+        values[k] = 0.0f;
+    } else if (vector) {
+      const float4 left = *reinterpret_cast<const float4 *>(base + r * D + c);
+      const float4 right = *reinterpret_cast<const float4 *>(base + r * D + c + 4);
+      values[0] = left.x, values[1] = left.y, values[2] = left.z, values[3] = left.w;
+      values[4] = right.x, values[5] = right.y, values[6] = right.z, values[7] = right.w;
+    } else {
+      for (int k = 0; k < 8; ++k)
+        values[k] = base[r * D + c + k];
+    }
+    *reinterpret_cast<uint4 *>(tile + r * stride + c) = make_uint4(
+        pack_f16x2(f16_bits(values[0]), f16_bits(values[1])), pack_f16x2(f16_bits(values[2]), f16_bits(values[3])),
+        pack_f16x2(f16_bits(values[4]), f16_bits(values[5])), pack_f16x2(f16_bits(values[6]), f16_bits(values[7])));
   }
 }
 
