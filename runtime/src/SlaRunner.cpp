@@ -135,7 +135,8 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     const size_t columns = static_cast<size_t>(shape.batch * shape.heads_q * kv_blocks);
     take(layout.lse, tokens * 4);
     take(layout.delta, tokens * 4);
-    take(layout.dh_rows, rows * d * d * 4);
+    take(layout.dh_rows, rows * d * d * 2);
+    take(layout.dh_scales, rows * 4);
     take(layout.dz_rows, rows * d * 4);
     take(layout.dh_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * d * 4);
     take(layout.dz_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * 4);
@@ -260,6 +261,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
   auto *base = static_cast<unsigned char *>(workspace);
   auto floats = [base](size_t offset) { return reinterpret_cast<float *>(base + offset); };
   auto ints = [base](size_t offset) { return reinterpret_cast<int *>(base + offset); };
+  auto halves = [base](size_t offset) { return reinterpret_cast<unsigned short *>(base + offset); };
   const SageSlaShape &size = layout.shape;
   const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
   const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};
@@ -285,7 +287,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        v_strides,
                                        tensors.d_sparse,
                                        tensors.d_linear,
-                                       reinterpret_cast<const unsigned short *>(base + layout.h_states),
+                                       halves(layout.h_states),
                                        floats(layout.h_scales),
                                        floats(layout.z_states),
                                        floats(layout.h_total),
@@ -298,7 +300,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        floats(layout.lse),
                                        floats(layout.delta),
                                        tensors.dq,
-                                       floats(layout.dh_rows),
+                                       halves(layout.dh_rows),
+                                       floats(layout.dh_scales),
                                        floats(layout.dz_rows)};
   state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, shared, stream});
   const auto sparse_shared = static_cast<unsigned>(codegen::slaSparseBackwardSharedBytes(
@@ -307,8 +310,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                     {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
                                     sparse_shared,
                                     stream});
-  const SageSlaRowTotalsParams totals{floats(layout.dh_rows), floats(layout.dz_rows), size, floats(layout.dh_total),
-                                      floats(layout.dz_total)};
+  const SageSlaRowTotalsParams totals{halves(layout.dh_rows),  floats(layout.dh_scales), floats(layout.dz_rows), size,
+                                      floats(layout.dh_total), floats(layout.dz_total)};
   state_->row_totals.launch(
       totals,
       {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_q, size.batch), block, 0, stream});
@@ -321,7 +324,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         tensors.d_sparse,
                                         floats(layout.lse),
                                         floats(layout.delta),
-                                        floats(layout.dh_rows),
+                                        halves(layout.dh_rows),
+                                        floats(layout.dh_scales),
                                         floats(layout.dz_rows),
                                         floats(layout.dh_total),
                                         floats(layout.dz_total),

@@ -37,7 +37,7 @@ struct SlaWorkspaceLayout {
   size_t pooled_q = 0, pooled_k = 0, compressed = 0, classes = 0, critical_mask = 0, critical_lut = 0, linear_lut = 0,
          h_states = 0, h_scales = 0, z_states = 0, h_total = 0, z_total = 0, attention = 0, total = 0;
   // The backward's regions (zero unless the layout was made with backward = true), after the forward's.
-  size_t lse = 0, delta = 0, dh_rows = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
+  size_t lse = 0, delta = 0, dh_rows = 0, dh_scales = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
          marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
   SageSlaShape shape{};
   bool marginal_majority = false;

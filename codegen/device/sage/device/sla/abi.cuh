@@ -106,18 +106,20 @@ struct SageSlaRowsBackwardParams {
   const int *critical_lut, *linear_lut; // the forward's row tables
   int marginal_majority;
   struct SageSlaShape shape;
-  float scale;    // 1/sqrt(d)
-  float *lse;     // [batch, heads_q, tokens_q]
-  float *delta;   // D^s, same
-  float *dq;      // [batch, heads_q, tokens_q, d]
-  float *dh_rows; // dH_i [batch, heads_q, q_blocks, d, d]
-  float *dz_rows; // dZ_i [batch, heads_q, q_blocks, d]
+  float scale;             // 1/sqrt(d)
+  float *lse;              // [batch, heads_q, tokens_q]
+  float *delta;            // D^s, same
+  float *dq;               // [batch, heads_q, tokens_q, d]
+  unsigned short *dh_rows; // f16 bits of dH_i / s_i [batch, heads_q, q_blocks, d, d] (s_i: a power of two, as h_j's)
+  float *dh_scales;        // s_i [batch, heads_q, q_blocks]
+  float *dz_rows;          // dZ_i [batch, heads_q, q_blocks, d]
 };
 
 // Backward launch 3: sum_i dH_i, sum_i dZ_i per q head (for columns whose marginal blocks are the majority).
 // Grid (ceil(d * d / 256), heads_q, batch).
 struct SageSlaRowTotalsParams {
-  const float *dh_rows, *dz_rows;
+  const unsigned short *dh_rows;
+  const float *dh_scales, *dz_rows;
   struct SageSlaShape shape;
   float *dh_total; // [batch, heads_q, d, d]
   float *dz_total; // [batch, heads_q, d]
@@ -132,7 +134,8 @@ struct SageSlaColumnsBackwardParams {
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse; // dO^s
   const float *lse, *delta;
-  const float *dh_rows, *dz_rows, *dh_total, *dz_total;
+  const unsigned short *dh_rows;
+  const float *dh_scales, *dz_rows, *dh_total, *dz_total;
   const int *critical_columns, *marginal_columns, *non_marginal_columns, *column_counts;
   struct SageSlaShape shape;
   float scale;

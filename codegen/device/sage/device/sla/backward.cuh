@@ -47,6 +47,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   __shared__ float work[kBackwardChunk][D]; // O^l, then dx of phi
   __shared__ float d_phi[kBackwardChunk][D];
   __shared__ float denominator[kBackwardChunk], delta_linear[kBackwardChunk];
+  __shared__ float scale_scratch[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
   const int c = Tile::column(), a0 = Tile::first_row();
@@ -59,22 +60,20 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   const bool majority = p.marginal_majority != 0;
   const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
   {
+    using Sum = ScaledStateSum<D>;
     const int *lut = p.linear_lut + row_block * listed;
-    float state[Tile::kRows];
-    for (int a = 0; a < Tile::kRows; ++a)
-      state[a] = majority ? p.h_total[head_kv * D * D + (a0 + a) * D + c] : 0.0f;
-    float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
     const float sign = majority ? -1.0f : 1.0f;
-    for (int n = 0; n < listed; ++n) {
-      const long long block = head_kv * p.shape.kv_blocks + lut[n];
-      const float coefficient = sign * p.h_scales[block]; // the states are f16 h_j / s_j (linear_states)
-      for (int a = 0; a < Tile::kRows; ++a)
-        state[a] = fmaf(coefficient, f16_value(p.h_states[block * D * D + (a0 + a) * D + c]), state[a]);
-      if (threadIdx.x < D)
-        z += sign * p.z_states[block * D + threadIdx.x];
-    }
-    for (int a = 0; a < Tile::kRows; ++a)
-      h_state[(a0 + a) * D + c] = state[a];
+    float state[Sum::kVectorsPerThread][8];
+    Sum::clear(state);
+    if (majority)
+      Sum::add_f32(state, p.h_total + head_kv * D * D);
+    float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
+    Sum::add_listed(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks, lut, listed, sign,
+                    [&](long long block) {
+                      if (threadIdx.x < D)
+                        z += sign * p.z_states[block * D + threadIdx.x];
+                    });
+    Sum::store_f32(h_state, state);
     if (threadIdx.x < D)
       z_state[threadIdx.x] = z;
   }
@@ -145,8 +144,15 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
         p.dq[(head * p.shape.tokens_q + chunk + r) * D + col] = work[r][col];
     }
   }
+  // dH_i in f16 with a power-of-two scale (as the states): half the bytes the kv kernel sums per listed q block.
+  float largest = 0.0f;
   for (int a = 0; a < Tile::kRows; ++a)
-    p.dh_rows[row_block * D * D + (a0 + a) * D + c] = dh[a];
+    largest = fmaxf(largest, fabsf(dh[a]));
+  const float factor = f16_range_factor(block_reduce<true>(largest, scale_scratch));
+  for (int a = 0; a < Tile::kRows; ++a)
+    p.dh_rows[row_block * D * D + (a0 + a) * D + c] = f16_bits(dh[a] * factor);
+  if (threadIdx.x == 0)
+    p.dh_scales[row_block] = 1.0f / factor;
   if (threadIdx.x < D)
     p.dz_rows[row_block * D + threadIdx.x] = dz;
 }
@@ -157,8 +163,10 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
   const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
   if (e < D * D) {
     float sum = 0.0f;
-    for (int i = 0; i < p.shape.q_blocks; ++i)
-      sum += p.dh_rows[(head * p.shape.q_blocks + i) * D * D + e];
+    for (int i = 0; i < p.shape.q_blocks; ++i) {
+      const long long row_block = head * p.shape.q_blocks + i;
+      sum += p.dh_scales[row_block] * f16_value(p.dh_rows[row_block * D * D + e]);
+    }
     p.dh_total[head * D * D + e] = sum;
   }
   if (blockIdx.x == 0 && threadIdx.x < D) {
@@ -186,9 +194,9 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
 
   {
-    float dh[Tile::kRows];
-    for (int a = 0; a < Tile::kRows; ++a)
-      dh[a] = 0.0f;
+    using Sum = ScaledStateSum<D>;
+    float dh[Sum::kVectorsPerThread][8];
+    Sum::clear(dh);
     float dz = 0.0f;
     for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
       const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
@@ -199,21 +207,16 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       const int listed = majority ? non_marginal : marginal;
       const float sign = majority ? -1.0f : 1.0f;
       if (majority) {
-        for (int a = 0; a < Tile::kRows; ++a)
-          dh[a] += p.dh_total[head * D * D + (a0 + a) * D + c];
+        Sum::add_f32(dh, p.dh_total + head * D * D);
         if (threadIdx.x < D)
           dz += p.dz_total[head * D + threadIdx.x];
       }
-      for (int n = 0; n < listed; ++n) {
-        const long long row_block = head * q_blocks + list[n];
-        for (int a = 0; a < Tile::kRows; ++a)
-          dh[a] += sign * p.dh_rows[row_block * D * D + (a0 + a) * D + c];
+      Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, list, listed, sign, [&](long long row_block) {
         if (threadIdx.x < D)
           dz += sign * p.dz_rows[row_block * D + threadIdx.x];
-      }
+      });
     }
-    for (int a = 0; a < Tile::kRows; ++a)
-      dh_state[(a0 + a) * D + c] = dh[a];
+    Sum::store_f32(dh_state, dh);
     if (threadIdx.x < D)
       dz_state[threadIdx.x] = dz;
   }

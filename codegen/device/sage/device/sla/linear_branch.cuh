@@ -153,6 +153,77 @@ template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
   }
 }
 
+__device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, float coefficient) {
+  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    sum[2 * w] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] & 0xffffu)), sum[2 * w]);
+    sum[2 * w + 1] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] >> 16)), sum[2 * w + 1]);
+  }
+}
+
+// Sums of d x d matrices stored in f16 with one f32 scale each (h_j, dH_i), in f32 registers: a thread owns
+// kVectorsPerThread runs of 8 consecutive elements (row-major), read 16 bytes at a time.
+template <int D> struct ScaledStateSum {
+  static constexpr int kVectors = D * D / 8;
+  static constexpr int kVectorsPerThread = (kVectors + kThreads - 1) / kThreads;
+  __device__ static bool owns(int v) { return v * kThreads + static_cast<int>(threadIdx.x) < kVectors; }
+  __device__ static int first_element(int v) { return (v * kThreads + threadIdx.x) * 8; }
+
+  __device__ static void clear(float (&sum)[kVectorsPerThread][8]) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        sum[v][e] = 0.0f;
+  }
+
+  // sum += matrix (f32, row-major, 16-byte aligned)
+  __device__ static void add_f32(float (&sum)[kVectorsPerThread][8], const float *matrix) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v)) {
+        const float4 left = *reinterpret_cast<const float4 *>(matrix + first_element(v));
+        const float4 right = *reinterpret_cast<const float4 *>(matrix + first_element(v) + 4);
+        sum[v][0] += left.x, sum[v][1] += left.y, sum[v][2] += left.z, sum[v][3] += left.w;
+        sum[v][4] += right.x, sum[v][5] += right.y, sum[v][6] += right.z, sum[v][7] += right.w;
+      }
+  }
+
+  // sum += sign * sum over n < count of scales[m] * states[m], m = first + list[n]; each_matrix(m) too (the vectors
+  // z_j, dZ_i). All of a matrix's loads are issued before its adds; the other warps of the SM cover the latency.
+  template <typename EachMatrix>
+  __device__ static void add_listed(float (&sum)[kVectorsPerThread][8], const unsigned short *states,
+                                    const float *scales, long long first, const int *list, int count, float sign,
+                                    EachMatrix each_matrix) {
+    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
+    for (int n = 0; n < count; ++n) {
+      const long long matrix = first + list[n];
+      uint4 bits[kVectorsPerThread];
+#pragma unroll
+      for (int v = 0; v < kVectorsPerThread; ++v)
+        if (owns(v))
+          bits[v] = __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x);
+      const float coefficient = sign * scales[matrix];
+      each_matrix(matrix);
+#pragma unroll
+      for (int v = 0; v < kVectorsPerThread; ++v)
+        if (owns(v))
+          accumulate_f16x8(sum[v], bits[v], coefficient);
+    }
+  }
+
+  // matrix (f32, row-major) = sum
+  __device__ static void store_f32(float *matrix, const float (&sum)[kVectorsPerThread][8]) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v))
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          matrix[first_element(v) + e] = sum[v][e];
+  }
+};
+
 // The output kernel's shared memory (abi.cuh's sage_sla_output_* give the host the same numbers).
 template <int D, int BLOCK_Q> struct OutputLayout {
   static constexpr int kRows = sage_sla_output_rows(BLOCK_Q); // q rows, padded to whole 16-row tiles
@@ -164,22 +235,13 @@ template <int D, int BLOCK_Q> struct OutputLayout {
   static constexpr int kRowHalves = kRows * kRowStride;
   static constexpr int kTiles = (kRows / 16) * (kColumns / 8); // per pass
   static constexpr int kTilesPerWarp = (kTiles + kWarps - 1) / kWarps;
-  static constexpr int kVectors = D * D / 8; // 16-byte pieces of an f16 state
-  static constexpr int kVectorsPerThread = (kVectors + kThreads - 1) / kThreads;
+  static constexpr int kVectors = ScaledStateSum<D>::kVectors; // 16-byte pieces of an f16 state
+  static constexpr int kVectorsPerThread = ScaledStateSum<D>::kVectorsPerThread;
   static_assert(D % 16 == 0 && D <= 128, "D must be 16, 32, 64 or 128");
   static_assert(2 * (2 * kOperandHalves + 2 * kRowHalves) + 4 * (D + kRows + kWarps) ==
                     sage_sla_output_shared_bytes(D, BLOCK_Q),
                 "abi.cuh's size of the output kernel's shared memory");
 };
-
-__device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, float coefficient) {
-  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    sum[2 * w] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] & 0xffffu)), sum[2 * w]);
-    sum[2 * w + 1] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] >> 16)), sum[2 * w + 1]);
-  }
-}
 
 // Launch 4: one q block of one q head. H_i = sum of the marginal h_j, or (pre-aggregation) sum of all minus the
 // non-marginal ones, in f32 registers (each thread owns kVectorsPerThread runs of 8 elements, read 16 bytes at a
