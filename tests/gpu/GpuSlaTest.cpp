@@ -326,6 +326,9 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
       const auto values = buffer->read<float>(0, expected->size());
       const AccuracyMetrics metrics = compareOutputs(*expected, std::vector<double>(values.begin(), values.end()));
       CAPTURE(std::string(name));
+      // The sparse part runs on tensor cores with dO^s, P and dS rounded to f16 (relative 2^-12 each, as
+      // FlashAttention-2's backward) and dH_i is stored in f16 like h_j: ~1e-3 rel-L1 expected, under the bounds the
+      // f32 CUDA-core version had.
       CHECK(metrics.cosine_similarity > 0.9999);
       CHECK(metrics.relative_l1 < 5e-3);
       std::printf("gpu_sla_test: backward %-22s d%-3lld %s cos %.7f rel-L1 %.2e\n", item.name.c_str(),
