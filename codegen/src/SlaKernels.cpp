@@ -51,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(256) {predict}(const SageSlaPredict
 }}
 
 // Line 4: h_j = phi(K_j)^T V_j (tensor cores; f16 h_j / s_j), z_j = rowsum(phi(K_j)^T)
-extern "C" __global__ void __launch_bounds__(256) {states}(const SageSlaStateParams p) {{
+extern "C" __global__ void __launch_bounds__(256, 2) {states}(const SageSlaStateParams p) {{
   sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
 }}
 
