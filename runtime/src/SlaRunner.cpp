@@ -144,6 +144,9 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.non_marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.column_counts, columns * 3 * 4);
+    take(layout.h_rows, rows * d * d * 2); // H_i, Z_i: written by run() when the workspace has these regions
+    take(layout.h_row_scales, rows * 4);
+    take(layout.z_rows, rows * d * 4);
   }
   layout.total = offset;
   return layout;
@@ -152,6 +155,9 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
 void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tensors, void *workspace,
                     size_t workspace_bytes, driver::Stream stream, RunPhase phase) const {
   const SlaWorkspaceLayout layout = workspaceLayout(shape);
+  // A workspace laid out for the backward too: the output kernel keeps H_i and Z_i there for it.
+  const SlaWorkspaceLayout backward_layout = workspaceLayout(shape, true);
+  const bool keep_rows = workspace_bytes >= backward_layout.total;
   if (!workspace || workspace_bytes < layout.total)
     throw std::invalid_argument("workspace: " + std::to_string(layout.total) + " bytes needed, got " +
                                 std::to_string(workspace_bytes));
@@ -243,7 +249,10 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    size,
                                    tensors.o_linear,
                                    tensors.o,
-                                   o_strides};
+                                   o_strides,
+                                   keep_rows ? reinterpret_cast<unsigned short *>(at(backward_layout.h_rows)) : nullptr,
+                                   keep_rows ? reinterpret_cast<float *>(at(backward_layout.h_row_scales)) : nullptr,
+                                   keep_rows ? reinterpret_cast<float *>(at(backward_layout.z_rows)) : nullptr};
   state_->output.launch(output,
                         {grid(size.q_blocks, size.heads_q, size.batch), block,
                          static_cast<unsigned>(codegen::slaOutputSharedBytes(d, state_->variant.block_q)), stream});
@@ -295,6 +304,9 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        ints(layout.critical_lut),
                                        ints(layout.linear_lut),
                                        layout.marginal_majority ? 1 : 0,
+                                       halves(layout.h_rows),
+                                       floats(layout.h_row_scales),
+                                       floats(layout.z_rows),
                                        size,
                                        scale,
                                        floats(layout.lse),

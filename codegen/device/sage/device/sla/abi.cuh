@@ -77,6 +77,11 @@ struct SageSlaOutputParams {
   float *o_linear; // O^l [batch, heads_q, tokens_q, d] (f32, kept for the backward), or 0
   void *out;       // f16 O; may alias o_sparse
   struct SageSlaStrides out_strides;
+  // H_i, Z_i kept for the backward (which then reads one matrix per q block instead of summing the listed h_j), or 0:
+  // f16 bits of H_i / s_i [batch, heads_q, q_blocks, d, d] with s_i a power of two, and Z_i in f32.
+  unsigned short *h_rows;
+  float *h_row_scales; // s_i [batch, heads_q, q_blocks]
+  float *z_rows;       // [batch, heads_q, q_blocks, d]
 };
 
 // ---- The backward (Algorithm 2). The caller's Proj is differentiated by its owner (torch.nn.Linear): these kernels
@@ -105,6 +110,8 @@ struct SageSlaRowsBackwardParams {
   const float *h_scales, *z_states, *h_total, *z_total;
   const int *critical_lut, *linear_lut; // the forward's row tables
   int marginal_majority;
+  const unsigned short *h_rows; // H_i, Z_i as the forward kept them (SageSlaOutputParams), or 0: summed again
+  const float *h_row_scales, *z_rows;
   struct SageSlaShape shape;
   float scale;             // 1/sqrt(d)
   float *lse;              // [batch, heads_q, tokens_q]

@@ -65,14 +65,22 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     const float sign = majority ? -1.0f : 1.0f;
     float state[Sum::kVectorsPerThread][8];
     Sum::clear(state);
-    if (majority)
-      Sum::add_f32(state, p.h_total + head_kv * D * D);
-    float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
-    Sum::add_listed(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks, lut, listed, sign,
-                    [&](long long block) {
-                      if (threadIdx.x < D)
-                        z += sign * p.z_states[block * D + threadIdx.x];
-                    });
+    float z = 0.0f;
+    if (p.h_rows) { // as the forward kept them
+      Sum::add_one(state, p.h_rows, p.h_row_scales, row_block);
+      if (threadIdx.x < D)
+        z = p.z_rows[row_block * D + threadIdx.x];
+    } else {
+      if (majority)
+        Sum::add_f32(state, p.h_total + head_kv * D * D);
+      if (threadIdx.x < D && majority)
+        z = p.z_total[head_kv * D + threadIdx.x];
+      Sum::add_listed(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks, lut, listed, sign,
+                      [&](long long block) {
+                        if (threadIdx.x < D)
+                          z += sign * p.z_states[block * D + threadIdx.x];
+                      });
+    }
     Sum::store_f32(h_state, state);
     if (threadIdx.x < D)
       z_state[threadIdx.x] = z;

@@ -190,6 +190,17 @@ template <int D> struct ScaledStateSum {
       }
   }
 
+  // sum += scales[m] * states[m]
+  __device__ static void add_one(float (&sum)[kVectorsPerThread][8], const unsigned short *states, const float *scales,
+                                 long long matrix) {
+    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
+    const float coefficient = scales[matrix];
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v))
+        accumulate_f16x8(sum[v], __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x), coefficient);
+  }
+
   // sum += sign * sum over n < count of scales[m] * states[m], m = first + list[n]; each_matrix(m) too (the vectors
   // z_j, dZ_i). All of a matrix's loads are issued before its adds; the other warps of the SM cover the latency.
   template <typename EachMatrix>
@@ -305,6 +316,22 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
     for (int e = 0; e < 8; ++e)
       largest = fmaxf(largest, fabsf(state[v][e]));
   const float factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes z_state
+  if (p.h_rows) { // kept for the backward, in the states' format
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors) {
+        unsigned words[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          words[w] = pack_f16x2(f16_bits(state[v][2 * w] * factor), f16_bits(state[v][2 * w + 1] * factor));
+        reinterpret_cast<uint4 *>(p.h_rows)[row * L::kVectors + v * kThreads + threadIdx.x] =
+            make_uint4(words[0], words[1], words[2], words[3]);
+      }
+    if (threadIdx.x == 0)
+      p.h_row_scales[row] = 1.0f / factor;
+    if (threadIdx.x < D)
+      p.z_rows[row * D + threadIdx.x] = z;
+  }
 
   // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is).
   for (int r = warp; r < L::kRows; r += kWarps) {
