@@ -144,7 +144,7 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.non_marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.column_counts, columns * 3 * 4);
-    take(layout.h_rows, rows * d * d * 2); // H_i, Z_i: written by run() when the workspace has these regions
+    take(layout.h_rows, rows * d * d * 2); // H_i, Z_i: run() writes them into a backward-sized workspace
     take(layout.h_row_scales, rows * 4);
     take(layout.z_rows, rows * d * 4);
   }
@@ -296,14 +296,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        v_strides,
                                        tensors.d_sparse,
                                        tensors.d_linear,
-                                       halves(layout.h_states),
-                                       floats(layout.h_scales),
-                                       floats(layout.z_states),
-                                       floats(layout.h_total),
-                                       floats(layout.z_total),
                                        ints(layout.critical_lut),
-                                       ints(layout.linear_lut),
-                                       layout.marginal_majority ? 1 : 0,
                                        halves(layout.h_rows),
                                        floats(layout.h_row_scales),
                                        floats(layout.z_rows),

@@ -77,7 +77,7 @@ struct SageSlaOutputParams {
   float *o_linear; // O^l [batch, heads_q, tokens_q, d] (f32, kept for the backward), or 0
   void *out;       // f16 O; may alias o_sparse
   struct SageSlaStrides out_strides;
-  // H_i, Z_i kept for the backward (which then reads one matrix per q block instead of summing the listed h_j), or 0:
+  // H_i, Z_i kept for the backward (which reads one matrix per q block instead of summing the listed h_j), or 0:
   // f16 bits of H_i / s_i [batch, heads_q, q_blocks, d, d] with s_i a power of two, and Z_i in f32.
   unsigned short *h_rows;
   float *h_row_scales; // s_i [batch, heads_q, q_blocks]
@@ -106,11 +106,8 @@ struct SageSlaRowsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse, *d_linear; // dO^s and dO^l, [batch, heads_q, tokens_q, d] f32
-  const unsigned short *h_states;
-  const float *h_scales, *z_states, *h_total, *z_total;
-  const int *critical_lut, *linear_lut; // the forward's row tables
-  int marginal_majority;
-  const unsigned short *h_rows; // H_i, Z_i as the forward kept them (SageSlaOutputParams), or 0: summed again
+  const int *critical_lut;          // the forward's
+  const unsigned short *h_rows;     // H_i, Z_i as the forward kept them (SageSlaOutputParams)
   const float *h_row_scales, *z_rows;
   struct SageSlaShape shape;
   float scale;             // 1/sqrt(d)

@@ -49,41 +49,19 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   __shared__ float denominator[kBackwardChunk], delta_linear[kBackwardChunk];
   __shared__ float scale_scratch[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
   const int c = Tile::column(), a0 = Tile::first_row();
   const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
   const long long row_block = head * p.shape.q_blocks + i;
 
-  // H_i, Z_i exactly as the forward built them (line 13, with pre-aggregation).
-  const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
-  const bool majority = p.marginal_majority != 0;
-  const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
+  // H_i, Z_i as the forward built and kept them (line 13, with pre-aggregation).
   {
     using Sum = ScaledStateSum<D>;
-    const int *lut = p.linear_lut + row_block * listed;
-    const float sign = majority ? -1.0f : 1.0f;
     float state[Sum::kVectorsPerThread][8];
     Sum::clear(state);
-    float z = 0.0f;
-    if (p.h_rows) { // as the forward kept them
-      Sum::add_one(state, p.h_rows, p.h_row_scales, row_block);
-      if (threadIdx.x < D)
-        z = p.z_rows[row_block * D + threadIdx.x];
-    } else {
-      if (majority)
-        Sum::add_f32(state, p.h_total + head_kv * D * D);
-      if (threadIdx.x < D && majority)
-        z = p.z_total[head_kv * D + threadIdx.x];
-      Sum::add_listed(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks, lut, listed, sign,
-                      [&](long long block) {
-                        if (threadIdx.x < D)
-                          z += sign * p.z_states[block * D + threadIdx.x];
-                      });
-    }
+    Sum::add_one(state, p.h_rows, p.h_row_scales, row_block);
     Sum::store_f32(h_state, state);
     if (threadIdx.x < D)
-      z_state[threadIdx.x] = z;
+      z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
   }
 
   // The linear branch (lines 4-5): dH_i, dZ_i and dQ through d phi(Q).
