@@ -22,7 +22,7 @@ inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // gri
 inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (ceil(d*d/256), h_kv, b)
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output";   // grid (q_blocks, h_q, b)
 // The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), their totals, then the kv blocks (dK,
-// dV). The rows and kv kernels take d * d floats of dynamic shared memory (slaBackwardSharedBytes).
+// dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory (slaBackwardSharedBytes).
 inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (ceil(d*d/256), h_q, b)
@@ -56,8 +56,8 @@ struct SlaKernelSource {
 // warp per 16 rows of a block).
 SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
 
-// Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state.
-inline int slaBackwardSharedBytes(int head_dim) { return head_dim * head_dim * 4; }
+// Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state, rows padded by one float.
+inline int slaBackwardSharedBytes(int head_dim) { return head_dim * (head_dim + 1) * 4; }
 
 // Dynamic shared memory of the output kernel (abi.cuh's formula, shared with the device code): split f16 operands of
 // its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).

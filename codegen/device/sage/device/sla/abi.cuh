@@ -99,8 +99,8 @@ struct SageSlaColumnsParams {
 };
 
 // Backward launch 2: one q block of one q head: the linear branch's dQ (written), dH_i, dZ_i. Grid (q_blocks,
-// heads_q, batch); dynamic shared memory: d * d floats (H_i). Launch 2b, the sparse part's rows on tensor cores, takes
-// the same block: L and D^s recomputed over the critical blocks (written to lse, delta), dQ += the sparse part's.
+// heads_q, batch); dynamic shared memory: d * (d + 1) floats (H_i). Launch 2b, the sparse part's rows on tensor cores,
+// takes the same block: L and D^s recomputed over the critical blocks (written to lse, delta), dQ += the sparse part's.
 // Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
 struct SageSlaRowsBackwardParams {
   const void *q, *k, *v; // f16
@@ -130,9 +130,9 @@ struct SageSlaRowTotalsParams {
 };
 
 // Backward launch 4: one kv block of one kv head: the linear branch's dK, dV (written) over the q heads of its GQA
-// group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: d * d floats (dh_j). Launch 4b, the sparse part's
-// kv blocks on tensor cores, takes the same block and adds to dK, dV. Grid (kv_blocks, heads_kv, batch),
-// 2 * block_kv threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
+// group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: d * (d + 1) floats (dh_j). Launch 4b, the sparse
+// part's kv blocks on tensor cores, takes the same block and adds to dK, dV. Grid (kv_blocks, heads_kv, batch), 2 *
+// block_kv threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
 struct SageSlaColumnsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;

@@ -12,6 +12,10 @@ namespace sage::device::sla {
 // Rows (or tokens) staged at a time: with the d x d dynamic state, shared memory fits sm_89's 99 KiB at d = 128.
 constexpr int kBackwardChunk = 8;
 
+// The d x d state in shared memory has rows of D + 1 floats: the loops below read it along rows and along columns
+// across a warp's lanes, and a stride of D would put a column's 32 elements in one bank.
+template <int D> constexpr int kStateStride = D + 1;
+
 // Launch 1: the column lookup tables, ascending in the q block, by warp-ballot compaction.
 __device__ inline void column_tables(const SageSlaColumnsParams &p) {
   if (threadIdx.x >= 32)
@@ -41,7 +45,7 @@ __device__ inline void column_tables(const SageSlaColumnsParams &p) {
 // Launch 2: one q block of one q head: the linear branch's dQ (written), dH_i and dZ_i.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
   using Tile = StateTile<D>;
-  extern __shared__ float h_state[]; // H_i [D][D]
+  extern __shared__ float h_state[]; // H_i [D][kStateStride<D>]
   __shared__ float z_state[D];
   __shared__ float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
   __shared__ float work[kBackwardChunk][D]; // O^l, then dx of phi
@@ -59,7 +63,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     float state[Sum::kVectorsPerThread][8];
     Sum::clear(state);
     Sum::add_one(state, p.h_rows, p.h_row_scales, row_block);
-    Sum::store_f32(h_state, state);
+    Sum::template store_f32<kStateStride<D>>(h_state, state);
     if (threadIdx.x < D)
       z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
   }
@@ -94,7 +98,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       const int r = e / D, col = e % D;
       float numerator = 0.0f;
       for (int a = 0; a < D; ++a)
-        numerator += q_phi[r][a] * h_state[a * D + col];
+        numerator += q_phi[r][a] * h_state[a * kStateStride<D> + col];
       work[r][col] = denominator[r] != 0.0f ? numerator / denominator[r] : 0.0f;
     }
     __syncthreads();
@@ -111,7 +115,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       const int r = e / D, a = e % D;
       float sum = 0.0f;
       for (int col = 0; col < D; ++col)
-        sum += d_linear[r][col] * h_state[a * D + col];
+        sum += d_linear[r][col] * h_state[a * kStateStride<D> + col];
       d_phi[r][a] = denominator[r] != 0.0f ? (sum - delta_linear[r] * z_state[a]) / denominator[r] : 0.0f;
       work[r][a] = 0.0f;
     }
@@ -169,7 +173,7 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   using Tile = StateTile<D>;
-  extern __shared__ float dh_state[]; // dh_j [D][D]
+  extern __shared__ float dh_state[]; // dh_j [D][kStateStride<D>]
   __shared__ float dz_state[D];
   __shared__ float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
   __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
@@ -202,7 +206,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
           dz += sign * p.dz_rows[row_block * D + threadIdx.x];
       });
     }
-    Sum::store_f32(dh_state, dh);
+    Sum::template store_f32<kStateStride<D>>(dh_state, dh);
     if (threadIdx.x < D)
       dz_state[threadIdx.x] = dz;
   }
@@ -226,8 +230,8 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       const int r = e / D, x = e % D;
       float dk_sum = dz_state[x], dv_sum = 0.0f; // x is the feature a for dK, the channel c for dV
       for (int y = 0; y < D; ++y) {
-        dk_sum += dh_state[x * D + y] * v_rows[r][y];
-        dv_sum += k_phi[r][y] * dh_state[y * D + x];
+        dk_sum += dh_state[x * kStateStride<D> + y] * v_rows[r][y];
+        dv_sum += k_phi[r][y] * dh_state[y * kStateStride<D> + x];
       }
       dk_phi[r][x] = dk_sum;
       p.dv[(head_kv * p.shape.tokens_kv + chunk + r) * D + x] = dv_sum;

@@ -224,14 +224,16 @@ template <int D> struct ScaledStateSum {
     }
   }
 
-  // matrix (f32, row-major) = sum
-  __device__ static void store_f32(float *matrix, const float (&sum)[kVectorsPerThread][8]) {
+  // matrix (f32, row-major, rows of kStride elements) = sum
+  template <int kStride> __device__ static void store_f32(float *matrix, const float (&sum)[kVectorsPerThread][8]) {
 #pragma unroll
     for (int v = 0; v < kVectorsPerThread; ++v)
-      if (owns(v))
+      if (owns(v)) {
+        const int row = first_element(v) / D, column = first_element(v) % D;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          matrix[first_element(v) + e] = sum[v][e];
+          matrix[row * kStride + column + e] = sum[v][e];
+      }
   }
 };
 
