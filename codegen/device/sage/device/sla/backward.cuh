@@ -16,6 +16,19 @@ constexpr int kBackwardChunk = 8;
 // across a warp's lanes, and a stride of D would put a column's 32 elements in one bank.
 template <int D> constexpr int kStateStride = D + 1;
 
+// The chunk loops below give a thread one column (or state row) x = tid % D and the chunk's rows tid / D + m kRowStep:
+// the state's element is read once for kRowsPerThread rows, the rows four floats at a time.
+template <int D> struct ChunkRows {
+  static constexpr int kRowStep = kThreads / D;
+  static constexpr int kRowsPerThread = (kBackwardChunk + kRowStep - 1) / kRowStep;
+  __device__ static int x() { return threadIdx.x % D; }
+  __device__ static int row(int m) { return static_cast<int>(threadIdx.x) / D + kRowStep * m; }
+};
+
+template <int D> __device__ __forceinline__ float4 row4(const float (&row)[D], int at) {
+  return *reinterpret_cast<const float4 *>(&row[at]);
+}
+
 // Launch 1: the column lookup tables, ascending in the q block, by warp-ballot compaction.
 __device__ inline void column_tables(const SageSlaColumnsParams &p) {
   if (threadIdx.x >= 32)
@@ -47,7 +60,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   using Tile = StateTile<D>;
   extern __shared__ float h_state[]; // H_i [D][kStateStride<D>]
   __shared__ float z_state[D];
-  __shared__ float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
+  __shared__ __align__(16) float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
   __shared__ float work[kBackwardChunk][D]; // O^l, then dx of phi
   __shared__ float d_phi[kBackwardChunk][D];
   __shared__ float denominator[kBackwardChunk], delta_linear[kBackwardChunk];
@@ -94,12 +107,25 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
         denominator[r] = dot;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) { // O^l = phi(q) H / den
-      const int r = e / D, col = e % D;
-      float numerator = 0.0f;
-      for (int a = 0; a < D; ++a)
-        numerator += q_phi[r][a] * h_state[a * kStateStride<D> + col];
-      work[r][col] = denominator[r] != 0.0f ? numerator / denominator[r] : 0.0f;
+    { // O^l = phi(q) H / den
+      using Rows = ChunkRows<D>;
+      const int col = Rows::x();
+      float numerator[Rows::kRowsPerThread] = {};
+      for (int a = 0; a < D; a += 4) {
+        float column[4];
+        for (int k = 0; k < 4; ++k)
+          column[k] = h_state[(a + k) * kStateStride<D> + col];
+        for (int m = 0; m < Rows::kRowsPerThread; ++m)
+          if (Rows::row(m) < rows) {
+            const float4 q = row4<D>(q_phi[Rows::row(m)], a);
+            numerator[m] += q.x * column[0] + q.y * column[1] + q.z * column[2] + q.w * column[3];
+          }
+      }
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        const int r = Rows::row(m);
+        if (r < rows)
+          work[r][col] = denominator[r] != 0.0f ? numerator[m] / denominator[r] : 0.0f;
+      }
     }
     __syncthreads();
     for (int r = warp; r < rows; r += kWarps) { // D^l = rowsum(dO^l o O^l)
@@ -111,13 +137,27 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
         delta_linear[r] = dot;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) { // d phi(Q) = (dO^l H^T - D^l Z^T) / den
-      const int r = e / D, a = e % D;
-      float sum = 0.0f;
-      for (int col = 0; col < D; ++col)
-        sum += d_linear[r][col] * h_state[a * kStateStride<D> + col];
-      d_phi[r][a] = denominator[r] != 0.0f ? (sum - delta_linear[r] * z_state[a]) / denominator[r] : 0.0f;
-      work[r][a] = 0.0f;
+    { // d phi(Q) = (dO^l H^T - D^l Z^T) / den
+      using Rows = ChunkRows<D>;
+      const int a = Rows::x();
+      float sum[Rows::kRowsPerThread] = {};
+      for (int col = 0; col < D; col += 4) {
+        float state_row[4];
+        for (int k = 0; k < 4; ++k)
+          state_row[k] = h_state[a * kStateStride<D> + col + k];
+        for (int m = 0; m < Rows::kRowsPerThread; ++m)
+          if (Rows::row(m) < rows) {
+            const float4 g = row4<D>(d_linear[Rows::row(m)], col);
+            sum[m] += g.x * state_row[0] + g.y * state_row[1] + g.z * state_row[2] + g.w * state_row[3];
+          }
+      }
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        const int r = Rows::row(m);
+        if (r < rows) {
+          d_phi[r][a] = denominator[r] != 0.0f ? (sum[m] - delta_linear[r] * z_state[a]) / denominator[r] : 0.0f;
+          work[r][a] = 0.0f;
+        }
+      }
     }
     for (int r = 0; r < rows; ++r) { // dH_i += (phi(q)/den)^T dO^l, dZ_i -= (phi(q)/den)^T D^l
       const float weight = denominator[r] != 0.0f ? 1.0f / denominator[r] : 0.0f;
@@ -175,7 +215,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   using Tile = StateTile<D>;
   extern __shared__ float dh_state[]; // dh_j [D][kStateStride<D>]
   __shared__ float dz_state[D];
-  __shared__ float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
+  __shared__ __align__(16) float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
   __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
   const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = p.shape.heads_q / p.shape.heads_kv;
@@ -226,15 +266,34 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
     for (int r = warp; r < rows; r += kWarps)
       feature_map_row<D, PHI>(k_phi[r]);
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
-      const int r = e / D, x = e % D;
-      float dk_sum = dz_state[x], dv_sum = 0.0f; // x is the feature a for dK, the channel c for dV
-      for (int y = 0; y < D; ++y) {
-        dk_sum += dh_state[x * kStateStride<D> + y] * v_rows[r][y];
-        dv_sum += k_phi[r][y] * dh_state[y * kStateStride<D> + x];
+    {
+      using Rows = ChunkRows<D>;
+      const int x = Rows::x(); // the feature a for dK, the channel c for dV
+      float dk_sum[Rows::kRowsPerThread], dv_sum[Rows::kRowsPerThread];
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        dk_sum[m] = dz_state[x];
+        dv_sum[m] = 0.0f;
       }
-      dk_phi[r][x] = dk_sum;
-      p.dv[(head_kv * p.shape.tokens_kv + chunk + r) * D + x] = dv_sum;
+      for (int y = 0; y < D; y += 4) {
+        float state_row[4], state_column[4];
+        for (int k = 0; k < 4; ++k) {
+          state_row[k] = dh_state[x * kStateStride<D> + y + k];
+          state_column[k] = dh_state[(y + k) * kStateStride<D> + x];
+        }
+        for (int m = 0; m < Rows::kRowsPerThread; ++m)
+          if (Rows::row(m) < rows) {
+            const float4 v = row4<D>(v_rows[Rows::row(m)], y), k = row4<D>(k_phi[Rows::row(m)], y);
+            dk_sum[m] += v.x * state_row[0] + v.y * state_row[1] + v.z * state_row[2] + v.w * state_row[3];
+            dv_sum[m] += k.x * state_column[0] + k.y * state_column[1] + k.z * state_column[2] + k.w * state_column[3];
+          }
+      }
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        const int r = Rows::row(m);
+        if (r < rows) {
+          dk_phi[r][x] = dk_sum[m];
+          p.dv[(head_kv * p.shape.tokens_kv + chunk + r) * D + x] = dv_sum[m];
+        }
+      }
     }
     __syncthreads();
     for (int r = warp; r < rows; r += kWarps) {
