@@ -222,14 +222,12 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 // and dV_t = phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
-  using Tile = StateTile<D>;
   extern __shared__ float dh_state[]; // dh_j [D][kStateStride<D>]
   __shared__ float dz_state[D];
   __shared__ __align__(16) float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
   __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
   const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = p.shape.heads_q / p.shape.heads_kv;
-  const int c = Tile::column(), a0 = Tile::first_row();
   const int q_blocks = p.shape.q_blocks;
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
 

@@ -11,7 +11,7 @@ namespace sage::device::sla {
 
 constexpr int kStateChunk = 32; // tokens of K/V staged at a time by the state kernel (a multiple of 16)
 
-// The backward still sums states with one thread per column and kRows rows of every d x d state.
+// The backward's rows kernel accumulates dH_i with one thread per column and kRows rows of the d x d matrix.
 template <int D> struct StateTile {
   static_assert((D * D) % kThreads == 0 && kThreads % D == 0, "D must be 16, 32, 64, 128 or 256");
   static constexpr int kRows = D * D / kThreads; // rows of a state per thread
