@@ -1,4 +1,4 @@
-// The translation unit of SLA's kernels: the Config constants and five extern "C" entry points around the device
+// The translation unit of SLA's kernels: the Config constants and eleven extern "C" entry points around the device
 // library's templates (sage/device/sla/*.cuh).
 #include "sage/codegen/SlaKernels.h"
 
@@ -20,6 +20,9 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
   const int d = variant.head_dim;
   if (d < 16 || d > kSlaMaxHeadDim || (d & (d - 1)) != 0)
     throw std::invalid_argument("head_dim: the SLA kernels take 16, 32, 64 or 128, got " + std::to_string(d));
+  if (variant.block_q > 128 || variant.block_kv > 128)
+    throw std::invalid_argument("blocks: the SLA backward takes blocks of at most 128 tokens, got block_q=" +
+                                std::to_string(variant.block_q) + ", block_kv=" + std::to_string(variant.block_kv));
   SlaKernelSource kernel;
   const std::string_view phi = nameOf(variant.sla.feature_map);
   kernel.name = fmt::format("sage_sla_d{}_bq{}_bkv{}_{}", d, variant.block_q, variant.block_kv, phi);
@@ -28,6 +31,7 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
 #include "sage/device/sla/backward.cuh"
 #include "sage/device/sla/linear_branch.cuh"
 #include "sage/device/sla/mask_prediction.cuh"
+#include "sage/device/sla/sparse_backward.cuh"
 
 namespace {{
 constexpr int kHeadDim = {d};
@@ -46,8 +50,8 @@ extern "C" __global__ void __launch_bounds__(256) {predict}(const SageSlaPredict
   sage::device::sla::predict_row<kHeadDim>(p);
 }}
 
-// Line 4: h_j = phi(K_j)^T V_j, z_j = rowsum(phi(K_j)^T)
-extern "C" __global__ void __launch_bounds__(256) {states}(const SageSlaStateParams p) {{
+// Line 4: h_j = phi(K_j)^T V_j (tensor cores; f16 h_j / s_j), z_j = rowsum(phi(K_j)^T)
+extern "C" __global__ void __launch_bounds__(256, 2) {states}(const SageSlaStateParams p) {{
   sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
 }}
 
@@ -57,7 +61,7 @@ extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsPa
 }}
 
 // Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
-extern "C" __global__ void __launch_bounds__(256, 1) {output}(const SageSlaOutputParams p) {{
+extern "C" __global__ void __launch_bounds__(256, 2) {output}(const SageSlaOutputParams p) {{
   sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi>(p);
 }}
 
@@ -66,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(256) {columns}(const SageSlaColumns
   sage::device::sla::column_tables(p);
 }}
 
-// Lines 2-6 and 10-12 per q block: L, D^s, dQ, dH_i, dZ_i
+// Lines 4-6 per q block, linear branch: dQ, dH_i, dZ_i
 extern "C" __global__ void __launch_bounds__(256, 1) {rows}(const SageSlaRowsBackwardParams p) {{
   sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
 }}
@@ -76,17 +80,28 @@ extern "C" __global__ void __launch_bounds__(256) {row_totals}(const SageSlaRowT
   sage::device::sla::row_totals<kHeadDim>(p);
 }}
 
-// Lines 7-17 per kv block: dK, dV
+// Lines 7-17 per kv block, linear branch: dK, dV
 extern "C" __global__ void __launch_bounds__(256, 1) {kv}(const SageSlaColumnsBackwardParams p) {{
   sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
 }}
+
+// Lines 2-3 and 10-12 per q block, sparse part on tensor cores: L, D^s, dQ +=
+extern "C" __global__ void __launch_bounds__(2 * kBlockQ) {sparse_rows}(const SageSlaRowsBackwardParams p) {{
+  sage::device::sla::sparse_rows_backward<kHeadDim, kBlockQ, kBlockKv>(p);
+}}
+
+// Lines 7-17 per kv block, sparse part on tensor cores: dK +=, dV +=
+extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_kv}(const SageSlaColumnsBackwardParams p) {{
+  sage::device::sla::sparse_kv_backward<kHeadDim, kBlockQ, kBlockKv>(p);
+}}
 )",
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
-      fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("name", variant.name),
-      fmt::arg("d", d), fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
-      fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),
-      fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
-      fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
+      fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("kv", kSlaKvBackwardKernel),
+      fmt::arg("sparse_rows", kSlaSparseRowsBackwardKernel), fmt::arg("sparse_kv", kSlaSparseKvBackwardKernel),
+      fmt::arg("name", variant.name), fmt::arg("d", d), fmt::arg("block_q", variant.block_q),
+      fmt::arg("block_kv", variant.block_kv), fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)),
+      fmt::arg("phi", phi), fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel),
+      fmt::arg("states", kSlaStatesKernel), fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
       fmt::arg("critical", variant.sla.critical_percent), fmt::arg("negligible", variant.sla.negligible_percent));
   return kernel;
 }

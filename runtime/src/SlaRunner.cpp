@@ -41,7 +41,8 @@ struct SlaRunner::State {
   std::string module_name;
   CacheSource module_source = CacheSource::built;
   double compile_milliseconds = 0.0;
-  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward;
+  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward, sparse_rows,
+      sparse_kv;
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -74,6 +75,12 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->rows_backward = module->kernel(std::string(codegen::kSlaRowsBackwardKernel));
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
+  state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
+  state_->sparse_rows = module->kernel(std::string(codegen::kSlaSparseRowsBackwardKernel));
+  state_->sparse_kv = module->kernel(std::string(codegen::kSlaSparseKvBackwardKernel));
+  const int sparse_shared = codegen::slaSparseBackwardSharedBytes(variant.head_dim, variant.block_q, variant.block_kv);
+  state_->sparse_rows.setMaxDynamicSharedMemory(sparse_shared);
+  state_->sparse_kv.setMaxDynamicSharedMemory(sparse_shared);
   state_->rows_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
   state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
 }
@@ -132,7 +139,8 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
   take(layout.critical_mask, rows * static_cast<size_t>(kv_blocks));
   take(layout.critical_lut, rows * static_cast<size_t>(critical) * 4);
   take(layout.linear_lut, rows * static_cast<size_t>(listed) * 4);
-  take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 4);
+  take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 2);
+  take(layout.h_scales, kv_heads * static_cast<size_t>(kv_blocks) * 4);
   take(layout.z_states, kv_heads * static_cast<size_t>(kv_blocks) * d * 4);
   take(layout.h_total, kv_heads * d * d * 4);
   take(layout.z_total, kv_heads * d * 4);
@@ -143,7 +151,8 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     const size_t columns = static_cast<size_t>(shape.batch * shape.heads_q * kv_blocks);
     take(layout.lse, tokens * 4);
     take(layout.delta, tokens * 4);
-    take(layout.dh_rows, rows * d * d * 4);
+    take(layout.dh_rows, rows * d * d * 2);
+    take(layout.dh_scales, rows * 4);
     take(layout.dz_rows, rows * d * 4);
     take(layout.dh_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * d * 4);
     take(layout.dz_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * 4);
@@ -151,6 +160,9 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.non_marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.column_counts, columns * 3 * 4);
+    take(layout.h_rows, rows * d * d * 2); // H_i, Z_i: run() writes them into a backward-sized workspace
+    take(layout.h_row_scales, rows * 4);
+    take(layout.z_rows, rows * d * 4);
   }
   layout.total = offset;
   return layout;
@@ -159,6 +171,9 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
 void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tensors, void *workspace,
                     size_t workspace_bytes, driver::Stream stream, RunPhase phase) const {
   const SlaWorkspaceLayout layout = workspaceLayout(shape);
+  // A workspace laid out for the backward too: the output kernel keeps H_i and Z_i there for it.
+  const SlaWorkspaceLayout backward_layout = workspaceLayout(shape, true);
+  const bool keep_rows = workspace_bytes >= backward_layout.total;
   if (!workspace || workspace_bytes < layout.total)
     throw std::invalid_argument("workspace: " + std::to_string(layout.total) + " bytes needed, got " +
                                 std::to_string(workspace_bytes));
@@ -204,13 +219,17 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                   k_strides,
                                   v_strides,
                                   size,
-                                  reinterpret_cast<float *>(at(layout.h_states)),
+                                  reinterpret_cast<unsigned short *>(at(layout.h_states)),
+                                  reinterpret_cast<float *>(at(layout.h_scales)),
                                   reinterpret_cast<float *>(at(layout.z_states))};
   state_->states.launch(states, {grid(size.kv_blocks, size.heads_kv, size.batch), block, 0, stream});
   if (layout.marginal_majority) {
-    const SageSlaTotalsParams totals{
-        reinterpret_cast<const float *>(at(layout.h_states)), reinterpret_cast<const float *>(at(layout.z_states)),
-        size, reinterpret_cast<float *>(at(layout.h_total)), reinterpret_cast<float *>(at(layout.z_total))};
+    const SageSlaTotalsParams totals{reinterpret_cast<const unsigned short *>(at(layout.h_states)),
+                                     reinterpret_cast<const float *>(at(layout.h_scales)),
+                                     reinterpret_cast<const float *>(at(layout.z_states)),
+                                     size,
+                                     reinterpret_cast<float *>(at(layout.h_total)),
+                                     reinterpret_cast<float *>(at(layout.z_total))};
     state_->totals.launch(
         totals,
         {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_kv, size.batch), block, 0, stream});
@@ -232,7 +251,8 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   // O^l and O = O^s + Proj(O^l), in place over O^s.
   const SageSlaOutputParams output{tensors.q,
                                    q_strides,
-                                   reinterpret_cast<const float *>(at(layout.h_states)),
+                                   reinterpret_cast<const unsigned short *>(at(layout.h_states)),
+                                   reinterpret_cast<const float *>(at(layout.h_scales)),
                                    reinterpret_cast<const float *>(at(layout.z_states)),
                                    reinterpret_cast<const float *>(at(layout.h_total)),
                                    reinterpret_cast<const float *>(at(layout.z_total)),
@@ -245,8 +265,13 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    size,
                                    tensors.o_linear,
                                    tensors.o,
-                                   o_strides};
-  state_->output.launch(output, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+                                   o_strides,
+                                   keep_rows ? reinterpret_cast<unsigned short *>(at(backward_layout.h_rows)) : nullptr,
+                                   keep_rows ? reinterpret_cast<float *>(at(backward_layout.h_row_scales)) : nullptr,
+                                   keep_rows ? reinterpret_cast<float *>(at(backward_layout.z_rows)) : nullptr};
+  state_->output.launch(output,
+                        {grid(size.q_blocks, size.heads_q, size.batch), block,
+                         static_cast<unsigned>(codegen::slaOutputSharedBytes(d, state_->variant.block_q)), stream});
 }
 
 void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
@@ -261,6 +286,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
   auto *base = static_cast<unsigned char *>(workspace);
   auto floats = [base](size_t offset) { return reinterpret_cast<float *>(base + offset); };
   auto ints = [base](size_t offset) { return reinterpret_cast<int *>(base + offset); };
+  auto halves = [base](size_t offset) { return reinterpret_cast<unsigned short *>(base + offset); };
   const SageSlaShape &size = layout.shape;
   const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
   const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};
@@ -286,23 +312,27 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        v_strides,
                                        tensors.d_sparse,
                                        tensors.d_linear,
-                                       floats(layout.h_states),
-                                       floats(layout.z_states),
-                                       floats(layout.h_total),
-                                       floats(layout.z_total),
                                        ints(layout.critical_lut),
-                                       ints(layout.linear_lut),
-                                       layout.marginal_majority ? 1 : 0,
+                                       halves(layout.h_rows),
+                                       floats(layout.h_row_scales),
+                                       floats(layout.z_rows),
                                        size,
                                        scale,
                                        floats(layout.lse),
                                        floats(layout.delta),
                                        tensors.dq,
-                                       floats(layout.dh_rows),
+                                       halves(layout.dh_rows),
+                                       floats(layout.dh_scales),
                                        floats(layout.dz_rows)};
   state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, shared, stream});
-  const SageSlaRowTotalsParams totals{floats(layout.dh_rows), floats(layout.dz_rows), size, floats(layout.dh_total),
-                                      floats(layout.dz_total)};
+  const auto sparse_shared = static_cast<unsigned>(codegen::slaSparseBackwardSharedBytes(
+      d, state_->variant.block_q, state_->variant.block_kv)); // after the rows kernel: it adds to dQ
+  state_->sparse_rows.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch),
+                                    {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
+                                    sparse_shared,
+                                    stream});
+  const SageSlaRowTotalsParams totals{halves(layout.dh_rows),  floats(layout.dh_scales), floats(layout.dz_rows), size,
+                                      floats(layout.dh_total), floats(layout.dz_total)};
   state_->row_totals.launch(
       totals,
       {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_q, size.batch), block, 0, stream});
@@ -315,7 +345,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         tensors.d_sparse,
                                         floats(layout.lse),
                                         floats(layout.delta),
-                                        floats(layout.dh_rows),
+                                        halves(layout.dh_rows),
+                                        floats(layout.dh_scales),
                                         floats(layout.dz_rows),
                                         floats(layout.dh_total),
                                         floats(layout.dz_total),
@@ -328,6 +359,10 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         tensors.dk,
                                         tensors.dv};
   state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, shared, stream});
+  state_->sparse_kv.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch),
+                                {static_cast<unsigned>(2 * state_->variant.block_kv), 1, 1},
+                                sparse_shared,
+                                stream});
 }
 
 } // namespace sage::runtime

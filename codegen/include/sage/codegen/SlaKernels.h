@@ -7,6 +7,7 @@
 // the majority], the block-sparse attention with keep = critical, then output (O^l and O = O^s + Proj(O^l)).
 #pragma once
 
+#include "sage/device/sla/abi.cuh"
 #include "sage/ir/AttentionVariant.h"
 
 #include <array>
@@ -21,29 +22,51 @@ inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // gri
 inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (ceil(d*d/256), h_kv, b)
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output";   // grid (q_blocks, h_q, b)
 // The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), their totals, then the kv blocks (dK,
-// dV). The rows and kv kernels take d * d floats of dynamic shared memory (slaBackwardSharedBytes).
+// dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory (slaBackwardSharedBytes).
 inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (ceil(d*d/256), h_q, b)
 inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv";        // grid (kv_blocks, h_kv, b)
-inline constexpr int kSlaThreads = 256;                                            // every kernel's CTA
-inline constexpr int kSlaMaxKvBlocks = 4096;                                       // a row of P_c in shared memory
-inline constexpr int kSlaMaxHeadDim = 128;                                         // the output kernel's shared memory
+// The sparse part's backward on tensor cores, after the rows / kv kernel (they add to dQ / dK, dV): 2 * block_q
+// (2 * block_kv) threads and slaSparseBackwardSharedBytes of dynamic shared memory.
+inline constexpr std::string_view kSlaSparseRowsBackwardKernel = "sage_sla_bwd_sparse_rows"; // grid (q_blocks, h_q, b)
+inline constexpr std::string_view kSlaSparseKvBackwardKernel = "sage_sla_bwd_sparse_kv"; // grid (kv_blocks, h_kv, b)
+inline constexpr int kSlaThreads = 256;                                                  // every kernel's CTA
+inline constexpr int kSlaMaxKvBlocks = 4096; // a row of P_c in shared memory
+inline constexpr int kSlaMaxHeadDim = 128;   // the output kernel's shared memory
 
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
   std::string source; // #includes the device library's sla headers
-  std::array<std::string_view, 9> entry_points{kSlaPoolKernel,         kSlaPredictKernel,   kSlaStatesKernel,
-                                               kSlaTotalsKernel,       kSlaOutputKernel,    kSlaColumnsKernel,
-                                               kSlaRowsBackwardKernel, kSlaRowTotalsKernel, kSlaKvBackwardKernel};
+  std::array<std::string_view, 11> entry_points{kSlaPoolKernel,
+                                                kSlaPredictKernel,
+                                                kSlaStatesKernel,
+                                                kSlaTotalsKernel,
+                                                kSlaOutputKernel,
+                                                kSlaColumnsKernel,
+                                                kSlaRowsBackwardKernel,
+                                                kSlaRowTotalsKernel,
+                                                kSlaKvBackwardKernel,
+                                                kSlaSparseRowsBackwardKernel,
+                                                kSlaSparseKvBackwardKernel};
 };
 
-// Throws std::invalid_argument naming the field when the variant is not SLA or its head dim is not 16..128 (a power
-// of two: the kernels split d x d states over 256 threads).
+// Throws std::invalid_argument naming the field when the variant is not SLA, its head dim is not 16..128 (a power
+// of two: the kernels split d x d states over 256 threads) or a block is larger than 128 (the sparse backward runs one
+// warp per 16 rows of a block).
 SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
 
-// Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state.
-inline int slaBackwardSharedBytes(int head_dim) { return head_dim * head_dim * 4; }
+// Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state, rows padded by one float.
+inline int slaBackwardSharedBytes(int head_dim) { return head_dim * (head_dim + 1) * 4; }
+
+// Dynamic shared memory of the output kernel (abi.cuh's formula, shared with the device code): split f16 operands of
+// its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
+inline int slaOutputSharedBytes(int head_dim, int block_q) { return sage_sla_output_shared_bytes(head_dim, block_q); }
+
+// Dynamic shared memory of the sparse backward's kernels (abi.cuh's formula): 70,144 bytes at d = 128, blocks 64.
+inline int slaSparseBackwardSharedBytes(int head_dim, int block_q, int block_kv) {
+  return sage_sla_sparse_backward_shared_bytes(head_dim, block_q, block_kv);
+}
 
 // Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.
 bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks);

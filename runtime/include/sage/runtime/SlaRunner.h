@@ -33,13 +33,17 @@ struct SlaBackwardTensors {
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
 };
 
-// Byte offsets of the SLA workspace's regions (each 256-byte aligned) and its total size.
+// Byte offsets of the SLA workspace's regions (each 256-byte aligned) and its total size. h_states holds f16 h_j / s_j
+// with the powers of two s_j at h_scales (abi.cuh's SageSlaStateParams); the totals are f32.
 struct SlaWorkspaceLayout {
   size_t pooled_q = 0, pooled_k = 0, compressed = 0, classes = 0, critical_mask = 0, critical_lut = 0, linear_lut = 0,
-         h_states = 0, z_states = 0, h_total = 0, z_total = 0, attention = 0, total = 0;
+         h_states = 0, h_scales = 0, z_states = 0, h_total = 0, z_total = 0, attention = 0, total = 0;
   // The backward's regions (zero unless the layout was made with backward = true), after the forward's.
-  size_t lse = 0, delta = 0, dh_rows = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
+  size_t lse = 0, delta = 0, dh_rows = 0, dh_scales = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
          marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
+  // H_i (f16, with its power-of-two scale) and Z_i per q block: run() writes them when the workspace is this large,
+  // and backward() reads them instead of summing the listed h_j again.
+  size_t h_rows = 0, h_row_scales = 0, z_rows = 0;
   SageSlaShape shape{};
   bool marginal_majority = false;
 };
@@ -66,7 +70,8 @@ public:
            driver::Stream stream, RunPhase phase = RunPhase::all) const;
 
   // Algorithm 2 of the exact formula (the sparse part unquantized), after run() on the same workspace (a
-  // backward layout) and inputs: it reads the forward's classes, lookup tables and h_j, z_j.
+  // backward layout, passed to run() with its full size) and inputs: it reads the forward's classes, lookup tables,
+  // h_j, z_j and the H_i, Z_i that run() keeps in such a workspace.
   void backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
                 size_t workspace_bytes, driver::Stream stream) const;
 

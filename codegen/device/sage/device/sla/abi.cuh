@@ -38,30 +38,35 @@ struct SageSlaPredictParams {
   int marginal_majority;
 };
 
-// Launch 3: h_j = phi(K_j)^T V_j and z_j = colsum(phi(K_j)) per kv block. Grid (kv_blocks, heads_kv, batch).
+// Launch 3: h_j = phi(K_j)^T V_j and z_j = colsum(phi(K_j)) per kv block, on tensor cores. Grid (kv_blocks, heads_kv,
+// batch). h_j is stored in f16 (half the bytes the output kernel reads per listed block) as h_j / s_j, with s_j a power
+// of two that puts max |h_j / s_j| in [2^14, 2^15): no overflow whatever the inputs' range, 11 significant bits.
 struct SageSlaStateParams {
   const void *k, *v; // f16
   struct SageSlaStrides k_strides, v_strides;
   struct SageSlaShape shape;
-  float *h_states; // [batch, heads_kv, kv_blocks, d, d]
-  float *z_states; // [batch, heads_kv, kv_blocks, d]
+  unsigned short *h_states; // f16 bits of h_j / s_j, [batch, heads_kv, kv_blocks, d, d]
+  float *h_scales;          // s_j, [batch, heads_kv, kv_blocks]
+  float *z_states;          // [batch, heads_kv, kv_blocks, d]
 };
 
 // Launch 3b (pre-aggregation only): the sums of h_j and z_j over all kv blocks, in block order (deterministic).
 // Grid (ceil(d * d / 256), heads_kv, batch).
 struct SageSlaTotalsParams {
-  const float *h_states, *z_states;
+  const unsigned short *h_states;
+  const float *h_scales, *z_states;
   struct SageSlaShape shape;
   float *h_total; // [batch, heads_kv, d, d]
   float *z_total; // [batch, heads_kv, d]
 };
 
 // Launch 4: H_i, Z_i from the lookup table, O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
-// Grid (q_blocks, heads_q, batch).
+// Grid (q_blocks, heads_q, batch); dynamic shared memory: sage_sla_output_shared_bytes(d, block_q).
 struct SageSlaOutputParams {
   const void *q; // f16
   struct SageSlaStrides q_strides;
-  const float *h_states, *z_states, *h_total, *z_total;
+  const unsigned short *h_states;
+  const float *h_scales, *z_states, *h_total, *z_total;
   const int *linear_lut;
   int marginal_majority;
   const void *o_sparse; // f16 O^s (the block-sparse attention's output)
@@ -72,6 +77,11 @@ struct SageSlaOutputParams {
   float *o_linear; // O^l [batch, heads_q, tokens_q, d] (f32, kept for the backward), or 0
   void *out;       // f16 O; may alias o_sparse
   struct SageSlaStrides out_strides;
+  // H_i, Z_i kept for the backward (which reads one matrix per q block instead of summing the listed h_j), or 0:
+  // f16 bits of H_i / s_i [batch, heads_q, q_blocks, d, d] with s_i a power of two, and Z_i in f32.
+  unsigned short *h_rows;
+  float *h_row_scales; // s_i [batch, heads_q, q_blocks]
+  float *z_rows;       // [batch, heads_q, q_blocks, d]
 };
 
 // ---- The backward (Algorithm 2). The caller's Proj is differentiated by its owner (torch.nn.Linear): these kernels
@@ -88,45 +98,86 @@ struct SageSlaColumnsParams {
   int *column_counts;        // [batch, heads_q, kv_blocks, 3]: critical, marginal, non-marginal
 };
 
-// Backward launch 2: one q block of one q head: L and D^s of the sparse part (recomputed over the critical blocks),
-// dQ (sparse and linear), dH_i, dZ_i. Grid (q_blocks, heads_q, batch); dynamic shared memory: d * d floats (H_i).
+// Backward launch 2: one q block of one q head: the linear branch's dQ (written), dH_i, dZ_i. Grid (q_blocks,
+// heads_q, batch); dynamic shared memory: d * (d + 1) floats (H_i). Launch 2b, the sparse part's rows on tensor cores,
+// takes the same block: L and D^s recomputed over the critical blocks (written to lse, delta), dQ += the sparse part's.
+// Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
 struct SageSlaRowsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse, *d_linear; // dO^s and dO^l, [batch, heads_q, tokens_q, d] f32
-  const float *h_states, *z_states, *h_total, *z_total;
-  const int *critical_lut, *linear_lut; // the forward's row tables
-  int marginal_majority;
+  const int *critical_lut;          // the forward's
+  const unsigned short *h_rows;     // H_i, Z_i as the forward kept them (SageSlaOutputParams)
+  const float *h_row_scales, *z_rows;
   struct SageSlaShape shape;
-  float scale;    // 1/sqrt(d)
-  float *lse;     // [batch, heads_q, tokens_q]
-  float *delta;   // D^s, same
-  float *dq;      // [batch, heads_q, tokens_q, d]
-  float *dh_rows; // dH_i [batch, heads_q, q_blocks, d, d]
-  float *dz_rows; // dZ_i [batch, heads_q, q_blocks, d]
+  float scale;             // 1/sqrt(d)
+  float *lse;              // [batch, heads_q, tokens_q]
+  float *delta;            // D^s, same
+  float *dq;               // [batch, heads_q, tokens_q, d]
+  unsigned short *dh_rows; // f16 bits of dH_i / s_i [batch, heads_q, q_blocks, d, d] (s_i: a power of two, as h_j's)
+  float *dh_scales;        // s_i [batch, heads_q, q_blocks]
+  float *dz_rows;          // dZ_i [batch, heads_q, q_blocks, d]
 };
 
 // Backward launch 3: sum_i dH_i, sum_i dZ_i per q head (for columns whose marginal blocks are the majority).
 // Grid (ceil(d * d / 256), heads_q, batch).
 struct SageSlaRowTotalsParams {
-  const float *dh_rows, *dz_rows;
+  const unsigned short *dh_rows;
+  const float *dh_scales, *dz_rows;
   struct SageSlaShape shape;
   float *dh_total; // [batch, heads_q, d, d]
   float *dz_total; // [batch, heads_q, d]
 };
 
-// Backward launch 4: one kv block of one kv head: dK, dV over the q heads of its GQA group. Grid (kv_blocks,
-// heads_kv, batch); dynamic shared memory: d * d floats (dh_j).
+// Backward launch 4: one kv block of one kv head: the linear branch's dK, dV (written) over the q heads of its GQA
+// group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: d * (d + 1) floats (dh_j). Launch 4b, the sparse
+// part's kv blocks on tensor cores, takes the same block and adds to dK, dV. Grid (kv_blocks, heads_kv, batch), 2 *
+// block_kv threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
 struct SageSlaColumnsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse; // dO^s
   const float *lse, *delta;
-  const float *dh_rows, *dz_rows, *dh_total, *dz_total;
+  const unsigned short *dh_rows;
+  const float *dh_scales, *dz_rows, *dh_total, *dz_total;
   const int *critical_columns, *marginal_columns, *non_marginal_columns, *column_counts;
   struct SageSlaShape shape;
   float scale;
   float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
 };
+
+#ifdef __CUDACC__
+#define SAGE_SLA_HOST_DEVICE __host__ __device__
+#else
+#define SAGE_SLA_HOST_DEVICE
+#endif
+#ifdef __cplusplus
+#define SAGE_SLA_CONSTEXPR constexpr
+#else
+#define SAGE_SLA_CONSTEXPR
+#endif
+
+// The output kernel's dynamic shared memory: a d x min(d, 64) column slice of H_i (or min(d, 64) rows of Proj's
+// weight) and the q block's rows of phi(Q) (then O^l), each as f16 hi and lo parts with rows padded by 8 halves, then
+// Z_i, the denominators and a reduction scratch in f32. sla/linear_branch.cuh's OutputLayout uses these functions.
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_operand_halves(int head_dim) {
+  const int columns = head_dim < 64 ? head_dim : 64;
+  const int state = head_dim * (columns + 8), weight = columns * (head_dim + 8);
+  return state > weight ? state : weight;
+}
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_rows(int block_q) {
+  return (block_q + 15) / 16 * 16;
+}
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_shared_bytes(int head_dim, int block_q) {
+  const int rows = sage_sla_output_rows(block_q);
+  return 2 * (2 * sage_sla_output_operand_halves(head_dim) + 2 * rows * (head_dim + 8)) + 4 * (head_dim + rows + 8);
+}
+
+// The sparse backward's dynamic shared memory: Q and dO^s (block_q rows), K and V (block_kv rows) in f16 with rows
+// padded by 8 halves, then L and D^s of a q block (f32).
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int
+sage_sla_sparse_backward_shared_bytes(int head_dim, int block_q, int block_kv) {
+  return 2 * (2 * block_q + 2 * block_kv) * (head_dim + 8) + 8 * block_q;
+}
 
 #endif // SAGE_SLA_ABI_CUH

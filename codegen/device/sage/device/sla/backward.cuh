@@ -1,7 +1,7 @@
-// SLA's backward (Algorithm 2) of the exact formula, on CUDA cores: a first, correct version (no tensor cores yet).
-// Proj is its owner's to differentiate: these kernels take dO^s and dO^l. The sparse part recomputes L and
-// D^s = rowsum(dO^s o O^s) over the critical blocks (one extra sparse forward) so that it needs nothing of the
-// forward's attention kernel; the linear branch reads the forward's h_j, z_j (and totals) and lookup tables.
+// SLA's backward (Algorithm 2) of the exact formula: the linear branch's kernels, on CUDA cores. Proj is its owner's
+// to differentiate: these kernels take dO^s and dO^l. The linear branch reads the forward's h_j, z_j (and totals) and
+// lookup tables; the rows and kv kernels here write dQ, dK and dV, to which the sparse part's tensor-core kernels
+// (sparse_backward.cuh: L and D^s recomputed over the critical blocks) add afterwards.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
@@ -11,6 +11,23 @@ namespace sage::device::sla {
 
 // Rows (or tokens) staged at a time: with the d x d dynamic state, shared memory fits sm_89's 99 KiB at d = 128.
 constexpr int kBackwardChunk = 8;
+
+// The d x d state in shared memory has rows of D + 1 floats: the loops below read it along rows and along columns
+// across a warp's lanes, and a stride of D would put a column's 32 elements in one bank.
+template <int D> constexpr int kStateStride = D + 1;
+
+// The chunk loops below give a thread one column (or state row) x = tid % D and the chunk's rows tid / D + m kRowStep:
+// the state's element is read once for kRowsPerThread rows, the rows four floats at a time.
+template <int D> struct ChunkRows {
+  static constexpr int kRowStep = kThreads / D;
+  static constexpr int kRowsPerThread = (kBackwardChunk + kRowStep - 1) / kRowStep;
+  __device__ static int x() { return threadIdx.x % D; }
+  __device__ static int row(int m) { return static_cast<int>(threadIdx.x) / D + kRowStep * m; }
+};
+
+template <int D> __device__ __forceinline__ float4 row4(const float (&row)[D], int at) {
+  return *reinterpret_cast<const float4 *>(&row[at]);
+}
 
 // Launch 1: the column lookup tables, ascending in the q block, by warp-ballot compaction.
 __device__ inline void column_tables(const SageSlaColumnsParams &p) {
@@ -38,45 +55,30 @@ __device__ inline void column_tables(const SageSlaColumnsParams &p) {
     p.column_counts[column * 3 + lane] = counts[lane];
 }
 
-// Launch 2: one q block of one q head.
+// Launch 2: one q block of one q head: the linear branch's dQ (written), dH_i and dZ_i.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
   using Tile = StateTile<D>;
-  constexpr int kPerLane = D / 32;
-  extern __shared__ float h_state[]; // H_i [D][D]
+  extern __shared__ float h_state[]; // H_i [D][kStateStride<D>]
   __shared__ float z_state[D];
-  __shared__ float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
+  __shared__ __align__(16) float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
   __shared__ float work[kBackwardChunk][D]; // O^l, then dx of phi
   __shared__ float d_phi[kBackwardChunk][D];
   __shared__ float denominator[kBackwardChunk], delta_linear[kBackwardChunk];
+  __shared__ float scale_scratch[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
   const int c = Tile::column(), a0 = Tile::first_row();
   const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
   const long long row_block = head * p.shape.q_blocks + i;
 
-  // H_i, Z_i exactly as the forward built them (line 13, with pre-aggregation).
-  const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
-  const bool majority = p.marginal_majority != 0;
-  const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
+  // H_i, Z_i as the forward built and kept them (line 13, with pre-aggregation).
   {
-    const int *lut = p.linear_lut + row_block * listed;
-    float state[Tile::kRows];
-    for (int a = 0; a < Tile::kRows; ++a)
-      state[a] = majority ? p.h_total[head_kv * D * D + (a0 + a) * D + c] : 0.0f;
-    float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
-    const float sign = majority ? -1.0f : 1.0f;
-    for (int n = 0; n < listed; ++n) {
-      const long long block = head_kv * p.shape.kv_blocks + lut[n];
-      for (int a = 0; a < Tile::kRows; ++a)
-        state[a] += sign * p.h_states[block * D * D + (a0 + a) * D + c];
-      if (threadIdx.x < D)
-        z += sign * p.z_states[block * D + threadIdx.x];
-    }
-    for (int a = 0; a < Tile::kRows; ++a)
-      h_state[(a0 + a) * D + c] = state[a];
+    using Sum = ScaledStateSum<D>;
+    float state[Sum::kVectorsPerThread][8];
+    Sum::clear(state);
+    Sum::add_one(state, p.h_rows, p.h_row_scales, row_block);
+    Sum::template store_f32<kStateStride<D>>(h_state, state);
     if (threadIdx.x < D)
-      z_state[threadIdx.x] = z;
+      z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
   }
 
   // The linear branch (lines 4-5): dH_i, dZ_i and dQ through d phi(Q).
@@ -105,12 +107,25 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
         denominator[r] = dot;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) { // O^l = phi(q) H / den
-      const int r = e / D, col = e % D;
-      float numerator = 0.0f;
-      for (int a = 0; a < D; ++a)
-        numerator += q_phi[r][a] * h_state[a * D + col];
-      work[r][col] = denominator[r] != 0.0f ? numerator / denominator[r] : 0.0f;
+    { // O^l = phi(q) H / den
+      using Rows = ChunkRows<D>;
+      const int col = Rows::x();
+      float numerator[Rows::kRowsPerThread] = {};
+      for (int a = 0; a < D; a += 4) {
+        float column[4];
+        for (int k = 0; k < 4; ++k)
+          column[k] = h_state[(a + k) * kStateStride<D> + col];
+        for (int m = 0; m < Rows::kRowsPerThread; ++m)
+          if (Rows::row(m) < rows) {
+            const float4 q = row4<D>(q_phi[Rows::row(m)], a);
+            numerator[m] += q.x * column[0] + q.y * column[1] + q.z * column[2] + q.w * column[3];
+          }
+      }
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        const int r = Rows::row(m);
+        if (r < rows)
+          work[r][col] = denominator[r] != 0.0f ? numerator[m] / denominator[r] : 0.0f;
+      }
     }
     __syncthreads();
     for (int r = warp; r < rows; r += kWarps) { // D^l = rowsum(dO^l o O^l)
@@ -122,19 +137,43 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
         delta_linear[r] = dot;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) { // d phi(Q) = (dO^l H^T - D^l Z^T) / den
-      const int r = e / D, a = e % D;
-      float sum = 0.0f;
-      for (int col = 0; col < D; ++col)
-        sum += d_linear[r][col] * h_state[a * D + col];
-      d_phi[r][a] = denominator[r] != 0.0f ? (sum - delta_linear[r] * z_state[a]) / denominator[r] : 0.0f;
-      work[r][a] = 0.0f;
+    { // d phi(Q) = (dO^l H^T - D^l Z^T) / den
+      using Rows = ChunkRows<D>;
+      const int a = Rows::x();
+      float sum[Rows::kRowsPerThread] = {};
+      for (int col = 0; col < D; col += 4) {
+        float state_row[4];
+        for (int k = 0; k < 4; ++k)
+          state_row[k] = h_state[a * kStateStride<D> + col + k];
+        for (int m = 0; m < Rows::kRowsPerThread; ++m)
+          if (Rows::row(m) < rows) {
+            const float4 g = row4<D>(d_linear[Rows::row(m)], col);
+            sum[m] += g.x * state_row[0] + g.y * state_row[1] + g.z * state_row[2] + g.w * state_row[3];
+          }
+      }
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        const int r = Rows::row(m);
+        if (r < rows) {
+          d_phi[r][a] = denominator[r] != 0.0f ? (sum[m] - delta_linear[r] * z_state[a]) / denominator[r] : 0.0f;
+          work[r][a] = 0.0f;
+        }
+      }
     }
     for (int r = 0; r < rows; ++r) { // dH_i += (phi(q)/den)^T dO^l, dZ_i -= (phi(q)/den)^T D^l
       const float weight = denominator[r] != 0.0f ? 1.0f / denominator[r] : 0.0f;
       const float g = d_linear[r][c] * weight;
-      for (int a = 0; a < Tile::kRows; ++a)
-        dh[a] += q_phi[r][a0 + a] * g;
+      if constexpr (Tile::kRows % 4 == 0) { // phi(q)'s row four floats at a time
+        for (int a = 0; a < Tile::kRows; a += 4) {
+          const float4 q = row4<D>(q_phi[r], a0 + a);
+          dh[a] += q.x * g;
+          dh[a + 1] += q.y * g;
+          dh[a + 2] += q.z * g;
+          dh[a + 3] += q.w * g;
+        }
+      } else {
+        for (int a = 0; a < Tile::kRows; ++a)
+          dh[a] += q_phi[r][a0 + a] * g;
+      }
       if (threadIdx.x < D)
         dz -= q_phi[r][threadIdx.x] * weight * delta_linear[r];
     }
@@ -145,70 +184,17 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
         p.dq[(head * p.shape.tokens_q + chunk + r) * D + col] = work[r][col];
     }
   }
+  // dH_i in f16 with a power-of-two scale (as the states): half the bytes the kv kernel sums per listed q block.
+  float largest = 0.0f;
   for (int a = 0; a < Tile::kRows; ++a)
-    p.dh_rows[row_block * D * D + (a0 + a) * D + c] = dh[a];
+    largest = fmaxf(largest, fabsf(dh[a]));
+  const float factor = f16_range_factor(block_reduce<true>(largest, scale_scratch));
+  for (int a = 0; a < Tile::kRows; ++a)
+    p.dh_rows[row_block * D * D + (a0 + a) * D + c] = f16_bits(dh[a] * factor);
+  if (threadIdx.x == 0)
+    p.dh_scales[row_block] = 1.0f / factor;
   if (threadIdx.x < D)
     p.dz_rows[row_block * D + threadIdx.x] = dz;
-  __syncthreads(); // dQ's linear part is written: the sparse part adds to it
-
-  // The sparse part (lines 10-12), one warp per query row: L, O^s and D^s recomputed, then dQ += dS K / sqrt(d).
-  const int *critical = p.critical_lut + row_block * p.shape.critical_per_row;
-  for (int r = begin + warp; r < end; r += kWarps) {
-    float q[kPerLane], d_out[kPerLane], o[kPerLane], dq[kPerLane];
-    for (int m = 0; m < kPerLane; ++m) {
-      q[m] = load_f16(p.q, element_index(p.q_strides, b, h, r, lane + 32 * m));
-      d_out[m] = p.d_sparse[(head * p.shape.tokens_q + r) * D + lane + 32 * m];
-      o[m] = 0.0f;
-      dq[m] = 0.0f;
-    }
-    float row_max = -__int_as_float(0x7f800000), row_sum = 0.0f;
-    for (int pass = 0; pass < 2; ++pass) {
-      float lse = 0.0f, delta = 0.0f;
-      if (pass == 1) {
-        lse = row_max + logf(row_sum);
-        float dot = 0.0f;
-        for (int m = 0; m < kPerLane; ++m)
-          dot += d_out[m] * (o[m] / row_sum);
-        delta = warp_sum(dot);
-        if (lane == 0) {
-          p.lse[head * p.shape.tokens_q + r] = lse;
-          p.delta[head * p.shape.tokens_q + r] = delta;
-        }
-      }
-      for (int n = 0; n < p.shape.critical_per_row; ++n) {
-        const int key_begin = critical[n] * BLOCK_KV;
-        const int key_end = min(p.shape.tokens_kv, key_begin + BLOCK_KV);
-        for (int t = key_begin; t < key_end; ++t) {
-          float k[kPerLane], v[kPerLane], s = 0.0f;
-          for (int m = 0; m < kPerLane; ++m) {
-            k[m] = load_f16(p.k, element_index(p.k_strides, b, h_kv, t, lane + 32 * m));
-            v[m] = load_f16(p.v, element_index(p.v_strides, b, h_kv, t, lane + 32 * m));
-            s += q[m] * k[m];
-          }
-          s = warp_sum(s) * p.scale;
-          if (pass == 0) { // online softmax: m, l, O^s
-            const float m_new = fmaxf(row_max, s);
-            const float alpha = expf(row_max - m_new), weight = expf(s - m_new);
-            row_sum = row_sum * alpha + weight;
-            for (int m = 0; m < kPerLane; ++m)
-              o[m] = o[m] * alpha + weight * v[m];
-            row_max = m_new;
-          } else { // P = exp(S - L), dP = dO V^T, dS = P (dP - D), dQ += dS K / sqrt(d)
-            const float prob = expf(s - lse);
-            float dp = 0.0f;
-            for (int m = 0; m < kPerLane; ++m)
-              dp += d_out[m] * v[m];
-            dp = warp_sum(dp);
-            const float ds = prob * (dp - delta) * p.scale;
-            for (int m = 0; m < kPerLane; ++m)
-              dq[m] += ds * k[m];
-          }
-        }
-      }
-    }
-    for (int m = 0; m < kPerLane; ++m)
-      p.dq[(head * p.shape.tokens_q + r) * D + lane + 32 * m] += dq[m];
-  }
 }
 
 // Launch 3: sum_i dH_i and sum_i dZ_i per q head, in block order.
@@ -217,8 +203,10 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
   const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
   if (e < D * D) {
     float sum = 0.0f;
-    for (int i = 0; i < p.shape.q_blocks; ++i)
-      sum += p.dh_rows[(head * p.shape.q_blocks + i) * D * D + e];
+    for (int i = 0; i < p.shape.q_blocks; ++i) {
+      const long long row_block = head * p.shape.q_blocks + i;
+      sum += p.dh_scales[row_block] * f16_value(p.dh_rows[row_block * D * D + e]);
+    }
     p.dh_total[head * D * D + e] = sum;
   }
   if (blockIdx.x == 0 && threadIdx.x < D) {
@@ -231,25 +219,22 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 
 // Launch 4: one kv block of one kv head. dh_j = sum of dH_i over the q blocks (of every q head of the GQA group)
 // where the block is marginal (or all minus the others: pre-aggregation per column), then d phi(K_t) = dh_j V_t + dz_j
-// and dV_t = phi(K_t) dh_j (line 17); then the sparse part, one warp per key: dV += P^T dO^s, dK += dS^T Q / sqrt(d).
+// and dV_t = phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
-  using Tile = StateTile<D>;
-  constexpr int kPerLane = D / 32;
-  extern __shared__ float dh_state[]; // dh_j [D][D]
+  extern __shared__ float dh_state[]; // dh_j [D][kStateStride<D>]
   __shared__ float dz_state[D];
-  __shared__ float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
+  __shared__ __align__(16) float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
   __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
   const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = p.shape.heads_q / p.shape.heads_kv;
-  const int c = Tile::column(), a0 = Tile::first_row();
   const int q_blocks = p.shape.q_blocks;
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
 
   {
-    float dh[Tile::kRows];
-    for (int a = 0; a < Tile::kRows; ++a)
-      dh[a] = 0.0f;
+    using Sum = ScaledStateSum<D>;
+    float dh[Sum::kVectorsPerThread][8];
+    Sum::clear(dh);
     float dz = 0.0f;
     for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
       const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
@@ -260,21 +245,16 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       const int listed = majority ? non_marginal : marginal;
       const float sign = majority ? -1.0f : 1.0f;
       if (majority) {
-        for (int a = 0; a < Tile::kRows; ++a)
-          dh[a] += p.dh_total[head * D * D + (a0 + a) * D + c];
+        Sum::add_f32(dh, p.dh_total + head * D * D);
         if (threadIdx.x < D)
           dz += p.dz_total[head * D + threadIdx.x];
       }
-      for (int n = 0; n < listed; ++n) {
-        const long long row_block = head * q_blocks + list[n];
-        for (int a = 0; a < Tile::kRows; ++a)
-          dh[a] += sign * p.dh_rows[row_block * D * D + (a0 + a) * D + c];
+      Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, list, listed, sign, [&](long long row_block) {
         if (threadIdx.x < D)
           dz += sign * p.dz_rows[row_block * D + threadIdx.x];
-      }
+      });
     }
-    for (int a = 0; a < Tile::kRows; ++a)
-      dh_state[(a0 + a) * D + c] = dh[a];
+    Sum::template store_f32<kStateStride<D>>(dh_state, dh);
     if (threadIdx.x < D)
       dz_state[threadIdx.x] = dz;
   }
@@ -294,62 +274,40 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
     for (int r = warp; r < rows; r += kWarps)
       feature_map_row<D, PHI>(k_phi[r]);
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
-      const int r = e / D, x = e % D;
-      float dk_sum = dz_state[x], dv_sum = 0.0f; // x is the feature a for dK, the channel c for dV
-      for (int y = 0; y < D; ++y) {
-        dk_sum += dh_state[x * D + y] * v_rows[r][y];
-        dv_sum += k_phi[r][y] * dh_state[y * D + x];
+    {
+      using Rows = ChunkRows<D>;
+      const int x = Rows::x(); // the feature a for dK, the channel c for dV
+      float dk_sum[Rows::kRowsPerThread], dv_sum[Rows::kRowsPerThread];
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        dk_sum[m] = dz_state[x];
+        dv_sum[m] = 0.0f;
       }
-      dk_phi[r][x] = dk_sum;
-      p.dv[(head_kv * p.shape.tokens_kv + chunk + r) * D + x] = dv_sum;
+      for (int y = 0; y < D; y += 4) {
+        float state_row[4], state_column[4];
+        for (int k = 0; k < 4; ++k) {
+          state_row[k] = dh_state[x * kStateStride<D> + y + k];
+          state_column[k] = dh_state[(y + k) * kStateStride<D> + x];
+        }
+        for (int m = 0; m < Rows::kRowsPerThread; ++m)
+          if (Rows::row(m) < rows) {
+            const float4 v = row4<D>(v_rows[Rows::row(m)], y), k = row4<D>(k_phi[Rows::row(m)], y);
+            dk_sum[m] += v.x * state_row[0] + v.y * state_row[1] + v.z * state_row[2] + v.w * state_row[3];
+            dv_sum[m] += k.x * state_column[0] + k.y * state_column[1] + k.z * state_column[2] + k.w * state_column[3];
+          }
+      }
+      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
+        const int r = Rows::row(m);
+        if (r < rows) {
+          dk_phi[r][x] = dk_sum[m];
+          p.dv[(head_kv * p.shape.tokens_kv + chunk + r) * D + x] = dv_sum[m];
+        }
+      }
     }
     __syncthreads();
     for (int r = warp; r < rows; r += kWarps) {
       feature_map_backward_row<D, PHI>(k_raw[r], k_phi[r], dk_phi[r], dk_lin[r]);
       for (int col = lane; col < D; col += 32)
         p.dk[(head_kv * p.shape.tokens_kv + chunk + r) * D + col] = dk_lin[r][col];
-    }
-  }
-  __syncthreads(); // the linear parts of dK and dV are written: the sparse part adds to them
-
-  for (int t = begin + warp; t < end; t += kWarps) {
-    float k[kPerLane], v[kPerLane], dk[kPerLane], dv[kPerLane];
-    for (int m = 0; m < kPerLane; ++m) {
-      k[m] = load_f16(p.k, element_index(p.k_strides, b, h_kv, t, lane + 32 * m));
-      v[m] = load_f16(p.v, element_index(p.v_strides, b, h_kv, t, lane + 32 * m));
-      dk[m] = 0.0f;
-      dv[m] = 0.0f;
-    }
-    for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
-      const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-      const long long column = head * p.shape.kv_blocks + j;
-      const int *critical = p.critical_columns + column * q_blocks;
-      const int count = p.column_counts[column * 3];
-      for (int n = 0; n < count; ++n) {
-        const int row_begin = critical[n] * BLOCK_Q, row_end = min(p.shape.tokens_q, row_begin + BLOCK_Q);
-        for (int r = row_begin; r < row_end; ++r) {
-          float q[kPerLane], d_out[kPerLane], s = 0.0f, dp = 0.0f;
-          for (int m = 0; m < kPerLane; ++m) {
-            q[m] = load_f16(p.q, element_index(p.q_strides, b, h, r, lane + 32 * m));
-            d_out[m] = p.d_sparse[(head * p.shape.tokens_q + r) * D + lane + 32 * m];
-            s += q[m] * k[m];
-            dp += d_out[m] * v[m];
-          }
-          s = warp_sum(s) * p.scale;
-          dp = warp_sum(dp);
-          const float prob = expf(s - p.lse[head * p.shape.tokens_q + r]);
-          const float ds = prob * (dp - p.delta[head * p.shape.tokens_q + r]) * p.scale;
-          for (int m = 0; m < kPerLane; ++m) {
-            dv[m] += prob * d_out[m];
-            dk[m] += ds * q[m];
-          }
-        }
-      }
-    }
-    for (int m = 0; m < kPerLane; ++m) {
-      p.dk[(head_kv * p.shape.tokens_kv + t) * D + lane + 32 * m] += dk[m];
-      p.dv[(head_kv * p.shape.tokens_kv + t) * D + lane + 32 * m] += dv[m];
     }
   }
 }

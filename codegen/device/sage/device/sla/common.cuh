@@ -82,6 +82,32 @@ template <int D, int kPhi> __device__ void feature_map_row(float *row) {
   __syncwarp();
 }
 
+// phi over one row held by a warp in registers: lane l holds x[u] = row[l + 32 u]; entries past D are 0 on return.
+template <int D, int kPhi> __device__ __forceinline__ void feature_map_lanes(float (&x)[(D + 31) / 32]) {
+  constexpr int kPerLane = (D + 31) / 32;
+  const int lane = threadIdx.x % 32;
+  if (kPhi == kPhiSoftmax) {
+    float top = -__int_as_float(0x7f800000);
+    for (int u = 0; u < kPerLane; ++u)
+      if (lane + 32 * u < D)
+        top = fmaxf(top, x[u]);
+    top = warp_max(top);
+    float sum = 0.0f;
+    for (int u = 0; u < kPerLane; ++u) {
+      x[u] = lane + 32 * u < D ? expf(x[u] - top) : 0.0f;
+      sum += x[u];
+    }
+    sum = warp_sum(sum);
+    for (int u = 0; u < kPerLane; ++u)
+      x[u] /= sum;
+  } else {
+    for (int u = 0; u < kPerLane; ++u) {
+      const float value = kPhi == kPhiEluPlusOne ? (x[u] > 0.0f ? x[u] + 1.0f : expf(x[u])) : fmaxf(x[u], 0.0f);
+      x[u] = lane + 32 * u < D ? value : 0.0f;
+    }
+  }
+}
+
 // The vector-Jacobian product of phi for one row, by one warp: dx += J_phi(x)^T dy, with y = phi(x) given.
 template <int D, int kPhi>
 __device__ void feature_map_backward_row(const float *x, const float *y, const float *dy, float *dx) {

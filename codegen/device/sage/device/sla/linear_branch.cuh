@@ -1,15 +1,17 @@
 // SLA's linear branch (Algorithm 1, lines 4, 13 and 16) and the combined output O = O^s + Proj(O^l).
-// A thread owns column c = tid % D and kRows rows of every d x d state (h_j, H_i), so the sums over kv blocks are
-// element-wise in registers; rows are shared by a warp, so reads of phi rows in shared memory are broadcasts.
+// The matrix products (h_j = phi(K_j)^T V_j, phi(Q_i) H_i, O^l W^T) run on tensor cores with split f16 operands
+// (tensor_core.cuh); the states are stored in f16 with a power-of-two scale per block, so H_i's sum over the listed
+// blocks (the output kernel's memory traffic) reads 2 bytes per element, 16 bytes per load, f32 in registers.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
+#include "sage/device/sla/tensor_core.cuh"
 
 namespace sage::device::sla {
 
-constexpr int kStateChunk = 32;  // tokens of K/V staged at a time by the state kernel
-constexpr int kOutputChunk = 16; // q rows staged at a time by the output kernel
+constexpr int kStateChunk = 32; // tokens of K/V staged at a time by the state kernel (a multiple of 16)
 
+// The backward's rows kernel accumulates dH_i with one thread per column and kRows rows of the d x d matrix.
 template <int D> struct StateTile {
   static_assert((D * D) % kThreads == 0 && kThreads % D == 0, "D must be 16, 32, 64, 128 or 256");
   static constexpr int kRows = D * D / kThreads; // rows of a state per thread
@@ -18,55 +20,129 @@ template <int D> struct StateTile {
   __device__ static int first_row() { return (threadIdx.x / D) * kRows; }
 };
 
-// Launch 3: h_j = phi(K_j)^T V_j, z_j = colsum(phi(K_j)) for one kv block of one kv head.
-template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const SageSlaStateParams &p) {
-  using Tile = StateTile<D>;
-  __shared__ float k_phi[kStateChunk][D];
-  __shared__ float v_rows[kStateChunk][D];
-  const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x;
-  const int begin = j * BLOCK_KV, end = min(p.shape.tokens_kv, begin + BLOCK_KV);
-  const int c = Tile::column(), a0 = Tile::first_row(), warp = threadIdx.x / 32;
-  float acc[Tile::kRows];
-  for (int a = 0; a < Tile::kRows; ++a)
-    acc[a] = 0.0f;
-  float z = 0.0f;
-  for (int chunk = begin; chunk < end; chunk += kStateChunk) {
-    const int rows = min(kStateChunk, end - chunk);
-    for (int e = threadIdx.x; e < kStateChunk * D; e += kThreads) {
-      const int r = e / D, col = e % D;
-      const bool valid = r < rows;
-      k_phi[r][col] = valid ? load_f16(p.k, element_index(p.k_strides, b, h, chunk + r, col)) : 0.0f;
-      v_rows[r][col] = valid ? load_f16(p.v, element_index(p.v_strides, b, h, chunk + r, col)) : 0.0f;
-    }
-    __syncthreads();
-    for (int r = warp; r < rows; r += kWarps) // rows past the block's end stay 0 (phi(0) is not 0 for elu + 1)
-      feature_map_row<D, PHI>(k_phi[r]);
-    __syncthreads();
-    for (int r = 0; r < rows; ++r) {
-      const float v = v_rows[r][c];
-      for (int a = 0; a < Tile::kRows; ++a)
-        acc[a] += k_phi[r][a0 + a] * v;
-    }
-    if (threadIdx.x < D)
-      for (int r = 0; r < rows; ++r)
-        z += k_phi[r][threadIdx.x];
-    __syncthreads();
-  }
-  const long long state = (static_cast<long long>(b) * p.shape.heads_kv + h) * p.shape.kv_blocks + j;
-  for (int a = 0; a < Tile::kRows; ++a)
-    p.h_states[state * D * D + (a0 + a) * D + c] = acc[a];
-  if (threadIdx.x < D)
-    p.z_states[state * D + threadIdx.x] = z;
+// Splits 8 consecutive values into hi and lo f16 parts and stores each part as one 16-byte vector.
+__device__ __forceinline__ void store_split8(const float (&values)[8], float factor, unsigned short *hi,
+                                             unsigned short *lo) {
+  unsigned short h[8], l[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    split_f16(values[e] * factor, h[e], l[e]);
+  *reinterpret_cast<uint4 *>(hi) =
+      make_uint4(pack_f16x2(h[0], h[1]), pack_f16x2(h[2], h[3]), pack_f16x2(h[4], h[5]), pack_f16x2(h[6], h[7]));
+  *reinterpret_cast<uint4 *>(lo) =
+      make_uint4(pack_f16x2(l[0], l[1]), pack_f16x2(l[2], l[3]), pack_f16x2(l[4], l[5]), pack_f16x2(l[6], l[7]));
 }
 
-// Launch 3b: sum_j h_j and sum_j z_j in block order.
+// The power of two that brings max |x| (finite, > 0) into [2^14, 2^15): 2^-e for max = m 2^e, m in [0.5, 1).
+__device__ __forceinline__ float f16_range_factor(float largest) {
+  if (!(largest > 0.0f) || isinf(largest))
+    return 1.0f;
+  int exponent = 0;
+  frexpf(largest, &exponent);
+  return ldexpf(1.0f, 15 - exponent);
+}
+
+// Launch 3: h_j = phi(K_j)^T V_j, z_j = colsum(phi(K_j)) for one kv block of one kv head. Every warp owns a fixed set
+// of 16 x 8 tiles of h_j (f32 accumulators across the block's chunks); phi(K) is split in f16 hi + lo, V is f16.
+template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const SageSlaStateParams &p) {
+  static_assert(D % 16 == 0, "the tensor-core tiles take D in steps of 16");
+  constexpr int kStride = D + 8, kPerLane = (D + 31) / 32;
+  constexpr int kTiles = (D / 16) * (D / 8), kTilesPerWarp = (kTiles + kWarps - 1) / kWarps;
+  __shared__ __align__(16) unsigned short k_hi[kStateChunk * kStride], k_lo[kStateChunk * kStride];
+  __shared__ __align__(16) unsigned short v_rows[kStateChunk * kStride];
+  __shared__ float z_partial[kWarps][D];
+  __shared__ float scratch[kWarps];
+  const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int begin = j * BLOCK_KV, end = min(p.shape.tokens_kv, begin + BLOCK_KV);
+  float acc[kTilesPerWarp][4];
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[t][e] = 0.0f;
+  float z[kPerLane];
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u)
+    z[u] = 0.0f;
+  const SharedF16 a_hi{k_hi, kStride}, a_lo{k_lo, kStride}, b_v{v_rows, kStride};
+  for (int chunk = begin; chunk < end; chunk += kStateChunk) {
+    const int rows = min(kStateChunk, end - chunk);
+    __syncthreads(); // the previous chunk's products are done
+    for (int r = warp; r < kStateChunk; r += kWarps) {
+      // Rows past the block's end stay 0 in phi(K) and V (phi(0) is not 0 for elu + 1).
+      float x[kPerLane];
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        x[u] = r < rows && c < D ? load_f16(p.k, element_index(p.k_strides, b, h, chunk + r, c)) : 0.0f;
+      }
+      if (r < rows)
+        feature_map_lanes<D, PHI>(x);
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c >= D)
+          continue;
+        z[u] += x[u];
+        split_f16(x[u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
+        v_rows[r * kStride + c] =
+            r < rows ? static_cast<const unsigned short *>(p.v)[element_index(p.v_strides, b, h, chunk + r, c)] : 0;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile < kTiles) // A = phi(K)^T is stored [token][feature], B = V [token][feature]: both k-major
+        mma_tile_split_a<kStateChunk, true, true>(acc[t], a_hi, a_lo, b_v, (tile / (D / 8)) * 16, (tile % (D / 8)) * 8);
+    }
+  }
+
+// z_j in a fixed order (deterministic), the scale s_j, then h_j / s_j in f16.
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u)
+    if (lane + 32 * u < D)
+      z_partial[warp][lane + 32 * u] = z[u];
+  float largest = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      largest = fmaxf(largest, fabsf(acc[t][e]));
+  largest = block_reduce<true>(largest, scratch); // its barriers also publish z_partial
+  const float factor = f16_range_factor(largest);
+  const long long state = (static_cast<long long>(b) * p.shape.heads_kv + h) * p.shape.kv_blocks + j;
+  if (threadIdx.x < D) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      sum += z_partial[w][threadIdx.x];
+    p.z_states[state * D + threadIdx.x] = sum;
+  }
+  if (threadIdx.x == 0)
+    p.h_scales[state] = 1.0f / factor; // exact: a power of two
+  unsigned *out = reinterpret_cast<unsigned *>(p.h_states + state * D * D);
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t) {
+    const int tile = warp + kWarps * t;
+    if (tile >= kTiles)
+      continue;
+    const int row = (tile / (D / 8)) * 16 + tile_row(), col = (tile % (D / 8)) * 8 + tile_col();
+    out[(row * D + col) / 2] = pack_f16x2(f16_bits(acc[t][0] * factor), f16_bits(acc[t][1] * factor));
+    out[((row + 8) * D + col) / 2] = pack_f16x2(f16_bits(acc[t][2] * factor), f16_bits(acc[t][3] * factor));
+  }
+}
+
+// Launch 3b: sum_j h_j and sum_j z_j in block order, in f32.
 template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
   const int b = blockIdx.z, h = blockIdx.y, e = blockIdx.x * kThreads + threadIdx.x;
   const long long head = static_cast<long long>(b) * p.shape.heads_kv + h;
   if (e < D * D) {
     float sum = 0.0f;
-    for (int j = 0; j < p.shape.kv_blocks; ++j)
-      sum += p.h_states[(head * p.shape.kv_blocks + j) * D * D + e];
+    for (int j = 0; j < p.shape.kv_blocks; ++j) {
+      const long long block = head * p.shape.kv_blocks + j;
+      sum += p.h_scales[block] * f16_value(p.h_states[block * D * D + e]);
+    }
     p.h_total[head * D * D + e] = sum;
   }
   if (blockIdx.x == 0 && threadIdx.x < D) {
@@ -77,87 +153,296 @@ template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
   }
 }
 
+__device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, float coefficient) {
+  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    sum[2 * w] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] & 0xffffu)), sum[2 * w]);
+    sum[2 * w + 1] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] >> 16)), sum[2 * w + 1]);
+  }
+}
+
+// Sums of d x d matrices stored in f16 with one f32 scale each (h_j, dH_i), in f32 registers: a thread owns
+// kVectorsPerThread runs of 8 consecutive elements (row-major), read 16 bytes at a time.
+template <int D> struct ScaledStateSum {
+  static constexpr int kVectors = D * D / 8;
+  static constexpr int kVectorsPerThread = (kVectors + kThreads - 1) / kThreads;
+  __device__ static bool owns(int v) { return v * kThreads + static_cast<int>(threadIdx.x) < kVectors; }
+  __device__ static int first_element(int v) { return (v * kThreads + threadIdx.x) * 8; }
+
+  __device__ static void clear(float (&sum)[kVectorsPerThread][8]) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        sum[v][e] = 0.0f;
+  }
+
+  // sum += matrix (f32, row-major, 16-byte aligned)
+  __device__ static void add_f32(float (&sum)[kVectorsPerThread][8], const float *matrix) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v)) {
+        const float4 left = *reinterpret_cast<const float4 *>(matrix + first_element(v));
+        const float4 right = *reinterpret_cast<const float4 *>(matrix + first_element(v) + 4);
+        sum[v][0] += left.x, sum[v][1] += left.y, sum[v][2] += left.z, sum[v][3] += left.w;
+        sum[v][4] += right.x, sum[v][5] += right.y, sum[v][6] += right.z, sum[v][7] += right.w;
+      }
+  }
+
+  // sum += scales[m] * states[m]
+  __device__ static void add_one(float (&sum)[kVectorsPerThread][8], const unsigned short *states, const float *scales,
+                                 long long matrix) {
+    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
+    const float coefficient = scales[matrix];
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v))
+        accumulate_f16x8(sum[v], __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x), coefficient);
+  }
+
+  // sum += sign * sum over n < count of scales[m] * states[m], m = first + list[n]; each_matrix(m) too (the vectors
+  // z_j, dZ_i). All of a matrix's loads are issued before its adds; the other warps of the SM cover the latency.
+  template <typename EachMatrix>
+  __device__ static void add_listed(float (&sum)[kVectorsPerThread][8], const unsigned short *states,
+                                    const float *scales, long long first, const int *list, int count, float sign,
+                                    EachMatrix each_matrix) {
+    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
+    for (int n = 0; n < count; ++n) {
+      const long long matrix = first + list[n];
+      uint4 bits[kVectorsPerThread];
+#pragma unroll
+      for (int v = 0; v < kVectorsPerThread; ++v)
+        if (owns(v))
+          bits[v] = __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x);
+      const float coefficient = sign * scales[matrix];
+      each_matrix(matrix);
+#pragma unroll
+      for (int v = 0; v < kVectorsPerThread; ++v)
+        if (owns(v))
+          accumulate_f16x8(sum[v], bits[v], coefficient);
+    }
+  }
+
+  // matrix (f32, row-major, rows of kStride elements) = sum
+  template <int kStride> __device__ static void store_f32(float *matrix, const float (&sum)[kVectorsPerThread][8]) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v)) {
+        const int row = first_element(v) / D, column = first_element(v) % D;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          matrix[row * kStride + column + e] = sum[v][e];
+      }
+  }
+};
+
+// The output kernel's shared memory (abi.cuh's sage_sla_output_* give the host the same numbers).
+template <int D, int BLOCK_Q> struct OutputLayout {
+  static constexpr int kRows = sage_sla_output_rows(BLOCK_Q); // q rows, padded to whole 16-row tiles
+  static constexpr int kColumns = D < 64 ? D : 64;            // output columns per pass of a product
+  static constexpr int kPasses = D / kColumns;
+  static constexpr int kRowStride = D + 8;          // phi(Q), O^l and Proj's weight rows
+  static constexpr int kStateStride = kColumns + 8; // a column slice of H_i
+  static constexpr int kOperandHalves = sage_sla_output_operand_halves(D);
+  static constexpr int kRowHalves = kRows * kRowStride;
+  static constexpr int kTiles = (kRows / 16) * (kColumns / 8); // per pass
+  static constexpr int kTilesPerWarp = (kTiles + kWarps - 1) / kWarps;
+  static constexpr int kVectors = ScaledStateSum<D>::kVectors; // 16-byte pieces of an f16 state
+  static constexpr int kVectorsPerThread = ScaledStateSum<D>::kVectorsPerThread;
+  static_assert(D % 16 == 0 && D <= 128, "D must be 16, 32, 64 or 128");
+  static_assert(2 * (2 * kOperandHalves + 2 * kRowHalves) + 4 * (D + kRows + kWarps) ==
+                    sage_sla_output_shared_bytes(D, BLOCK_Q),
+                "abi.cuh's size of the output kernel's shared memory");
+};
+
 // Launch 4: one q block of one q head. H_i = sum of the marginal h_j, or (pre-aggregation) sum of all minus the
-// non-marginal ones; O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the denominator is 0; O = O^s + O^l W^T + b.
+// non-marginal ones, in f32 registers (each thread owns kVectorsPerThread runs of 8 elements, read 16 bytes at a
+// time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the denominator is 0; O = O^s +
+// O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the ratio does not change).
 template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
-  using Tile = StateTile<D>;
-  __shared__ float z_state[D];
-  __shared__ float q_phi[kOutputChunk][D];
-  __shared__ float partial[kOutputChunk][Tile::kGroups][D];
-  __shared__ float o_linear[kOutputChunk][D];
-  __shared__ float denominator[kOutputChunk];
-  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x;
+  using L = OutputLayout<D, BLOCK_Q>;
+  constexpr int kPerLane = (D + 31) / 32;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *operand_hi = reinterpret_cast<unsigned short *>(shared_bytes); // H_i's slice, then W's rows
+  unsigned short *operand_lo = operand_hi + L::kOperandHalves;
+  unsigned short *rows_hi = operand_lo + L::kOperandHalves; // phi(Q_i), then O^l
+  unsigned short *rows_lo = rows_hi + L::kRowHalves;
+  float *z_state = reinterpret_cast<float *>(rows_lo + L::kRowHalves);
+  float *denominator = z_state + D;
+  float *scratch = denominator + L::kRows;
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
-  const int c = Tile::column(), a0 = Tile::first_row(), group = threadIdx.x / D, warp = threadIdx.x / 32;
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
   const long long row = (static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.q_blocks + i;
+  const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
 
   // Line 13 (with pre-aggregation when the marginal blocks are the majority).
   const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
   const bool majority = p.marginal_majority != 0;
   const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
   const int *lut = p.linear_lut + row * listed;
-  float state[Tile::kRows];
-  for (int a = 0; a < Tile::kRows; ++a)
-    state[a] = majority ? p.h_total[head_kv * D * D + (a0 + a) * D + c] : 0.0f;
+  float state[L::kVectorsPerThread][8];
+#pragma unroll
+  for (int v = 0; v < L::kVectorsPerThread; ++v) {
+    const int piece = v * kThreads + threadIdx.x;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      state[v][e] = majority && piece < L::kVectors ? p.h_total[head_kv * D * D + piece * 8 + e] : 0.0f;
+  }
   float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
   const float sign = majority ? -1.0f : 1.0f;
+  const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
   for (int n = 0; n < listed; ++n) {
+    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
     const long long block = head_kv * p.shape.kv_blocks + lut[n];
-    for (int a = 0; a < Tile::kRows; ++a)
-      state[a] += sign * p.h_states[block * D * D + (a0 + a) * D + c];
+    uint4 bits[L::kVectorsPerThread];
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors)
+        bits[v] = __ldg(states + block * L::kVectors + v * kThreads + threadIdx.x);
+    const float coefficient = sign * p.h_scales[block];
     if (threadIdx.x < D)
       z += sign * p.z_states[block * D + threadIdx.x];
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors)
+        accumulate_f16x8(state[v], bits[v], coefficient);
   }
   if (threadIdx.x < D)
     z_state[threadIdx.x] = z;
+  float largest = 0.0f;
+#pragma unroll
+  for (int v = 0; v < L::kVectorsPerThread; ++v)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      largest = fmaxf(largest, fabsf(state[v][e]));
+  const float factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes z_state
+  if (p.h_rows) { // kept for the backward, in the states' format
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors) {
+        unsigned words[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          words[w] = pack_f16x2(f16_bits(state[v][2 * w] * factor), f16_bits(state[v][2 * w + 1] * factor));
+        reinterpret_cast<uint4 *>(p.h_rows)[row * L::kVectors + v * kThreads + threadIdx.x] =
+            make_uint4(words[0], words[1], words[2], words[3]);
+      }
+    if (threadIdx.x == 0)
+      p.h_row_scales[row] = 1.0f / factor;
+    if (threadIdx.x < D)
+      p.z_rows[row * D + threadIdx.x] = z;
+  }
 
-  // Line 16 and the combination, kOutputChunk rows at a time.
-  const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
-  for (int chunk = begin; chunk < end; chunk += kOutputChunk) {
-    const int rows = min(kOutputChunk, end - chunk);
-    __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads)
-      q_phi[e / D][e % D] = load_f16(p.q, element_index(p.q_strides, b, h, chunk + e / D, e % D));
-    __syncthreads();
-    for (int r = warp; r < rows; r += kWarps) {
-      feature_map_row<D, PHI>(q_phi[r]);
-      float dot = 0.0f;
-      for (int a = threadIdx.x % 32; a < D; a += 32)
-        dot += q_phi[r][a] * z_state[a];
-      dot = warp_sum(dot);
-      if (threadIdx.x % 32 == 0)
-        denominator[r] = dot;
+  // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is).
+  for (int r = warp; r < L::kRows; r += kWarps) {
+    const bool valid = begin + r < end;
+    float x[kPerLane];
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int c = lane + 32 * u;
+      x[u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + r, c)) : 0.0f;
+    }
+    if (valid)
+      feature_map_lanes<D, PHI>(x);
+    float dot = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kPerLane; ++u) {
+      const int c = lane + 32 * u;
+      if (c < D) {
+        dot += x[u] * z_state[c];
+        split_f16(x[u], rows_hi[r * L::kRowStride + c], rows_lo[r * L::kRowStride + c]);
+      }
+    }
+    dot = warp_sum(dot);
+    if (lane == 0)
+      denominator[r] = valid ? dot * factor : 0.0f;
+  }
+
+  // phi(Q_i) H_i, kColumns output columns per pass; O^l stays in registers for Proj.
+  const SharedF16 q_hi{rows_hi, L::kRowStride}, q_lo{rows_lo, L::kRowStride};
+  float o_linear[L::kPasses][L::kTilesPerWarp][4];
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass) {
+    __syncthreads(); // phi(Q_i) is written; the previous pass's reads of the slice are done
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v) {
+      const int piece = v * kThreads + threadIdx.x, a = piece * 8 / D, c = piece * 8 % D - pass * L::kColumns;
+      if (piece < L::kVectors && c >= 0 && c < L::kColumns)
+        store_split8(state[v], factor, operand_hi + a * L::kStateStride + c, operand_lo + a * L::kStateStride + c);
     }
     __syncthreads();
-    for (int r = 0; r < rows; ++r) {
-      float sum = 0.0f;
-      for (int a = 0; a < Tile::kRows; ++a)
-        sum += q_phi[r][a0 + a] * state[a];
-      partial[r][group][c] = sum;
+    const SharedF16 h_hi{operand_hi, L::kStateStride}, h_lo{operand_lo, L::kStateStride};
+#pragma unroll
+    for (int t = 0; t < L::kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile >= L::kTiles)
+        continue;
+      const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_tile_split<D, false, true>(acc, q_hi, q_lo, h_hi, h_lo, m0, n0); // H_i's slice is [in][out]
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), col = pass * L::kColumns + n0 + tile_col() + (e & 1);
+        const float value = denominator[r] != 0.0f ? acc[e] / denominator[r] : 0.0f;
+        o_linear[pass][t][e] = value;
+        if (p.o_linear && begin + r < end)
+          p.o_linear[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + begin + r) * D + col] =
+              value;
+      }
+    }
+  }
+  if (!p.proj_weight)
+    return; // O^s and O^l apart: the caller's Proj (a torch.nn.Linear) combines them
+
+  // O = O^s + O^l W^T + b: O^l split into the rows' buffer, W's rows (out) kColumns per pass.
+  __syncthreads(); // every read of phi(Q_i) and of H_i's slice is done
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass)
+#pragma unroll
+    for (int t = 0; t < L::kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile >= L::kTiles)
+        continue;
+      const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), col = pass * L::kColumns + n0 + tile_col() + (e & 1);
+        split_f16(o_linear[pass][t][e], rows_hi[r * L::kRowStride + col], rows_lo[r * L::kRowStride + col]);
+      }
+    }
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass) {
+    if (pass > 0)
+      __syncthreads(); // the previous pass's reads of W's rows are done
+    for (int piece = threadIdx.x; piece < L::kColumns * D / 8; piece += kThreads) {
+      const int out = piece * 8 / D, in = piece * 8 % D;
+      float values[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        values[e] = p.proj_weight[(pass * L::kColumns + out) * D + in + e];
+      store_split8(values, 1.0f, operand_hi + out * L::kRowStride + in, operand_lo + out * L::kRowStride + in);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
-      const int r = e / D, col = e % D;
-      float numerator = 0.0f;
-      for (int g = 0; g < Tile::kGroups; ++g)
-        numerator += partial[r][g][col];
-      const float value = denominator[r] != 0.0f ? numerator / denominator[r] : 0.0f;
-      o_linear[r][col] = value;
-      if (p.o_linear)
-        p.o_linear[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + chunk + r) * D + col] =
-            value;
-    }
-    if (!p.proj_weight)
-      continue; // O^s and O^l apart: the caller's Proj (a torch.nn.Linear) combines them
-    __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
-      const int r = e / D, out = e % D;
-      float value = p.proj_bias ? p.proj_bias[out] : 0.0f;
-      for (int in = 0; in < D; ++in)
-        value += o_linear[r][in] * p.proj_weight[out * D + in];
-      value += load_f16(p.o_sparse, element_index(p.o_sparse_strides, b, h, chunk + r, out));
-      store_f16(p.out, element_index(p.out_strides, b, h, chunk + r, out), value);
+    const SharedF16 w_hi{operand_hi, L::kRowStride}, w_lo{operand_lo, L::kRowStride};
+#pragma unroll
+    for (int t = 0; t < L::kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile >= L::kTiles)
+        continue;
+      const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_tile_split<D, false, false>(acc, q_hi, q_lo, w_hi, w_lo, m0, n0); // W is [out][in]: B^T
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), out = pass * L::kColumns + n0 + tile_col() + (e & 1);
+        if (begin + r >= end)
+          continue;
+        float value = acc[e] + (p.proj_bias ? p.proj_bias[out] : 0.0f);
+        value += load_f16(p.o_sparse, element_index(p.o_sparse_strides, b, h, begin + r, out));
+        store_f16(p.out, element_index(p.out_strides, b, h, begin + r, out), value);
+      }
     }
   }
 }

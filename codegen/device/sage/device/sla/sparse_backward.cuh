@@ -1,0 +1,376 @@
+// The sparse part of SLA's backward (Algorithm 2, lines 2-3 and 7-12 over the critical blocks) on tensor cores, in the
+// manner of FlashAttention-2's backward: one warp per 16 rows (queries in the rows kernel, keys in the kv kernel),
+// f16 operands (Q, K, V exactly; dO^s, P and dS rounded to f16) with f32 accumulation, scores and their
+// exponentials in f32. The kernels add to dQ, dK and dV, which the linear branch's kernels wrote before them.
+//
+// Shared memory (dynamic, sage_sla_sparse_backward_shared_bytes): Q, dO^s (rows of the q block) and K, V (rows of
+// the kv block) as f16 with rows padded by 8 halves, then the q block's L and D^s (kv kernel only).
+#pragma once
+
+#include "sage/device/sla/common.cuh"
+#include "sage/device/sla/tensor_core.cuh"
+
+namespace sage::device::sla {
+
+template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseBackwardLayout {
+  static_assert(D % 16 == 0 && BLOCK_Q % 16 == 0 && BLOCK_KV % 16 == 0, "tiles of 16");
+  static_assert(BLOCK_Q <= 128 && BLOCK_KV <= 128, "one warp per 16 rows, at most 8 warps");
+  static constexpr int kStride = D + 8;
+  static constexpr int kTileQ = BLOCK_Q * kStride, kTileKv = BLOCK_KV * kStride;
+  static_assert(2 * (2 * kTileQ + 2 * kTileKv) + 8 * BLOCK_Q ==
+                    sage_sla_sparse_backward_shared_bytes(D, BLOCK_Q, BLOCK_KV),
+                "abi.cuh's size of the sparse backward's shared memory");
+};
+
+// The A fragment of the 16 x 16 slice (k = 16 s .. 16 s + 15) of a 16-row f32 accumulator held as 8-column tiles:
+// tiles 2 s and 2 s + 1, rounded to f16 (FlashAttention's P and dS stay in registers).
+__device__ __forceinline__ void accumulators_to_a(unsigned (&a)[4], const float (&left)[4], const float (&right)[4]) {
+  a[0] = pack_f16x2(f16_bits(left[0]), f16_bits(left[1]));
+  a[1] = pack_f16x2(f16_bits(left[2]), f16_bits(left[3]));
+  a[2] = pack_f16x2(f16_bits(right[0]), f16_bits(right[1]));
+  a[3] = pack_f16x2(f16_bits(right[2]), f16_bits(right[3]));
+}
+
+// rows x D of an f16 tensor (rows from `first`, `valid` of them) into shared memory; rows past `valid` are 0. 16 bytes
+// per load where the rows are 16-byte aligned (the usual contiguous layouts), 2 otherwise.
+template <int D>
+__device__ void stage_f16_rows(unsigned short *tile, int stride, const void *source, const SageSlaStrides &strides,
+                               int b, int h, int first, int rows, int valid, int thread, int threads) {
+  const unsigned short *base = static_cast<const unsigned short *>(source) + element_index(strides, b, h, first, 0);
+  if (strides.token % 8 == 0 && reinterpret_cast<unsigned long long>(base) % 16 == 0) {
+    for (int e = thread; e < rows * (D / 8); e += threads) {
+      const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+      *reinterpret_cast<uint4 *>(tile + r * stride + c) =
+          r < valid ? *reinterpret_cast<const uint4 *>(base + r * strides.token + c) : make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  for (int e = thread; e < rows * D; e += threads) {
+    const int r = e / D, c = e % D;
+    tile[r * stride + c] = r < valid ? base[r * strides.token + c] : 0;
+  }
+}
+
+// rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step.
+template <int D>
+__device__ void stage_f32_rows(unsigned short *tile, int stride, const float *source, int first, int rows, int valid,
+                               int thread, int threads) {
+  const float *base = source + static_cast<long long>(first) * D;
+  const bool vector = reinterpret_cast<unsigned long long>(base) % 16 == 0;
+  for (int e = thread; e < rows * (D / 8); e += threads) {
+    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+    float values[8];
+    if (r >= valid) {
+      for (int k = 0; k < 8; ++k)
+        values[k] = 0.0f;
+    } else if (vector) {
+      const float4 left = *reinterpret_cast<const float4 *>(base + r * D + c);
+      const float4 right = *reinterpret_cast<const float4 *>(base + r * D + c + 4);
+      values[0] = left.x, values[1] = left.y, values[2] = left.z, values[3] = left.w;
+      values[4] = right.x, values[5] = right.y, values[6] = right.z, values[7] = right.w;
+    } else {
+      for (int k = 0; k < 8; ++k)
+        values[k] = base[r * D + c + k];
+    }
+    *reinterpret_cast<uint4 *>(tile + r * stride + c) = make_uint4(
+        pack_f16x2(f16_bits(values[0]), f16_bits(values[1])), pack_f16x2(f16_bits(values[2]), f16_bits(values[3])),
+        pack_f16x2(f16_bits(values[4]), f16_bits(values[5])), pack_f16x2(f16_bits(values[6]), f16_bits(values[7])));
+  }
+}
+
+// c[n] = A[m0:m0+16, 0:D] B[0:D, 8n:8n+8] for n < N / 8, with A and B^T both stored [row][feature] (Q K^T, V dO^T,
+// K Q^T, dO V^T).
+template <int D, int N>
+__device__ __forceinline__ void mma_rows_by_rows(float (&c)[N / 8][4], SharedF16 a, SharedF16 b, int m0) {
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      c[n][e] = 0.0f;
+#pragma unroll 1 // the accumulators are the register budget: no operand prefetch across steps
+  for (int k0 = 0; k0 < D; k0 += 16) {
+    unsigned fragment[4];
+    load_a<false>(fragment, a, m0, k0);
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n) {
+      unsigned bf[2];
+      load_b<false>(bf, b, k0, n * 8);
+      mma_f16(c[n], fragment, bf);
+    }
+  }
+}
+
+// c[n] += P[16 x K] B[0:K, 8n:8n+8] for n < D / 8, with P in registers (K / 8 accumulator tiles) and B stored
+// [k][feature] (P V, dS K, P^T dO, dS^T Q).
+template <int K, int D>
+__device__ __forceinline__ void mma_registers_by_rows(float (&c)[D / 8][4], const float (&p)[K / 8][4], SharedF16 b) {
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s) {
+    unsigned fragment[4];
+    accumulators_to_a(fragment, p[2 * s], p[2 * s + 1]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      unsigned bf[2];
+      load_b<true>(bf, b, s * 16, n * 8);
+      mma_f16(c[n], fragment, bf);
+    }
+  }
+}
+
+// P as f16 A fragments (half the registers of its f32 accumulators), and the product with B stored [k][feature].
+template <int K> __device__ __forceinline__ void pack_fragments(unsigned (&a)[K / 16][4], const float (&p)[K / 8][4]) {
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s)
+    accumulators_to_a(a[s], p[2 * s], p[2 * s + 1]);
+}
+// Element e of accumulator tile t, as pack_fragments rounded it.
+template <int K> __device__ __forceinline__ float fragment_value(const unsigned (&a)[K / 16][4], int t, int e) {
+  const unsigned word = a[t / 2][(t % 2) * 2 + e / 2];
+  return f16_value(static_cast<unsigned short>(e % 2 == 0 ? word & 0xffffu : word >> 16));
+}
+template <int K, int D>
+__device__ __forceinline__ void mma_fragments_by_rows(float (&c)[D / 8][4], const unsigned (&a)[K / 16][4],
+                                                      SharedF16 b) {
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      unsigned bf[2];
+      load_b<true>(bf, b, s * 16, n * 8);
+      mma_f16(c[n], a[s], bf);
+    }
+}
+
+// Max and sum over the 4 lanes of a quad (the lanes holding one accumulator row).
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xffffffffu, value, 1);
+  return value + __shfl_xor_sync(0xffffffffu, value, 2);
+}
+
+// Rows kernel: one q block of one q head, BLOCK_Q / 16 warps. Pass 1 over the critical kv blocks: L (online
+// softmax) and O^s, then D^s = rowsum(dO^s o O^s) (dO^s in f32); pass 2: P = exp(S - L), dP = dO^s V^T,
+// dS = P o (dP - D^s), dQ += dS K / sqrt(d). Writes L and D^s for the kv kernel.
+template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward(const SageSlaRowsBackwardParams &p) {
+  using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
+  constexpr int kThreadsHere = BLOCK_Q * 2, kKeyTiles = BLOCK_KV / 8, kFeatureTiles = D / 8;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *q_tile = reinterpret_cast<unsigned short *>(shared_bytes);
+  unsigned short *do_tile = q_tile + L::kTileQ, *k_tile = do_tile + L::kTileQ, *v_tile = k_tile + L::kTileKv;
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32;
+  const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
+  const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+  const long long row_block = head * p.shape.q_blocks + i;
+  const int begin = i * BLOCK_Q, valid_rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+  const float *d_out = p.d_sparse + head * p.shape.tokens_q * D;
+  stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere);
+  stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere);
+  const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
+  const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
+  const int *critical = p.critical_lut + row_block * p.shape.critical_per_row;
+  const int m0 = warp * 16, row_top = m0 + tile_row(), row_bottom = row_top + 8; // this lane's two rows
+  const float negative_infinity = -__int_as_float(0x7f800000);
+
+  float lse[2], delta[2];
+  {
+    float row_max[2] = {negative_infinity, negative_infinity}, row_sum[2] = {0.0f, 0.0f};
+    float o[kFeatureTiles][4];
+#pragma unroll
+    for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[n][e] = 0.0f;
+    for (int n = 0; n < p.shape.critical_per_row; ++n) {
+      const int key_begin = critical[n] * BLOCK_KV, keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
+      __syncthreads(); // the previous block's reads of K and V are done
+      stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
+                        kThreadsHere);
+      stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
+                        kThreadsHere);
+      __syncthreads();
+      float s[kKeyTiles][4];
+      mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
+      float block_max[2] = {negative_infinity, negative_infinity};
+#pragma unroll
+      for (int t = 0; t < kKeyTiles; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t * 8 + tile_col() + (e & 1);
+          s[t][e] = key < keys ? s[t][e] * p.scale : negative_infinity;
+          block_max[e / 2] = fmaxf(block_max[e / 2], s[t][e]);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(row_max[r], quad_max(block_max[r]));
+        alpha[r] = row_max[r] == negative_infinity ? 0.0f : expf(row_max[r] - m_new);
+        row_max[r] = m_new;
+        row_sum[r] *= alpha[r];
+      }
+#pragma unroll
+      for (int t = 0; t < kKeyTiles; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[t][e] = s[t][e] == negative_infinity ? 0.0f : expf(s[t][e] - row_max[e / 2]);
+          row_sum[e / 2] += s[t][e];
+        }
+#pragma unroll
+      for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[n][e] *= alpha[e / 2];
+      mma_registers_by_rows<BLOCK_KV, D>(o, s, v_rows);
+    }
+    float dot[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      row_sum[r] = quad_sum(row_sum[r]);
+#pragma unroll
+    for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = e < 2 ? row_top : row_bottom, col = n * 8 + tile_col() + (e & 1);
+        if (row < valid_rows)
+          dot[e / 2] += d_out[static_cast<long long>(begin + row) * D + col] * (o[n][e] / row_sum[e / 2]);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      lse[r] = row_max[r] + logf(row_sum[r]);
+      delta[r] = quad_sum(dot[r]);
+      const int row = r == 0 ? row_top : row_bottom;
+      if (threadIdx.x % 4 == 0 && row < valid_rows) {
+        p.lse[head * p.shape.tokens_q + begin + row] = lse[r];
+        p.delta[head * p.shape.tokens_q + begin + row] = delta[r];
+      }
+    }
+  }
+
+  float dq[kFeatureTiles][4];
+#pragma unroll
+  for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dq[n][e] = 0.0f;
+  for (int n = 0; n < p.shape.critical_per_row; ++n) {
+    const int key_begin = critical[n] * BLOCK_KV, keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
+    __syncthreads();
+    stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
+                      kThreadsHere);
+    stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
+                      kThreadsHere);
+    __syncthreads();
+    float s[kKeyTiles][4], dp[kKeyTiles][4];
+    mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
+    mma_rows_by_rows<D, BLOCK_KV>(dp, do_rows, v_rows, m0);
+#pragma unroll
+    for (int t = 0; t < kKeyTiles; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = t * 8 + tile_col() + (e & 1);
+        const float prob = key < keys ? expf(s[t][e] * p.scale - lse[e / 2]) : 0.0f;
+        s[t][e] = prob * (dp[t][e] - delta[e / 2]); // dS
+      }
+    mma_registers_by_rows<BLOCK_KV, D>(dq, s, k_rows);
+  }
+#pragma unroll
+  for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = e < 2 ? row_top : row_bottom, col = n * 8 + tile_col() + (e & 1);
+      if (row < valid_rows)
+        p.dq[(head * p.shape.tokens_q + begin + row) * D + col] += dq[n][e] * p.scale;
+    }
+}
+
+// KV kernel: one kv block of one kv head, BLOCK_KV / 16 warps (one per 16 keys), over the q blocks of every q head of
+// its GQA group where the block is critical: P^T = exp(K Q^T / sqrt(d) - L), dV += P^T dO^s, dP^T = V dO^s^T,
+// dS^T = P^T o (dP^T - D^s), dK += dS^T Q / sqrt(d).
+template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(const SageSlaColumnsBackwardParams &p) {
+  using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
+  constexpr int kThreadsHere = BLOCK_KV * 2, kQueryTiles = BLOCK_Q / 8, kFeatureTiles = D / 8;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *q_tile = reinterpret_cast<unsigned short *>(shared_bytes);
+  unsigned short *do_tile = q_tile + L::kTileQ, *k_tile = do_tile + L::kTileQ, *v_tile = k_tile + L::kTileKv;
+  float *lse = reinterpret_cast<float *>(v_tile + L::kTileKv), *delta = lse + BLOCK_Q;
+  const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32;
+  const int group = p.shape.heads_q / p.shape.heads_kv, q_blocks = p.shape.q_blocks;
+  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
+  const int key_begin = j * BLOCK_KV, valid_keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
+  stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, valid_keys, threadIdx.x,
+                    kThreadsHere);
+  stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, valid_keys, threadIdx.x,
+                    kThreadsHere);
+  const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
+  const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
+  const int m0 = warp * 16, key_top = m0 + tile_row(), key_bottom = key_top + 8;
+
+  float dk[kFeatureTiles][4], dv[kFeatureTiles][4];
+#pragma unroll
+  for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dk[n][e] = 0.0f;
+      dv[n][e] = 0.0f;
+    }
+  for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+    const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    const long long column = head * p.shape.kv_blocks + j;
+    const int *critical = p.critical_columns + column * q_blocks;
+    const int count = p.column_counts[column * 3];
+    const float *d_out = p.d_sparse + head * p.shape.tokens_q * D;
+    for (int n = 0; n < count; ++n) {
+      const int begin = critical[n] * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+      __syncthreads(); // the previous q block's reads are done (and K, V are staged)
+      stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
+      stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
+      for (int r = threadIdx.x; r < BLOCK_Q; r += kThreadsHere) {
+        lse[r] = r < rows ? p.lse[head * p.shape.tokens_q + begin + r] : 0.0f;
+        delta[r] = r < rows ? p.delta[head * p.shape.tokens_q + begin + r] : 0.0f;
+      }
+      __syncthreads();
+      unsigned fragments[BLOCK_Q / 16][4]; // P^T, then dS^T, as f16 A operands
+      {
+        float s[kQueryTiles][4];
+        mma_rows_by_rows<D, BLOCK_Q>(s, k_rows, q_rows, m0); // S^T
+#pragma unroll
+        for (int t = 0; t < kQueryTiles; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int query = t * 8 + tile_col() + (e & 1);
+            s[t][e] = query < rows ? expf(s[t][e] * p.scale - lse[query]) : 0.0f; // P^T
+          }
+        pack_fragments<BLOCK_Q>(fragments, s);
+      }
+      mma_fragments_by_rows<BLOCK_Q, D>(dv, fragments, do_rows);
+      {
+        float ds[kQueryTiles][4];
+        mma_rows_by_rows<D, BLOCK_Q>(ds, v_rows, do_rows, m0); // dP^T
+#pragma unroll
+        for (int t = 0; t < kQueryTiles; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int query = t * 8 + tile_col() + (e & 1);
+            ds[t][e] = fragment_value<BLOCK_Q>(fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
+          }
+        pack_fragments<BLOCK_Q>(fragments, ds);
+      }
+      mma_fragments_by_rows<BLOCK_Q, D>(dk, fragments, q_rows);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = e < 2 ? key_top : key_bottom, col = n * 8 + tile_col() + (e & 1);
+      if (key < valid_keys) {
+        const long long at = (head_kv * p.shape.tokens_kv + key_begin + key) * D + col;
+        p.dk[at] += dk[n][e] * p.scale;
+        p.dv[at] += dv[n][e];
+      }
+    }
+}
+
+} // namespace sage::device::sla
