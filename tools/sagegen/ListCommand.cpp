@@ -13,11 +13,10 @@ CommandAction addListCommand(CLI::App &app) {
     for (const auto &info : dsl::presets())
       fmt::print("{:<10} {}\n", info.name, info.summary);
     fmt::print("\nNot in the default kernel set (`sagegen explain` says which schedule runs each, and how):\n"
-               "  INT4 (issue 11): the sm80 schedule from sm_89, int4 decoded to int8 (compile-verified; not yet run "
-               "on a GPU as of 2026-11-23)\n"
+               "  INT4 (issue 11): the sm80 schedule from sm_89, int4 decoded to int8 (ran on an H100)\n"
                "  FP4 (issue 11): the sm120.mma_fp4 schedule on sm_120f (compile-verified only: no Blackwell GPU); "
-               "by emulation on the sm80 schedule on sm_80..sm_90a (the legalized program, `sagegen ir --legalize "
-               "<arch>`: codes decoded to f16/bf16)\n"
+               "by emulation on the sm80 schedule on sm_80..sm_90a and sm_100f (the legalized program, `sagegen ir "
+               "--legalize <arch>`: codes decoded to f16/bf16; ran on an H100)\n"
                "  sagebwd: SageBwd's forward (Algorithm 2), CPU reference only\n");
     for (const auto &info : dsl::referenceOnlyPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);
