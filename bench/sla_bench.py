@@ -13,7 +13,6 @@ computed exactly (k_l = min(10, s) % skipped, the rest through the linear branch
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -21,21 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def time_ms(function, warmup=3, repeats=20):
-    """Median of `repeats` timed calls (CUDA events), after `warmup` calls."""
-    for _ in range(warmup):
-        function()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+from cuda_timing import time_ms  # bench/ is the script's directory
 
 
 def dense_cudnn_ms(batch, heads, tokens, dim, repeats):
