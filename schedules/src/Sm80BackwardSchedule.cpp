@@ -10,11 +10,11 @@ constexpr int kBlock = 64;
 
 // The main kernel's shared memory (backward.cuh's kMainSharedBytes): every row padded by 16 bytes (no bank
 // conflicts for ldmatrix): K^, Q^ as [64][d] int8, K^^T, Q^^T, dO^^T as [d][64] int8, V, dO as [64][d] 16-bit, three
-// [64][64] int8 code tiles, 2 x 64 row statistics and 8 floats of reduction scratch.
+// [64][64] int8 code tiles, 2 x 64 row statistics and 2 x 8 floats of reduction scratch.
 int mainSharedBytes(int head_dim) {
   constexpr int kPad = 16;
   return 2 * kBlock * (head_dim + kPad) + 3 * head_dim * (kBlock + kPad) + 2 * kBlock * (2 * head_dim + kPad) +
-         3 * kBlock * (kBlock + kPad) + (2 * kBlock + 8) * 4;
+         3 * kBlock * (kBlock + kPad) + (2 * kBlock + 16) * 4;
 }
 
 bool isInt8PerBlock(const QuantizerSpec &spec, int group_tokens) {
@@ -47,8 +47,10 @@ BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, in
   sizes.q_scales = 4 * batch * heads_q * blocksOf(tokens_q);
   sizes.do_scales = sizes.q_scales;
   sizes.k_scales = 4 * batch * heads_kv * blocksOf(tokens_kv);
-  sizes.delta = 4 * batch * heads_q * tokens_q;
-  sizes.dq_accum = sizes.delta * d;
+  // Whole 64-row blocks, so that the main kernel reads and sums rows beyond tokens_q without a bounds check.
+  const int64_t padded_q_rows = batch * heads_q * blocksOf(tokens_q) * kBlock;
+  sizes.row_stats = 2 * 4 * padded_q_rows;
+  sizes.dq_accum = 4 * padded_q_rows * d;
   return sizes;
 }
 

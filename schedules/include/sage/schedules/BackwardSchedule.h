@@ -44,9 +44,9 @@ struct BackwardKernelPlan {
 struct BackwardWorkspaceSizes {
   int64_t q_codes = 0, k_codes = 0, do_codes = 0; // each of the natural and the transposed copy
   int64_t q_scales = 0, k_scales = 0, do_scales = 0;
-  int64_t delta = 0, dq_accum = 0;
+  int64_t row_stats = 0, dq_accum = 0;
   int64_t total() const {
-    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + delta + dq_accum;
+    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + row_stats + dq_accum;
   }
 };
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,

@@ -1,7 +1,8 @@
 // SageBwd on mma.sync (sm_80 and later; issue 12): SageAttention3's Algorithm 3 in four launches.
 //
 //   preprocess_q  (Q block, head_q, batch): psi(Q_i) and psi(dO_i), int8 with one scale per 64-token block, in the
-//                 natural and the transposed tile layout; D_i = rowsum(dO_i o O_i); dq_accum zeroed.
+//                 natural and the transposed tile layout; per row L log2(e) and D_i = rowsum(dO_i o O_i) (the row
+//                 stats, whole 64-row blocks: rows beyond the end get P = 0 without a bounds check); dq_accum zeroed.
 //   preprocess_k  (KV block, head_kv, batch): psi(K_j), natural and transposed.
 //   main          (KV block, head_kv, batch): FlashAttention-2's backward order. K_j, V_j stay in shared memory; for
 //                 each query head of the GQA group and each visible Q tile i, 4 warps of 16 keys each compute
@@ -26,6 +27,13 @@
 // Tile loads are cp.async, overlapped without extra buffers: the step of Q tile i computes S and dP (phase 1, which
 // reads Q^, dO, L, D) and then dV, dK, dQ (phase 2, which reads Q^^T, dO^^T and the P/dS codes). Q^^T and dO^^T of
 // tile i are fetched while phase 1 of tile i runs, and Q^, dO, L, D of tile i + 1 while phase 2 of tile i runs.
+// Three barriers per step: phase 1's loads landed (which also ends the previous phase 2), the block maxima of P and
+// dS, and the codes written.
+//
+// Most of a step's instructions are not mma (ncu, H100, N = 4096: the mma were 7% of the issued instructions): the
+// element-wise softmax gradient, the int32 -> f32 rescaling of each int8 product and the dQ reductions. So the
+// masks are applied only on tiles that cross the sequence's end or the causal diagonal, rows beyond tokens_q need
+// no check (their stats give P = 0 and their dQ rows are padding), and the dQ reductions are branch-free.
 #pragma once
 
 #include "sage/device/sm80/backward_params.cuh"
@@ -52,11 +60,12 @@ template <int kHeadDim> constexpr int kInputRowBytes = 2 * kHeadDim + kPad;
 constexpr int kTokenRowBytes = kBlock + kPad;
 
 // Shared memory of `main`: K^, Q^ ([64][d] int8), K^^T, Q^^T, dO^^T ([d][64] int8), V, dO ([64][d] 16-bit), the
-// P^T / dS^T / dS code tiles ([64][64] int8), L and D of 64 rows, 2 x kWarps floats of reduction scratch.
+// P^T / dS^T / dS code tiles ([64][64] int8), the row stats {L log2(e), D} of 64 rows, 2 x 2 x kWarps floats of
+// reduction scratch (two buffers, alternating by step, so that a reduction needs one barrier).
 template <class Config>
 constexpr int kMainSharedBytes = 2 * kBlock *kCodeRowBytes<Config::kHeadDim> + 3 * Config::kHeadDim *kTokenRowBytes +
                                  2 * kBlock *kInputRowBytes<Config::kHeadDim> + 3 * kBlock *kTokenRowBytes +
-                                 (2 * kBlock + 2 * kWarps) * 4;
+                                 (2 * kBlock + 4 * kWarps) * 4;
 
 // ---- mma.sync ----------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -143,12 +152,32 @@ template <int kPending> __device__ __forceinline__ void wait_copies() {
 template <int kRows, int kRowBytes, int kStride>
 __device__ __forceinline__ void copy_rows_async(unsigned char *shared, const void *matrix, long long row0,
                                                 long long rows) {
-  constexpr int kChunksPerRow = kRowBytes / 16;
+  constexpr int kChunksPerRow = kRowBytes / 16, kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
   const auto *base = static_cast<const unsigned char *>(matrix);
-  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+  const auto *first = base + row0 * kRowBytes;
+  const long long valid_rows = rows - row0;
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
     const int row = chunk / kChunksPerRow, column = (chunk % kChunksPerRow) * 16;
-    const bool valid = row0 + row < rows;
-    copy16_async(shared + row * kStride + column, valid ? base + (row0 + row) * kRowBytes + column : base, valid);
+    const bool valid = row < valid_rows;
+    copy16_async(shared + row * kStride + column, valid ? first + chunk * 16 : base, valid);
+  }
+}
+
+// A whole tile of kRows x kRowBytes contiguous bytes (a workspace tile: every row exists) into shared rows kStride
+// bytes apart.
+template <int kRows, int kRowBytes, int kStride>
+__device__ __forceinline__ void copy_tile_async(unsigned char *shared, const void *tile) {
+  constexpr int kChunksPerRow = kRowBytes / 16, kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
+  const auto *base = static_cast<const unsigned char *>(tile);
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int row = chunk / kChunksPerRow, column = (chunk % kChunksPerRow) * 16;
+    copy16_async(shared + row * kStride + column, base + chunk * 16, true);
   }
 }
 
@@ -167,8 +196,8 @@ __device__ __forceinline__ float block_max(float value, float *scratch) {
   return result;
 }
 
-// The maxima of `first` and `second` over the CTA in one exchange (`scratch`: 2 x kWarps floats). Synchronizes the
-// CTA twice (two block_max calls would take four barriers).
+// The maxima of `first` and `second` over the CTA in one exchange (`scratch`: 2 x kWarps floats) and one barrier:
+// the caller must not pass the same scratch again before another barrier has passed (it alternates two buffers).
 __device__ __forceinline__ void block_max_pair(float &first, float &second, float *scratch) {
   for (int offset = 16; offset > 0; offset >>= 1) {
     first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, offset));
@@ -185,7 +214,6 @@ __device__ __forceinline__ void block_max_pair(float &first, float &second, floa
     first = fmaxf(first, scratch[w]);
     second = fmaxf(second, scratch[kWarps + w]);
   }
-  __syncthreads();
 }
 
 // psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
@@ -264,22 +292,31 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
                          p.q_scales + head * blocks, scratch);
   quantize_block<Config>(d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes, p.do_scales + head * blocks,
                          scratch);
-  // D_i = rowsum(dO_i o O_i) (line 2), one warp per row; dQ's f32 sum starts at zero
+  // The row stats: L log2(e) and D_i = rowsum(dO_i o O_i) (line 2), one warp per row, for the whole block (rows
+  // beyond the end and rows without a visible key get +inf, so that `main` computes P = 0 for them unchecked); dQ's
+  // f32 sum starts at zero.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float positive_infinity = __int_as_float(0x7f800000);
   for (int row = warp; row < kBlock; row += kWarps) {
     const int token = block * kBlock + row;
-    if (token >= p.tokens_q)
-      break;
-    float sum = 0.0f;
+    const long long padded_row = head * blocks * kBlock + token;
+    float sum = 0.0f, lse_log2 = positive_infinity;
+    if (token < p.tokens_q) {
+      for (int c = lane; c < kHeadDim; c += 32)
+        sum += decode_input_element<Config::kBf16>(d_o[static_cast<long long>(token) * kHeadDim + c]) *
+               decode_input_element<Config::kBf16>(o[static_cast<long long>(token) * kHeadDim + c]);
+      for (int offset = 16; offset > 0; offset >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      const float lse = p.lse[head * p.tokens_q + token];
+      if (lse != negative_infinity())
+        lse_log2 = lse * kLog2e;
+    }
+    if (lane == 0) {
+      p.row_stats[2 * padded_row] = lse_log2;
+      p.row_stats[2 * padded_row + 1] = sum;
+    }
     for (int c = lane; c < kHeadDim; c += 32)
-      sum += decode_input_element<Config::kBf16>(d_o[static_cast<long long>(token) * kHeadDim + c]) *
-             decode_input_element<Config::kBf16>(o[static_cast<long long>(token) * kHeadDim + c]);
-    for (int offset = 16; offset > 0; offset >>= 1)
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0)
-      p.delta[head * p.tokens_q + token] = sum;
-    for (int c = lane; c < kHeadDim; c += 32)
-      p.dq_accum[(head * p.tokens_q + token) * kHeadDim + c] = 0.0f;
+      p.dq_accum[padded_row * kHeadDim + c] = 0.0f;
   }
 }
 
@@ -306,6 +343,38 @@ __device__ __forceinline__ void add_pair(float *address, float low, float high) 
 #endif
 }
 
+// P^T = exp2(S^T log2(e) / sqrt(d) - L log2(e)) and dS^T = P^T o (dP^T - D) (in place of dP^T) of this thread's
+// elements, with their maxima. kCheckVisibility: test each key against the KV sequence's end and (causal) the
+// diagonal; tiles inside both skip it (rows beyond tokens_q need no test: their stats give P = 0).
+// key_base: the key of the thread's first element row; query_base: the query of its first column.
+template <class Config, bool kCheckVisibility>
+__device__ __forceinline__ void softmax_gradient(const int (&s)[8][4], float (&dp)[8][4], float (&p_t)[8][4],
+                                                 float &p_max, float &ds_max, const float *row_stats, float score_scale,
+                                                 int key_base, int query_base, int tokens_kv, int causal_offset) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    // rows n * 8 + 2t and n * 8 + 2t + 1: {L log2(e), D} of each
+    const float4 stats = *reinterpret_cast<const float4 *>(row_stats + 2 * (n * 8 + 2 * t));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float lse_log2 = e & 1 ? stats.z : stats.x, delta = e & 1 ? stats.w : stats.y;
+      float probability = fast_exp2(fmaf(static_cast<float>(s[n][e]), score_scale, -lse_log2));
+      if constexpr (kCheckVisibility) {
+        const int key = key_base + (e >= 2 ? 8 : 0);
+        bool visible = key < tokens_kv;
+        if constexpr (Config::kCausal)
+          visible = visible && key <= query_base + n * 8 + (e & 1) + causal_offset;
+        probability = visible ? probability : 0.0f;
+      }
+      p_t[n][e] = probability;
+      dp[n][e] = probability * (dp[n][e] - delta);
+      p_max = fmaxf(p_max, probability);
+      ds_max = fmaxf(ds_max, fabsf(dp[n][e]));
+    }
+  }
+}
+
 // Two int8 codes as one 16-bit store: `low` at the lower address.
 __device__ __forceinline__ unsigned short code_pair(signed char low, signed char high) {
   return static_cast<unsigned short>(static_cast<unsigned char>(low) | (static_cast<unsigned char>(high) << 8));
@@ -314,28 +383,29 @@ __device__ __forceinline__ unsigned short code_pair(signed char low, signed char
 template <class Config> __device__ void backward_main(const SageBackwardParams &p, unsigned char *shared) {
   constexpr int kHeadDim = Config::kHeadDim, kChannelTiles = kHeadDim / 8, kTileBytes = kBlock * kHeadDim;
   constexpr int kCodeRow = kCodeRowBytes<kHeadDim>, kInputRow = kInputRowBytes<kHeadDim>;
-  unsigned char *k_tile = shared;                                             // [key][channel] int8
-  unsigned char *q_tile = k_tile + kBlock * kCodeRow;                         // [query][channel] int8
-  unsigned char *k_tile_t = q_tile + kBlock * kCodeRow;                       // [channel][key] int8
-  unsigned char *q_tile_t = k_tile_t + kHeadDim * kTokenRowBytes;             // [channel][query] int8
-  unsigned char *do_tile_t = q_tile_t + kHeadDim * kTokenRowBytes;            // [channel][query] int8
-  unsigned char *v_tile = do_tile_t + kHeadDim * kTokenRowBytes;              // [key][channel] 16-bit
-  unsigned char *do_tile = v_tile + kBlock * kInputRow;                       // [query][channel] 16-bit
-  unsigned char *p_t_codes = do_tile + kBlock * kInputRow;                    // [key][query]
-  unsigned char *ds_t_codes = p_t_codes + kBlock * kTokenRowBytes;            // [key][query]
-  unsigned char *ds_codes = ds_t_codes + kBlock * kTokenRowBytes;             // [query][key]
-  float *lse = reinterpret_cast<float *>(ds_codes + kBlock * kTokenRowBytes); // L (natural log), 0 beyond the end
-  float *delta = lse + kBlock;                                                // D, 0 beyond the end
-  float *scratch = delta + kBlock;                                            // 2 x kWarps
+  unsigned char *k_tile = shared;                                                   // [key][channel] int8
+  unsigned char *q_tile = k_tile + kBlock * kCodeRow;                               // [query][channel] int8
+  unsigned char *k_tile_t = q_tile + kBlock * kCodeRow;                             // [channel][key] int8
+  unsigned char *q_tile_t = k_tile_t + kHeadDim * kTokenRowBytes;                   // [channel][query] int8
+  unsigned char *do_tile_t = q_tile_t + kHeadDim * kTokenRowBytes;                  // [channel][query] int8
+  unsigned char *v_tile = do_tile_t + kHeadDim * kTokenRowBytes;                    // [key][channel] 16-bit
+  unsigned char *do_tile = v_tile + kBlock * kInputRow;                             // [query][channel] 16-bit
+  unsigned char *p_t_codes = do_tile + kBlock * kInputRow;                          // [key][query]
+  unsigned char *ds_t_codes = p_t_codes + kBlock * kTokenRowBytes;                  // [key][query]
+  unsigned char *ds_codes = ds_t_codes + kBlock * kTokenRowBytes;                   // [query][key]
+  float *row_stats = reinterpret_cast<float *>(ds_codes + kBlock * kTokenRowBytes); // [query]{L log2(e), D}
+  float *scratch = row_stats + 2 * kBlock;                                          // 2 buffers of 2 x kWarps
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int kv_block = blockIdx.x, key0 = kv_block * kBlock;
   const int kv_blocks = (p.tokens_kv + kBlock - 1) / kBlock, q_blocks = (p.tokens_q + kBlock - 1) / kBlock;
+  const long long padded_q = static_cast<long long>(q_blocks) * kBlock;
   const long long kv_head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
   const long long kv_codes = (kv_head * kv_blocks + kv_block) * kTileBytes;
   const float k_scale = p.k_scales[kv_head * kv_blocks + kv_block];
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int causal_offset = p.tokens_kv - p.tokens_q; // key j is visible to query i iff j <= i + offset
+  const bool partial_kv_tile = key0 + kBlock > p.tokens_kv;
   int first_q_block = 0;
   if constexpr (Config::kCausal) { // the first Q tile with a visible key of this KV tile
     const int last_blind = key0 - causal_offset - kBlock;
@@ -347,27 +417,23 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const int steps = tiles_per_head > 0 ? group * tiles_per_head : 0;
   const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
 
-  // Starts a step's phase-1 loads as one cp.async group: Q^, dO and the rows' L and D.
+  // Starts a step's phase-1 loads as one cp.async group: Q^, dO and the rows' stats.
   auto issue_phase1 = [&](int step) {
     const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
     const int q_block = first_q_block + step % tiles_per_head;
-    copy_rows_async<kBlock, kHeadDim, kCodeRow>(q_tile, p.q_codes + (q_head * q_blocks + q_block) * kTileBytes, 0,
-                                                kBlock);
+    copy_tile_async<kBlock, kHeadDim, kCodeRow>(q_tile, p.q_codes + (q_head * q_blocks + q_block) * kTileBytes);
     copy_rows_async<kBlock, 2 * kHeadDim, kInputRow>(do_tile, d_o_input + q_head * p.tokens_q * kHeadDim,
                                                      q_block * kBlock, p.tokens_q);
-    if (threadIdx.x < kBlock) {
-      const int query = q_block * kBlock + static_cast<int>(threadIdx.x);
-      const bool valid = query < p.tokens_q;
-      const long long row = q_head * p.tokens_q + (valid ? query : 0);
-      copy4_async(lse + threadIdx.x, p.lse + row, valid);
-      copy4_async(delta + threadIdx.x, p.delta + row, valid);
-    }
+    constexpr int kStatChunks = kBlock * 2 * 4 / 16;
+    if (threadIdx.x < kStatChunks)
+      copy16_async(row_stats + 4 * threadIdx.x,
+                   p.row_stats + 2 * (q_head * padded_q + q_block * kBlock) + 4 * threadIdx.x, true);
     commit_copies();
   };
 
   if (steps > 0) { // K^, K^^T, V of this KV tile join step 0's phase-1 group
-    copy_rows_async<kBlock, kHeadDim, kCodeRow>(k_tile, p.k_codes + kv_codes, 0, kBlock);
-    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(k_tile_t, p.k_codes_t + kv_codes, 0, kHeadDim);
+    copy_tile_async<kBlock, kHeadDim, kCodeRow>(k_tile, p.k_codes + kv_codes);
+    copy_tile_async<kHeadDim, kBlock, kTokenRowBytes>(k_tile_t, p.k_codes_t + kv_codes);
     copy_rows_async<kBlock, 2 * kHeadDim, kInputRow>(
         v_tile, static_cast<const unsigned short *>(p.v) + kv_head * p.tokens_kv * kHeadDim, key0, p.tokens_kv);
     issue_phase1(0);
@@ -378,13 +444,12 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
     const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
     const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
-    __syncthreads(); // every warp is done with the previous step's phase 2 (Q^^T, dO^^T, the code tiles)
-    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(q_tile_t, p.q_codes_t + q_codes, 0, kHeadDim);
-    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(do_tile_t, p.do_codes_t + q_codes, 0, kHeadDim);
-    commit_copies();
     const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
-    wait_copies<1>(); // this step's phase-1 group has landed (Q^^T and dO^^T may still be in flight)
-    __syncthreads();
+    wait_copies<0>(); // this step's phase-1 group
+    __syncthreads();  // ... is visible, and every warp is done with the previous step's phase 2
+    copy_tile_async<kHeadDim, kBlock, kTokenRowBytes>(q_tile_t, p.q_codes_t + q_codes);
+    copy_tile_async<kHeadDim, kBlock, kTokenRowBytes>(do_tile_t, p.do_codes_t + q_codes);
+    commit_copies();
 
     // Phase 1. S^T = K^ Q^^T x s_K s_Q (k-steps of 32 channels); dP^T = V dO^T in 16 bits (k-steps of 16 channels).
     // The A fragment (this warp's 16 keys) is loaded once per k-step and used by all 8 query tiles.
@@ -414,29 +479,24 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         mma_16bit<Config::kBf16>(dp[n + 1], a, b1);
       }
     }
-    // P^T = exp(S^T / sqrt(d) - L); dS^T = P^T o (dP^T - D), in place of dP^T
+    // P^T = exp2(S^T log2(e) / sqrt(d) - L log2(e)); dS^T = P^T o (dP^T - D), in place of dP^T. Only tiles that cross
+    // the KV sequence's end or the causal diagonal test each element (rows beyond tokens_q have L log2(e) = +inf).
+    const float score_scale = q_scale * k_scale * scale_log2;
+    bool masked = partial_kv_tile;
+    if constexpr (Config::kCausal)
+      masked = masked || key0 + kBlock - 1 > query0 + causal_offset;
     float p_t[8][4];
     float p_max = 0.0f, ds_max = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + warp * 16 + g + (e >= 2 ? 8 : 0), row = n * 8 + 2 * t + (e & 1);
-        const int query = query0 + row;
-        const float lse_log2 = lse[row] * kLog2e;
-        bool visible = key < p.tokens_kv && query < p.tokens_q && lse_log2 != negative_infinity();
-        if constexpr (Config::kCausal)
-          visible = visible && key <= query + causal_offset;
-        const float score = static_cast<float>(s[n][e]) * q_scale * k_scale;
-        const float probability = visible ? fast_exp2(score * scale_log2 - lse_log2) : 0.0f;
-        p_t[n][e] = probability;
-        dp[n][e] = probability * (dp[n][e] - delta[row]);
-        p_max = fmaxf(p_max, probability);
-        ds_max = fmaxf(ds_max, fabsf(dp[n][e]));
-      }
+    const int key_base = key0 + warp * 16 + g, query_base = query0 + 2 * t;
+    if (masked)
+      softmax_gradient<Config, true>(s, dp, p_t, p_max, ds_max, row_stats, score_scale, key_base, query_base,
+                                     p.tokens_kv, causal_offset);
+    else
+      softmax_gradient<Config, false>(s, dp, p_t, p_max, ds_max, row_stats, score_scale, key_base, query_base,
+                                      p.tokens_kv, causal_offset);
     // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9)
     float p_scale, p_inverse, ds_scale, ds_inverse;
-    block_max_pair(p_max, ds_max, scratch);
+    block_max_pair(p_max, ds_max, scratch + (step & 1) * 2 * kWarps);
     int8_scale(p_max, p_scale, p_inverse);
     int8_scale(ds_max, ds_scale, ds_inverse);
 #pragma unroll
@@ -453,7 +513,7 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         ds_codes[(row + 1) * kTokenRowBytes + key] = static_cast<unsigned char>(ds_high);
       }
     wait_copies<0>(); // Q^^T and dO^^T
-    __syncthreads();  // the codes, Q^^T and dO^^T are visible; every warp is done with Q^, dO, L and D
+    __syncthreads();  // the codes, Q^^T and dO^^T are visible; every warp is done with Q^, dO and the row stats
     if (step + 1 < steps)
       issue_phase1(step + 1); // lands while phase 2 runs
 
@@ -483,11 +543,14 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         dk[nc][e] += static_cast<float>(acc_k[e]) * dk_scale;
       }
     }
-    // dQ in its own loop: fewer fragments live next to the 2 x d / 2 f32 dK, dV accumulators
+    // dQ in its own loop: fewer fragments live next to the 2 x d / 2 f32 dK, dV accumulators. The rows of the
+    // padded dq_accum all exist, so the reductions need no bounds check (the rows beyond tokens_q get zeros: their
+    // dS is 0).
     unsigned a_ds[2][4];
 #pragma unroll
     for (int k_step = 0; k_step < 2; ++k_step)
       load_a(a_ds[k_step], ds_codes, kTokenRowBytes, warp * 16, 32 * k_step);
+    float *dq_rows = p.dq_accum + (q_head * padded_q + query0 + warp * 16 + g) * kHeadDim + 2 * t;
 #pragma unroll
     for (int nc = 0; nc < kChannelTiles; ++nc) {
       int acc_q[4] = {0, 0, 0, 0};
@@ -495,13 +558,10 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       load_b_two_steps(b0, b1, k_tile_t, kTokenRowBytes, nc * 8);
       mma_s8(acc_q, a_ds[0], b0);
       mma_s8(acc_q, a_ds[1], b1);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) { // channels 2t, 2t + 1 of queries g and g + 8
-        const int query = query0 + warp * 16 + g + 8 * half;
-        if (query < p.tokens_q)
-          add_pair(p.dq_accum + (q_head * p.tokens_q + query) * kHeadDim + nc * 8 + 2 * t,
-                   static_cast<float>(acc_q[2 * half]) * dq_scale, static_cast<float>(acc_q[2 * half + 1]) * dq_scale);
-      }
+      // channels 2t, 2t + 1 of queries g and g + 8
+      add_pair(dq_rows + nc * 8, static_cast<float>(acc_q[0]) * dq_scale, static_cast<float>(acc_q[1]) * dq_scale);
+      add_pair(dq_rows + 8 * kHeadDim + nc * 8, static_cast<float>(acc_q[2]) * dq_scale,
+               static_cast<float>(acc_q[3]) * dq_scale);
     }
   }
 
@@ -525,14 +585,16 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
 template <class Config> __device__ void write_dq(const SageBackwardParams &p) {
   constexpr int kHeadDim = Config::kHeadDim;
   const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
+  const long long padded_q = static_cast<long long>((p.tokens_q + kBlock - 1) / kBlock) * kBlock;
   const int token0 = blockIdx.x * kBlock;
   auto *d_q = static_cast<unsigned *>(p.d_q);
   for (int e = threadIdx.x; e < kBlock * kHeadDim / 2; e += kThreads) {
     const int token = token0 + e / (kHeadDim / 2), channel = 2 * (e % (kHeadDim / 2));
     if (token >= p.tokens_q)
       break;
-    const long long index = (head * p.tokens_q + token) * kHeadDim + channel;
-    d_q[index / 2] = pack_output<Config::kBf16>(p.dq_accum[index], p.dq_accum[index + 1]);
+    const long long index = (head * padded_q + token) * kHeadDim + channel;
+    d_q[((head * p.tokens_q + token) * kHeadDim + channel) / 2] =
+        pack_output<Config::kBf16>(p.dq_accum[index], p.dq_accum[index + 1]);
   }
 }
 
