@@ -132,7 +132,7 @@ void AttentionBackwardRunner::run(const BackwardTensors &tensors, void *workspac
     const auto grid =
         launch.gridFor(tensors.batch, tensors.heads_q, tensors.heads_kv, tensors.tokens_q, tensors.tokens_kv);
     kernels_[i].launch(params, {{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])},
-                                {128u, 1u, 1u},
+                                {unsigned(launch.threads), 1u, 1u},
                                 unsigned(launch.dynamic_shared_bytes),
                                 stream});
   }

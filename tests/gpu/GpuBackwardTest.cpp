@@ -141,7 +141,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
       const auto grid = launch.gridFor(1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv);
       void *arguments[] = {&params};
       driver.launchKernel(functions[i], {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])},
-                          {unsigned(kernel.threads), 1, 1}, unsigned(launch.dynamic_shared_bytes), nullptr, arguments);
+                          {unsigned(launch.threads), 1, 1}, unsigned(launch.dynamic_shared_bytes), nullptr, arguments);
     }
   };
   launch_all();
