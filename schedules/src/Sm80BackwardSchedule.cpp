@@ -59,7 +59,8 @@ BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, in
 
 std::string_view Sm80BackwardSchedule::summary() const {
   return "SageBwd on mma.sync: int8 m16n8k32 for S, dV, dK, dQ and f16/bf16 m16n8k16 for dO.V^T; one CTA per KV "
-         "tile and KV head (GQA group summed in registers), dQ by f32 atomics; 64x64 tiles, 4 warps";
+         "tile of 128 keys (64 where shared memory is short) and KV head (GQA group summed in registers), dQ by f32 "
+         "atomics; one int8 scale per 64x64 P/dS tile, a warp per 16 keys";
 }
 
 SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
