@@ -21,10 +21,10 @@ constexpr int64_t kAlignment = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 // The workspace parts in SageBackwardParams' order: q_codes, q_codes_t, k_codes, k_codes_t, do_codes_t, q_scales,
-// k_scales, do_scales, delta, dq_accum.
+// k_scales, do_scales, row_stats, dq_accum.
 std::vector<int64_t> partBytes(const schedules::BackwardWorkspaceSizes &sizes) {
-  return {sizes.q_codes,  sizes.q_codes,  sizes.k_codes,   sizes.k_codes, sizes.do_codes,
-          sizes.q_scales, sizes.k_scales, sizes.do_scales, sizes.delta,   sizes.dq_accum};
+  return {sizes.q_codes,  sizes.q_codes,  sizes.k_codes,   sizes.k_codes,   sizes.do_codes,
+          sizes.q_scales, sizes.k_scales, sizes.do_scales, sizes.row_stats, sizes.dq_accum};
 }
 
 void checkShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv, int head_dim) {
@@ -114,7 +114,7 @@ void AttentionBackwardRunner::run(const BackwardTensors &tensors, void *workspac
   params.q_scales = static_cast<float *>(pointers[5]);
   params.k_scales = static_cast<float *>(pointers[6]);
   params.do_scales = static_cast<float *>(pointers[7]);
-  params.delta = static_cast<float *>(pointers[8]);
+  params.row_stats = static_cast<float *>(pointers[8]);
   params.dq_accum = static_cast<float *>(pointers[9]);
   params.batch = static_cast<int>(tensors.batch);
   params.heads_q = static_cast<int>(tensors.heads_q);
@@ -132,7 +132,7 @@ void AttentionBackwardRunner::run(const BackwardTensors &tensors, void *workspac
     const auto grid =
         launch.gridFor(tensors.batch, tensors.heads_q, tensors.heads_kv, tensors.tokens_q, tensors.tokens_kv);
     kernels_[i].launch(params, {{unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])},
-                                {128u, 1u, 1u},
+                                {unsigned(launch.threads), 1u, 1u},
                                 unsigned(launch.dynamic_shared_bytes),
                                 stream});
   }

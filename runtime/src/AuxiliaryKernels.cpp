@@ -17,7 +17,7 @@ BackwardKernelSet generateBackwardKernels(const BackwardVariant &variant, schedu
   kernel.entry_point = source.name;
   kernel.source = std::move(source.source);
   kernel.uses_device_library = source.uses_device_library;
-  kernel.block = {static_cast<unsigned>(source.threads), 1, 1};
+  kernel.block = {static_cast<unsigned>(32 * set.plan.warps), 1, 1}; // the main kernel's (each launch has its own)
   kernel.grid_rule = set.plan.describe();
   // The key hashes the headers too: a changed device library is a different kernel.
   kernel.key = backwardKernelKey(ir_fingerprint, set.plan, kernel.name, selfContainedSource(kernel));

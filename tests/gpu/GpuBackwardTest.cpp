@@ -99,7 +99,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
   DeviceBuffer dq_d(q_elements * 2), dk_d(kv_elements * 2), dv_d(kv_elements * 2);
   DeviceBuffer q_codes(sizes.q_codes), q_codes_t(sizes.q_codes), k_codes(sizes.k_codes), k_codes_t(sizes.k_codes);
   DeviceBuffer do_codes_t(sizes.do_codes), q_scales(sizes.q_scales), k_scales(sizes.k_scales);
-  DeviceBuffer do_scales(sizes.do_scales), delta(sizes.delta), dq_accum(sizes.dq_accum);
+  DeviceBuffer do_scales(sizes.do_scales), row_stats(sizes.row_stats), dq_accum(sizes.dq_accum);
 
   SageBackwardParams params{};
   params.q = q_d->as<void>();
@@ -119,7 +119,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
   params.q_scales = q_scales.as<float>();
   params.k_scales = k_scales.as<float>();
   params.do_scales = do_scales.as<float>();
-  params.delta = delta.as<float>();
+  params.row_stats = row_stats.as<float>();
   params.dq_accum = dq_accum.as<float>();
   params.batch = 1;
   params.heads_q = static_cast<int>(c.heads_q);
@@ -141,7 +141,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
       const auto grid = launch.gridFor(1, c.heads_q, c.heads_kv, c.tokens_q, c.tokens_kv);
       void *arguments[] = {&params};
       driver.launchKernel(functions[i], {unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2])},
-                          {unsigned(kernel.threads), 1, 1}, unsigned(launch.dynamic_shared_bytes), nullptr, arguments);
+                          {unsigned(launch.threads), 1, 1}, unsigned(launch.dynamic_shared_bytes), nullptr, arguments);
     }
   };
   launch_all();

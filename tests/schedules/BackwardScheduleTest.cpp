@@ -44,7 +44,7 @@ TEST_CASE("the plan: four launches, their grids, the main kernel's shared memory
   CHECK(plan.launches[0].entry_point == "sage_bwd_preprocess_q");
   CHECK(plan.launches[2].entry_point == "sage_bwd_main");
   // Rows padded by 16 bytes: K^, Q^ [64][144]; K^^T, Q^^T, dO^^T [128][80]; V, dO [64][272]; 3 codes [64][80].
-  CHECK(plan.launches[2].dynamic_shared_bytes == 2 * 64 * 144 + 3 * 128 * 80 + 2 * 64 * 272 + 3 * 64 * 80 + 136 * 4);
+  CHECK(plan.launches[2].dynamic_shared_bytes == 2 * 64 * 144 + 3 * 128 * 80 + 2 * 64 * 272 + 3 * 64 * 80 + 144 * 4);
   CHECK(plan.launches[2].dynamic_shared_bytes <= 99 * 1024); // fits sm_89
   CHECK(plan.launches[0].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{16, 8, 2});
   CHECK(plan.launches[2].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
@@ -52,9 +52,33 @@ TEST_CASE("the plan: four launches, their grids, the main kernel's shared memory
   const BackwardWorkspaceSizes sizes = backwardWorkspaceSizes(plan, 2, 8, 2, 1000, 3000);
   CHECK(sizes.q_codes == 2 * 8 * 16 * 64 * 128);
   CHECK(sizes.k_codes == 2 * 2 * 47 * 64 * 128);
-  CHECK(sizes.dq_accum == 4 * 2 * 8 * 1000 * 128);
+  CHECK(sizes.dq_accum == 4 * 2 * 8 * 1024 * 128); // whole 64-row blocks
+  CHECK(sizes.row_stats == 2 * 4 * 2 * 8 * 1024);
   CHECK(sizes.total() > sizes.dq_accum);
   CHECK(plan.describe().find("sm80.mma_sync_backward sm_89 f16 d128 causal") == 0);
+}
+
+TEST_CASE("the main kernel takes two K blocks per CTA where the arch's shared memory allows") {
+  const BackwardVariant variant = sagebwd(128, MaskKind::none);
+  const BackwardKernelPlan sm89 = Sm80BackwardSchedule().plan(variant, GpuArch::sm89, InputType::f16);
+  CHECK(sm89.kv_tile == 64);
+  CHECK(sm89.launches[2].threads == 128);
+  for (GpuArch arch : {GpuArch::sm80, GpuArch::sm90a}) {
+    const BackwardKernelPlan plan = Sm80BackwardSchedule().plan(variant, arch, InputType::f16);
+    CAPTURE(archName(arch));
+    CHECK(plan.kv_tile == 128);
+    CHECK(plan.warps == 8);
+    const BackwardLaunch &main = plan.launches[2];
+    CHECK(main.threads == 256);
+    // K^ [128][144], Q^ [64][144]; K^^T x 2, Q^^T, dO^^T [128][80]; V [128][272], dO [64][272]; P^T, dS^T [128][80];
+    // dS [64][144]; 128 row stats and 32 scratch floats
+    CHECK(main.dynamic_shared_bytes ==
+          192 * 144 + 4 * 128 * 80 + 192 * 272 + 2 * 128 * 80 + 64 * 144 + (128 + 32) * 4);
+    CHECK(main.gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{24, 2, 2}); // 3000 keys in 128-key tiles
+    CHECK(plan.launches[1].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
+    CHECK(plan.launches[0].threads == 128);
+    CHECK(plan.describe().find("(128 keys per CTA) warps 8") != std::string::npos);
+  }
 }
 
 TEST_CASE("the backward kernel text instantiates the device library with the plan's constants") {
@@ -64,7 +88,7 @@ TEST_CASE("the backward kernel text instantiates the device library with the pla
   CHECK(kernel.name == "sagebwd_d64_bf16_sm_80_sm80_mma_sync_backward");
   for (const char *text :
        {"#include \"sage/device/sm80/backward.cuh\"", "kHeadDim = 64", "kCausal = false", "kBf16 = true",
-        "sage_bwd_main(const SageBackwardParams params)", "kMainSharedBytes<SageBackwardConfig> == 59936"}) {
+        "sage_bwd_main(const SageBackwardParams params)", "kKeys = 128", "kMainSharedBytes<SageBackwardConfig> == 93824"}) {
     CAPTURE(text);
     CHECK(kernel.source.find(text) != std::string::npos);
   }

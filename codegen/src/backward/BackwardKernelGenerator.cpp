@@ -25,6 +25,7 @@ constexpr std::string_view kSm80Template =
 
 struct SageBackwardConfig {{
   static constexpr int kHeadDim = {d};
+  static constexpr int kKeys = {keys}; // keys per CTA of sage_bwd_main
   static constexpr bool kCausal = {causal};
   static constexpr bool kBf16 = {bf16};
 }};
@@ -41,7 +42,7 @@ sage_bwd_preprocess_k(const SageBackwardParams params) {{
   sage::device::sm80::backward::preprocess_k<SageBackwardConfig>(params);
 }}
 
-extern "C" __global__ void __launch_bounds__(sage::device::sm80::backward::kThreads)
+extern "C" __global__ void __launch_bounds__(sage::device::sm80::backward::kMainThreads<SageBackwardConfig>)
 sage_bwd_main(const SageBackwardParams params) {{
   extern __shared__ __align__(16) unsigned char sage_bwd_shared[];
   sage::device::sm80::backward::backward_main<SageBackwardConfig>(params, sage_bwd_shared);
@@ -77,12 +78,13 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
   BackwardKernelSource kernel;
   kernel.name = kernelName(variant, plan);
   kernel.plan = plan;
-  kernel.source = fmt::format(
-      kSm80Template, fmt::arg("name", kernel.name), fmt::arg("schedule", plan.schedule),
-      fmt::arg("variant", variant.name), fmt::arg("d", plan.head_dim), fmt::arg("arch", schedules::archName(plan.arch)),
-      fmt::arg("input", schedules::nameOf(plan.input)), fmt::arg("mask", nameOf(variant.mask)),
-      fmt::arg("causal", plan.causal ? "true" : "false"),
-      fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"), fmt::arg("shared", shared));
+  kernel.source =
+      fmt::format(kSm80Template, fmt::arg("name", kernel.name), fmt::arg("schedule", plan.schedule),
+                  fmt::arg("variant", variant.name), fmt::arg("d", plan.head_dim),
+                  fmt::arg("arch", schedules::archName(plan.arch)), fmt::arg("input", schedules::nameOf(plan.input)),
+                  fmt::arg("mask", nameOf(variant.mask)), fmt::arg("causal", plan.causal ? "true" : "false"),
+                  fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"),
+                  fmt::arg("shared", shared), fmt::arg("keys", plan.kv_tile));
   return kernel;
 }
 

@@ -14,7 +14,6 @@ struct BackwardKernelSource {
   std::string name;   // identifies the kernels (also a file stem)
   std::string source; // one translation unit: the four extern "C" entry points of plan.launches
   schedules::BackwardKernelPlan plan;
-  int threads = 128; // per CTA, every launch
   // Includes the device library's headers: NVRTC must receive them (DeviceLibrary.h).
   bool uses_device_library = true;
 };

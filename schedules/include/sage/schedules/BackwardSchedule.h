@@ -24,6 +24,8 @@ struct BackwardLaunch {
   std::string entry_point; // the extern "C" kernel; takes one SageBackwardParams by value
   BackwardGrid grid = BackwardGrid::q_blocks;
   int dynamic_shared_bytes = 0; // above 48 KiB needs the opt-in attribute
+  int threads = 128;            // per CTA
+  int tile_tokens = 64;         // tokens of the grid's axis per CTA (q_blocks: queries, kv_blocks: keys)
   // {blocks, heads, batch} of this launch for a shape.
   std::array<int64_t, 3> gridFor(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q,
                                  int64_t tokens_kv) const;
@@ -34,7 +36,8 @@ struct BackwardKernelPlan {
   GpuArch arch = GpuArch::sm80;
   InputType input = InputType::f16;
   int head_dim = 128;
-  int block_q = 64, block_kv = 64, warps = 4;
+  int block_q = 64, block_kv = 64, warps = 4; // the quantization blocks; warps of the main kernel
+  int kv_tile = 64; // keys per CTA of the main kernel: one or two K blocks (as the arch's shared memory allows)
   bool causal = false;
   std::vector<BackwardLaunch> launches; // in launch order, on one stream
   std::string describe() const;         // one line for logs
@@ -44,9 +47,9 @@ struct BackwardKernelPlan {
 struct BackwardWorkspaceSizes {
   int64_t q_codes = 0, k_codes = 0, do_codes = 0; // each of the natural and the transposed copy
   int64_t q_scales = 0, k_scales = 0, do_scales = 0;
-  int64_t delta = 0, dq_accum = 0;
+  int64_t row_stats = 0, dq_accum = 0;
   int64_t total() const {
-    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + delta + dq_accum;
+    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + row_stats + dq_accum;
   }
 };
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,

@@ -1,7 +1,8 @@
 // SageBwd on mma.sync (sm_80 and later; issue 12): SageAttention3's Algorithm 3 in four launches.
 //
 //   preprocess_q  (Q block, head_q, batch): psi(Q_i) and psi(dO_i), int8 with one scale per 64-token block, in the
-//                 natural and the transposed tile layout; D_i = rowsum(dO_i o O_i); dq_accum zeroed.
+//                 natural and the transposed tile layout; per row L log2(e) and D_i = rowsum(dO_i o O_i) (the row
+//                 stats, whole 64-row blocks: rows beyond the end get P = 0 without a bounds check); dq_accum zeroed.
 //   preprocess_k  (KV block, head_kv, batch): psi(K_j), natural and transposed.
 //   main          (KV block, head_kv, batch): FlashAttention-2's backward order. K_j, V_j stay in shared memory; for
 //                 each query head of the GQA group and each visible Q tile i, 4 warps of 16 keys each compute
@@ -26,6 +27,13 @@
 // Tile loads are cp.async, overlapped without extra buffers: the step of Q tile i computes S and dP (phase 1, which
 // reads Q^, dO, L, D) and then dV, dK, dQ (phase 2, which reads Q^^T, dO^^T and the P/dS codes). Q^^T and dO^^T of
 // tile i are fetched while phase 1 of tile i runs, and Q^, dO, L, D of tile i + 1 while phase 2 of tile i runs.
+// Three barriers per step: phase 1's loads landed (which also ends the previous phase 2), the block maxima of P and
+// dS, and the codes written.
+//
+// Most of a step's instructions are not mma (ncu, H100, N = 4096: the mma were 7% of the issued instructions): the
+// element-wise softmax gradient, the int32 -> f32 rescaling of each int8 product and the dQ reductions. So the
+// masks are applied only on tiles that cross the sequence's end or the causal diagonal, rows beyond tokens_q need
+// no check (their stats give P = 0 and their dQ rows are padding), and the dQ reductions are branch-free.
 #pragma once
 
 #include "sage/device/sm80/backward_params.cuh"
@@ -40,8 +48,12 @@ using sm90::pack_bf16x2;
 using sm90::pack_f16x2;
 
 constexpr int kBlock = 64; // b_q = b_kv: the P/dS tile and the scale blocks of Q, K, dO
-constexpr int kWarps = 4;  // 16 keys each
+constexpr int kWarps = 4;  // of the preprocess and write_dq kernels
 constexpr int kThreads = 32 * kWarps;
+
+// `main` owns Config::kKeys keys (64 or 128: one or two K blocks, as shared memory allows) with one warp per 16.
+template <class Config> constexpr int kMainWarps = Config::kKeys / 16;
+template <class Config> constexpr int kMainThreads = 32 * kMainWarps<Config>;
 constexpr float kLog2e = 1.4426950408889634f;
 
 constexpr int kPad = 16; // bytes after each shared-memory row (see the top of this file)
@@ -51,12 +63,16 @@ template <int kHeadDim> constexpr int kCodeRowBytes = kHeadDim + kPad;
 template <int kHeadDim> constexpr int kInputRowBytes = 2 * kHeadDim + kPad;
 constexpr int kTokenRowBytes = kBlock + kPad;
 
-// Shared memory of `main`: K^, Q^ ([64][d] int8), K^^T, Q^^T, dO^^T ([d][64] int8), V, dO ([64][d] 16-bit), the
-// P^T / dS^T / dS code tiles ([64][64] int8), L and D of 64 rows, 2 x kWarps floats of reduction scratch.
+// Shared memory of `main` (kKeys keys, a 64-query tile): K^ ([kKeys][d] int8), Q^ ([64][d] int8), K^^T (one [d][64]
+// int8 tile per K block), Q^^T, dO^^T ([d][64] int8), V ([kKeys][d] 16-bit), dO ([64][d] 16-bit), the P^T and dS^T
+// codes ([kKeys][64] int8), the dS codes ([64][kKeys] int8), the row stats {L log2(e), D} of 64 rows, 2 x 2 x
+// kMainWarps floats of reduction scratch (two buffers, alternating by step, so that a reduction needs one barrier).
 template <class Config>
-constexpr int kMainSharedBytes = 2 * kBlock *kCodeRowBytes<Config::kHeadDim> + 3 * Config::kHeadDim *kTokenRowBytes +
-                                 2 * kBlock *kInputRowBytes<Config::kHeadDim> + 3 * kBlock *kTokenRowBytes +
-                                 (2 * kBlock + 2 * kWarps) * 4;
+constexpr int kMainSharedBytes = (Config::kKeys + kBlock) * kCodeRowBytes<Config::kHeadDim> +
+                                 (Config::kKeys / kBlock + 2) * Config::kHeadDim *kTokenRowBytes +
+                                 (Config::kKeys + kBlock) * kInputRowBytes<Config::kHeadDim> +
+                                 2 * Config::kKeys *kTokenRowBytes + kBlock *(Config::kKeys + kPad) +
+                                 (2 * kBlock + 4 * kMainWarps<Config>)*4;
 
 // ---- mma.sync ----------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -140,15 +156,35 @@ template <int kPending> __device__ __forceinline__ void wait_copies() {
 
 // Rows row0 .. row0 + kRows - 1 of a global matrix of `rows` rows of kRowBytes (a multiple of 16) into shared rows
 // kStride bytes apart; rows at or beyond `rows` become zeros (and read nothing: their source is the matrix's start).
-template <int kRows, int kRowBytes, int kStride>
+template <int kCopyThreads, int kRows, int kRowBytes, int kStride>
 __device__ __forceinline__ void copy_rows_async(unsigned char *shared, const void *matrix, long long row0,
                                                 long long rows) {
-  constexpr int kChunksPerRow = kRowBytes / 16;
+  constexpr int kChunksPerRow = kRowBytes / 16, kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kCopyThreads == 0, "every thread copies the same number of chunks");
   const auto *base = static_cast<const unsigned char *>(matrix);
-  for (int chunk = threadIdx.x; chunk < kRows * kChunksPerRow; chunk += kThreads) {
+  const auto *first = base + row0 * kRowBytes;
+  const long long valid_rows = rows - row0;
+#pragma unroll
+  for (int i = 0; i < kChunks / kCopyThreads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * kCopyThreads;
     const int row = chunk / kChunksPerRow, column = (chunk % kChunksPerRow) * 16;
-    const bool valid = row0 + row < rows;
-    copy16_async(shared + row * kStride + column, valid ? base + (row0 + row) * kRowBytes + column : base, valid);
+    const bool valid = row < valid_rows;
+    copy16_async(shared + row * kStride + column, valid ? first + chunk * 16 : base, valid);
+  }
+}
+
+// A whole tile of kRows x kRowBytes contiguous bytes (a workspace tile) into shared rows kStride bytes apart; zeros
+// where `valid` is false (a K block beyond the sequence's end: nothing is read).
+template <int kCopyThreads, int kRows, int kRowBytes, int kStride>
+__device__ __forceinline__ void copy_tile_async(unsigned char *shared, const void *tile, bool valid = true) {
+  constexpr int kChunksPerRow = kRowBytes / 16, kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kCopyThreads == 0, "every thread copies the same number of chunks");
+  const auto *base = static_cast<const unsigned char *>(tile);
+#pragma unroll
+  for (int i = 0; i < kChunks / kCopyThreads; ++i) {
+    const int chunk = static_cast<int>(threadIdx.x) + i * kCopyThreads;
+    const int row = chunk / kChunksPerRow, column = (chunk % kChunksPerRow) * 16;
+    copy16_async(shared + row * kStride + column, base + (valid ? chunk * 16 : 0), valid);
   }
 }
 
@@ -167,25 +203,30 @@ __device__ __forceinline__ float block_max(float value, float *scratch) {
   return result;
 }
 
-// The maxima of `first` and `second` over the CTA in one exchange (`scratch`: 2 x kWarps floats). Synchronizes the
-// CTA twice (two block_max calls would take four barriers).
-__device__ __forceinline__ void block_max_pair(float &first, float &second, float *scratch) {
+// The maxima of `first` and `second` over each group of 4 warps (a 64 x 64 tile of `main`: kWarpCount / 4 groups)
+// in one exchange and one barrier; maxima[group] = {first, second} of each group. `scratch`: 2 x kWarpCount floats,
+// which the caller must not pass again before another barrier has passed (it alternates two buffers).
+template <int kWarpCount>
+__device__ __forceinline__ void tile_max_pairs(float first, float second, float *scratch,
+                                               float2 (&maxima)[kWarpCount / 4]) {
   for (int offset = 16; offset > 0; offset >>= 1) {
     first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, offset));
     second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, offset));
   }
   if ((threadIdx.x & 31) == 0) {
     scratch[threadIdx.x >> 5] = first;
-    scratch[kWarps + (threadIdx.x >> 5)] = second;
+    scratch[kWarpCount + (threadIdx.x >> 5)] = second;
   }
   __syncthreads();
-  first = scratch[0];
-  second = scratch[kWarps];
-  for (int w = 1; w < kWarps; ++w) {
-    first = fmaxf(first, scratch[w]);
-    second = fmaxf(second, scratch[kWarps + w]);
+#pragma unroll
+  for (int group = 0; group < kWarpCount / 4; ++group) {
+    maxima[group] = make_float2(scratch[4 * group], scratch[kWarpCount + 4 * group]);
+#pragma unroll
+    for (int w = 1; w < 4; ++w) {
+      maxima[group].x = fmaxf(maxima[group].x, scratch[4 * group + w]);
+      maxima[group].y = fmaxf(maxima[group].y, scratch[kWarpCount + 4 * group + w]);
+    }
   }
-  __syncthreads();
 }
 
 // psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
@@ -264,22 +305,31 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
                          p.q_scales + head * blocks, scratch);
   quantize_block<Config>(d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes, p.do_scales + head * blocks,
                          scratch);
-  // D_i = rowsum(dO_i o O_i) (line 2), one warp per row; dQ's f32 sum starts at zero
+  // The row stats: L log2(e) and D_i = rowsum(dO_i o O_i) (line 2), one warp per row, for the whole block (rows
+  // beyond the end and rows without a visible key get +inf, so that `main` computes P = 0 for them unchecked); dQ's
+  // f32 sum starts at zero.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float positive_infinity = __int_as_float(0x7f800000);
   for (int row = warp; row < kBlock; row += kWarps) {
     const int token = block * kBlock + row;
-    if (token >= p.tokens_q)
-      break;
-    float sum = 0.0f;
+    const long long padded_row = head * blocks * kBlock + token;
+    float sum = 0.0f, lse_log2 = positive_infinity;
+    if (token < p.tokens_q) {
+      for (int c = lane; c < kHeadDim; c += 32)
+        sum += decode_input_element<Config::kBf16>(d_o[static_cast<long long>(token) * kHeadDim + c]) *
+               decode_input_element<Config::kBf16>(o[static_cast<long long>(token) * kHeadDim + c]);
+      for (int offset = 16; offset > 0; offset >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      const float lse = p.lse[head * p.tokens_q + token];
+      if (lse != negative_infinity())
+        lse_log2 = lse * kLog2e;
+    }
+    if (lane == 0) {
+      p.row_stats[2 * padded_row] = lse_log2;
+      p.row_stats[2 * padded_row + 1] = sum;
+    }
     for (int c = lane; c < kHeadDim; c += 32)
-      sum += decode_input_element<Config::kBf16>(d_o[static_cast<long long>(token) * kHeadDim + c]) *
-             decode_input_element<Config::kBf16>(o[static_cast<long long>(token) * kHeadDim + c]);
-    for (int offset = 16; offset > 0; offset >>= 1)
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0)
-      p.delta[head * p.tokens_q + token] = sum;
-    for (int c = lane; c < kHeadDim; c += 32)
-      p.dq_accum[(head * p.tokens_q + token) * kHeadDim + c] = 0.0f;
+      p.dq_accum[padded_row * kHeadDim + c] = 0.0f;
   }
 }
 
@@ -306,6 +356,45 @@ __device__ __forceinline__ void add_pair(float *address, float low, float high) 
 #endif
 }
 
+// P^T = exp2(S^T log2(e) / sqrt(d) - L log2(e)) and dS^T = P^T o (dP^T - D) (in place of dP^T) of this thread's
+// elements, with their maxima. kCheckVisibility: test each key against the KV sequence's end and (causal) the
+// diagonal; tiles inside both skip it (rows beyond tokens_q need no test: their stats give P = 0).
+// key_base: the key of the thread's first element row; query_base: the query of its first column.
+template <class Config, bool kCheckVisibility>
+__device__ __forceinline__ void softmax_gradient(const int (&s)[8][4], float (&dp)[8][4], float (&p_t)[8][4],
+                                                 float &p_max, float &ds_max, const float *row_stats, float score_scale,
+                                                 int key_base, int query_base, int tokens_kv, int causal_offset) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    // rows n * 8 + 2t and n * 8 + 2t + 1: {L log2(e), D} of each
+    const float4 stats = *reinterpret_cast<const float4 *>(row_stats + 2 * (n * 8 + 2 * t));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float lse_log2 = e & 1 ? stats.z : stats.x, delta = e & 1 ? stats.w : stats.y;
+      float probability = fast_exp2(fmaf(static_cast<float>(s[n][e]), score_scale, -lse_log2));
+      if constexpr (kCheckVisibility) {
+        const int key = key_base + (e >= 2 ? 8 : 0);
+        bool visible = key < tokens_kv;
+        if constexpr (Config::kCausal)
+          visible = visible && key <= query_base + n * 8 + (e & 1) + causal_offset;
+        probability = visible ? probability : 0.0f;
+      }
+      p_t[n][e] = probability;
+      dp[n][e] = probability * (dp[n][e] - delta);
+      p_max = fmaxf(p_max, probability);
+      ds_max = fmaxf(ds_max, fabsf(dp[n][e]));
+    }
+  }
+}
+
+// values[block] for a warp-uniform block of at most two: selects instead of a dynamically indexed (local memory)
+// array.
+template <class T, int kCount> __device__ __forceinline__ T of_block(const T (&values)[kCount], int block) {
+  static_assert(kCount == 1 || kCount == 2, "a tile has one or two K blocks");
+  return kCount == 1 || block == 0 ? values[0] : values[kCount - 1];
+}
+
 // Two int8 codes as one 16-bit store: `low` at the lower address.
 __device__ __forceinline__ unsigned short code_pair(signed char low, signed char high) {
   return static_cast<unsigned short>(static_cast<unsigned char>(low) | (static_cast<unsigned char>(high) << 8));
@@ -313,29 +402,38 @@ __device__ __forceinline__ unsigned short code_pair(signed char low, signed char
 
 template <class Config> __device__ void backward_main(const SageBackwardParams &p, unsigned char *shared) {
   constexpr int kHeadDim = Config::kHeadDim, kChannelTiles = kHeadDim / 8, kTileBytes = kBlock * kHeadDim;
+  constexpr int kKeys = Config::kKeys, kKeyBlocks = kKeys / kBlock, kWarpCount = kMainWarps<Config>;
+  constexpr int kThreadCount = kMainThreads<Config>;
   constexpr int kCodeRow = kCodeRowBytes<kHeadDim>, kInputRow = kInputRowBytes<kHeadDim>;
-  unsigned char *k_tile = shared;                                             // [key][channel] int8
-  unsigned char *q_tile = k_tile + kBlock * kCodeRow;                         // [query][channel] int8
-  unsigned char *k_tile_t = q_tile + kBlock * kCodeRow;                       // [channel][key] int8
-  unsigned char *q_tile_t = k_tile_t + kHeadDim * kTokenRowBytes;             // [channel][query] int8
-  unsigned char *do_tile_t = q_tile_t + kHeadDim * kTokenRowBytes;            // [channel][query] int8
-  unsigned char *v_tile = do_tile_t + kHeadDim * kTokenRowBytes;              // [key][channel] 16-bit
-  unsigned char *do_tile = v_tile + kBlock * kInputRow;                       // [query][channel] 16-bit
-  unsigned char *p_t_codes = do_tile + kBlock * kInputRow;                    // [key][query]
-  unsigned char *ds_t_codes = p_t_codes + kBlock * kTokenRowBytes;            // [key][query]
-  unsigned char *ds_codes = ds_t_codes + kBlock * kTokenRowBytes;             // [query][key]
-  float *lse = reinterpret_cast<float *>(ds_codes + kBlock * kTokenRowBytes); // L (natural log), 0 beyond the end
-  float *delta = lse + kBlock;                                                // D, 0 beyond the end
-  float *scratch = delta + kBlock;                                            // 2 x kWarps
+  constexpr int kKeyRowBytes = kKeys + kPad;                                      // a row of the dS codes
+  unsigned char *k_tile = shared;                                                 // [key][channel] int8
+  unsigned char *q_tile = k_tile + kKeys * kCodeRow;                              // [query][channel] int8
+  unsigned char *k_tiles_t = q_tile + kBlock * kCodeRow;                          // per K block: [channel][key] int8
+  unsigned char *q_tile_t = k_tiles_t + kKeyBlocks * kHeadDim * kTokenRowBytes;   // [channel][query] int8
+  unsigned char *do_tile_t = q_tile_t + kHeadDim * kTokenRowBytes;                // [channel][query] int8
+  unsigned char *v_tile = do_tile_t + kHeadDim * kTokenRowBytes;                  // [key][channel] 16-bit
+  unsigned char *do_tile = v_tile + kKeys * kInputRow;                            // [query][channel] 16-bit
+  unsigned char *p_t_codes = do_tile + kBlock * kInputRow;                        // [key][query]
+  unsigned char *ds_t_codes = p_t_codes + kKeys * kTokenRowBytes;                 // [key][query]
+  unsigned char *ds_codes = ds_t_codes + kKeys * kTokenRowBytes;                  // [query][key]
+  float *row_stats = reinterpret_cast<float *>(ds_codes + kBlock * kKeyRowBytes); // [query]{L log2(e), D}
+  float *scratch = row_stats + 2 * kBlock;                                        // 2 buffers of 2 x kWarpCount
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int kv_block = blockIdx.x, key0 = kv_block * kBlock;
+  const int key0 = blockIdx.x * kKeys, warp_block = warp / 4; // this warp's K block within the tile
   const int kv_blocks = (p.tokens_kv + kBlock - 1) / kBlock, q_blocks = (p.tokens_q + kBlock - 1) / kBlock;
+  const long long padded_q = static_cast<long long>(q_blocks) * kBlock;
   const long long kv_head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
-  const long long kv_codes = (kv_head * kv_blocks + kv_block) * kTileBytes;
-  const float k_scale = p.k_scales[kv_head * kv_blocks + kv_block];
+  const int first_kv_block = blockIdx.x * kKeyBlocks;
+  // The K blocks' scales (0 for a block beyond the sequence's end: its keys are masked and its codes zero)
+  float k_scales[kKeyBlocks];
+#pragma unroll
+  for (int b = 0; b < kKeyBlocks; ++b)
+    k_scales[b] = first_kv_block + b < kv_blocks ? p.k_scales[kv_head * kv_blocks + first_kv_block + b] : 0.0f;
+  const float k_scale = of_block(k_scales, warp_block);
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int causal_offset = p.tokens_kv - p.tokens_q; // key j is visible to query i iff j <= i + offset
+  const bool partial_kv_tile = key0 + kKeys > p.tokens_kv;
   int first_q_block = 0;
   if constexpr (Config::kCausal) { // the first Q tile with a visible key of this KV tile
     const int last_blind = key0 - causal_offset - kBlock;
@@ -347,28 +445,31 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const int steps = tiles_per_head > 0 ? group * tiles_per_head : 0;
   const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
 
-  // Starts a step's phase-1 loads as one cp.async group: Q^, dO and the rows' L and D.
+  // Starts a step's phase-1 loads as one cp.async group: Q^, dO and the rows' stats.
   auto issue_phase1 = [&](int step) {
     const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
     const int q_block = first_q_block + step % tiles_per_head;
-    copy_rows_async<kBlock, kHeadDim, kCodeRow>(q_tile, p.q_codes + (q_head * q_blocks + q_block) * kTileBytes, 0,
-                                                kBlock);
-    copy_rows_async<kBlock, 2 * kHeadDim, kInputRow>(do_tile, d_o_input + q_head * p.tokens_q * kHeadDim,
-                                                     q_block * kBlock, p.tokens_q);
-    if (threadIdx.x < kBlock) {
-      const int query = q_block * kBlock + static_cast<int>(threadIdx.x);
-      const bool valid = query < p.tokens_q;
-      const long long row = q_head * p.tokens_q + (valid ? query : 0);
-      copy4_async(lse + threadIdx.x, p.lse + row, valid);
-      copy4_async(delta + threadIdx.x, p.delta + row, valid);
-    }
+    copy_tile_async<kThreadCount, kBlock, kHeadDim, kCodeRow>(q_tile,
+                                                              p.q_codes + (q_head * q_blocks + q_block) * kTileBytes);
+    copy_rows_async<kThreadCount, kBlock, 2 * kHeadDim, kInputRow>(do_tile, d_o_input + q_head * p.tokens_q * kHeadDim,
+                                                                   q_block * kBlock, p.tokens_q);
+    constexpr int kStatChunks = kBlock * 2 * 4 / 16;
+    if (threadIdx.x < kStatChunks)
+      copy16_async(row_stats + 4 * threadIdx.x,
+                   p.row_stats + 2 * (q_head * padded_q + q_block * kBlock) + 4 * threadIdx.x, true);
     commit_copies();
   };
 
   if (steps > 0) { // K^, K^^T, V of this KV tile join step 0's phase-1 group
-    copy_rows_async<kBlock, kHeadDim, kCodeRow>(k_tile, p.k_codes + kv_codes, 0, kBlock);
-    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(k_tile_t, p.k_codes_t + kv_codes, 0, kHeadDim);
-    copy_rows_async<kBlock, 2 * kHeadDim, kInputRow>(
+    const long long k_codes = (kv_head * kv_blocks + first_kv_block) * kTileBytes;
+    copy_rows_async<kThreadCount, kKeys, kHeadDim, kCodeRow>(
+        k_tile, p.k_codes + k_codes, 0, static_cast<long long>(kv_blocks - first_kv_block) * kBlock);
+#pragma unroll
+    for (int b = 0; b < kKeyBlocks; ++b)
+      copy_tile_async<kThreadCount, kHeadDim, kBlock, kTokenRowBytes>(k_tiles_t + b * kHeadDim * kTokenRowBytes,
+                                                                      p.k_codes_t + k_codes + b * kTileBytes,
+                                                                      first_kv_block + b < kv_blocks);
+    copy_rows_async<kThreadCount, kKeys, 2 * kHeadDim, kInputRow>(
         v_tile, static_cast<const unsigned short *>(p.v) + kv_head * p.tokens_kv * kHeadDim, key0, p.tokens_kv);
     issue_phase1(0);
   }
@@ -378,13 +479,12 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
     const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
     const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
-    __syncthreads(); // every warp is done with the previous step's phase 2 (Q^^T, dO^^T, the code tiles)
-    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(q_tile_t, p.q_codes_t + q_codes, 0, kHeadDim);
-    copy_rows_async<kHeadDim, kBlock, kTokenRowBytes>(do_tile_t, p.do_codes_t + q_codes, 0, kHeadDim);
-    commit_copies();
     const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
-    wait_copies<1>(); // this step's phase-1 group has landed (Q^^T and dO^^T may still be in flight)
-    __syncthreads();
+    wait_copies<0>(); // this step's phase-1 group
+    __syncthreads();  // ... is visible, and every warp is done with the previous step's phase 2
+    copy_tile_async<kThreadCount, kHeadDim, kBlock, kTokenRowBytes>(q_tile_t, p.q_codes_t + q_codes);
+    copy_tile_async<kThreadCount, kHeadDim, kBlock, kTokenRowBytes>(do_tile_t, p.do_codes_t + q_codes);
+    commit_copies();
 
     // Phase 1. S^T = K^ Q^^T x s_K s_Q (k-steps of 32 channels); dP^T = V dO^T in 16 bits (k-steps of 16 channels).
     // The A fragment (this warp's 16 keys) is loaded once per k-step and used by all 8 query tiles.
@@ -414,31 +514,28 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         mma_16bit<Config::kBf16>(dp[n + 1], a, b1);
       }
     }
-    // P^T = exp(S^T / sqrt(d) - L); dS^T = P^T o (dP^T - D), in place of dP^T
+    // P^T = exp2(S^T log2(e) / sqrt(d) - L log2(e)); dS^T = P^T o (dP^T - D), in place of dP^T. Only tiles that cross
+    // the KV sequence's end or the causal diagonal test each element (rows beyond tokens_q have L log2(e) = +inf).
+    const float score_scale = q_scale * k_scale * scale_log2;
+    bool masked = partial_kv_tile;
+    if constexpr (Config::kCausal)
+      masked = masked || key0 + kKeys - 1 > query0 + causal_offset;
     float p_t[8][4];
     float p_max = 0.0f, ds_max = 0.0f;
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + warp * 16 + g + (e >= 2 ? 8 : 0), row = n * 8 + 2 * t + (e & 1);
-        const int query = query0 + row;
-        const float lse_log2 = lse[row] * kLog2e;
-        bool visible = key < p.tokens_kv && query < p.tokens_q && lse_log2 != negative_infinity();
-        if constexpr (Config::kCausal)
-          visible = visible && key <= query + causal_offset;
-        const float score = static_cast<float>(s[n][e]) * q_scale * k_scale;
-        const float probability = visible ? fast_exp2(score * scale_log2 - lse_log2) : 0.0f;
-        p_t[n][e] = probability;
-        dp[n][e] = probability * (dp[n][e] - delta[row]);
-        p_max = fmaxf(p_max, probability);
-        ds_max = fmaxf(ds_max, fabsf(dp[n][e]));
-      }
-    // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9)
+    const int key_base = key0 + warp * 16 + g, query_base = query0 + 2 * t;
+    if (masked)
+      softmax_gradient<Config, true>(s, dp, p_t, p_max, ds_max, row_stats, score_scale, key_base, query_base,
+                                     p.tokens_kv, causal_offset);
+    else
+      softmax_gradient<Config, false>(s, dp, p_t, p_max, ds_max, row_stats, score_scale, key_base, query_base,
+                                      p.tokens_kv, causal_offset);
+    // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9), i.e. per K block of the tile
+    float2 maxima[kKeyBlocks];
+    tile_max_pairs<kWarpCount>(p_max, ds_max, scratch + (step & 1) * 2 * kWarpCount, maxima);
     float p_scale, p_inverse, ds_scale, ds_inverse;
-    block_max_pair(p_max, ds_max, scratch);
-    int8_scale(p_max, p_scale, p_inverse);
-    int8_scale(ds_max, ds_scale, ds_inverse);
+    const float2 own = of_block(maxima, warp_block);
+    int8_scale(own.x, p_scale, p_inverse);
+    int8_scale(own.y, ds_scale, ds_inverse);
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -449,18 +546,17 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         *reinterpret_cast<unsigned short *>(p_t_codes + key * kTokenRowBytes + row) =
             code_pair(int8_code(p_t[n][2 * half], p_inverse), int8_code(p_t[n][2 * half + 1], p_inverse));
         *reinterpret_cast<unsigned short *>(ds_t_codes + key * kTokenRowBytes + row) = code_pair(ds_low, ds_high);
-        ds_codes[row * kTokenRowBytes + key] = static_cast<unsigned char>(ds_low);
-        ds_codes[(row + 1) * kTokenRowBytes + key] = static_cast<unsigned char>(ds_high);
+        ds_codes[row * kKeyRowBytes + key] = static_cast<unsigned char>(ds_low);
+        ds_codes[(row + 1) * kKeyRowBytes + key] = static_cast<unsigned char>(ds_high);
       }
     wait_copies<0>(); // Q^^T and dO^^T
-    __syncthreads();  // the codes, Q^^T and dO^^T are visible; every warp is done with Q^, dO, L and D
+    __syncthreads();  // the codes, Q^^T and dO^^T are visible; every warp is done with Q^, dO and the row stats
     if (step + 1 < steps)
       issue_phase1(step + 1); // lands while phase 2 runs
 
-    // Phase 2. dV_j += P^^T dO^_i, dK_j += dS^^T Q^_i (this warp's 16 keys); dQ_i += dS^ K^_j (its 16 queries).
+    // Phase 2. dV_j += P^^T dO^_i, dK_j += dS^^T Q^_i (this warp's 16 keys).
     // The A fragments (2 k-steps of 32 tokens each) serve every channel tile.
     const float dv_scale = p_scale * do_scale, dk_scale = ds_scale * q_scale;
-    const float dq_scale = ds_scale * k_scale * p.softmax_scale;
     unsigned a_p[2][4], a_ds_t[2][4];
 #pragma unroll
     for (int k_step = 0; k_step < 2; ++k_step) {
@@ -483,25 +579,44 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         dk[nc][e] += static_cast<float>(acc_k[e]) * dk_scale;
       }
     }
-    // dQ in its own loop: fewer fragments live next to the 2 x d / 2 f32 dK, dV accumulators
-    unsigned a_ds[2][4];
+    // dQ_i += dS^ K^_j over the tile's kKeys keys: warp w takes 16 queries (w % 4) and a 1 / (kWarpCount / 4) share
+    // of the channels; each K block's int32 product gets its own scale before the sum. One reduction per element
+    // per tile (so kKeys = 128 halves the L2 reduction traffic of 64), into the padded dq_accum: no bounds check
+    // (rows beyond tokens_q get zeros: their dS is 0).
+    constexpr int kChannelGroups = kWarpCount / 4, kGroupTiles = kChannelTiles / kChannelGroups;
+    const int query_group = warp % 4, first_tile = (warp / 4) * kGroupTiles;
+    float dq_scales[kKeyBlocks];
 #pragma unroll
-    for (int k_step = 0; k_step < 2; ++k_step)
-      load_a(a_ds[k_step], ds_codes, kTokenRowBytes, warp * 16, 32 * k_step);
+    for (int b = 0; b < kKeyBlocks; ++b) {
+      float block_ds_scale, unused_inverse;
+      int8_scale(maxima[b].y, block_ds_scale, unused_inverse);
+      dq_scales[b] = block_ds_scale * k_scales[b] * p.softmax_scale;
+    }
+    unsigned a_ds[kKeyBlocks][2][4];
 #pragma unroll
-    for (int nc = 0; nc < kChannelTiles; ++nc) {
-      int acc_q[4] = {0, 0, 0, 0};
-      unsigned b0[2], b1[2];
-      load_b_two_steps(b0, b1, k_tile_t, kTokenRowBytes, nc * 8);
-      mma_s8(acc_q, a_ds[0], b0);
-      mma_s8(acc_q, a_ds[1], b1);
+    for (int b = 0; b < kKeyBlocks; ++b)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) { // channels 2t, 2t + 1 of queries g and g + 8
-        const int query = query0 + warp * 16 + g + 8 * half;
-        if (query < p.tokens_q)
-          add_pair(p.dq_accum + (q_head * p.tokens_q + query) * kHeadDim + nc * 8 + 2 * t,
-                   static_cast<float>(acc_q[2 * half]) * dq_scale, static_cast<float>(acc_q[2 * half + 1]) * dq_scale);
+      for (int k_step = 0; k_step < 2; ++k_step)
+        load_a(a_ds[b][k_step], ds_codes, kKeyRowBytes, query_group * 16, b * kBlock + 32 * k_step);
+    float *dq_rows =
+        p.dq_accum + (q_head * padded_q + query0 + query_group * 16 + g) * kHeadDim + first_tile * 8 + 2 * t;
+#pragma unroll
+    for (int nc = 0; nc < kGroupTiles; ++nc) {
+      float dq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int b = 0; b < kKeyBlocks; ++b) {
+        int acc_q[4] = {0, 0, 0, 0};
+        unsigned b0[2], b1[2];
+        load_b_two_steps(b0, b1, k_tiles_t + b * kHeadDim * kTokenRowBytes, kTokenRowBytes, (first_tile + nc) * 8);
+        mma_s8(acc_q, a_ds[b][0], b0);
+        mma_s8(acc_q, a_ds[b][1], b1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dq[e] += static_cast<float>(acc_q[e]) * dq_scales[b];
       }
+      // channels 2t, 2t + 1 of queries g and g + 8
+      add_pair(dq_rows + nc * 8, dq[0], dq[1]);
+      add_pair(dq_rows + 8 * kHeadDim + nc * 8, dq[2], dq[3]);
     }
   }
 
@@ -525,14 +640,16 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
 template <class Config> __device__ void write_dq(const SageBackwardParams &p) {
   constexpr int kHeadDim = Config::kHeadDim;
   const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
+  const long long padded_q = static_cast<long long>((p.tokens_q + kBlock - 1) / kBlock) * kBlock;
   const int token0 = blockIdx.x * kBlock;
   auto *d_q = static_cast<unsigned *>(p.d_q);
   for (int e = threadIdx.x; e < kBlock * kHeadDim / 2; e += kThreads) {
     const int token = token0 + e / (kHeadDim / 2), channel = 2 * (e % (kHeadDim / 2));
     if (token >= p.tokens_q)
       break;
-    const long long index = (head * p.tokens_q + token) * kHeadDim + channel;
-    d_q[index / 2] = pack_output<Config::kBf16>(p.dq_accum[index], p.dq_accum[index + 1]);
+    const long long index = (head * padded_q + token) * kHeadDim + channel;
+    d_q[((head * p.tokens_q + token) * kHeadDim + channel) / 2] =
+        pack_output<Config::kBf16>(p.dq_accum[index], p.dq_accum[index + 1]);
   }
 }
 

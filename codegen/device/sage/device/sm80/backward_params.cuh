@@ -9,15 +9,16 @@
 //   q_codes_t, k_codes_t:      int8 [batch, heads, blocks, head_dim, 64]        (dK = dS^T.Q, dQ = dS.K: the
 //   do_codes_t:                int8 [batch, heads_q, blocks, head_dim, 64]       token axis is the reduction axis)
 //   q_scales, k_scales, do_scales: f32 [batch, heads, blocks]
-//   delta: f32 [batch, heads_q, tokens_q], D = rowsum(dO o O)
-//   dq_accum: f32 [batch, heads_q, tokens_q, head_dim], zeroed by the preprocess, summed into by atomics
+//   row_stats: f32 [batch, heads_q, blocks * 64, 2]: {L log2(e), D = rowsum(dO o O)} per query row; L log2(e) is
+//              +inf where the row has no visible key (L = -inf) and beyond tokens_q, so exp2(S log2(e) - it) is 0
+//   dq_accum: f32 [batch, heads_q, blocks * 64, head_dim], zeroed by the preprocess, summed into by atomics
 struct SageBackwardParams {
   const void *q, *k, *v, *o, *d_o;
   const float *lse; // [batch, heads_q, tokens_q], natural log; -inf for a fully masked row
   void *d_q, *d_k, *d_v;
   signed char *q_codes, *q_codes_t, *k_codes, *k_codes_t, *do_codes_t;
   float *q_scales, *k_scales, *do_scales;
-  float *delta, *dq_accum;
+  float *row_stats, *dq_accum;
   int batch, heads_q, heads_kv, tokens_q, tokens_kv;
   float softmax_scale; // 1 / sqrt(head_dim)
 };
