@@ -94,6 +94,34 @@ std::string blockSparseTilingProblem(const AttentionVariant &variant) {
   return "";
 }
 
+// Block-sparse rows are short (SLA at 95% sparsity: ~26 of 512 KV blocks), so a CTA's start (Q_i, the mask row,
+// the first stages) is a large part of it: with one consumer warpgroup, two CTAs per SM overlap one's start and
+// softmax with the other's GEMMs. That needs both in shared memory (default tunables give up stages for it, down
+// to 2) and in the register file: the producer gives its registers to the consumer (24 + 232 = 2 x 128 per thread).
+void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
+  constexpr int kCtas = 2;
+  const GpuLimits limits = gpuLimits(plan.arch);
+  const auto fits = [&](const SharedMemoryLayout &shared) {
+    return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block) >=
+           kCtas;
+  };
+  if (!explicit_tunables && !fits(plan.shared))
+    for (int stages = plan.tunables.stages - 1; stages >= kMinStages; --stages)
+      if (const SharedMemoryLayout shorter = layoutSharedMemory(plan, stages); fits(shorter)) {
+        plan.shared = shorter;
+        plan.tunables.stages = stages;
+        break;
+      }
+  if (!fits(plan.shared))
+    return;
+  WarpSpecialization &ws = plan.warp_specialization;
+  const int threads_per_warpgroup = kWarpgroupWarps * kWarpSize;
+  ws.producer_registers = kProducerRegisters;
+  ws.consumer_registers =
+      (kRegisterFile / kCtas - threads_per_warpgroup * kProducerRegisters) / threads_per_warpgroup / 8 * 8;
+  plan.min_blocks_per_multiprocessor = kCtas;
+}
+
 } // namespace
 
 std::string_view Sm90Schedule::summary() const {
@@ -219,6 +247,8 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
                                           kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
   plan.min_blocks_per_multiprocessor = 1;
+  if (plan.block_sparse && consumers == 1)
+    shareMultiprocessor(plan, explicit_tunables);
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
   return plan;

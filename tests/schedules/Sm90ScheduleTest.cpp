@@ -54,7 +54,27 @@ TEST_CASE("sm90 runs block-sparse masks whose blocks its tiles can be, and sm80 
       CHECK(plan.threads == 256);
       CHECK(plan.grid.block_q == 64);
       CHECK_FALSE(plan.grid.reverse_q_blocks);
+      // Two CTAs per SM: shared memory for both, and the producer's registers handed to the consumer
+      CHECK(plan.min_blocks_per_multiprocessor == 2);
+      CHECK(2 * (plan.shared.total_bytes + 1024) <= 228 * 1024);
+      CHECK(plan.warp_specialization.producer_registers == 24);
+      CHECK(plan.warp_specialization.consumer_registers == 232);
     }
+    AttentionVariant sparse = test::presetVariant("sla-f16", 128);
+    sparse.sla = SlaSpec{};
+    // f16 Q/K at d = 128: 16 KiB of Q and 32 KiB stages, so two CTAs fit with 2 stages (the default gives up 4 -> 2)
+    CHECK(sm90.plan(sparse, GpuArch::sm90a, InputType::f16).tunables.stages == 2);
+    // Explicit tunables keep their stages: 4 do not fit twice, so one CTA per SM and no hand-over
+    const KernelPlan deep = sm90.plan(sparse, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 4});
+    CHECK(deep.tunables.stages == 4);
+    CHECK(deep.min_blocks_per_multiprocessor == 1);
+    CHECK(deep.warp_specialization.producer_registers == 0);
+    // int8 Q/K: 4 stages of 24 KiB fit twice
+    AttentionVariant int8_sparse = test::presetVariant("sla-int8", 128);
+    int8_sparse.sla = SlaSpec{};
+    const KernelPlan int8_plan = sm90.plan(int8_sparse, GpuArch::sm90a, InputType::f16);
+    CHECK(int8_plan.tunables.stages == 4);
+    CHECK(int8_plan.min_blocks_per_multiprocessor == 2);
   }
   SUBCASE("blocks no sm90 tile equals: refused with the reason, sm80 runs them") {
     AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);

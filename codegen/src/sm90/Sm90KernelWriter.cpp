@@ -114,7 +114,7 @@ struct Config {{
 static_assert(sage::device::sm90::SharedLayout<Config>::kDynamicBytes == {shared_bytes},
               "the schedule's shared-memory plan and the kernel's layout disagree");
 
-extern "C" __global__ void __launch_bounds__({threads}, 1) {name}(const __grid_constant__ SageSm90AttentionParams params) {{
+extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(const __grid_constant__ SageSm90AttentionParams params) {{
   sage::device::sm90::attention_kernel<Config>(params);
 }}
 )";
@@ -181,7 +181,8 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
                detail::floatLiteral(domain_from_params || variant.exp2_softmax ? 1.0 : 1.4426950408889634)),
       fmt::arg("smoothed_v", context.smoothed_v), fmt::arg("write_lse", variant.epilogue.write_lse),
       fmt::arg("lse_correction", context.lse_correction), fmt::arg("bf16", plan.input == schedules::InputType::bf16),
-      fmt::arg("shared_bytes", plan.shared.total_bytes), fmt::arg("threads", plan.threads));
+      fmt::arg("shared_bytes", plan.shared.total_bytes), fmt::arg("threads", plan.threads),
+      fmt::arg("min_blocks", plan.min_blocks_per_multiprocessor));
   return kernel;
 }
 
