@@ -14,7 +14,7 @@ namespace sage::device::sm90 {
 struct KeptBlocks {
   const unsigned *bits;     // bit j of word j / 32: block j is kept ([0, block_end) only; 0 past it)
   const unsigned char *row; // block_mask[b, h, i, :], or null
-  int block_end;            // blocks from here on are never visited (the row's end, or the causal diagonal)
+  int block_end;            // blocks from here on are never visited (the row's end)
 
   // The first kept block >= `block`, or block_end. Warp-uniform: every lane reads the same words.
   __device__ __forceinline__ int next(int block) const {
