@@ -25,6 +25,8 @@ constexpr int kAlignmentSlack = 1024;  // the dynamic buffer is rounded up to th
 constexpr int kRegisterFile = 65536;   // 32-bit registers per SM
 constexpr int kProducerRegisters = 24; // the producer only issues TMA from one thread
 constexpr int kMaxConsumerRegisters = 240;
+constexpr int kMaxConsumers = 3;
+constexpr int kKeptBlockBytes = 16384 / 8; // block-sparse: the CTA's kept KV blocks as bits (kKeptBlockCapacity)
 
 void require(bool condition, const std::string &message) {
   if (!condition)
@@ -49,13 +51,14 @@ SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
   layout.flush_bytes = plan.two_level_flush ? ws.consumer_warpgroups * kWarpgroupWarps * kWarpSize *
                                                   (plan.head_dim / 2) * static_cast<int>(sizeof(float))
                                             : 0;
+  const int kept_block_bytes = plan.block_sparse ? kKeptBlockBytes : 0;
   const int barrier_bytes = (2 * stages + 1) * 8;
-  layout.total_bytes =
-      layout.stage_offset + stages * layout.stage_bytes + layout.flush_bytes + barrier_bytes + kAlignmentSlack;
+  layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes + layout.flush_bytes + kept_block_bytes +
+                       barrier_bytes + kAlignmentSlack;
   return layout;
 }
 
-void validateTunables(const Tunables &tunables) {
+void validateTunables(const Tunables &tunables, const AttentionVariant &variant) {
   require(
       tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 12,
       "tunables.warps: the sm90 schedule counts consumer warps, 4 per consumer warpgroup: expected 4, 8 or 12, got " +
@@ -69,6 +72,54 @@ void validateTunables(const Tunables &tunables) {
   require(tunables.stages >= kMinStages && tunables.stages <= kMaxStages,
           "tunables.stages: expected " + std::to_string(kMinStages) + ".." + std::to_string(kMaxStages) + ", got " +
               std::to_string(tunables.stages));
+  // Both warp roles walk one mask row per CTA: a CTA's rows and a step's tokens must be one block of the mask.
+  if (variant.mask.kind == MaskKind::block_sparse)
+    require(tunables.block_q == variant.block_q && tunables.block_kv == variant.block_kv,
+            "tunables.block_q/block_kv: a block_sparse variant's block mask is in units of its own blocks (" +
+                std::to_string(variant.block_q) + "x" + std::to_string(variant.block_kv) +
+                "), so the sm90 tiles must equal them, got " + std::to_string(tunables.block_q) + "x" +
+                std::to_string(tunables.block_kv));
+}
+
+// Why the sm90 tiles cannot be a block-sparse variant's blocks ("" when they can): a CTA owns 64 rows per consumer
+// warpgroup (1 to 3) and a step reads 64 or 128 tokens.
+std::string blockSparseTilingProblem(const AttentionVariant &variant) {
+  if (variant.block_q % kConsumerRows != 0 || variant.block_q / kConsumerRows > kMaxConsumers)
+    return "block_q " + std::to_string(variant.block_q) +
+           ": a block-sparse mask's Q blocks are the sm90 CTA's rows, 64 per consumer warpgroup: expected 64, 128 "
+           "or 192";
+  if (variant.block_kv != 64 && variant.block_kv != 128)
+    return "block_kv " + std::to_string(variant.block_kv) +
+           ": a block-sparse mask's KV blocks are the sm90 main loop's steps: expected 64 or 128";
+  return "";
+}
+
+// Block-sparse rows are short (SLA at 95% sparsity: ~26 of 512 KV blocks), so a CTA's start (Q_i, the mask row,
+// the first stages) is a large part of it: with one consumer warpgroup, two CTAs per SM overlap one's start and
+// softmax with the other's GEMMs. That needs both in shared memory (default tunables give up stages for it, down
+// to 2) and in the register file: the producer gives its registers to the consumer (24 + 232 = 2 x 128 per thread).
+void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
+  constexpr int kCtas = 2;
+  const GpuLimits limits = gpuLimits(plan.arch);
+  const auto fits = [&](const SharedMemoryLayout &shared) {
+    return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block) >=
+           kCtas;
+  };
+  if (!explicit_tunables && !fits(plan.shared))
+    for (int stages = plan.tunables.stages - 1; stages >= kMinStages; --stages)
+      if (const SharedMemoryLayout shorter = layoutSharedMemory(plan, stages); fits(shorter)) {
+        plan.shared = shorter;
+        plan.tunables.stages = stages;
+        break;
+      }
+  if (!fits(plan.shared))
+    return;
+  WarpSpecialization &ws = plan.warp_specialization;
+  const int threads_per_warpgroup = kWarpgroupWarps * kWarpSize;
+  ws.producer_registers = kProducerRegisters;
+  ws.consumer_registers =
+      (kRegisterFile / kCtas - threads_per_warpgroup * kProducerRegisters) / threads_per_warpgroup / 8 * 8;
+  plan.min_blocks_per_multiprocessor = kCtas;
 }
 
 } // namespace
@@ -82,6 +133,13 @@ int Sm90Schedule::preference(GpuArch arch) const { return arch == GpuArch::sm90a
 
 Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   Tunables tunables;
+  if (variant.mask.kind == MaskKind::block_sparse) { // the tiles are the mask's blocks
+    tunables.warps = variant.block_q / kConsumerRows * kWarpgroupWarps;
+    tunables.block_q = variant.block_q;
+    tunables.block_kv = variant.block_kv;
+    tunables.stages = kDefaultStages;
+    return tunables;
+  }
   tunables.warps = 8;
   tunables.block_q = 128;
   // int8 P.V keeps an s32 block product beside the f32 sum, S, P~ and the next block's K scales: at d = 128 with
@@ -99,7 +157,8 @@ SupportResult Sm90Schedule::supports(const AttentionVariant &variant, GpuArch ar
     return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
                              ": the sm90 schedule has tiles for head_dim 64 and 128 only");
   if (variant.mask.kind == MaskKind::block_sparse)
-    return SupportResult::no("block-sparse masks are not in the sm90 schedule yet (the sm80 schedule runs them)");
+    if (const std::string problem = blockSparseTilingProblem(variant); !problem.empty())
+      return SupportResult::no(problem);
   // The same quantizers, accumulators and softmax as the mma.sync schedule: its verdict on what is computed holds.
   if (SupportResult numerics = Sm80Schedule().supports(variant, arch, input); !numerics)
     return numerics;
@@ -113,7 +172,7 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
                                 ": unsupported by " + std::string(kName) + ": " + support.reason);
   const bool explicit_tunables = tunables.has_value();
   const Tunables chosen = tunables.value_or(defaultTunables(variant));
-  validateTunables(chosen);
+  validateTunables(chosen, variant);
 
   KernelPlan plan;
   plan.schedule = std::string(kName);
@@ -121,6 +180,7 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   plan.input = input;
   plan.tunables = chosen;
   plan.head_dim = variant.head_dim;
+  plan.block_sparse = variant.mask.kind == MaskKind::block_sparse;
   const int consumers = chosen.warps / kWarpgroupWarps;
   plan.threads = (chosen.warps + kWarpgroupWarps) * kWarpSize; // the consumers and one producer warpgroup
   plan.rows_per_warp = 16;
@@ -187,6 +247,8 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
                                           kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
   plan.min_blocks_per_multiprocessor = 1;
+  if (plan.block_sparse && consumers == 1)
+    shareMultiprocessor(plan, explicit_tunables);
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
   return plan;
@@ -196,10 +258,14 @@ TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch
   TunableSpace space;
   space.schedule = std::string(kName);
   space.defaults = plan(variant, arch, input).tunables;
+  // A block-sparse variant's tiles are its mask's blocks: only the pipeline depth is free.
+  const bool block_sparse = variant.mask.kind == MaskKind::block_sparse;
   for (int warps : {4, 8, 12})
     for (int block_kv : {64, 128})
       for (int stages = kMinStages; stages <= 6; ++stages) {
         Tunables candidate{kConsumerRows * warps / kWarpgroupWarps, block_kv, warps, stages};
+        if (block_sparse && (candidate.block_q != variant.block_q || candidate.block_kv != variant.block_kv))
+          continue;
         try {
           plan(variant, arch, input, candidate);
           space.candidates.push_back({candidate, SupportResult::yes()});

@@ -27,6 +27,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <unistd.h>
@@ -87,23 +89,30 @@ struct GpuRun {
   std::string description;
 };
 
+// `block_mask`: a block-sparse variant's mask (null: every block).
 GpuRun runOnGpu(const ir::Program &program, const HostTensor &q, const HostTensor &k, const HostTensor &v,
-                const std::filesystem::path &aot_directory = {}, const std::string &schedule = {}) {
+                const std::filesystem::path &aot_directory = {}, const std::string &schedule = {},
+                const BlockMask *block_mask = nullptr) {
   const AttentionVariant variant = program.variant();
   const StorageType storage = q.storage();
-  const int64_t heads_q = q.heads(), tokens_q = q.tokens(), head_dim = q.dim();
+  const int64_t batch = q.batch(), heads_q = q.heads(), tokens_q = q.tokens(), head_dim = q.dim();
   runtime::AttentionRunnerOptions options;
   options.input = storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
   options.ir_fingerprint = program.fingerprint();
   options.aot_directory = aot_directory;
   options.schedule = schedule;
   runtime::AttentionRunner runner(variant, options);
-  const schedules::ProblemShape shape{1, heads_q, k.heads(), tokens_q, k.tokens(), head_dim};
+  const schedules::ProblemShape shape{batch, heads_q, k.heads(), tokens_q, k.tokens(), head_dim};
 
   DeviceTensor q_device(q), k_device(k), v_device(v);
-  HostTensor o_host(1, heads_q, tokens_q, head_dim, storage, q.layout());
+  HostTensor o_host(batch, heads_q, tokens_q, head_dim, storage, q.layout());
   DeviceTensor o_device(o_host.values().size() * 2);
-  DeviceTensor lse_device(static_cast<size_t>(heads_q * tokens_q) * sizeof(float));
+  DeviceTensor lse_device(static_cast<size_t>(batch * heads_q * tokens_q) * sizeof(float));
+  std::optional<DeviceTensor> mask_device;
+  if (block_mask) {
+    mask_device.emplace(block_mask->keep.size());
+    runtime::CudaDriver::instance().copyToDevice(mask_device->pointer, block_mask->keep.data(), mask_device->bytes);
+  }
   DeviceTensor workspace(runner.workspaceBytes(shape));
   runtime::AttentionTensors tensors;
   tensors.q = q_device.get();
@@ -115,6 +124,7 @@ GpuRun runOnGpu(const ir::Program &program, const HostTensor &q, const HostTenso
   tensors.v_strides = stridesOf(v);
   tensors.o_strides = stridesOf(o_host);
   tensors.lse = static_cast<float *>(lse_device.get());
+  tensors.block_mask = mask_device ? static_cast<const unsigned char *>(mask_device->get()) : nullptr;
   runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
   runtime::CudaDriver::instance().synchronizeContext();
 
@@ -122,16 +132,17 @@ GpuRun runOnGpu(const ir::Program &program, const HostTensor &q, const HostTenso
   run.description = runner.describe();
   std::vector<uint16_t> o_bits(o_host.values().size());
   runtime::CudaDriver::instance().copyToHost(o_bits.data(), o_device.pointer, o_device.bytes);
-  run.lse.resize(static_cast<size_t>(heads_q * tokens_q));
+  run.lse.resize(static_cast<size_t>(batch * heads_q * tokens_q));
   runtime::CudaDriver::instance().copyToHost(run.lse.data(), lse_device.pointer, lse_device.bytes);
-  run.output.resize(static_cast<size_t>(heads_q * tokens_q * head_dim));
-  for (int64_t h = 0; h < heads_q; ++h)
-    for (int64_t t = 0; t < tokens_q; ++t)
-      for (int64_t d = 0; d < head_dim; ++d) {
-        const uint16_t bits = o_bits[o_host.offset(0, h, t, d)];
-        run.output[(h * tokens_q + t) * head_dim + d] =
-            storage == StorageType::bf16 ? numerics::bfloat16BitsToFloat(bits) : numerics::halfBitsToFloat(bits);
-      }
+  run.output.resize(static_cast<size_t>(batch * heads_q * tokens_q * head_dim));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads_q; ++h)
+      for (int64_t t = 0; t < tokens_q; ++t)
+        for (int64_t d = 0; d < head_dim; ++d) {
+          const uint16_t bits = o_bits[o_host.offset(b, h, t, d)];
+          run.output[((b * heads_q + h) * tokens_q + t) * head_dim + d] =
+              storage == StorageType::bf16 ? numerics::bfloat16BitsToFloat(bits) : numerics::halfBitsToFloat(bits);
+        }
   return run;
 }
 
@@ -377,6 +388,129 @@ TEST_CASE("accuracy against exact attention on N(0,1), N = 4096, d = 128 (issue 
     if (measured.count("sage3-mxfp4"))
       CHECK(measured["sage3-fp4-direct-p"].relative_l1 < measured["sage3-mxfp4"].relative_l1);
   }
+}
+
+// A block mask [batch, heads_q, q_blocks, kv_blocks] whose rows take turns: none kept (O = 0, LSE = -inf), all kept,
+// about a third kept at random, and block-causal (KV blocks that start at or before the Q block's last row).
+BlockMask mixedBlockMask(const AttentionVariant &variant, int64_t batch, int64_t heads_q, int64_t tokens_q,
+                         int64_t tokens_kv, unsigned seed) {
+  BlockMask mask;
+  mask.q_blocks = (tokens_q + variant.block_q - 1) / variant.block_q;
+  mask.kv_blocks = (tokens_kv + variant.block_kv - 1) / variant.block_kv;
+  mask.keep.resize(static_cast<size_t>(batch * heads_q * mask.q_blocks * mask.kv_blocks));
+  std::mt19937 random(seed);
+  std::bernoulli_distribution third(1.0 / 3.0);
+  for (int64_t row = 0; row < batch * heads_q * mask.q_blocks; ++row) {
+    const int64_t q_block = row % mask.q_blocks;
+    for (int64_t j = 0; j < mask.kv_blocks; ++j) {
+      bool keep = false;
+      switch ((row + seed) % 4) {
+      case 0:
+        keep = false;
+        break;
+      case 1:
+        keep = true;
+        break;
+      case 2:
+        keep = third(random);
+        break;
+      default:
+        keep = j * variant.block_kv <= (q_block + 1) * variant.block_q - 1;
+      }
+      mask.keep[static_cast<size_t>(row * mask.kv_blocks + j)] = keep ? 1 : 0;
+    }
+  }
+  return mask;
+}
+
+struct BlockSparseCase {
+  const char *preset;
+  bool sla_sparse_part; // the SLA preset's sparse part (64 x 64 blocks) instead of the preset with a block mask
+  int head_dim;
+  StorageType storage;
+  Layout layout;
+  int64_t batch, heads_q, heads_kv, tokens_q, tokens_kv;
+  double max_rel_l1_vs_reference;
+};
+
+// Block-sparse variants on every schedule that runs them (on an H100: sm90.wgmma_tma and sm80.mma_sync) against the
+// CPU reference with the same mask: the mixed mask above and no mask (every block).
+TEST_CASE("block-sparse masks on every schedule: empty, full, random and block-causal rows") {
+  if (skipWithoutGpu())
+    return;
+  // Bounds: those of the dense cases of the same presets (the same kernels, fewer blocks per row).
+  const BlockSparseCase cases[] = {
+      {"sla-f16", true, 128, StorageType::f16, Layout::hnd, 2, 4, 2, 300, 333, 0.002},
+      {"sla-f16", true, 64, StorageType::f16, Layout::nhd, 1, 2, 2, 130, 1000, 0.002},
+      {"sla-int8", true, 128, StorageType::f16, Layout::hnd, 2, 2, 1, 257, 257, 0.01},
+      {"sage-b", false, 128, StorageType::f16, Layout::hnd, 2, 2, 2, 300, 450, 0.01},
+      {"sage-vb", false, 64, StorageType::bf16, Layout::nhd, 2, 4, 2, 256, 190, 0.02},
+      {"sage2-fp8", false, 128, StorageType::f16, Layout::hnd, 1, 4, 2, 384, 700, 0.04},
+      {"exact", false, 128, StorageType::bf16, Layout::hnd, 2, 2, 1, 200, 333, 0.005},
+  };
+  const schedules::GpuArch arch = runtime::currentDeviceArch();
+  std::set<std::string> schedules_run;
+  unsigned seed = 0;
+  for (const BlockSparseCase &c : cases) {
+    AttentionVariant variant;
+    if (c.sla_sparse_part) {
+      variant = dsl::preset(c.preset, c.head_dim)->describe();
+      variant.sla = SlaSpec{};
+    } else {
+      variant = dsl::preset(c.preset, c.head_dim, MaskKind::block_sparse)->lse().describe();
+    }
+    variant.epilogue.write_lse = true; // as the builder's lse() sets it (the SLA presets' sparse parts have none)
+    variant.epilogue.lse_smoothing_correction = variant.smooth_k != SmoothScope::none;
+    const ir::Program program = dsl::emitProgram(variant);
+    const HostTensor q = randomTensor(c.batch, c.heads_q, c.tokens_q, c.head_dim, c.storage, c.layout, {201});
+    const HostTensor k = randomTensor(c.batch, c.heads_kv, c.tokens_kv, c.head_dim, c.storage, c.layout, {202});
+    const HostTensor v = randomTensor(c.batch, c.heads_kv, c.tokens_kv, c.head_dim, c.storage, c.layout, {203});
+    const BlockMask mixed = mixedBlockMask(variant, c.batch, c.heads_q, c.tokens_q, c.tokens_kv, ++seed);
+    BlockMask every = mixed;
+    std::fill(every.keep.begin(), every.keep.end(), uint8_t{1});
+    const schedules::InputType input =
+        c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+    for (const schedules::Schedule *schedule : schedules::allSchedules()) {
+      if (!schedule->supports(variant, arch, input))
+        continue;
+      schedules_run.insert(std::string(schedule->name()));
+      for (const bool with_mask : {true, false}) {
+        const std::string name = std::string(c.preset) + (c.sla_sparse_part ? " (SLA sparse part)" : "") + " d" +
+                                 std::to_string(c.head_dim) + (with_mask ? " mixed mask" : " no mask") + " on " +
+                                 std::string(schedule->name());
+        CAPTURE(name);
+        const AttentionResult expected = runReference(variant, q, k, v, with_mask ? &mixed : &every);
+        const GpuRun run = runOnGpu(program, q, k, v, {}, std::string(schedule->name()), with_mask ? &mixed : nullptr);
+        const AccuracyMetrics metrics = compareOutputs(expected.output, run.output);
+        double lse_error = 0.0;
+        int64_t empty_rows = 0, empty_rows_wrong = 0;
+        for (size_t row = 0; row < run.lse.size(); ++row) {
+          if (std::isfinite(expected.lse[row])) {
+            lse_error = std::max(lse_error, std::fabs(run.lse[row] - expected.lse[row]));
+            continue;
+          }
+          ++empty_rows; // no kept block: the reference writes zeros and -inf
+          bool wrong = !(std::isinf(run.lse[row]) && run.lse[row] < 0.0f);
+          for (int64_t d = 0; d < c.head_dim; ++d)
+            wrong = wrong || run.output[row * c.head_dim + d] != 0.0;
+          empty_rows_wrong += wrong ? 1 : 0;
+        }
+        std::printf("gpu_attention_test: block-sparse %-52s b%lld h%lld/%lld n%lld/%lld | cos %.6f rel-L1 %.4f | lse "
+                    "err %.2e | empty rows %lld\n",
+                    name.c_str(), static_cast<long long>(c.batch), static_cast<long long>(c.heads_q),
+                    static_cast<long long>(c.heads_kv), static_cast<long long>(c.tokens_q),
+                    static_cast<long long>(c.tokens_kv), metrics.cosine_similarity, metrics.relative_l1, lse_error,
+                    static_cast<long long>(empty_rows));
+        CHECK(metrics.relative_l1 <= c.max_rel_l1_vs_reference);
+        CHECK(metrics.cosine_similarity >= 0.999);
+        CHECK(lse_error <= 0.01);
+        CHECK(empty_rows_wrong == 0);
+        CHECK((with_mask ? empty_rows > 0 : empty_rows == 0));
+      }
+    }
+  }
+  if (arch == schedules::GpuArch::sm90a)
+    CHECK(schedules_run.count(std::string(schedules::Sm90Schedule::kName)) == 1);
 }
 
 TEST_CASE("the sm90 schedule: tails, rows with no visible key, GQA, and V that TMA cannot read") {

@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 using namespace sage;
 
@@ -23,6 +24,49 @@ size_t count(const std::string &text, const std::string &word) {
   for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1))
     ++found;
   return found;
+}
+
+// Generates the variant's sm90 kernel, compiles it as the runtime does and checks what it compiled to.
+void checkSm90Kernel(const AttentionVariant &variant, schedules::InputType input) {
+  runtime::AttentionKernelRequest request;
+  request.input = input;
+  request.arch = schedules::GpuArch::sm90a;
+  request.schedule = std::string(schedules::Sm90Schedule::kName);
+  const runtime::AttentionKernelSet set = runtime::generateAttentionKernels(variant, request);
+  const runtime::GeneratedKernel &kernel = set.kernels.back();
+  CAPTURE(kernel.name);
+  REQUIRE(kernel.uses_device_library);
+  // The plan's CTAs per SM bound the registers ptxas may use (two: 128 per thread before the hand-over)
+  CHECK(kernel.source.find("__launch_bounds__(" + std::to_string(set.plan.threads) + ", " +
+                           std::to_string(set.plan.min_blocks_per_multiprocessor) + ")") != std::string::npos);
+  runtime::CompileRequest compile;
+  compile.key = kernel.name;
+  compile.source = kernel.source;
+  compile.options.arch = "sm_90a";
+  compile.options.report_resources = true;
+  for (const codegen::DeviceHeader &header : codegen::deviceLibrary())
+    compile.headers.emplace_back(std::string(header.name), std::string(header.text));
+  const runtime::NvrtcCompiler nvrtc;
+  const runtime::ByteBuffer ptx_bytes = nvrtc.compilePtx(compile).image;
+  const std::string ptx(ptx_bytes.begin(), ptx_bytes.end());
+  CHECK(count(ptx, "wgmma.mma_async.sync.aligned.m64n") >= 2);
+  CHECK(count(ptx, "cp.async.bulk.tensor") >= 3);
+  CHECK(count(ptx, "mbarrier.try_wait.parity") >= 2);
+  // One consumer warpgroup alone on its SM has registers to spare: no hand-over
+  CHECK(count(ptx, "setmaxnreg") == (set.plan.warp_specialization.producer_registers > 0 ? 2 : 0));
+  const runtime::CompileResult cubin = nvrtc.compileCubin(compile);
+  REQUIRE(cubin.resources.size() == 1);
+  // ptxas serializes wgmma it cannot prove safe to overlap ("C7514/C7518 Potential Performance Loss:
+  // wgmma.mma_async instructions are serialized"): the pipeline would silently lose its overlap.
+  CHECK(cubin.log.find("are serialized") == std::string::npos);
+  constexpr int kSpillBudgetBytes = 32;
+  CHECK(cubin.resources[0].spill_store_bytes <= kSpillBudgetBytes);
+  if (cubin.resources[0].spill_store_bytes > 0)
+    std::printf("%s: %d bytes spilled\n", kernel.name.c_str(), cubin.resources[0].spill_store_bytes);
+  // The self-contained text (what `sagegen emit` writes) compiles to the same kernel without headers.
+  compile.headers.clear();
+  compile.source = runtime::selfContainedSource(kernel);
+  CHECK(nvrtc.compileCubin(compile).image == cubin.image);
 }
 
 } // namespace
@@ -36,45 +80,37 @@ TEST_CASE("every sm90 kernel compiles for sm_90a to wgmma + TMA without spills")
           const AttentionVariant variant = test::presetVariant(preset, head_dim, mask, true);
           if (!schedules::Sm90Schedule().supports(variant, schedules::GpuArch::sm90a, input))
             continue;
-          runtime::AttentionKernelRequest request;
-          request.input = input;
-          request.arch = schedules::GpuArch::sm90a;
-          request.schedule = std::string(schedules::Sm90Schedule::kName);
-          const runtime::AttentionKernelSet set = runtime::generateAttentionKernels(variant, request);
-          const runtime::GeneratedKernel &kernel = set.kernels.back();
-          CAPTURE(kernel.name);
-          REQUIRE(kernel.uses_device_library);
-          runtime::CompileRequest compile;
-          compile.key = kernel.name;
-          compile.source = kernel.source;
-          compile.options.arch = "sm_90a";
-          compile.options.report_resources = true;
-          for (const codegen::DeviceHeader &header : codegen::deviceLibrary())
-            compile.headers.emplace_back(std::string(header.name), std::string(header.text));
-          const runtime::NvrtcCompiler nvrtc;
-          const runtime::ByteBuffer ptx_bytes = nvrtc.compilePtx(compile).image;
-          const std::string ptx(ptx_bytes.begin(), ptx_bytes.end());
-          CHECK(count(ptx, "wgmma.mma_async.sync.aligned.m64n") >= 2);
-          CHECK(count(ptx, "cp.async.bulk.tensor") >= 3);
-          CHECK(count(ptx, "mbarrier.try_wait.parity") >= 2);
-          CHECK(count(ptx, "setmaxnreg") == 2);
-          const runtime::CompileResult cubin = nvrtc.compileCubin(compile);
-          REQUIRE(cubin.resources.size() == 1);
-          // ptxas serializes wgmma it cannot prove safe to overlap ("C7514/C7518 Potential Performance Loss:
-          // wgmma.mma_async instructions are serialized"): the pipeline would silently lose its overlap.
-          CHECK(cubin.log.find("are serialized") == std::string::npos);
-          constexpr int kSpillBudgetBytes = 32;
-          CHECK(cubin.resources[0].spill_store_bytes <= kSpillBudgetBytes);
-          if (cubin.resources[0].spill_store_bytes > 0)
-            std::printf("%s: %d bytes spilled\n", kernel.name.c_str(), cubin.resources[0].spill_store_bytes);
-          // The self-contained text (what `sagegen emit` writes) compiles to the same kernel without headers.
-          compile.headers.clear();
-          compile.source = runtime::selfContainedSource(kernel);
-          CHECK(nvrtc.compileCubin(compile).image == cubin.image);
+          checkSm90Kernel(variant, input);
           ++compiled;
         }
   std::printf("sm90 kernels compiled for sm_90a: %d\n", compiled);
   CHECK(compiled >= 24);
+}
+
+// Block-sparse kernels walk a mask row in shared memory from both warp roles: the consumers' loop bound comes from
+// shared memory, which must not cost the wgmma overlap. Every preset at d = 128 (f16) and d = 64 (bf16), and the
+// sparse parts of the SLA presets (64 x 64 blocks: one consumer warpgroup, two CTAs per SM), f16 as the SLA runner
+// calls them.
+TEST_CASE("block-sparse sm90 kernels compile to wgmma + TMA without spills") {
+  int compiled = 0;
+  for (const std::string &preset : test::presetNames())
+    for (auto [head_dim, input] : {std::pair{128, schedules::InputType::f16}, {64, schedules::InputType::bf16}}) {
+      const AttentionVariant variant = test::presetVariant(preset, head_dim, MaskKind::block_sparse, true);
+      REQUIRE(schedules::Sm90Schedule().supports(variant, schedules::GpuArch::sm90a, input));
+      checkSm90Kernel(variant, input);
+      ++compiled;
+    }
+  for (const dsl::PresetInfo &info : dsl::slaPresets())
+    for (int head_dim : {64, 128}) {
+      CAPTURE(std::string(info.name));
+      AttentionVariant sparse = dsl::preset(info.name, head_dim)->describe();
+      sparse.sla = SlaSpec{};
+      REQUIRE(schedules::Sm90Schedule().supports(sparse, schedules::GpuArch::sm90a, schedules::InputType::f16));
+      checkSm90Kernel(sparse, schedules::InputType::f16);
+      ++compiled;
+    }
+  std::printf("block-sparse sm90 kernels compiled for sm_90a: %d\n", compiled);
+  CHECK(compiled >= 18);
 }
 
 TEST_CASE("one consumer warpgroup compiles without the register hand-over") {

@@ -1,6 +1,6 @@
 // SLA variants (issue 13): no attention schedule runs the whole of one (it would drop the linear branch), and the
-// sparse part of every SLA preset is an ordinary block-sparse variant that the sm80 schedule plans on sm_80, sm_89
-// and sm_90a (the SLA runner's critical blocks run there).
+// sparse part of every SLA preset is an ordinary block-sparse variant that the sm80 schedule plans on sm_80 and sm_89
+// and the sm90 schedule on sm_90a (the SLA runner's critical blocks run there).
 #include "sage/dsl/Presets.h"
 #include "sage/schedules/ScheduleRegistry.h"
 
@@ -22,7 +22,7 @@ TEST_CASE("schedules refuse SLA variants and plan their sparse parts") {
         AttentionVariant sparse = variant;
         sparse.sla = SlaSpec{};
         const Schedule &chosen = bestSchedule(sparse, arch, InputType::f16);
-        CHECK(chosen.name() == "sm80.mma_sync");
+        CHECK(chosen.name() == (arch == GpuArch::sm90a ? "sm90.wgmma_tma" : "sm80.mma_sync"));
         const KernelPlan plan = chosen.plan(sparse, arch, InputType::f16);
         CHECK(plan.tunables.block_q == 64);
         CHECK(plan.tunables.block_kv == 64);

@@ -22,13 +22,93 @@ TEST_CASE("sm90 runs only on sm_90a, where it ranks first") {
   CHECK(bestSchedule(variant, GpuArch::sm89, InputType::f16).name() == "sm80.mma_sync");
 }
 
-TEST_CASE("sm90 refuses what it has no kernel for, and sm80 then runs it") {
+TEST_CASE("sm90 runs block-sparse masks whose blocks its tiles can be, and sm80 runs the others") {
+  const Sm90Schedule sm90;
+  SUBCASE("128 x 64 blocks (the presets' own): two consumer warpgroups share the CTA's mask row") {
+    const AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);
+    CHECK(sm90.supports(sparse, GpuArch::sm90a, InputType::f16));
+    CHECK(bestSchedule(sparse, GpuArch::sm90a, InputType::f16).name() == Sm90Schedule::kName);
+    const KernelPlan plan = sm90.plan(sparse, GpuArch::sm90a, InputType::f16);
+    CHECK(plan.block_sparse);
+    CHECK(plan.tunables.block_q == 128);
+    CHECK(plan.tunables.block_kv == 64);
+    CHECK(plan.warp_specialization.consumer_warpgroups == 2);
+    CHECK(plan.grid.block_q == 128);
+    // The mask row's bitmask (16384 blocks, 2 KiB) is part of shared memory: the dense plan is that much smaller.
+    const KernelPlan dense =
+        sm90.plan(test::presetVariant("sage-b", 128), GpuArch::sm90a, InputType::f16, plan.tunables);
+    CHECK_FALSE(dense.block_sparse);
+    CHECK(plan.shared.total_bytes == dense.shared.total_bytes + 2048);
+  }
+  SUBCASE("SLA's 64 x 64 blocks (its sparse part, f16 and int8 Q.K^T): one consumer warpgroup") {
+    for (const char *preset : {"sla-f16", "sla-int8"}) {
+      CAPTURE(preset);
+      AttentionVariant sparse = test::presetVariant(preset, 128);
+      sparse.sla = SlaSpec{};
+      REQUIRE(sparse.mask.kind == MaskKind::block_sparse);
+      CHECK(bestSchedule(sparse, GpuArch::sm90a, InputType::f16).name() == Sm90Schedule::kName);
+      const KernelPlan plan = sm90.plan(sparse, GpuArch::sm90a, InputType::f16);
+      CHECK(plan.tunables.block_q == 64);
+      CHECK(plan.tunables.block_kv == 64);
+      CHECK(plan.tunables.warps == 4);
+      CHECK(plan.threads == 256);
+      CHECK(plan.grid.block_q == 64);
+      CHECK_FALSE(plan.grid.reverse_q_blocks);
+      // Two CTAs per SM: shared memory for both, and the producer's registers handed to the consumer
+      CHECK(plan.min_blocks_per_multiprocessor == 2);
+      CHECK(2 * (plan.shared.total_bytes + 1024) <= 228 * 1024);
+      CHECK(plan.warp_specialization.producer_registers == 24);
+      CHECK(plan.warp_specialization.consumer_registers == 232);
+    }
+    AttentionVariant sparse = test::presetVariant("sla-f16", 128);
+    sparse.sla = SlaSpec{};
+    // f16 Q/K at d = 128: 16 KiB of Q and 32 KiB stages, so two CTAs fit with 2 stages (the default gives up 4 -> 2)
+    CHECK(sm90.plan(sparse, GpuArch::sm90a, InputType::f16).tunables.stages == 2);
+    // Explicit tunables keep their stages: 4 do not fit twice, so one CTA per SM and no hand-over
+    const KernelPlan deep = sm90.plan(sparse, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 4});
+    CHECK(deep.tunables.stages == 4);
+    CHECK(deep.min_blocks_per_multiprocessor == 1);
+    CHECK(deep.warp_specialization.producer_registers == 0);
+    // int8 Q/K: 4 stages of 24 KiB fit twice
+    AttentionVariant int8_sparse = test::presetVariant("sla-int8", 128);
+    int8_sparse.sla = SlaSpec{};
+    const KernelPlan int8_plan = sm90.plan(int8_sparse, GpuArch::sm90a, InputType::f16);
+    CHECK(int8_plan.tunables.stages == 4);
+    CHECK(int8_plan.min_blocks_per_multiprocessor == 2);
+  }
+  SUBCASE("blocks no sm90 tile equals: refused with the reason, sm80 runs them") {
+    AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);
+    sparse.block_q = 32;
+    SupportResult verdict = sm90.supports(sparse, GpuArch::sm90a, InputType::f16);
+    CHECK_FALSE(verdict);
+    CHECK(verdict.reason.find("block_q 32") != std::string::npos);
+    CHECK(verdict.reason.find("64 per consumer warpgroup") != std::string::npos);
+    sparse.block_q = 256;
+    CHECK_FALSE(sm90.supports(sparse, GpuArch::sm90a, InputType::f16));
+    sparse.block_q = 64;
+    sparse.block_kv = 32;
+    verdict = sm90.supports(sparse, GpuArch::sm90a, InputType::f16);
+    CHECK_FALSE(verdict);
+    CHECK(verdict.reason.find("block_kv 32") != std::string::npos);
+    CHECK(bestSchedule(sparse, GpuArch::sm90a, InputType::f16).name() == "sm80.mma_sync");
+  }
+}
+
+TEST_CASE("sm90 block-sparse tunables must be the mask's blocks; the tunable space offers only those") {
   const Sm90Schedule sm90;
   const AttentionVariant sparse = test::presetVariant("sage-b", 128, MaskKind::block_sparse);
-  const SupportResult verdict = sm90.supports(sparse, GpuArch::sm90a, InputType::f16);
-  CHECK_FALSE(verdict);
-  CHECK(verdict.reason.find("block-sparse") != std::string::npos);
-  CHECK(bestSchedule(sparse, GpuArch::sm90a, InputType::f16).name() == "sm80.mma_sync");
+  auto plan = [&](Tunables tunables) { return sm90.plan(sparse, GpuArch::sm90a, InputType::f16, tunables); };
+  CHECK(plan({128, 64, 8, 3}).tunables.stages == 3);
+  CHECK_THROWS_WITH_AS(plan({64, 64, 4, 2}), doctest::Contains("its own blocks (128x64)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan({128, 128, 8, 2}), doctest::Contains("tunables.block_q/block_kv"), std::invalid_argument);
+  const TunableSpace space = sm90.tunableSpace(sparse, GpuArch::sm90a, InputType::f16);
+  CHECK(space.defaults == Tunables{128, 64, 8, 4});
+  REQUIRE(space.candidates.size() == 5); // stages 2..6
+  for (const TunableCandidate &candidate : space.candidates) {
+    CHECK(candidate.tunables.block_q == 128);
+    CHECK(candidate.tunables.block_kv == 64);
+    CHECK(candidate.tunables.warps == 8);
+  }
 }
 
 TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") {

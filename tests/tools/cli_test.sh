@@ -68,6 +68,8 @@ expect "reference bad GQA" 1 "--kv-heads: must divide --heads" -- "$sagegen" ref
 # explain: every schedule's verdict in rank order, the choice and its plan (no GPU needed).
 expect "explain lists the verdicts" 0 "1\. sm80\.mma_sync: supported" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
 expect "explain names the choice" 0 "chosen: sm90\.wgmma_tma \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_90a
+expect "explain plans SLA's sparse part, block-sparse on sm90" 0 "chosen: sm90\.wgmma_tma \(default plan\)" -- "$sagegen" explain --preset sla-f16 --arch sm_90a
+expect "explain prints the block-sparse mask walk" 0 "mask +block-sparse: the CTA's block_mask row" -- "$sagegen" explain --preset sla-int8 --arch sm_90a
 expect "explain falls back to sm80 where sm90 cannot run" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_89
 expect "explain prints the tunables" 0 "tunables +block_q=128,block_kv=128,warps=8,stages=[0-9]+" -- "$sagegen" explain --preset sage-b --causal --arch sm_90a
 expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpgroups" -- "$sagegen" explain --preset sage2-fp8 --arch sm_90a

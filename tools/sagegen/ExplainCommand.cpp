@@ -2,6 +2,7 @@
 // order of preference, the one chosen, and the main facts of its default plan (what codegen will write).
 #include "KernelSetOptions.h"
 
+#include "sage/dsl/Attention.h"
 #include "sage/ir/Legalize.h"
 #include "sage/ir/Program.h"
 #include "sage/schedules/ScheduleRegistry.h"
@@ -101,6 +102,9 @@ void printPlan(const schedules::KernelPlan &plan, const AttentionVariant &varian
   fmt::print("  shared       {} bytes (Q {}, {} stages of {}: K {}, V {}, K scales {})\n", shared.total_bytes,
              shared.q.bytes, shared.stages, shared.stage_bytes, shared.k.bytes, shared.v.bytes, shared.k_scales.bytes);
   fmt::print("  occupancy    {} CTA(s) per SM (__launch_bounds__)\n", plan.min_blocks_per_multiprocessor);
+  if (plan.block_sparse)
+    fmt::print("  mask         block-sparse: the CTA's block_mask row read once into a shared-memory bitmask; the "
+               "producer and the consumers visit its kept KV blocks only\n");
   fmt::print("  Q.K^T mma    {}\n", mmaText(plan.qk_mma));
   if (variant.q.dtype != plan.qk_mma.a && variant.q.quantized())
     fmt::print("               {} codes decoded to {} (the legalized program's operands, also where the target "
@@ -128,20 +132,9 @@ void printPlan(const schedules::KernelPlan &plan, const AttentionVariant &varian
   fmt::print("  grid         {}\n", plan.grid.description());
 }
 
-void explain(const ExplainOptions &options) {
-  if (options.kernel.preset.preset.empty() == options.ir_file.empty())
-    throw UserError("--preset/--ir: name exactly one of a preset (see `sagegen list`) or an IR file");
-  if (!options.ir_file.empty() && options.preset_shape_given)
-    throw UserError("--headdim/--causal/--lse: they apply to --preset; an --ir file sets its own");
-  if (options.kernel.arch.empty())
-    throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f)");
-  const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
-  const schedules::InputType input = parseInputOption(options.kernel.input);
-  const ir::Program program = options.ir_file.empty()
-                                  ? options.kernel.preset.builder(options.kernel.preset.preset).build()
-                                  : programFromFile(options.ir_file);
-  const AttentionVariant variant = program.variant();
-
+// Every schedule's verdict for `variant`, the one chosen and its default plan; false when none supports it.
+bool explainVariant(const ir::Program &program, const AttentionVariant &variant, schedules::GpuArch arch,
+                    schedules::InputType input) {
   fmt::print("variant '{}' d{} {}{}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask.kind),
              variant.epilogue.write_lse ? ", with LSE" : "", schedules::nameOf(input), schedules::archName(arch));
   fmt::print("legalized for {}: {}\n", schedules::archName(arch), legalizationSummary(program, arch));
@@ -157,13 +150,47 @@ void explain(const ExplainOptions &options) {
     if (verdict.support && !chosen)
       chosen = verdict.schedule;
   }
-  if (!chosen) {
-    fmt::print("chosen: none (no schedule supports this variant on {})\n", schedules::archName(arch));
-    throw UserError("no schedule supports variant '" + variant.name + "' on " + std::string(schedules::archName(arch)));
-  }
+  if (!chosen)
+    return false;
   const schedules::KernelPlan plan = schedules::planBestSchedule(variant, arch, input);
   fmt::print("chosen: {} (default plan)\n", plan.schedule);
   printPlan(plan, variant);
+  return true;
+}
+
+void explain(const ExplainOptions &options) {
+  if (options.kernel.preset.preset.empty() == options.ir_file.empty())
+    throw UserError("--preset/--ir: name exactly one of a preset (see `sagegen list`) or an IR file");
+  if (!options.ir_file.empty() && options.preset_shape_given)
+    throw UserError("--headdim/--causal/--lse: they apply to --preset; an --ir file sets its own");
+  if (options.kernel.arch.empty())
+    throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f)");
+  const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
+  const schedules::InputType input = parseInputOption(options.kernel.input);
+  const ir::Program program = options.ir_file.empty()
+                                  ? options.kernel.preset.builder(options.kernel.preset.preset).build()
+                                  : programFromFile(options.ir_file);
+  const AttentionVariant variant = program.variant();
+
+  if (variant.sla.enabled) {
+    // No attention schedule runs an SLA variant whole: the SLA module predicts the mask and computes the linear
+    // branch, and the runner hands the critical blocks to the variant without `sla` (block_sparse).
+    AttentionVariant sparse = variant;
+    sparse.sla = SlaSpec{};
+    fmt::print("SLA variant '{}': mask prediction, the linear branch and the combine run in the SLA module; its "
+               "sparse part (the variant without `sla`, block_sparse over the critical blocks) is planned as:\n",
+               variant.name);
+    if (!explainVariant(dsl::emitProgram(sparse), sparse, arch, input)) {
+      fmt::print("chosen: none (no schedule supports the sparse part on {})\n", schedules::archName(arch));
+      throw UserError("no schedule supports the sparse part of '" + variant.name + "' on " +
+                      std::string(schedules::archName(arch)));
+    }
+    return;
+  }
+  if (!explainVariant(program, variant, arch, input)) {
+    fmt::print("chosen: none (no schedule supports this variant on {})\n", schedules::archName(arch));
+    throw UserError("no schedule supports variant '" + variant.name + "' on " + std::string(schedules::archName(arch)));
+  }
 }
 
 } // namespace

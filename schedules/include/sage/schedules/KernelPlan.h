@@ -139,6 +139,7 @@ struct KernelPlan {
   // registers are the A operand as they are (see WorkspaceLayout.h, VCodesTokenOrder).
   bool wgmma_value_token_order = false;
   bool two_level_flush = false; // sm90: two-level accumulation, its outer sum in shared memory (shared.flush_bytes)
+  bool block_sparse = false;    // sm90: the CTA's mask row as a bitmask in shared memory (part of shared.total_bytes)
 
   // sm120.mma_fp4: microscaled FP4 operands (e2m1 codes, two per byte; one UE4M3 or UE8M0 scale per
   // `fp4_scale_group` elements along each matmul's reduction axis; codegen/README.md, "FP4 operands").

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "sage/device/sm90/accumulation.cuh"
+#include "sage/device/sm90/block_sparse.cuh"
 #include "sage/device/sm90/common.cuh"
 #include "sage/device/sm90/mbarrier.cuh"
 #include "sage/device/sm90/softmax.cuh"
@@ -93,10 +94,24 @@ __device__ __forceinline__ void issue_p_v(Accumulator (&output)[kCount], const P
   wgmma_commit_group();
 }
 
-// The producer: Q_i once, then K_j and V_j for every visited block into stage (iteration % kStages).
+// The KV blocks a CTA visits, in order: every block of [0, block_end), or (block-sparse) the kept ones of its mask
+// row. Dense kernels compile to the plain `++block` loop.
+template <class Config> struct VisitedBlocks {
+  KeptBlocks kept; // block-sparse only
+  int block_end;
+  // The first visited block >= `block`, or block_end
+  __device__ __forceinline__ int next(int block) const {
+    if constexpr (Config::kBlockSparse)
+      return kept.next(block);
+    else
+      return block;
+  }
+};
+
+// The producer: Q_i once, then K_j and V_j for every visited block j into stage (iteration % kStages).
 template <class Config>
 __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, const TileCoordinates &tile,
-                                        unsigned shared_base, unsigned barriers) {
+                                        const VisitedBlocks<Config> &visits, unsigned shared_base, unsigned barriers) {
   using Layout = SharedLayout<Config>;
   const SageProblemSize &size = params.base.size;
   const unsigned q_full = barriers + 2 * Config::kStages * 8;
@@ -109,7 +124,8 @@ __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, c
   for (int chunk = 0; chunk < Layout::kQkChunks; ++chunk)
     tma_load_2d(shared_base + Layout::kQOffset + chunk * Layout::kQChunkStride, &params.q_map, q_full,
                 chunk * Layout::kQkChunkBytes, q_row);
-  for (int block = 0, iteration = 0; block < tile.block_end; ++block, ++iteration) {
+  for (int block = visits.next(0), iteration = 0; block < visits.block_end;
+       block = visits.next(block + 1), ++iteration) {
     const int stage = iteration % Config::kStages;
     const unsigned phase = (iteration / Config::kStages) & 1u;
     const unsigned full = barriers + stage * 8, empty = barriers + (Config::kStages + stage) * 8;
@@ -161,11 +177,13 @@ template <class Config> struct TurnTaking {
 
 // A consumer warpgroup's main loop, software-pipelined by one P.V: in step j it issues S_j = Q K_j^T and
 // O += P~_(j-1) V_(j-1) back to back, then computes the softmax of S_j while the P.V runs, then packs P~_j.
-// Every consumer visits the CTA's blocks [0, block_end) (rows past a block's reach see it fully masked), so the
-// pipeline's phases and the ping-pong's turns match between consumers.
+// Every consumer visits the CTA's blocks (rows past a block's reach see it fully masked; block-sparse: the kept blocks
+// of the CTA's one mask row), so the pipeline's phases and the ping-pong's turns match between consumers. `position`
+// counts visited blocks (it picks the stage and the phase); `block` is the KV block at that position.
 template <class Config>
 __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, const TileCoordinates &tile,
-                                        unsigned shared_base, unsigned barriers, int consumer) {
+                                        const VisitedBlocks<Config> &visits, unsigned shared_base, unsigned barriers,
+                                        int consumer) {
   using Layout = SharedLayout<Config>;
   using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
   const SageAttentionParams &base = params.base;
@@ -226,16 +244,24 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   }
   const unsigned q_tile = shared_base + Layout::kQOffset + consumer * 64 * Layout::kQkChunkBytes;
   const TurnTaking<Config> turns{consumer};
-  auto full_barrier = [&](int block) { return barriers + (block % Config::kStages) * 8; };
-  auto empty_barrier = [&](int block) { return barriers + (Config::kStages + block % Config::kStages) * 8; };
-  auto phase_of = [&](int block) { return static_cast<unsigned>((block / Config::kStages) & 1); };
-  auto stage_base = [&](int block) {
-    return shared_base + Layout::kStageOffset + (block % Config::kStages) * Layout::kStageBytes;
+  auto full_barrier = [&](int position) { return barriers + (position % Config::kStages) * 8; };
+  auto empty_barrier = [&](int position) { return barriers + (Config::kStages + position % Config::kStages) * 8; };
+  auto phase_of = [&](int position) { return static_cast<unsigned>((position / Config::kStages) & 1); };
+  auto stage_base = [&](int position) {
+    return shared_base + Layout::kStageOffset + (position % Config::kStages) * Layout::kStageBytes;
+  };
+  // The next visited block, broadcast from lane 0 so that ptxas sees the loop's trip count as warp-uniform (a wgmma
+  // under a branch it considers divergent gets serialized: C7518).
+  auto next_block = [&](int block) {
+    if constexpr (Config::kBlockSparse)
+      return __shfl_sync(0xffffffffu, visits.next(block), 0);
+    else
+      return block;
   };
 
   turns.start();
   mbarrier_wait(barriers + 2 * Config::kStages * 8, 0); // Q_i
-  const int blocks = tile.block_end;
+  const int block_end = visits.block_end;
   Accumulator accumulator[Config::kBlockKv / 2];
   float scores[Config::kBlockKv / 2];
   float rescale[2];
@@ -259,11 +285,11 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
                                  quad_lane, rescale);
   };
   // O += P~_j V_j: rescale O to m_j, issue; the caller passes the turn and waits.
-  auto issue_product = [&](int block) {
+  auto issue_product = [&](int position) {
     rescale_output(state, rescale);
     state.output_max[0] = state.row_max[0]; // m_j: S_(j+1)'s softmax has not run yet
     state.output_max[1] = state.row_max[1];
-    const unsigned v_tile = stage_base(block) + Layout::kVOffset;
+    const unsigned v_tile = stage_base(position) + Layout::kVOffset;
     if constexpr (Config::kPv == PvOperands::int8)
       issue_p_v<Config>(block_product, p, v_tile, false);
     else
@@ -280,50 +306,52 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     else
       warpgroup_fence_operands(state.output);
   };
-  auto finish_product = [&](int block) {
-    mbarrier_arrive(empty_barrier(block)); // K_j, V_j are no longer read
+  auto finish_product = [&](int position) {
+    mbarrier_arrive(empty_barrier(position)); // K_j, V_j are no longer read
     finish_block(state, block_product);
   };
 
   // The loop is peeled so that its body issues every wgmma unconditionally (ptxas serializes wgmma whose register
   // dependences it cannot follow through branches).
-  if (blocks > 0) {
-    const BlockScales block_scales = load_scales(0);
+  const int first_block = next_block(0);
+  if (first_block < block_end) {
+    const BlockScales block_scales = load_scales(first_block);
     mbarrier_wait(full_barrier(0), 0);
     turns.wait_turn();
     issue_q_k<Config>(accumulator, q_tile, stage_base(0) + Layout::kKOffset);
     turns.pass_turn(false);
     wgmma_wait_group<0>();
     warpgroup_fence_operands(accumulator);
-    score(0, block_scales);
+    score(first_block, block_scales);
     pack_probabilities<Config>(p, scores);
   }
-  for (int block = 1; block < blocks; ++block) {
+  int position = 1; // after the loop: the number of visited blocks (when there was one)
+  for (int block = next_block(first_block + 1); block < block_end; block = next_block(block + 1), ++position) {
     // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
     const BlockScales block_scales = load_scales(block);
-    mbarrier_wait(full_barrier(block), phase_of(block));
+    mbarrier_wait(full_barrier(position), phase_of(position));
     turns.wait_turn();
-    issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
-    issue_product(block - 1);
+    issue_q_k<Config>(accumulator, q_tile, stage_base(position) + Layout::kKOffset);
+    issue_product(position - 1);
     turns.pass_turn(false);
     wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
     warpgroup_fence_operands(accumulator);
     score(block, block_scales);
     wgmma_wait_group<0>();
     fence_product();
-    finish_product(block - 1);
+    finish_product(position - 1);
     pack_probabilities<Config>(p, scores);
   }
   turns.wait_turn();
-  if (blocks > 0)
-    issue_product(blocks - 1);
+  if (first_block < block_end)
+    issue_product(position - 1);
   turns.pass_turn(true);
   // Waited for on every path, so that ptxas sees O complete before anything reads it (where it cannot tell, it
   // serializes every wgmma of the kernel: C7514).
   wgmma_wait_group<0>();
   fence_product();
-  if (blocks > 0)
-    finish_product(blocks - 1);
+  if (first_block < block_end)
+    finish_product(position - 1);
   write_results<Config>(state, params, tile, rows, quad_lane);
 }
 
@@ -336,6 +364,12 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   const unsigned barriers = shared_base + Layout::kBarrierOffset;
   const TileCoordinates tile = tile_coordinates<Config>(params.base.size, params.base.causal_offset);
 
+  VisitedBlocks<Config> visits{};
+  visits.block_end = tile.block_end;
+  if constexpr (Config::kBlockSparse) // read before the roles split: the producer and the consumers walk it alike
+    visits.kept = collect_kept_blocks<Config>(
+        params.base, tile,
+        reinterpret_cast<unsigned *>(shared_memory + (shared_base - raw_base) + Layout::kKeptOffset));
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Config::kStages; ++stage) {
       mbarrier_init(barriers + stage * 8, 1); // full: the producer
@@ -353,11 +387,11 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     if constexpr (Config::kProducerRegisters > 0) // one consumer: no hand-over needed
       warpgroup_release_registers<Config::kProducerRegisters>();
     if (threadIdx.x == 0)
-      produce<Config>(params, tile, shared_base, barriers);
+      produce<Config>(params, tile, visits, shared_base, barriers);
   } else {
     if constexpr (Config::kConsumerRegisters > 0)
       warpgroup_claim_registers<Config::kConsumerRegisters>();
-    consume<Config>(params, tile, shared_base, barriers, warpgroup - 1);
+    consume<Config>(params, tile, visits, shared_base, barriers, warpgroup - 1);
   }
 }
 

@@ -10,6 +10,10 @@ enum class QkOperands { int8, f16, bf16 };
 enum class PvOperands { f16_accumulate_f16, f16_accumulate_f32, int8, e4m3 };
 enum class ValueTiles { input, workspace_values, workspace_codes }; // where V_j comes from (KernelPlan ValueSource)
 
+// Block-sparse masks: the KV blocks of a CTA's mask row that shared memory holds as a bitmask (block_sparse.cuh);
+// Sm90Schedule.cpp reserves the same bytes.
+constexpr int kKeptBlockCapacity = 16384;
+
 // Shared-memory geometry derived from a Config: every tile is split into column chunks of at most 128 bytes (one
 // TMA box and one swizzle atom wide), each chunk a [rows][chunk bytes] block aligned to 1024 bytes.
 template <class Config> struct SharedLayout {
@@ -41,7 +45,10 @@ template <class Config> struct SharedLayout {
   // first so that a warpgroup's accesses are consecutive words.
   static constexpr int kFlushBytes = Config::kTwoLevel ? Config::kConsumers * 128 * (Config::kHeadDim / 2) * 4 : 0;
   static constexpr int kFlushOffset = kStageOffset + Config::kStages * kStageBytes;
-  static constexpr int kBarrierOffset = kFlushOffset + kFlushBytes;
+  // Block-sparse: the CTA's kept KV blocks, one bit each
+  static constexpr int kKeptOffset = kFlushOffset + kFlushBytes;
+  static constexpr int kKeptBytes = Config::kBlockSparse ? kKeptBlockCapacity / 8 : 0;
+  static constexpr int kBarrierOffset = kKeptOffset + kKeptBytes;
   // full[kStages], empty[kStages], q_full: 8 bytes each
   static constexpr int kBarrierBytes = (2 * Config::kStages + 1) * 8;
   static constexpr int kTotalBytes = kBarrierOffset + kBarrierBytes;
