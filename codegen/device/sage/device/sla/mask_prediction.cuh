@@ -89,23 +89,10 @@ __device__ __forceinline__ float key_value(unsigned key) {
   return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
-__device__ __forceinline__ unsigned warp_max_key(unsigned key) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    key = max(key, __shfl_xor_sync(0xffffffffu, key, offset));
-  return key;
-}
-
-__device__ __forceinline__ unsigned warp_min_key(unsigned key) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    key = min(key, __shfl_xor_sync(0xffffffffu, key, offset));
-  return key;
-}
-
-__device__ __forceinline__ int warp_count(int count) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    count += __shfl_xor_sync(0xffffffffu, count, offset);
-  return count;
-}
+// Warp reductions of keys and counts (sm_80's redux: one instruction, not five shuffles).
+__device__ __forceinline__ unsigned warp_max_key(unsigned key) { return __reduce_max_sync(0xffffffffu, key); }
+__device__ __forceinline__ unsigned warp_min_key(unsigned key) { return __reduce_min_sync(0xffffffffu, key); }
+__device__ __forceinline__ int warp_count(int count) { return __reduce_add_sync(0xffffffffu, count); }
 
 // The logits of `rows` rows of P_c (consecutive q blocks of one head) against every kv block, as order keys in
 // `keys` ([rows][kv_blocks]). A thread owns a kv block and accumulates all rows: pool(K)'s column is read once per
