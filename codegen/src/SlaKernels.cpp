@@ -87,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) {kv}(const SageSlaColumnsBa
 }}
 
 // Lines 2-3 and 10-12 per q block, sparse part on tensor cores: L, D^s, dQ +=
-extern "C" __global__ void __launch_bounds__(2 * kBlockQ) {sparse_rows}(const SageSlaRowsBackwardParams p) {{
+extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSparseRowsMinBlocks) {sparse_rows}(const SageSlaRowsBackwardParams p) {{
   sage::device::sla::sparse_rows_backward<kHeadDim, kBlockQ, kBlockKv>(p);
 }}
 
