@@ -76,11 +76,11 @@ __device__ void stage_f16_rows(unsigned short *tile, int stride, const void *sou
 }
 
 // rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step; each thread loads
-// four steps before it stores them, so that their loads are in flight together.
+// eight steps (a 64 x 128 tile per 128 threads) before it stores them, so that their loads are in flight together.
 template <int D>
 __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *source, int first, int rows, int valid,
                                int thread, int threads) {
-  constexpr int kBatch = 4;
+  constexpr int kBatch = 8;
   const float *base = source + static_cast<long long>(first) * D;
   const bool vector = reinterpret_cast<unsigned long long>(base) % 16 == 0;
   const int steps = rows * (D / 8);
