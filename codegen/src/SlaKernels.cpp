@@ -45,9 +45,10 @@ extern "C" __global__ void __launch_bounds__(256) {pool}(const SageSlaPoolParams
   sage::device::sla::pool_blocks<kHeadDim, kBlockQ, kBlockKv>(p);
 }}
 
-// Lines 5-6: P_c, M_c (top {critical}% critical, bottom {negligible}% negligible) and the lookup tables
-extern "C" __global__ void __launch_bounds__(256) {predict}(const SageSlaPredictParams p) {{
-  sage::device::sla::predict_row<kHeadDim>(p);
+// Lines 5-6: P_c, M_c (top {critical}% critical, bottom {negligible}% negligible) and the lookup tables. Two CTAs
+// per SM: with (256) alone NVRTC's ptxas holds it to 64 registers and spills.
+extern "C" __global__ void __launch_bounds__(256, 2) {predict}(const SageSlaPredictParams p) {{
+  sage::device::sla::predict_rows<kHeadDim>(p);
 }}
 
 // Line 4: h_j = phi(K_j)^T V_j (tensor cores; f16 h_j / s_j), z_j = rowsum(phi(K_j)^T)
@@ -86,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) {kv}(const SageSlaColumnsBa
 }}
 
 // Lines 2-3 and 10-12 per q block, sparse part on tensor cores: L, D^s, dQ +=
-extern "C" __global__ void __launch_bounds__(2 * kBlockQ) {sparse_rows}(const SageSlaRowsBackwardParams p) {{
+extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSparseRowsMinBlocks) {sparse_rows}(const SageSlaRowsBackwardParams p) {{
   sage::device::sla::sparse_rows_backward<kHeadDim, kBlockQ, kBlockKv>(p);
 }}
 

@@ -209,7 +209,9 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                      reinterpret_cast<int *>(at(layout.critical_lut)),
                                      reinterpret_cast<int *>(at(layout.linear_lut)),
                                      layout.marginal_majority ? 1 : 0};
-  state_->predict.launch(predict, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+  const int predict_rows = sage_sla_predict_rows(size.kv_blocks);
+  state_->predict.launch(
+      predict, {grid((size.q_blocks + predict_rows - 1) / predict_rows, size.heads_q, size.batch), block, 0, stream});
   if (phase == RunPhase::prologue)
     return;
 

@@ -1,6 +1,6 @@
 // SLA's kernels (issue 13): the generated translation unit for each SLA preset x head dim x arch compiles with
 // NVRTC to a cubin without spills (libnvrtc directly: no GPU needed); the generator's refusals and the
-// pre-aggregation rule.
+// pre-aggregation rule; the mask prediction's rows per CTA.
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/SlaKernels.h"
 #include "sage/dsl/Presets.h"
@@ -123,4 +123,19 @@ TEST_CASE("pre-aggregation when the marginal blocks are the majority of a row") 
   CHECK_FALSE(slaMarginalMajority(spec, 10)); // 4 + 2 non-marginal, 4 marginal
   spec.negligible_percent = 5.0;
   CHECK(slaMarginalMajority(spec, 20)); // 8 + 1 non-marginal, 11 marginal
+}
+
+TEST_CASE("the mask prediction's rows per CTA keep their logits within its shared memory") {
+  // 16 rows up to 512 kv blocks, then halved as the rows widen, never below 2 (kv_blocks <= 4096).
+  CHECK(sage_sla_predict_rows(1) == 16);
+  CHECK(sage_sla_predict_rows(512) == 16);
+  CHECK(sage_sla_predict_rows(513) == 8);
+  CHECK(sage_sla_predict_rows(1101) == 4);
+  CHECK(sage_sla_predict_rows(kSlaMaxKvBlocks) == 2);
+  for (int kv_blocks = 1; kv_blocks <= kSlaMaxKvBlocks; ++kv_blocks) {
+    const int rows = sage_sla_predict_rows(kv_blocks);
+    CAPTURE(kv_blocks);
+    CHECK(rows * kv_blocks <= SAGE_SLA_PREDICT_KEYS);
+    CHECK((rows == SAGE_SLA_PREDICT_MAX_ROWS || 2 * rows * kv_blocks > SAGE_SLA_PREDICT_KEYS));
+  }
 }

@@ -21,10 +21,11 @@ struct SageSlaPoolParams {
   struct SageSlaStrides q_strides, k_strides;
   struct SageSlaShape shape;
   float *pooled_q; // [batch, heads_q, q_blocks, d]
-  float *pooled_k; // [batch, heads_kv, kv_blocks, d]
+  float *pooled_k; // [batch, heads_kv, d, kv_blocks]: transposed, for the prediction's coalesced reads
 };
 
-// Launch 2: P_c, M_c and the lookup tables, one CTA per row of P_c. Grid (q_blocks, heads_q, batch).
+// Launch 2: P_c, M_c and the lookup tables, sage_sla_predict_rows(kv_blocks) rows of P_c (consecutive q blocks of one
+// head) per CTA. Grid (ceil(q_blocks / rows), heads_q, batch).
 struct SageSlaPredictParams {
   const float *pooled_q, *pooled_k;
   struct SageSlaShape shape;
@@ -156,6 +157,17 @@ struct SageSlaColumnsBackwardParams {
 #else
 #define SAGE_SLA_CONSTEXPR
 #endif
+
+// The prediction's CTA keeps the logits of its rows in shared memory: rows x kv_blocks of at most this many, with rows
+// a power of two from 16 down to 2 (kv_blocks <= 4096).
+#define SAGE_SLA_PREDICT_KEYS 8192
+#define SAGE_SLA_PREDICT_MAX_ROWS 16
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_predict_rows(int kv_blocks) {
+  int rows = SAGE_SLA_PREDICT_MAX_ROWS;
+  while (rows > 2 && rows * kv_blocks > SAGE_SLA_PREDICT_KEYS)
+    rows /= 2;
+  return rows;
+}
 
 // The output kernel's dynamic shared memory: a d x min(d, 64) column slice of H_i (or min(d, 64) rows of Proj's
 // weight) and the q block's rows of phi(Q) (then O^l), each as f16 hi and lo parts with rows padded by 8 halves, then

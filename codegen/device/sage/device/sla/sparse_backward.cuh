@@ -12,6 +12,15 @@
 
 namespace sage::device::sla {
 
+// CTAs per SM the rows kernel's registers are budgeted for (its launch bounds): three where shared memory holds three
+// (sm_90, sm_100: 227 KiB; 168 registers, no spills at d = 128), one elsewhere (sm_80 holds two, sm_89 and sm_120
+// one: a register cap would only spill).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+constexpr int kSparseRowsMinBlocks = 3;
+#else
+constexpr int kSparseRowsMinBlocks = 1;
+#endif
+
 template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseBackwardLayout {
   static_assert(D % 16 == 0 && BLOCK_Q % 16 == 0 && BLOCK_KV % 16 == 0, "tiles of 16");
   static_assert(BLOCK_Q <= 128 && BLOCK_KV <= 128, "one warp per 16 rows, at most 8 warps");
@@ -31,8 +40,20 @@ __device__ __forceinline__ void accumulators_to_a(unsigned (&a)[4], const float 
   a[3] = pack_f16x2(f16_bits(right[2]), f16_bits(right[3]));
 }
 
+// Asynchronous copies (cp.async, sm_80+): 16 bytes global -> shared without registers. Each stage_f16_rows call
+// commits one group; wait_staged<N>() waits until at most the N most recent groups are in flight (then a barrier
+// makes the rows visible to every warp).
+__device__ __forceinline__ void copy_16_async(void *shared, const void *global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(shared)), "l"(global));
+}
+__device__ __forceinline__ void commit_staged() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wait_staged() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // rows x D of an f16 tensor (rows from `first`, `valid` of them) into shared memory; rows past `valid` are 0. 16 bytes
-// per load where the rows are 16-byte aligned (the usual contiguous layouts), 2 otherwise.
+// per asynchronous copy where the rows are 16-byte aligned (the usual contiguous layouts), 2 per load otherwise.
+// Commits one group of copies (empty on the 2-byte path, which stores before it returns).
 template <int D>
 __device__ void stage_f16_rows(unsigned short *tile, int stride, const void *source, const SageSlaStrides &strides,
                                int b, int h, int first, int rows, int valid, int thread, int threads) {
@@ -40,41 +61,59 @@ __device__ void stage_f16_rows(unsigned short *tile, int stride, const void *sou
   if (strides.token % 8 == 0 && reinterpret_cast<unsigned long long>(base) % 16 == 0) {
     for (int e = thread; e < rows * (D / 8); e += threads) {
       const int r = e / (D / 8), c = (e % (D / 8)) * 8;
-      *reinterpret_cast<uint4 *>(tile + r * stride + c) =
-          r < valid ? *reinterpret_cast<const uint4 *>(base + r * strides.token + c) : make_uint4(0, 0, 0, 0);
+      if (r < valid)
+        copy_16_async(tile + r * stride + c, base + r * strides.token + c);
+      else
+        *reinterpret_cast<uint4 *>(tile + r * stride + c) = make_uint4(0, 0, 0, 0);
     }
-    return;
+  } else {
+    for (int e = thread; e < rows * D; e += threads) {
+      const int r = e / D, c = e % D;
+      tile[r * stride + c] = r < valid ? base[r * strides.token + c] : 0;
+    }
   }
-  for (int e = thread; e < rows * D; e += threads) {
-    const int r = e / D, c = e % D;
-    tile[r * stride + c] = r < valid ? base[r * strides.token + c] : 0;
-  }
+  commit_staged();
 }
 
-// rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step.
+// rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step; each thread loads
+// eight steps (a 64 x 128 tile per 128 threads) before it stores them, so that their loads are in flight together.
 template <int D>
 __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *source, int first, int rows, int valid,
                                int thread, int threads) {
+  constexpr int kBatch = 8;
   const float *base = source + static_cast<long long>(first) * D;
   const bool vector = reinterpret_cast<unsigned long long>(base) % 16 == 0;
-  for (int e = thread; e < rows * (D / 8); e += threads) {
-    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
-    float values[8];
-    if (r >= valid) {
-      for (int k = 0; k < 8; ++k)
-        values[k] = 0.0f;
-    } else if (vector) {
-      const float4 left = *reinterpret_cast<const float4 *>(base + r * D + c);
-      const float4 right = *reinterpret_cast<const float4 *>(base + r * D + c + 4);
-      values[0] = left.x, values[1] = left.y, values[2] = left.z, values[3] = left.w;
-      values[4] = right.x, values[5] = right.y, values[6] = right.z, values[7] = right.w;
-    } else {
-      for (int k = 0; k < 8; ++k)
-        values[k] = base[r * D + c + k];
+  const int steps = rows * (D / 8);
+  for (int e0 = thread; e0 < steps; e0 += kBatch * threads) {
+    float values[kBatch][8];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * threads, r = e / (D / 8), c = (e % (D / 8)) * 8;
+      if (e >= steps || r >= valid) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          values[u][k] = 0.0f;
+      } else if (vector) {
+        const float4 left = *reinterpret_cast<const float4 *>(base + r * D + c);
+        const float4 right = *reinterpret_cast<const float4 *>(base + r * D + c + 4);
+        values[u][0] = left.x, values[u][1] = left.y, values[u][2] = left.z, values[u][3] = left.w;
+        values[u][4] = right.x, values[u][5] = right.y, values[u][6] = right.z, values[u][7] = right.w;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          values[u][k] = base[r * D + c + k];
+      }
     }
-    *reinterpret_cast<uint4 *>(tile + r * stride + c) = make_uint4(
-        pack_f16x2(f16_bits(values[0]), f16_bits(values[1])), pack_f16x2(f16_bits(values[2]), f16_bits(values[3])),
-        pack_f16x2(f16_bits(values[4]), f16_bits(values[5])), pack_f16x2(f16_bits(values[6]), f16_bits(values[7])));
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = e0 + u * threads, r = e / (D / 8), c = (e % (D / 8)) * 8;
+      if (e < steps)
+        *reinterpret_cast<uint4 *>(tile + r * stride + c) =
+            make_uint4(pack_f16x2(f16_bits(values[u][0]), f16_bits(values[u][1])),
+                       pack_f16x2(f16_bits(values[u][2]), f16_bits(values[u][3])),
+                       pack_f16x2(f16_bits(values[u][4]), f16_bits(values[u][5])),
+                       pack_f16x2(f16_bits(values[u][6]), f16_bits(values[u][7])));
+    }
   }
 }
 
@@ -171,8 +210,18 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
   const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
   const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
   const int *critical = p.critical_lut + row_block * p.shape.critical_per_row;
+  const int count = p.shape.critical_per_row;
   const int m0 = warp * 16, row_top = m0 + tile_row(), row_bottom = row_top + 8; // this lane's two rows
   const float negative_infinity = -__int_as_float(0x7f800000);
+  // Block n's K or V into its tile, one group of copies; past the last block, an empty group (the waits count groups).
+  auto stage_block = [&](unsigned short *tile, const void *source, const SageSlaStrides &strides, int n) {
+    if (n >= count) {
+      commit_staged();
+      return;
+    }
+    const int key_begin = critical[n] * BLOCK_KV, keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
+    stage_f16_rows<D>(tile, L::kStride, source, strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x, kThreadsHere);
+  };
 
   float lse[2], delta[2];
   {
@@ -183,13 +232,12 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         o[n][e] = 0.0f;
-    for (int n = 0; n < p.shape.critical_per_row; ++n) {
+    // K_{n+1} loads during P V_n, V_{n+1} during S_{n+1} (groups in the order K_0, V_0, K_1, V_1, ...).
+    stage_block(k_tile, p.k, p.k_strides, 0);
+    stage_block(v_tile, p.v, p.v_strides, 0);
+    for (int n = 0; n < count; ++n) {
       const int key_begin = critical[n] * BLOCK_KV, keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
-      __syncthreads(); // the previous block's reads of K and V are done
-      stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
-                        kThreadsHere);
-      stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
-                        kThreadsHere);
+      wait_staged<1>(); // K_n (and Q) landed; V_n may be in flight
       __syncthreads();
       float s[kKeyTiles][4];
       mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
@@ -222,7 +270,13 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           o[n][e] *= alpha[e / 2];
+      __syncthreads(); // every warp is done with K_n
+      stage_block(k_tile, p.k, p.k_strides, n + 1);
+      wait_staged<1>(); // V_n landed
+      __syncthreads();
       mma_registers_by_rows<BLOCK_KV, D>(o, s, v_rows);
+      __syncthreads(); // every warp is done with V_n
+      stage_block(v_tile, p.v, p.v_strides, n + 1);
     }
     float dot[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -254,17 +308,21 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       dq[n][e] = 0.0f;
-  for (int n = 0; n < p.shape.critical_per_row; ++n) {
+  // Pass 2 uses V_n first (dP), then K_n (S and dQ): V_{n+1} loads during S and dQ, K_{n+1} during dP_{n+1} (groups
+  // in the order V_0, K_0, V_1, K_1, ...). Pass 1 ended with both tiles released.
+  stage_block(v_tile, p.v, p.v_strides, 0);
+  stage_block(k_tile, p.k, p.k_strides, 0);
+  for (int n = 0; n < count; ++n) {
     const int key_begin = critical[n] * BLOCK_KV, keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
-    __syncthreads();
-    stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
-                      kThreadsHere);
-    stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, keys, threadIdx.x,
-                      kThreadsHere);
+    wait_staged<1>(); // V_n landed; K_n may be in flight
     __syncthreads();
     float s[kKeyTiles][4], dp[kKeyTiles][4];
-    mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
     mma_rows_by_rows<D, BLOCK_KV>(dp, do_rows, v_rows, m0);
+    __syncthreads(); // every warp is done with V_n
+    stage_block(v_tile, p.v, p.v_strides, n + 1);
+    wait_staged<1>(); // K_n landed
+    __syncthreads();
+    mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
 #pragma unroll
     for (int t = 0; t < kKeyTiles; ++t)
 #pragma unroll
@@ -274,6 +332,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
         s[t][e] = prob * (dp[t][e] - delta[e / 2]); // dS
       }
     mma_registers_by_rows<BLOCK_KV, D>(dq, s, k_rows);
+    __syncthreads(); // every warp is done with K_n
+    stage_block(k_tile, p.k, p.k_strides, n + 1);
   }
 #pragma unroll
   for (int n = 0; n < kFeatureTiles; ++n)
@@ -324,12 +384,14 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(c
     for (int n = 0; n < count; ++n) {
       const int begin = critical[n] * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
       __syncthreads(); // the previous q block's reads are done (and K, V are staged)
+      // Q's copies are in flight while dO^s is loaded and converted.
       stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
       stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
       for (int r = threadIdx.x; r < BLOCK_Q; r += kThreadsHere) {
         lse[r] = r < rows ? p.lse[head * p.shape.tokens_q + begin + r] : 0.0f;
         delta[r] = r < rows ? p.delta[head * p.shape.tokens_q + begin + r] : 0.0f;
       }
+      wait_staged<0>(); // Q (and, the first time, K and V) landed
       __syncthreads();
       unsigned fragments[BLOCK_Q / 16][4]; // P^T, then dS^T, as f16 A operands
       {
@@ -360,6 +422,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(c
       mma_fragments_by_rows<BLOCK_Q, D>(dk, fragments, q_rows);
     }
   }
+  wait_staged<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
 #pragma unroll
   for (int n = 0; n < kFeatureTiles; ++n)
 #pragma unroll
