@@ -1,4 +1,4 @@
-// The translation unit of SLA's kernels: the Config constants and eleven extern "C" entry points around the device
+// The translation unit of SLA's kernels: the Config constants and twelve extern "C" entry points around the device
 // library's templates (sage/device/sla/*.cuh).
 #include "sage/codegen/SlaKernels.h"
 
@@ -30,6 +30,7 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
       R"(// SLA (sparse-linear attention): mask prediction and the linear branch of '{name}'.
 #include "sage/device/sla/backward.cuh"
 #include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/mask_gemm.cuh"
 #include "sage/device/sla/mask_prediction.cuh"
 #include "sage/device/sla/sparse_backward.cuh"
 
@@ -58,6 +59,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) {states}(const SageSlaState
 // Pre-aggregation: sum_j h_j, sum_j z_j
 extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsParams p) {{
   sage::device::sla::linear_totals<kHeadDim>(p);
+}}
+
+// Line 13 for every q block at once: H = (M_c == marginal) [h_j] on tensor cores
+extern "C" __global__ void __launch_bounds__(256, 2) {mask_gemm}(const SageSlaMaskGemmParams p) {{
+  sage::device::sla::mask_gemm<kHeadDim>(p);
 }}
 
 // Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
@@ -101,7 +107,8 @@ extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_kv}(const Sag
       fmt::arg("name", variant.name), fmt::arg("d", d), fmt::arg("block_q", variant.block_q),
       fmt::arg("block_kv", variant.block_kv), fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)),
       fmt::arg("phi", phi), fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel),
-      fmt::arg("states", kSlaStatesKernel), fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
+      fmt::arg("states", kSlaStatesKernel), fmt::arg("totals", kSlaTotalsKernel),
+      fmt::arg("mask_gemm", kSlaMaskGemmKernel), fmt::arg("output", kSlaOutputKernel),
       fmt::arg("critical", variant.sla.critical_percent), fmt::arg("negligible", variant.sla.negligible_percent));
   return kernel;
 }

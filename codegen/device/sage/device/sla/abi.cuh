@@ -60,7 +60,21 @@ struct SageSlaTotalsParams {
   float *z_total; // [batch, heads_kv, d]
 };
 
-// Launch 4: H_i, Z_i from the lookup table, O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
+// Launch 3c: H_i = sum over the marginal j of h_j for every q block at once, a GEMM of the class mask and the states
+// on tensor cores (sla/mask_gemm.cuh says how the scales stay exact). Grid (ceil(q_blocks / 128), d * d / 128,
+// batch * heads_q).
+struct SageSlaMaskGemmParams {
+  const signed char *classes; // M_c (SageSlaPredictParams)
+  const unsigned short *h_states;
+  const float *h_scales;
+  struct SageSlaShape shape;
+  float *h_sums;       // H_i in f32 [batch, heads_q, q_blocks, d, d]
+  int *h_sum_fallback; // [batch, heads_q, q_blocks]: 1 where a marginal h_j is out of the GEMM's range (the output
+                       // kernel sums that row from the lookup table instead), else 0
+};
+
+// Launch 4: H_i (the mask GEMM's, or summed from the lookup table), Z_i from the lookup table,
+// O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
 // Grid (q_blocks, heads_q, batch); dynamic shared memory: sage_sla_output_shared_bytes(d, block_q).
 struct SageSlaOutputParams {
   const void *q; // f16
@@ -69,7 +83,9 @@ struct SageSlaOutputParams {
   const float *h_scales, *z_states, *h_total, *z_total;
   const int *linear_lut;
   int marginal_majority;
-  const void *o_sparse; // f16 O^s (the block-sparse attention's output)
+  const float *h_sums;       // the mask GEMM's H_i, or 0: every row sums its listed h_j
+  const int *h_sum_fallback; // rows the GEMM flagged (SageSlaMaskGemmParams)
+  const void *o_sparse;      // f16 O^s (the block-sparse attention's output)
   struct SageSlaStrides o_sparse_strides;
   const float *proj_weight; // [d, d] row-major (out, in): torch.nn.Linear's weight; 0: O^s is left as it is
   const float *proj_bias;   // [d], or 0

@@ -256,10 +256,11 @@ template <int D, int BLOCK_Q> struct OutputLayout {
                 "abi.cuh's size of the output kernel's shared memory");
 };
 
-// Launch 4: one q block of one q head. H_i = sum of the marginal h_j, or (pre-aggregation) sum of all minus the
-// non-marginal ones, in f32 registers (each thread owns kVectorsPerThread runs of 8 elements, read 16 bytes at a
-// time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the denominator is 0; O = O^s +
-// O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the ratio does not change).
+// Launch 4: one q block of one q head. H_i from the mask GEMM or, for the rows it flagged, the sum of the marginal
+// h_j (or with pre-aggregation the sum of all minus the non-marginal ones), in f32 registers (each thread owns
+// kVectorsPerThread runs of 8 elements, read 16 bytes at a time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the
+// denominator is 0; O = O^s + O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the
+// ratio does not change).
 template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
   using L = OutputLayout<D, BLOCK_Q>;
   constexpr int kPerLane = (D + 31) / 32;
@@ -277,33 +278,49 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
   const long long row = (static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.q_blocks + i;
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
 
-  // Line 13 (with pre-aggregation when the marginal blocks are the majority).
+  // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
+  // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
+  // total minus the non-marginal ones.
   const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
   const bool majority = p.marginal_majority != 0;
+  const bool from_gemm = p.h_sums && p.h_sum_fallback[row] == 0; // the same for the whole CTA
   const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
   const int *lut = p.linear_lut + row * listed;
   float state[L::kVectorsPerThread][8];
 #pragma unroll
   for (int v = 0; v < L::kVectorsPerThread; ++v) {
     const int piece = v * kThreads + threadIdx.x;
+    if (piece >= L::kVectors) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
-      state[v][e] = majority && piece < L::kVectors ? p.h_total[head_kv * D * D + piece * 8 + e] : 0.0f;
+      for (int e = 0; e < 8; ++e)
+        state[v][e] = 0.0f;
+    } else if (from_gemm) {
+      const float4 *sum = reinterpret_cast<const float4 *>(p.h_sums + row * D * D + piece * 8);
+      const float4 left = __ldg(sum), right = __ldg(sum + 1);
+      state[v][0] = left.x, state[v][1] = left.y, state[v][2] = left.z, state[v][3] = left.w;
+      state[v][4] = right.x, state[v][5] = right.y, state[v][6] = right.z, state[v][7] = right.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        state[v][e] = majority ? p.h_total[head_kv * D * D + piece * 8 + e] : 0.0f;
+    }
   }
   float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
   const float sign = majority ? -1.0f : 1.0f;
   const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
   for (int n = 0; n < listed; ++n) {
-    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
     const long long block = head_kv * p.shape.kv_blocks + lut[n];
+    if (threadIdx.x < D)
+      z += sign * p.z_states[block * D + threadIdx.x];
+    if (from_gemm)
+      continue;
+    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
     uint4 bits[L::kVectorsPerThread];
 #pragma unroll
     for (int v = 0; v < L::kVectorsPerThread; ++v)
       if (v * kThreads + threadIdx.x < L::kVectors)
         bits[v] = __ldg(states + block * L::kVectors + v * kThreads + threadIdx.x);
     const float coefficient = sign * p.h_scales[block];
-    if (threadIdx.x < D)
-      z += sign * p.z_states[block * D + threadIdx.x];
 #pragma unroll
     for (int v = 0; v < L::kVectorsPerThread; ++v)
       if (v * kThreads + threadIdx.x < L::kVectors)
