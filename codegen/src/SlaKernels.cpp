@@ -56,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) {states}(const SageSlaState
   sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
 }}
 
-// Pre-aggregation: sum_j h_j, sum_j z_j
+// Pre-aggregation of Z_i: sum_j z_j
 extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsParams p) {{
   sage::device::sla::linear_totals<kHeadDim>(p);
 }}

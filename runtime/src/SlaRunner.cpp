@@ -146,7 +146,6 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
   take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 2);
   take(layout.h_scales, kv_heads * static_cast<size_t>(kv_blocks) * 4);
   take(layout.z_states, kv_heads * static_cast<size_t>(kv_blocks) * d * 4);
-  take(layout.h_total, kv_heads * d * d * 4);
   take(layout.z_total, kv_heads * d * 4);
   take(layout.h_sums, rows * d * d * 4);
   take(layout.h_sum_fallback, rows * 4);
@@ -219,7 +218,7 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   if (phase == RunPhase::prologue)
     return;
 
-  // h_j, z_j (and their totals for pre-aggregation).
+  // h_j, z_j (and sum_j z_j for pre-aggregation).
   const SageSlaStateParams states{tensors.k,
                                   tensors.v,
                                   k_strides,
@@ -230,15 +229,9 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                   reinterpret_cast<float *>(at(layout.z_states))};
   state_->states.launch(states, {grid(size.kv_blocks, size.heads_kv, size.batch), block, 0, stream});
   if (layout.marginal_majority) {
-    const SageSlaTotalsParams totals{reinterpret_cast<const unsigned short *>(at(layout.h_states)),
-                                     reinterpret_cast<const float *>(at(layout.h_scales)),
-                                     reinterpret_cast<const float *>(at(layout.z_states)),
-                                     size,
-                                     reinterpret_cast<float *>(at(layout.h_total)),
+    const SageSlaTotalsParams totals{reinterpret_cast<const float *>(at(layout.z_states)), size,
                                      reinterpret_cast<float *>(at(layout.z_total))};
-    state_->totals.launch(
-        totals,
-        {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_kv, size.batch), block, 0, stream});
+    state_->totals.launch(totals, {grid(1, size.heads_kv, size.batch), block, 0, stream});
   }
 
   // H_i of every q block: the GEMM of the marginal mask and the states. It replaces the output kernel's sums over
@@ -274,7 +267,6 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    reinterpret_cast<const unsigned short *>(at(layout.h_states)),
                                    reinterpret_cast<const float *>(at(layout.h_scales)),
                                    reinterpret_cast<const float *>(at(layout.z_states)),
-                                   reinterpret_cast<const float *>(at(layout.h_total)),
                                    reinterpret_cast<const float *>(at(layout.z_total)),
                                    reinterpret_cast<const int *>(at(layout.linear_lut)),
                                    layout.marginal_majority ? 1 : 0,

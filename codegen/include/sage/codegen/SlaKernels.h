@@ -20,7 +20,7 @@ namespace sage::codegen {
 inline constexpr std::string_view kSlaPoolKernel = "sage_sla_pool";       // grid (q_blocks + kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaPredictKernel = "sage_sla_predict"; // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // grid (kv_blocks, h_kv, b)
-inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (ceil(d*d/256), h_kv, b)
+inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (1, h_kv, b)
 // H_i for every q block: grid (ceil(q_blocks / 128), d * d / 128, b * h_q); static shared memory only.
 inline constexpr std::string_view kSlaMaskGemmKernel = "sage_sla_mask_gemm";
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid (q_blocks, h_q, b)

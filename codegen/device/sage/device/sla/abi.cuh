@@ -50,13 +50,11 @@ struct SageSlaStateParams {
   float *z_states;          // [batch, heads_kv, kv_blocks, d]
 };
 
-// Launch 3b (pre-aggregation only): the sums of h_j and z_j over all kv blocks, in block order (deterministic).
-// Grid (ceil(d * d / 256), heads_kv, batch).
+// Launch 3b (pre-aggregation only): the sum of z_j over all kv blocks, in block order (deterministic).
+// Grid (1, heads_kv, batch).
 struct SageSlaTotalsParams {
-  const unsigned short *h_states;
-  const float *h_scales, *z_states;
+  const float *z_states;
   struct SageSlaShape shape;
-  float *h_total; // [batch, heads_kv, d, d]
   float *z_total; // [batch, heads_kv, d]
 };
 
@@ -80,7 +78,7 @@ struct SageSlaOutputParams {
   const void *q; // f16
   struct SageSlaStrides q_strides;
   const unsigned short *h_states;
-  const float *h_scales, *z_states, *h_total, *z_total;
+  const float *h_scales, *z_states, *z_total;
   const int *linear_lut;
   int marginal_majority;
   const float *h_sums;       // the mask GEMM's H_i, or 0: every row sums its listed h_j

@@ -133,19 +133,10 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   }
 }
 
-// Launch 3b: sum_j h_j and sum_j z_j in block order, in f32.
+// Launch 3b: sum_j z_j in block order, in f32 (Z_i with pre-aggregation: the total minus the listed z_j).
 template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
-  const int b = blockIdx.z, h = blockIdx.y, e = blockIdx.x * kThreads + threadIdx.x;
-  const long long head = static_cast<long long>(b) * p.shape.heads_kv + h;
-  if (e < D * D) {
-    float sum = 0.0f;
-    for (int j = 0; j < p.shape.kv_blocks; ++j) {
-      const long long block = head * p.shape.kv_blocks + j;
-      sum += p.h_scales[block] * f16_value(p.h_states[block * D * D + e]);
-    }
-    p.h_total[head * D * D + e] = sum;
-  }
-  if (blockIdx.x == 0 && threadIdx.x < D) {
+  const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_kv + blockIdx.y;
+  if (threadIdx.x < D) {
     float sum = 0.0f;
     for (int j = 0; j < p.shape.kv_blocks; ++j)
       sum += p.z_states[(head * p.shape.kv_blocks + j) * D + threadIdx.x];
@@ -280,7 +271,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
 
   // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
   // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
-  // total minus the non-marginal ones.
+  // sum of all blocks minus the non-marginal ones (Z_i from z_total; a flagged row sums every h_j itself).
   const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
   const bool majority = p.marginal_majority != 0;
   const bool from_gemm = p.h_sums && p.h_sum_fallback[row] == 0; // the same for the whole CTA
@@ -302,9 +293,12 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        state[v][e] = majority ? p.h_total[head_kv * D * D + piece * 8 + e] : 0.0f;
+        state[v][e] = 0.0f;
     }
   }
+  if (!from_gemm && majority) // a flagged row (rare): every state, then minus the listed ones below
+    for (int j = 0; j < p.shape.kv_blocks; ++j)
+      ScaledStateSum<D>::add_one(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks + j);
   float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
   const float sign = majority ? -1.0f : 1.0f;
   const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
