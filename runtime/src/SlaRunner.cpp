@@ -41,8 +41,8 @@ struct SlaRunner::State {
   std::string module_name;
   CacheSource module_source = CacheSource::built;
   double compile_milliseconds = 0.0;
-  LoadedKernel pool, predict, states, totals, mask_gemm, output, columns, rows_backward, row_totals, kv_backward,
-      sparse_rows, sparse_kv;
+  LoadedKernel pool, predict, states, totals, mask_gemm, output, columns, rows_backward, row_totals, columns_gemm,
+      kv_backward, sparse_rows, sparse_kv;
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -75,6 +75,7 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->columns = module->kernel(std::string(codegen::kSlaColumnsKernel));
   state_->rows_backward = module->kernel(std::string(codegen::kSlaRowsBackwardKernel));
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
+  state_->columns_gemm = module->kernel(std::string(codegen::kSlaColumnsMaskGemmKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
   state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
   state_->sparse_rows = module->kernel(std::string(codegen::kSlaSparseRowsBackwardKernel));
@@ -159,7 +160,8 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.dh_rows, rows * d * d * 2);
     take(layout.dh_scales, rows * 4);
     take(layout.dz_rows, rows * d * 4);
-    take(layout.dh_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * d * 4);
+    take(layout.dh_sums, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 4);
+    take(layout.dh_sum_fallback, kv_heads * static_cast<size_t>(kv_blocks) * 4);
     take(layout.dz_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * 4);
     take(layout.critical_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
@@ -345,11 +347,20 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                     {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
                                     sparse_shared,
                                     stream});
-  const SageSlaRowTotalsParams totals{halves(layout.dh_rows),  floats(layout.dh_scales), floats(layout.dz_rows), size,
-                                      floats(layout.dh_total), floats(layout.dz_total)};
-  state_->row_totals.launch(
-      totals,
-      {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaRowTotalsParams totals{floats(layout.dz_rows), size, floats(layout.dz_total)};
+  state_->row_totals.launch(totals, {grid(1, size.heads_q, size.batch), block, 0, stream});
+  // dh_j of every kv block: the GEMM of the marginal mask's transpose and the dH_i (instead of the kv kernel summing
+  // its column's listed dH_i from L2).
+  const SageSlaMaskGemmColumnsParams columns_gemm{reinterpret_cast<const signed char *>(base + layout.classes),
+                                                  halves(layout.dh_rows),
+                                                  floats(layout.dh_scales),
+                                                  size,
+                                                  floats(layout.dh_sums),
+                                                  ints(layout.dh_sum_fallback)};
+  state_->columns_gemm.launch(
+      columns_gemm, {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
+                          d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_kv),
+                     block, 0, stream});
   const SageSlaColumnsBackwardParams kv{tensors.q,
                                         tensors.k,
                                         tensors.v,
@@ -362,8 +373,9 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         halves(layout.dh_rows),
                                         floats(layout.dh_scales),
                                         floats(layout.dz_rows),
-                                        floats(layout.dh_total),
                                         floats(layout.dz_total),
+                                        floats(layout.dh_sums),
+                                        ints(layout.dh_sum_fallback),
                                         ints(layout.critical_columns),
                                         ints(layout.marginal_columns),
                                         ints(layout.non_marginal_columns),

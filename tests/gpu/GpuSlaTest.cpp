@@ -288,6 +288,10 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     std::string name;
     AttentionVariant variant;
     int64_t heads_q, heads_kv, tokens_q, tokens_kv;
+    // Per-q-block magnitudes of dO (so of dH_i, which the backward's mask GEMM sums): 2^-30..2^0 (~30 binades; not
+    // above 1: the sparse part rounds dO and dS to f16), or every fourth q block 2^-48 (past the GEMM's 39 binades:
+    // those columns are flagged and summed from the tables).
+    BlockMagnitudes d_output_magnitudes = BlockMagnitudes::uniform;
   };
   std::vector<BackwardCase> backward_cases;
   for (int head_dim : {64, 128}) {
@@ -302,6 +306,10 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
                                   .sla(dsl::sla_spec(FeatureMap::relu, 30.0, 20.0))
                                   .describe(),
                               2, 2, 640, 640});
+    for (BlockMagnitudes magnitudes : {BlockMagnitudes::spread, BlockMagnitudes::beyond})
+      backward_cases.push_back(
+          {magnitudes == BlockMagnitudes::spread ? "sla-f16 dO over 30 binades" : "sla-f16 dO over 48 binades",
+           dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 1024, 768, magnitudes});
   }
   for (const BackwardCase &item : backward_cases) {
     const AttentionVariant &variant = item.variant;
@@ -320,8 +328,14 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     const size_t kv_size = static_cast<size_t>(item.heads_kv * item.tokens_kv * d);
     std::vector<double> d_output(q_size), d_linear(q_size, 0.0);
     std::normal_distribution<double> unit;
-    for (double &g : d_output)
-      g = static_cast<float>(unit(generator));
+    for (size_t e = 0; e < q_size; ++e) {
+      const int64_t block = static_cast<int64_t>(e / static_cast<size_t>(d)) % item.tokens_q / variant.block_q;
+      const int exponent = item.d_output_magnitudes == BlockMagnitudes::spread
+                               ? static_cast<int>((block * 5) % 7) * 5 - 30
+                           : item.d_output_magnitudes == BlockMagnitudes::beyond ? (block % 4 == 1 ? -48 : 0)
+                                                                                 : 0;
+      d_output[e] = static_cast<float>(std::ldexp(unit(generator), exponent));
+    }
     for (size_t row = 0; row < q_size / static_cast<size_t>(d); ++row) // dO^l = dO W: what nn.Linear's backward gives
       for (int64_t out = 0; out < d; ++out)
         for (int64_t in = 0; in < d; ++in)
@@ -366,6 +380,16 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     for (signed char cls : gpu_classes)
       classes.classes.push_back(static_cast<BlockClass>(cls));
     const SlaGradients reference = runSlaBackward(variant, q, k, v, projection, classes, d_output);
+    // The backward's mask GEMM flags exactly the kv blocks with a marginal dH_i past its range.
+    const auto column_fallback = workspace.read<int>(
+        layout.dh_sum_fallback, static_cast<size_t>(item.heads_kv) * static_cast<size_t>(layout.shape.kv_blocks));
+    const auto flagged = std::count(column_fallback.begin(), column_fallback.end(), 1);
+    CHECK(std::count(column_fallback.begin(), column_fallback.end(), 0) + flagged ==
+          static_cast<std::ptrdiff_t>(column_fallback.size()));
+    if (item.d_output_magnitudes == BlockMagnitudes::beyond)
+      CHECK(flagged > 0);
+    else
+      CHECK(flagged == 0);
     const auto gpu_lse = workspace.read<float>(layout.lse, q_size / static_cast<size_t>(d));
     double worst_lse = 0.0;
     for (size_t row = 0; row < gpu_lse.size(); ++row)
@@ -383,8 +407,9 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
       // f32 CUDA-core version had.
       CHECK(metrics.cosine_similarity > 0.9999);
       CHECK(metrics.relative_l1 < 5e-3);
-      std::printf("gpu_sla_test: backward %-22s d%-3lld %s cos %.7f rel-L1 %.2e\n", item.name.c_str(),
-                  static_cast<long long>(d), name, metrics.cosine_similarity, metrics.relative_l1);
+      std::printf("gpu_sla_test: backward %-26s d%-3lld %s cos %.7f rel-L1 %.2e (GEMM columns flagged %lld/%zu)\n",
+                  item.name.c_str(), static_cast<long long>(d), name, metrics.cosine_similarity, metrics.relative_l1,
+                  static_cast<long long>(flagged), column_fallback.size());
     }
   }
 }

@@ -24,12 +24,15 @@ inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // gri
 // H_i for every q block: grid (ceil(q_blocks / 128), d * d / 128, b * h_q); static shared memory only.
 inline constexpr std::string_view kSlaMaskGemmKernel = "sage_sla_mask_gemm";
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid (q_blocks, h_q, b)
-// The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), their totals, then the kv blocks (dK,
-// dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory (slaBackwardSharedBytes).
+// The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), sum_i dZ_i, the mask GEMM (dh_j), then
+// the kv blocks (dK, dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory
+// (slaBackwardSharedBytes).
 inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
-inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (ceil(d*d/256), h_q, b)
-inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv";        // grid (kv_blocks, h_kv, b)
+inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (1, h_q, b)
+// dh_j for every kv block: grid (ceil(kv_blocks / 128), d * d / 128, b * h_kv); static shared memory only.
+inline constexpr std::string_view kSlaColumnsMaskGemmKernel = "sage_sla_bwd_mask_gemm";
+inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // grid (kv_blocks, h_kv, b)
 // The sparse part's backward on tensor cores, after the rows / kv kernel (they add to dQ / dK, dV): 2 * block_q
 // (2 * block_kv) threads and slaSparseBackwardSharedBytes of dynamic shared memory.
 inline constexpr std::string_view kSlaSparseRowsBackwardKernel = "sage_sla_bwd_sparse_rows"; // grid (q_blocks, h_q, b)
@@ -43,7 +46,7 @@ inline constexpr int kSlaMaskGemmColumns = 128; // state columns per CTA
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
   std::string source; // #includes the device library's sla headers
-  std::array<std::string_view, 12> entry_points{kSlaPoolKernel,
+  std::array<std::string_view, 13> entry_points{kSlaPoolKernel,
                                                 kSlaPredictKernel,
                                                 kSlaStatesKernel,
                                                 kSlaTotalsKernel,
@@ -52,6 +55,7 @@ struct SlaKernelSource {
                                                 kSlaColumnsKernel,
                                                 kSlaRowsBackwardKernel,
                                                 kSlaRowTotalsKernel,
+                                                kSlaColumnsMaskGemmKernel,
                                                 kSlaKvBackwardKernel,
                                                 kSlaSparseRowsBackwardKernel,
                                                 kSlaSparseKvBackwardKernel};

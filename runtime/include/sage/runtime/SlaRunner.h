@@ -41,8 +41,9 @@ struct SlaWorkspaceLayout {
          h_states = 0, h_scales = 0, z_states = 0, z_total = 0, h_sums = 0, h_sum_fallback = 0, attention = 0,
          total = 0;
   // The backward's regions (zero unless the layout was made with backward = true), after the forward's.
-  size_t lse = 0, delta = 0, dh_rows = 0, dh_scales = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
-         marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
+  // dh_sums: the backward's mask GEMM's dh_j (f32, b x h_kv x T_n x d x d), dh_sum_fallback its flags per kv block.
+  size_t lse = 0, delta = 0, dh_rows = 0, dh_scales = 0, dz_rows = 0, dz_total = 0, dh_sums = 0, dh_sum_fallback = 0,
+         critical_columns = 0, marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
   // H_i (f16, with its power-of-two scale) and Z_i per q block: run() writes them when the workspace is this large,
   // and backward() reads them instead of summing the listed h_j again.
   size_t h_rows = 0, h_row_scales = 0, z_rows = 0;

@@ -133,14 +133,24 @@ struct SageSlaRowsBackwardParams {
   float *dz_rows;          // dZ_i [batch, heads_q, q_blocks, d]
 };
 
-// Backward launch 3: sum_i dH_i, sum_i dZ_i per q head (for columns whose marginal blocks are the majority).
-// Grid (ceil(d * d / 256), heads_q, batch).
+// Backward launch 3: sum_i dZ_i per q head (for columns whose marginal blocks are the majority). Grid (1, heads_q,
+// batch).
 struct SageSlaRowTotalsParams {
-  const unsigned short *dh_rows;
-  const float *dh_scales, *dz_rows;
+  const float *dz_rows;
   struct SageSlaShape shape;
-  float *dh_total; // [batch, heads_q, d, d]
   float *dz_total; // [batch, heads_q, d]
+};
+
+// Backward launch 3c: dh_j = sum over the GQA group's q heads and q blocks i where (i, j) is marginal of dH_i, for
+// every kv block at once: the mask GEMM with M_c^T (sla/mask_gemm.cuh). Grid (ceil(kv_blocks / 128), d * d / 128,
+// batch * heads_kv).
+struct SageSlaMaskGemmColumnsParams {
+  const signed char *classes; // M_c
+  const unsigned short *dh_rows;
+  const float *dh_scales;
+  struct SageSlaShape shape;
+  float *dh_sums;       // dh_j in f32 [batch, heads_kv, kv_blocks, d, d]
+  int *dh_sum_fallback; // [batch, heads_kv, kv_blocks]: 1 where the kv kernel sums the column's dH_i itself
 };
 
 // Backward launch 4: one kv block of one kv head: the linear branch's dK, dV (written) over the q heads of its GQA
@@ -153,7 +163,9 @@ struct SageSlaColumnsBackwardParams {
   const float *d_sparse; // dO^s
   const float *lse, *delta;
   const unsigned short *dh_rows;
-  const float *dh_scales, *dz_rows, *dh_total, *dz_total;
+  const float *dh_scales, *dz_rows, *dz_total;
+  const float *dh_sums;       // the mask GEMM's dh_j (SageSlaMaskGemmColumnsParams)
+  const int *dh_sum_fallback; // the columns it flagged: their dh_j is summed from the column tables
   const int *critical_columns, *marginal_columns, *non_marginal_columns, *column_counts;
   struct SageSlaShape shape;
   float scale;
