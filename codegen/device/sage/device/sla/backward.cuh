@@ -218,6 +218,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   __shared__ float dz_state[D];
   __shared__ __align__(16) float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
   __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
+  __shared__ float list_scratch[kThreads];
   const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = p.shape.heads_q / p.shape.heads_kv;
   const int q_blocks = p.shape.q_blocks;
@@ -244,9 +245,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       if (majority && threadIdx.x < D)
         dz += p.dz_total[head * D + threadIdx.x];
       if (from_gemm) {
-        if (threadIdx.x < D)
-          for (int n = 0; n < listed; ++n)
-            dz += sign * p.dz_rows[(head * q_blocks + list[n]) * D + threadIdx.x];
+        dz += sign * sum_listed_vectors<D>(p.dz_rows, head * q_blocks, list, listed, list_scratch);
         continue;
       }
       if (majority) // a flagged column (rare): every dH_i of the head, minus the listed ones below
