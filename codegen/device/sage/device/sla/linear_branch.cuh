@@ -314,11 +314,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
 #pragma unroll
   for (int v = 0; v < L::kVectorsPerThread; ++v) {
     const int piece = v * kThreads + threadIdx.x;
-    if (piece >= L::kVectors) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        state[v][e] = 0.0f;
-    } else if (from_gemm) {
+    if (from_gemm && piece < L::kVectors) {
       const float4 *sum = reinterpret_cast<const float4 *>(p.h_sums + row * D * D + piece * 8);
       const float4 left = __ldg(sum), right = __ldg(sum + 1);
       state[v][0] = left.x, state[v][1] = left.y, state[v][2] = left.z, state[v][3] = left.w;
