@@ -82,8 +82,8 @@ def main():
               f"{'yes' if row['pre_aggregation'] else 'no':>6} {row['forward_ms']:>10.3f} {row['speedup']:>7.2f}x "
               f"{row['mask_prediction_ms']:>8.3f} {row['sparse_part_ms']:>9.3f} {row['sparse_only_speedup']:>7.2f}x "
               f"{rest:>8.3f} {row['backward_ms']:>8.3f} {row['backward_speedup']:>6.2f}x")
-    print("rest = linear branch (h_j, z_j, totals, O^l) + Proj + combine; 'sparse x': the block-sparse attention "
-          "alone against dense cuDNN")
+    print("rest = linear branch (h_j, z_j, the mask GEMM's H_i, O^l) + Proj + combine; "
+          "'sparse x': the block-sparse attention alone against dense cuDNN")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"device": device, "rows": rows}, out, indent=1)

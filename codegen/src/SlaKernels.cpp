@@ -1,4 +1,4 @@
-// The translation unit of SLA's kernels: the Config constants and eleven extern "C" entry points around the device
+// The translation unit of SLA's kernels: the Config constants and thirteen extern "C" entry points around the device
 // library's templates (sage/device/sla/*.cuh).
 #include "sage/codegen/SlaKernels.h"
 
@@ -30,6 +30,7 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
       R"(// SLA (sparse-linear attention): mask prediction and the linear branch of '{name}'.
 #include "sage/device/sla/backward.cuh"
 #include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/mask_gemm.cuh"
 #include "sage/device/sla/mask_prediction.cuh"
 #include "sage/device/sla/sparse_backward.cuh"
 
@@ -56,9 +57,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) {states}(const SageSlaState
   sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
 }}
 
-// Pre-aggregation: sum_j h_j, sum_j z_j
+// Pre-aggregation of Z_i: sum_j z_j
 extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsParams p) {{
   sage::device::sla::linear_totals<kHeadDim>(p);
+}}
+
+// Line 13 for every q block at once: H = (M_c == marginal) [h_j] on tensor cores
+extern "C" __global__ void __launch_bounds__(256, 2) {mask_gemm}(const SageSlaMaskGemmParams p) {{
+  sage::device::sla::forward_mask_gemm<kHeadDim>(p);
 }}
 
 // Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
@@ -76,9 +82,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) {rows}(const SageSlaRowsBac
   sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
 }}
 
-// Pre-aggregation of the backward: sum_i dH_i, sum_i dZ_i
+// Pre-aggregation of the backward's dz_j: sum_i dZ_i
 extern "C" __global__ void __launch_bounds__(256) {row_totals}(const SageSlaRowTotalsParams p) {{
   sage::device::sla::row_totals<kHeadDim>(p);
+}}
+
+// dh_j = (M_c == marginal)^T [dH_i] over the GQA group, for every kv block at once, on tensor cores
+extern "C" __global__ void __launch_bounds__(256, 2) {columns_gemm}(const SageSlaMaskGemmColumnsParams p) {{
+  sage::device::sla::backward_mask_gemm<kHeadDim>(p);
 }}
 
 // Lines 7-17 per kv block, linear branch: dK, dV
@@ -97,13 +108,15 @@ extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_kv}(const Sag
 }}
 )",
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
-      fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("kv", kSlaKvBackwardKernel),
-      fmt::arg("sparse_rows", kSlaSparseRowsBackwardKernel), fmt::arg("sparse_kv", kSlaSparseKvBackwardKernel),
-      fmt::arg("name", variant.name), fmt::arg("d", d), fmt::arg("block_q", variant.block_q),
-      fmt::arg("block_kv", variant.block_kv), fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)),
-      fmt::arg("phi", phi), fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel),
-      fmt::arg("states", kSlaStatesKernel), fmt::arg("totals", kSlaTotalsKernel), fmt::arg("output", kSlaOutputKernel),
-      fmt::arg("critical", variant.sla.critical_percent), fmt::arg("negligible", variant.sla.negligible_percent));
+      fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("columns_gemm", kSlaColumnsMaskGemmKernel),
+      fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("sparse_rows", kSlaSparseRowsBackwardKernel),
+      fmt::arg("sparse_kv", kSlaSparseKvBackwardKernel), fmt::arg("name", variant.name), fmt::arg("d", d),
+      fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
+      fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),
+      fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
+      fmt::arg("totals", kSlaTotalsKernel), fmt::arg("mask_gemm", kSlaMaskGemmKernel),
+      fmt::arg("output", kSlaOutputKernel), fmt::arg("critical", variant.sla.critical_percent),
+      fmt::arg("negligible", variant.sla.negligible_percent));
   return kernel;
 }
 

@@ -41,8 +41,8 @@ struct SlaRunner::State {
   std::string module_name;
   CacheSource module_source = CacheSource::built;
   double compile_milliseconds = 0.0;
-  LoadedKernel pool, predict, states, totals, output, columns, rows_backward, row_totals, kv_backward, sparse_rows,
-      sparse_kv;
+  LoadedKernel pool, predict, states, totals, mask_gemm, output, columns, rows_backward, row_totals, columns_gemm,
+      kv_backward, sparse_rows, sparse_kv;
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -70,10 +70,12 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->predict = module->kernel(std::string(codegen::kSlaPredictKernel));
   state_->states = module->kernel(std::string(codegen::kSlaStatesKernel));
   state_->totals = module->kernel(std::string(codegen::kSlaTotalsKernel));
+  state_->mask_gemm = module->kernel(std::string(codegen::kSlaMaskGemmKernel));
   state_->output = module->kernel(std::string(codegen::kSlaOutputKernel));
   state_->columns = module->kernel(std::string(codegen::kSlaColumnsKernel));
   state_->rows_backward = module->kernel(std::string(codegen::kSlaRowsBackwardKernel));
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
+  state_->columns_gemm = module->kernel(std::string(codegen::kSlaColumnsMaskGemmKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
   state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
   state_->sparse_rows = module->kernel(std::string(codegen::kSlaSparseRowsBackwardKernel));
@@ -115,6 +117,9 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     throw std::invalid_argument("shape.tokens_kv: the mask prediction holds at most " +
                                 std::to_string(codegen::kSlaMaxKvBlocks) + " kv blocks per row, got " +
                                 std::to_string(kv_blocks));
+  if (shape.batch * shape.heads_q > 65535)
+    throw std::invalid_argument("shape: the mask GEMM's grid holds at most 65535 (batch x heads_q), got " +
+                                std::to_string(shape.batch * shape.heads_q));
   SlaWorkspaceLayout layout;
   const long long critical = criticalBlocksPerRow(variant.sla, kv_blocks);
   const long long negligible = negligibleBlocksPerRow(variant.sla, kv_blocks);
@@ -142,8 +147,9 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
   take(layout.h_states, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 2);
   take(layout.h_scales, kv_heads * static_cast<size_t>(kv_blocks) * 4);
   take(layout.z_states, kv_heads * static_cast<size_t>(kv_blocks) * d * 4);
-  take(layout.h_total, kv_heads * d * d * 4);
   take(layout.z_total, kv_heads * d * 4);
+  take(layout.h_sums, rows * d * d * 4);
+  take(layout.h_sum_fallback, rows * 4);
   take(layout.attention, state_->sparse->workspaceBytes(shape));
   // The backward's regions after the forward's: a backward layout keeps every forward offset.
   if (backward) {
@@ -154,7 +160,8 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.dh_rows, rows * d * d * 2);
     take(layout.dh_scales, rows * 4);
     take(layout.dz_rows, rows * d * 4);
-    take(layout.dh_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * d * 4);
+    take(layout.dh_sums, kv_heads * static_cast<size_t>(kv_blocks) * d * d * 4);
+    take(layout.dh_sum_fallback, kv_heads * static_cast<size_t>(kv_blocks) * 4);
     take(layout.dz_total, static_cast<size_t>(shape.batch * shape.heads_q) * d * 4);
     take(layout.critical_columns, columns * static_cast<size_t>(q_blocks) * 4);
     take(layout.marginal_columns, columns * static_cast<size_t>(q_blocks) * 4);
@@ -215,7 +222,7 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   if (phase == RunPhase::prologue)
     return;
 
-  // h_j, z_j (and their totals for pre-aggregation).
+  // h_j, z_j (and sum_j z_j for pre-aggregation).
   const SageSlaStateParams states{tensors.k,
                                   tensors.v,
                                   k_strides,
@@ -226,16 +233,24 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                   reinterpret_cast<float *>(at(layout.z_states))};
   state_->states.launch(states, {grid(size.kv_blocks, size.heads_kv, size.batch), block, 0, stream});
   if (layout.marginal_majority) {
-    const SageSlaTotalsParams totals{reinterpret_cast<const unsigned short *>(at(layout.h_states)),
-                                     reinterpret_cast<const float *>(at(layout.h_scales)),
-                                     reinterpret_cast<const float *>(at(layout.z_states)),
-                                     size,
-                                     reinterpret_cast<float *>(at(layout.h_total)),
+    const SageSlaTotalsParams totals{reinterpret_cast<const float *>(at(layout.z_states)), size,
                                      reinterpret_cast<float *>(at(layout.z_total))};
-    state_->totals.launch(
-        totals,
-        {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_kv, size.batch), block, 0, stream});
+    state_->totals.launch(totals, {grid(1, size.heads_kv, size.batch), block, 0, stream});
   }
+
+  // H_i of every q block: the GEMM of the marginal mask and the states. It replaces the output kernel's sums over
+  // the listed h_j (~77 states of 32 KB per q block at 95% sparsity, N = 32k, read from L2) with
+  // 2 q_blocks kv_blocks d^2 tensor-core flops per head whatever the sparsity.
+  const SageSlaMaskGemmParams mask_gemm{reinterpret_cast<const signed char *>(at(layout.classes)),
+                                        reinterpret_cast<const unsigned short *>(at(layout.h_states)),
+                                        reinterpret_cast<const float *>(at(layout.h_scales)),
+                                        size,
+                                        reinterpret_cast<float *>(at(layout.h_sums)),
+                                        reinterpret_cast<int *>(at(layout.h_sum_fallback))};
+  state_->mask_gemm.launch(
+      mask_gemm, {grid((size.q_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
+                       d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_q),
+                  block, 0, stream});
 
   // O^s: the sparse part over the critical blocks.
   AttentionTensors attention;
@@ -256,10 +271,11 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    reinterpret_cast<const unsigned short *>(at(layout.h_states)),
                                    reinterpret_cast<const float *>(at(layout.h_scales)),
                                    reinterpret_cast<const float *>(at(layout.z_states)),
-                                   reinterpret_cast<const float *>(at(layout.h_total)),
                                    reinterpret_cast<const float *>(at(layout.z_total)),
                                    reinterpret_cast<const int *>(at(layout.linear_lut)),
                                    layout.marginal_majority ? 1 : 0,
+                                   reinterpret_cast<const float *>(at(layout.h_sums)),
+                                   reinterpret_cast<const int *>(at(layout.h_sum_fallback)),
                                    tensors.o,
                                    o_strides,
                                    tensors.proj_weight,
@@ -333,11 +349,20 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                     {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
                                     sparse_shared,
                                     stream});
-  const SageSlaRowTotalsParams totals{halves(layout.dh_rows),  floats(layout.dh_scales), floats(layout.dz_rows), size,
-                                      floats(layout.dh_total), floats(layout.dz_total)};
-  state_->row_totals.launch(
-      totals,
-      {grid((d * d + codegen::kSlaThreads - 1) / codegen::kSlaThreads, size.heads_q, size.batch), block, 0, stream});
+  const SageSlaRowTotalsParams totals{floats(layout.dz_rows), size, floats(layout.dz_total)};
+  state_->row_totals.launch(totals, {grid(1, size.heads_q, size.batch), block, 0, stream});
+  // dh_j of every kv block: the GEMM of the marginal mask's transpose and the dH_i (instead of the kv kernel summing
+  // its column's listed dH_i from L2).
+  const SageSlaMaskGemmColumnsParams columns_gemm{reinterpret_cast<const signed char *>(base + layout.classes),
+                                                  halves(layout.dh_rows),
+                                                  floats(layout.dh_scales),
+                                                  size,
+                                                  floats(layout.dh_sums),
+                                                  ints(layout.dh_sum_fallback)};
+  state_->columns_gemm.launch(
+      columns_gemm, {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
+                          d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_kv),
+                     block, 0, stream});
   const SageSlaColumnsBackwardParams kv{tensors.q,
                                         tensors.k,
                                         tensors.v,
@@ -350,8 +375,9 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         halves(layout.dh_rows),
                                         floats(layout.dh_scales),
                                         floats(layout.dz_rows),
-                                        floats(layout.dh_total),
                                         floats(layout.dz_total),
+                                        floats(layout.dh_sums),
+                                        ints(layout.dh_sum_fallback),
                                         ints(layout.critical_columns),
                                         ints(layout.marginal_columns),
                                         ints(layout.non_marginal_columns),

@@ -63,12 +63,37 @@ SageTensorStrides hndStrides(const HostTensor &tensor) {
   return {tensor.heads() * tensor.tokens() * tensor.dim(), tensor.tokens() * tensor.dim(), tensor.dim()};
 }
 
+// Per-kv-block magnitudes of K and V (so of the states h_j), for the mask GEMM's scaled entries.
+enum class BlockMagnitudes {
+  uniform, // as drawn
+  spread,  // K by 2^-9..2^9, V by 2^-8..2^8 per block: the states' scales span ~34 binades, inside the GEMM's 39
+  beyond,  // every fourth block 2^-16 in K and V, the others 2^4 and 2^8: ~44 binades, past the GEMM's range
+};
+
+// Multiplies K and V's rows of kv block j by 2^k_exponent(j) and 2^v_exponent(j) (rounded to f16 as stored).
+void scaleBlocks(HostTensor &k, HostTensor &v, int64_t block_kv, BlockMagnitudes magnitudes) {
+  if (magnitudes == BlockMagnitudes::uniform)
+    return;
+  for (int64_t h = 0; h < k.heads(); ++h)
+    for (int64_t t = 0; t < k.tokens(); ++t) {
+      const int64_t j = t / block_kv;
+      const bool spread = magnitudes == BlockMagnitudes::spread, tiny = j % 4 == 1;
+      const int k_exponent = spread ? static_cast<int>((j * 5) % 7 - 3) * 3 : (tiny ? -16 : 4);
+      const int v_exponent = spread ? static_cast<int>((j * 3) % 5 - 2) * 4 : (tiny ? -16 : 8);
+      for (int64_t c = 0; c < k.dim(); ++c) {
+        k.set(0, h, t, c, std::ldexp(static_cast<double>(k.at(0, h, t, c)), k_exponent));
+        v.set(0, h, t, c, std::ldexp(static_cast<double>(v.at(0, h, t, c)), v_exponent));
+      }
+    }
+}
+
 struct Case {
   std::string name;
   AttentionVariant variant;
   int64_t heads_q, heads_kv, tokens_q, tokens_kv;
   double min_cosine; // O against the reference run with the GPU's classes
   RandomTensorOptions k_options{2, 0.0, 1.0, 1.0}, v_options{3};
+  BlockMagnitudes magnitudes = BlockMagnitudes::uniform;
 };
 
 std::vector<Case> cases() {
@@ -105,6 +130,23 @@ std::vector<Case> cases() {
     large.k_options = {9, 4.0, 1.0, 0.0};
     large.v_options = {10, 200.0, 200.0, 0.0};
     all.push_back(large);
+    // States of very different magnitudes across blocks: the mask GEMM's entries 2^(e_j - e_ref) down to f16
+    // subnormals; past its range, the rows with such a marginal block are flagged and summed from the lookup table.
+    const AttentionVariant relu = dsl::attention("sla-magnitudes")
+                                      .head_dim(head_dim)
+                                      .blocks(64, 64)
+                                      .qk(dsl::f16_qk())
+                                      .pv(dsl::f16(dsl::accum::f32))
+                                      .sla(dsl::sla_spec(FeatureMap::relu, 5.0, 10.0))
+                                      .describe();
+    Case spread{"sla-f16 relu, states over 34 binades", relu, 2, 1, 768, 2048, 0.999};
+    spread.k_options = {11, 0.0, 1.0, 0.0};
+    spread.magnitudes = BlockMagnitudes::spread;
+    all.push_back(spread);
+    Case beyond{"sla-f16 relu, states over 44 binades", relu, 2, 2, 512, 1024, 0.999};
+    beyond.k_options = {12, 0.0, 1.0, 0.0};
+    beyond.magnitudes = BlockMagnitudes::beyond;
+    all.push_back(beyond);
   }
   return all;
 }
@@ -122,10 +164,9 @@ TEST_CASE("the SLA forward matches the CPU reference") {
     CAPTURE(item.name);
     CAPTURE(d);
     const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, StorageType::f16, Layout::hnd, {1});
-    const HostTensor k =
-        randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.k_options);
-    const HostTensor v =
-        randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.v_options);
+    HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.k_options);
+    HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.v_options);
+    scaleBlocks(k, v, variant.block_kv, item.magnitudes);
     Projection projection{d, std::vector<double>(static_cast<size_t>(d * d)),
                           std::vector<double>(static_cast<size_t>(d))};
     std::mt19937_64 generator(4);
@@ -204,6 +245,16 @@ TEST_CASE("the SLA forward matches the CPU reference") {
       CHECK(std::equal(expected_linear.begin(), expected_linear.end(), linear_lut.begin() + row * listed));
     }
 
+    // The mask GEMM flags exactly the rows with a marginal block past its range: none unless the states span more
+    // than its 39 binades.
+    const auto fallback = workspace.read<int>(layout.h_sum_fallback, static_cast<size_t>(rows));
+    const auto flagged = static_cast<int64_t>(std::count(fallback.begin(), fallback.end(), 1));
+    CHECK(std::count(fallback.begin(), fallback.end(), 0) + flagged == rows);
+    if (item.magnitudes == BlockMagnitudes::beyond)
+      CHECK(flagged > 0);
+    else
+      CHECK(flagged == 0);
+
     // O^l and O against the reference with the GPU's classes.
     const SlaResult reference = runSlaReference(variant, q, k, v, projection, &classes);
     const auto gpu_linear = o_linear.read<float>(0, outputs);
@@ -219,11 +270,12 @@ TEST_CASE("the SLA forward matches the CPU reference") {
     CHECK(linear_metrics.cosine_similarity > 0.99999);
     CHECK(linear_metrics.relative_l1 < 1e-3);
     CHECK(output_metrics.cosine_similarity > item.min_cosine);
-    std::printf("gpu_sla_test: %-30s d%-3lld pre-aggregation %-3s P_c max err %.2e, classes differing %zu/%zu, "
-                "O^l cos %.7f rel-L1 %.2e, O cos %.6f rel-L1 %.4f\n",
+    std::printf("gpu_sla_test: %-36s d%-3lld pre-aggregation %-3s P_c max err %.2e, classes differing %zu/%zu, "
+                "GEMM rows flagged %lld/%lld, O^l cos %.7f rel-L1 %.2e, O cos %.6f rel-L1 %.4f\n",
                 item.name.c_str(), static_cast<long long>(d), layout.marginal_majority ? "yes" : "no", worst_compressed,
-                mismatches, entries, linear_metrics.cosine_similarity, linear_metrics.relative_l1,
-                output_metrics.cosine_similarity, output_metrics.relative_l1);
+                mismatches, entries, static_cast<long long>(flagged), static_cast<long long>(rows),
+                linear_metrics.cosine_similarity, linear_metrics.relative_l1, output_metrics.cosine_similarity,
+                output_metrics.relative_l1);
   }
 }
 
@@ -236,6 +288,10 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     std::string name;
     AttentionVariant variant;
     int64_t heads_q, heads_kv, tokens_q, tokens_kv;
+    // Per-q-block magnitudes of dO (so of dH_i, which the backward's mask GEMM sums): 2^-30..2^0 (~30 binades; not
+    // above 1: the sparse part rounds dO and dS to f16), or every fourth q block 2^-48 (past the GEMM's 39 binades:
+    // those columns are flagged and summed from the tables).
+    BlockMagnitudes d_output_magnitudes = BlockMagnitudes::uniform;
   };
   std::vector<BackwardCase> backward_cases;
   for (int head_dim : {64, 128}) {
@@ -250,6 +306,10 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
                                   .sla(dsl::sla_spec(FeatureMap::relu, 30.0, 20.0))
                                   .describe(),
                               2, 2, 640, 640});
+    for (BlockMagnitudes magnitudes : {BlockMagnitudes::spread, BlockMagnitudes::beyond})
+      backward_cases.push_back(
+          {magnitudes == BlockMagnitudes::spread ? "sla-f16 dO over 30 binades" : "sla-f16 dO over 48 binades",
+           dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 1024, 768, magnitudes});
   }
   for (const BackwardCase &item : backward_cases) {
     const AttentionVariant &variant = item.variant;
@@ -268,8 +328,14 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     const size_t kv_size = static_cast<size_t>(item.heads_kv * item.tokens_kv * d);
     std::vector<double> d_output(q_size), d_linear(q_size, 0.0);
     std::normal_distribution<double> unit;
-    for (double &g : d_output)
-      g = static_cast<float>(unit(generator));
+    for (size_t e = 0; e < q_size; ++e) {
+      const int64_t block = static_cast<int64_t>(e / static_cast<size_t>(d)) % item.tokens_q / variant.block_q;
+      const int exponent = item.d_output_magnitudes == BlockMagnitudes::spread
+                               ? static_cast<int>((block * 5) % 7) * 5 - 30
+                           : item.d_output_magnitudes == BlockMagnitudes::beyond ? (block % 4 == 1 ? -48 : 0)
+                                                                                 : 0;
+      d_output[e] = static_cast<float>(std::ldexp(unit(generator), exponent));
+    }
     for (size_t row = 0; row < q_size / static_cast<size_t>(d); ++row) // dO^l = dO W: what nn.Linear's backward gives
       for (int64_t out = 0; out < d; ++out)
         for (int64_t in = 0; in < d; ++in)
@@ -314,6 +380,16 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     for (signed char cls : gpu_classes)
       classes.classes.push_back(static_cast<BlockClass>(cls));
     const SlaGradients reference = runSlaBackward(variant, q, k, v, projection, classes, d_output);
+    // The backward's mask GEMM flags exactly the kv blocks with a marginal dH_i past its range.
+    const auto column_fallback = workspace.read<int>(
+        layout.dh_sum_fallback, static_cast<size_t>(item.heads_kv) * static_cast<size_t>(layout.shape.kv_blocks));
+    const auto flagged = std::count(column_fallback.begin(), column_fallback.end(), 1);
+    CHECK(std::count(column_fallback.begin(), column_fallback.end(), 0) + flagged ==
+          static_cast<std::ptrdiff_t>(column_fallback.size()));
+    if (item.d_output_magnitudes == BlockMagnitudes::beyond)
+      CHECK(flagged > 0);
+    else
+      CHECK(flagged == 0);
     const auto gpu_lse = workspace.read<float>(layout.lse, q_size / static_cast<size_t>(d));
     double worst_lse = 0.0;
     for (size_t row = 0; row < gpu_lse.size(); ++row)
@@ -331,8 +407,9 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
       // f32 CUDA-core version had.
       CHECK(metrics.cosine_similarity > 0.9999);
       CHECK(metrics.relative_l1 < 5e-3);
-      std::printf("gpu_sla_test: backward %-22s d%-3lld %s cos %.7f rel-L1 %.2e\n", item.name.c_str(),
-                  static_cast<long long>(d), name, metrics.cosine_similarity, metrics.relative_l1);
+      std::printf("gpu_sla_test: backward %-26s d%-3lld %s cos %.7f rel-L1 %.2e (GEMM columns flagged %lld/%zu)\n",
+                  item.name.c_str(), static_cast<long long>(d), name, metrics.cosine_similarity, metrics.relative_l1,
+                  static_cast<long long>(flagged), column_fallback.size());
     }
   }
 }

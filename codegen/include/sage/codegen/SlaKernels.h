@@ -1,10 +1,11 @@
-// SLA's kernels (issue 13): one CUDA translation unit per (head dim, blocks, feature map) holding the five
+// SLA's kernels (issue 13): one CUDA translation unit per (head dim, blocks, feature map) holding the six
 // extern "C" kernels of an SLA forward besides its sparse part, and the four of its backward (which is the block_sparse
 // attention kernel of the variant's sparseness, run with the predicted critical mask). Device code:
 // codegen/device/sage/device/sla/; parameter blocks: sage/device/sla/abi.cuh (plain C, included by host and device).
 //
 // Launch order: pool -> predict (the mask prediction's two launches), states [-> totals when the marginal blocks are
-// the majority], the block-sparse attention with keep = critical, then output (O^l and O = O^s + Proj(O^l)).
+// the majority] -> mask GEMM (H_i of every q block), the block-sparse attention with keep = critical, then output
+// (O^l and O = O^s + Proj(O^l)).
 #pragma once
 
 #include "sage/device/sla/abi.cuh"
@@ -19,33 +20,42 @@ namespace sage::codegen {
 inline constexpr std::string_view kSlaPoolKernel = "sage_sla_pool";       // grid (q_blocks + kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaPredictKernel = "sage_sla_predict"; // grid (ceil(q_blocks / rows), h_q, b)
 inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // grid (kv_blocks, h_kv, b)
-inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (ceil(d*d/256), h_kv, b)
-inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output";   // grid (q_blocks, h_q, b)
-// The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), their totals, then the kv blocks (dK,
-// dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory (slaBackwardSharedBytes).
+inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (1, h_kv, b)
+// H_i for every q block: grid (ceil(q_blocks / 128), d * d / 128, b * h_q); static shared memory only.
+inline constexpr std::string_view kSlaMaskGemmKernel = "sage_sla_mask_gemm";
+inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid (q_blocks, h_q, b)
+// The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), sum_i dZ_i, the mask GEMM (dh_j), then
+// the kv blocks (dK, dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory
+// (slaBackwardSharedBytes).
 inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
-inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (ceil(d*d/256), h_q, b)
-inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv";        // grid (kv_blocks, h_kv, b)
+inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (1, h_q, b)
+// dh_j for every kv block: grid (ceil(kv_blocks / 128), d * d / 128, b * h_kv); static shared memory only.
+inline constexpr std::string_view kSlaColumnsMaskGemmKernel = "sage_sla_bwd_mask_gemm";
+inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // grid (kv_blocks, h_kv, b)
 // The sparse part's backward on tensor cores, after the rows / kv kernel (they add to dQ / dK, dV): 2 * block_q
 // (2 * block_kv) threads and slaSparseBackwardSharedBytes of dynamic shared memory.
 inline constexpr std::string_view kSlaSparseRowsBackwardKernel = "sage_sla_bwd_sparse_rows"; // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaSparseKvBackwardKernel = "sage_sla_bwd_sparse_kv"; // grid (kv_blocks, h_kv, b)
 inline constexpr int kSlaThreads = 256;                                                  // every kernel's CTA
-inline constexpr int kSlaMaxKvBlocks = 4096; // a row of P_c in shared memory
-inline constexpr int kSlaMaxHeadDim = 128;   // the output kernel's shared memory
+inline constexpr int kSlaMaxKvBlocks = 4096;    // a row of P_c in shared memory
+inline constexpr int kSlaMaxHeadDim = 128;      // the output kernel's shared memory
+inline constexpr int kSlaMaskGemmRows = 128;    // q blocks per CTA of the mask GEMM (sla/mask_gemm.cuh's MaskGemmTile)
+inline constexpr int kSlaMaskGemmColumns = 128; // state columns per CTA
 
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
   std::string source; // #includes the device library's sla headers
-  std::array<std::string_view, 11> entry_points{kSlaPoolKernel,
+  std::array<std::string_view, 13> entry_points{kSlaPoolKernel,
                                                 kSlaPredictKernel,
                                                 kSlaStatesKernel,
                                                 kSlaTotalsKernel,
+                                                kSlaMaskGemmKernel,
                                                 kSlaOutputKernel,
                                                 kSlaColumnsKernel,
                                                 kSlaRowsBackwardKernel,
                                                 kSlaRowTotalsKernel,
+                                                kSlaColumnsMaskGemmKernel,
                                                 kSlaKvBackwardKernel,
                                                 kSlaSparseRowsBackwardKernel,
                                                 kSlaSparseKvBackwardKernel};

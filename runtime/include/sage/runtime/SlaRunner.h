@@ -34,13 +34,16 @@ struct SlaBackwardTensors {
 };
 
 // Byte offsets of the SLA workspace's regions (each 256-byte aligned) and its total size. h_states holds f16 h_j / s_j
-// with the powers of two s_j at h_scales (abi.cuh's SageSlaStateParams); the totals are f32.
+// with the powers of two s_j at h_scales (abi.cuh's SageSlaStateParams); z_total is f32. h_sums: the mask GEMM's
+// H_i (f32, b x h_q x T_m x d x d) and h_sum_fallback its flags per q block (SageSlaMaskGemmParams).
 struct SlaWorkspaceLayout {
   size_t pooled_q = 0, pooled_k = 0, compressed = 0, classes = 0, critical_mask = 0, critical_lut = 0, linear_lut = 0,
-         h_states = 0, h_scales = 0, z_states = 0, h_total = 0, z_total = 0, attention = 0, total = 0;
+         h_states = 0, h_scales = 0, z_states = 0, z_total = 0, h_sums = 0, h_sum_fallback = 0, attention = 0,
+         total = 0;
   // The backward's regions (zero unless the layout was made with backward = true), after the forward's.
-  size_t lse = 0, delta = 0, dh_rows = 0, dh_scales = 0, dz_rows = 0, dh_total = 0, dz_total = 0, critical_columns = 0,
-         marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
+  // dh_sums: the backward's mask GEMM's dh_j (f32, b x h_kv x T_n x d x d), dh_sum_fallback its flags per kv block.
+  size_t lse = 0, delta = 0, dh_rows = 0, dh_scales = 0, dz_rows = 0, dz_total = 0, dh_sums = 0, dh_sum_fallback = 0,
+         critical_columns = 0, marginal_columns = 0, non_marginal_columns = 0, column_counts = 0;
   // H_i (f16, with its power-of-two scale) and Z_i per q block: run() writes them when the workspace is this large,
   // and backward() reads them instead of summing the listed h_j again.
   size_t h_rows = 0, h_row_scales = 0, z_rows = 0;

@@ -51,26 +51,40 @@ struct SageSlaStateParams {
   float *z_states;          // [batch, heads_kv, kv_blocks, d]
 };
 
-// Launch 3b (pre-aggregation only): the sums of h_j and z_j over all kv blocks, in block order (deterministic).
-// Grid (ceil(d * d / 256), heads_kv, batch).
+// Launch 3b (pre-aggregation only): the sum of z_j over all kv blocks, in block order (deterministic).
+// Grid (1, heads_kv, batch).
 struct SageSlaTotalsParams {
-  const unsigned short *h_states;
-  const float *h_scales, *z_states;
+  const float *z_states;
   struct SageSlaShape shape;
-  float *h_total; // [batch, heads_kv, d, d]
   float *z_total; // [batch, heads_kv, d]
 };
 
-// Launch 4: H_i, Z_i from the lookup table, O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
+// Launch 3c: H_i = sum over the marginal j of h_j for every q block at once, a GEMM of the class mask and the states
+// on tensor cores (sla/mask_gemm.cuh says how the scales stay exact). Grid (ceil(q_blocks / 128), d * d / 128,
+// batch * heads_q).
+struct SageSlaMaskGemmParams {
+  const signed char *classes; // M_c (SageSlaPredictParams)
+  const unsigned short *h_states;
+  const float *h_scales;
+  struct SageSlaShape shape;
+  float *h_sums;       // H_i in f32 [batch, heads_q, q_blocks, d, d]
+  int *h_sum_fallback; // [batch, heads_q, q_blocks]: 1 where a marginal h_j is out of the GEMM's range (the output
+                       // kernel sums that row from the lookup table instead), else 0
+};
+
+// Launch 4: H_i (the mask GEMM's, or summed from the lookup table), Z_i from the lookup table,
+// O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
 // Grid (q_blocks, heads_q, batch); dynamic shared memory: sage_sla_output_shared_bytes(d, block_q).
 struct SageSlaOutputParams {
   const void *q; // f16
   struct SageSlaStrides q_strides;
   const unsigned short *h_states;
-  const float *h_scales, *z_states, *h_total, *z_total;
+  const float *h_scales, *z_states, *z_total;
   const int *linear_lut;
   int marginal_majority;
-  const void *o_sparse; // f16 O^s (the block-sparse attention's output)
+  const float *h_sums;       // the mask GEMM's H_i, or 0: every row sums its listed h_j
+  const int *h_sum_fallback; // rows the GEMM flagged (SageSlaMaskGemmParams)
+  const void *o_sparse;      // f16 O^s (the block-sparse attention's output)
   struct SageSlaStrides o_sparse_strides;
   const float *proj_weight; // [d, d] row-major (out, in): torch.nn.Linear's weight; 0: O^s is left as it is
   const float *proj_bias;   // [d], or 0
@@ -120,14 +134,24 @@ struct SageSlaRowsBackwardParams {
   float *dz_rows;          // dZ_i [batch, heads_q, q_blocks, d]
 };
 
-// Backward launch 3: sum_i dH_i, sum_i dZ_i per q head (for columns whose marginal blocks are the majority).
-// Grid (ceil(d * d / 256), heads_q, batch).
+// Backward launch 3: sum_i dZ_i per q head (for columns whose marginal blocks are the majority). Grid (1, heads_q,
+// batch).
 struct SageSlaRowTotalsParams {
-  const unsigned short *dh_rows;
-  const float *dh_scales, *dz_rows;
+  const float *dz_rows;
   struct SageSlaShape shape;
-  float *dh_total; // [batch, heads_q, d, d]
   float *dz_total; // [batch, heads_q, d]
+};
+
+// Backward launch 3c: dh_j = sum over the GQA group's q heads and q blocks i where (i, j) is marginal of dH_i, for
+// every kv block at once: the mask GEMM with M_c^T (sla/mask_gemm.cuh). Grid (ceil(kv_blocks / 128), d * d / 128,
+// batch * heads_kv).
+struct SageSlaMaskGemmColumnsParams {
+  const signed char *classes; // M_c
+  const unsigned short *dh_rows;
+  const float *dh_scales;
+  struct SageSlaShape shape;
+  float *dh_sums;       // dh_j in f32 [batch, heads_kv, kv_blocks, d, d]
+  int *dh_sum_fallback; // [batch, heads_kv, kv_blocks]: 1 where the kv kernel sums the column's dH_i itself
 };
 
 // Backward launch 4: one kv block of one kv head: the linear branch's dK, dV (written) over the q heads of its GQA
@@ -140,7 +164,9 @@ struct SageSlaColumnsBackwardParams {
   const float *d_sparse; // dO^s
   const float *lse, *delta;
   const unsigned short *dh_rows;
-  const float *dh_scales, *dz_rows, *dh_total, *dz_total;
+  const float *dh_scales, *dz_rows, *dz_total;
+  const float *dh_sums;       // the mask GEMM's dh_j (SageSlaMaskGemmColumnsParams)
+  const int *dh_sum_fallback; // the columns it flagged: their dh_j is summed from the column tables
   const int *critical_columns, *marginal_columns, *non_marginal_columns, *column_counts;
   struct SageSlaShape shape;
   float scale;

@@ -197,19 +197,10 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     p.dz_rows[row_block * D + threadIdx.x] = dz;
 }
 
-// Launch 3: sum_i dH_i and sum_i dZ_i per q head, in block order.
+// Launch 3: sum_i dZ_i per q head, in block order.
 template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
-  const int b = blockIdx.z, h = blockIdx.y, e = blockIdx.x * kThreads + threadIdx.x;
-  const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-  if (e < D * D) {
-    float sum = 0.0f;
-    for (int i = 0; i < p.shape.q_blocks; ++i) {
-      const long long row_block = head * p.shape.q_blocks + i;
-      sum += p.dh_scales[row_block] * f16_value(p.dh_rows[row_block * D * D + e]);
-    }
-    p.dh_total[head * D * D + e] = sum;
-  }
-  if (blockIdx.x == 0 && threadIdx.x < D) {
+  const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_q + blockIdx.y;
+  if (threadIdx.x < D) {
     float sum = 0.0f;
     for (int i = 0; i < p.shape.q_blocks; ++i)
       sum += p.dz_rows[(head * p.shape.q_blocks + i) * D + threadIdx.x];
@@ -218,14 +209,16 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 }
 
 // Launch 4: one kv block of one kv head. dh_j = sum of dH_i over the q blocks (of every q head of the GQA group)
-// where the block is marginal (or all minus the others: pre-aggregation per column), then d phi(K_t) = dh_j V_t + dz_j
-// and dV_t = phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them.
+// where the block is marginal, from the mask GEMM (launch 3c; for a column it flagged, from the column tables, all
+// minus the others when marginal blocks are the column's majority), then d phi(K_t) = dh_j V_t + dz_j and dV_t =
+// phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   extern __shared__ float dh_state[]; // dh_j [D][kStateStride<D>]
   __shared__ float dz_state[D];
   __shared__ __align__(16) float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
   __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
+  __shared__ float list_scratch[kThreads];
   const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = p.shape.heads_q / p.shape.heads_kv;
   const int q_blocks = p.shape.q_blocks;
@@ -236,6 +229,11 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
     float dh[Sum::kVectorsPerThread][8];
     Sum::clear(dh);
     float dz = 0.0f;
+    // dh_j from the mask GEMM unless it flagged this column; dz_j (d floats per listed q block) from the tables.
+    const long long kv_column = head_kv * p.shape.kv_blocks + j;
+    const bool from_gemm = p.dh_sums && p.dh_sum_fallback[kv_column] == 0; // the same for the whole CTA
+    if (from_gemm)
+      Sum::add_f32(dh, p.dh_sums + kv_column * D * D);
     for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
       const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
       const long long column = head * p.shape.kv_blocks + j;
@@ -244,11 +242,15 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       const int *list = (majority ? p.non_marginal_columns : p.marginal_columns) + column * q_blocks;
       const int listed = majority ? non_marginal : marginal;
       const float sign = majority ? -1.0f : 1.0f;
-      if (majority) {
-        Sum::add_f32(dh, p.dh_total + head * D * D);
-        if (threadIdx.x < D)
-          dz += p.dz_total[head * D + threadIdx.x];
+      if (majority && threadIdx.x < D)
+        dz += p.dz_total[head * D + threadIdx.x];
+      if (from_gemm) {
+        dz += sign * sum_listed_vectors<D>(p.dz_rows, head * q_blocks, list, listed, list_scratch);
+        continue;
       }
+      if (majority) // a flagged column (rare): every dH_i of the head, minus the listed ones below
+        for (int i = 0; i < q_blocks; ++i)
+          Sum::add_one(dh, p.dh_rows, p.dh_scales, head * q_blocks + i);
       Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, list, listed, sign, [&](long long row_block) {
         if (threadIdx.x < D)
           dz += sign * p.dz_rows[row_block * D + threadIdx.x];

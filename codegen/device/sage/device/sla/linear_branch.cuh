@@ -133,19 +133,10 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   }
 }
 
-// Launch 3b: sum_j h_j and sum_j z_j in block order, in f32.
+// Launch 3b: sum_j z_j in block order, in f32 (Z_i with pre-aggregation: the total minus the listed z_j).
 template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
-  const int b = blockIdx.z, h = blockIdx.y, e = blockIdx.x * kThreads + threadIdx.x;
-  const long long head = static_cast<long long>(b) * p.shape.heads_kv + h;
-  if (e < D * D) {
-    float sum = 0.0f;
-    for (int j = 0; j < p.shape.kv_blocks; ++j) {
-      const long long block = head * p.shape.kv_blocks + j;
-      sum += p.h_scales[block] * f16_value(p.h_states[block * D * D + e]);
-    }
-    p.h_total[head * D * D + e] = sum;
-  }
-  if (blockIdx.x == 0 && threadIdx.x < D) {
+  const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_kv + blockIdx.y;
+  if (threadIdx.x < D) {
     float sum = 0.0f;
     for (int j = 0; j < p.shape.kv_blocks; ++j)
       sum += p.z_states[(head * p.shape.kv_blocks + j) * D + threadIdx.x];
@@ -160,6 +151,39 @@ __device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, fl
     sum[2 * w] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] & 0xffffu)), sum[2 * w]);
     sum[2 * w + 1] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] >> 16)), sum[2 * w + 1]);
   }
+}
+
+// sum over n < count of vectors[(first + list[n]) * D + c] for c = threadIdx.x < D (the other threads get 0), by the
+// whole CTA (it has barriers): kThreads / D groups of D threads take every (kThreads / D)-th entry with four loads in
+// flight each, instead of one thread per column waiting for list[n], then its vector, per entry (77 round trips to L2
+// per q block at 95% sparsity). `scratch`: kThreads floats of shared memory, free on entry.
+template <int D>
+__device__ float sum_listed_vectors(const float *vectors, long long first, const int *list, int count, float *scratch) {
+  constexpr int kGroups = kThreads / D;
+  static_assert(kThreads % D == 0, "D divides the CTA");
+  const int column = threadIdx.x % D, group = threadIdx.x / D;
+  const float *base = vectors + first * D + column;
+  float sum = 0.0f;
+  int n = group;
+  for (; n + 3 * kGroups < count; n += 4 * kGroups) {
+    const int j0 = list[n], j1 = list[n + kGroups], j2 = list[n + 2 * kGroups], j3 = list[n + 3 * kGroups];
+    const float a = base[static_cast<long long>(j0) * D], b = base[static_cast<long long>(j1) * D];
+    const float c = base[static_cast<long long>(j2) * D], d = base[static_cast<long long>(j3) * D];
+    sum += a;
+    sum += b;
+    sum += c;
+    sum += d;
+  }
+  for (; n < count; n += kGroups)
+    sum += base[static_cast<long long>(list[n]) * D];
+  scratch[threadIdx.x] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < D)
+    for (int g = 0; g < kGroups; ++g)
+      total += scratch[g * D + threadIdx.x];
+  __syncthreads(); // scratch is free again
+  return total;
 }
 
 // Sums of d x d matrices stored in f16 with one f32 scale each (h_j, dH_i), in f32 registers: a thread owns
@@ -256,10 +280,11 @@ template <int D, int BLOCK_Q> struct OutputLayout {
                 "abi.cuh's size of the output kernel's shared memory");
 };
 
-// Launch 4: one q block of one q head. H_i = sum of the marginal h_j, or (pre-aggregation) sum of all minus the
-// non-marginal ones, in f32 registers (each thread owns kVectorsPerThread runs of 8 elements, read 16 bytes at a
-// time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the denominator is 0; O = O^s +
-// O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the ratio does not change).
+// Launch 4: one q block of one q head. H_i from the mask GEMM or, for the rows it flagged, the sum of the marginal
+// h_j (or with pre-aggregation the sum of all minus the non-marginal ones), in f32 registers (each thread owns
+// kVectorsPerThread runs of 8 elements, read 16 bytes at a time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the
+// denominator is 0; O = O^s + O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the
+// ratio does not change).
 template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
   using L = OutputLayout<D, BLOCK_Q>;
   constexpr int kPerLane = (D + 31) / 32;
@@ -277,33 +302,47 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
   const long long row = (static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.q_blocks + i;
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
 
-  // Line 13 (with pre-aggregation when the marginal blocks are the majority).
+  // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
+  // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
+  // sum of all blocks minus the non-marginal ones (Z_i from z_total; a flagged row sums every h_j itself).
   const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
   const bool majority = p.marginal_majority != 0;
+  const bool from_gemm = p.h_sums && p.h_sum_fallback[row] == 0; // the same for the whole CTA
   const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
   const int *lut = p.linear_lut + row * listed;
   float state[L::kVectorsPerThread][8];
 #pragma unroll
   for (int v = 0; v < L::kVectorsPerThread; ++v) {
     const int piece = v * kThreads + threadIdx.x;
+    if (from_gemm && piece < L::kVectors) {
+      const float4 *sum = reinterpret_cast<const float4 *>(p.h_sums + row * D * D + piece * 8);
+      const float4 left = __ldg(sum), right = __ldg(sum + 1);
+      state[v][0] = left.x, state[v][1] = left.y, state[v][2] = left.z, state[v][3] = left.w;
+      state[v][4] = right.x, state[v][5] = right.y, state[v][6] = right.z, state[v][7] = right.w;
+    } else {
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
-      state[v][e] = majority && piece < L::kVectors ? p.h_total[head_kv * D * D + piece * 8 + e] : 0.0f;
+      for (int e = 0; e < 8; ++e)
+        state[v][e] = 0.0f;
+    }
   }
-  float z = threadIdx.x < D && majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f;
+  if (!from_gemm && majority) // a flagged row (rare): every state, then minus the listed ones below
+    for (int j = 0; j < p.shape.kv_blocks; ++j)
+      ScaledStateSum<D>::add_one(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks + j);
   const float sign = majority ? -1.0f : 1.0f;
+  // Scratch: the operands' buffers (with operand_lo at least kThreads floats), free until the first pass.
+  const float z_listed = sum_listed_vectors<D>(p.z_states, head_kv * p.shape.kv_blocks, lut, listed,
+                                               reinterpret_cast<float *>(operand_hi));
+  const float z = threadIdx.x < D ? (majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f) + sign * z_listed : 0.0f;
   const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
-  for (int n = 0; n < listed; ++n) {
-    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
+  for (int n = 0; n < (from_gemm ? 0 : listed); ++n) {
     const long long block = head_kv * p.shape.kv_blocks + lut[n];
+    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
     uint4 bits[L::kVectorsPerThread];
 #pragma unroll
     for (int v = 0; v < L::kVectorsPerThread; ++v)
       if (v * kThreads + threadIdx.x < L::kVectors)
         bits[v] = __ldg(states + block * L::kVectors + v * kThreads + threadIdx.x);
     const float coefficient = sign * p.h_scales[block];
-    if (threadIdx.x < D)
-      z += sign * p.z_states[block * D + threadIdx.x];
 #pragma unroll
     for (int v = 0; v < L::kVectorsPerThread; ++v)
       if (v * kThreads + threadIdx.x < L::kVectors)
