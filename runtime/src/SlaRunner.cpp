@@ -77,6 +77,8 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
   state_->columns_gemm = module->kernel(std::string(codegen::kSlaColumnsMaskGemmKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
+  state_->mask_gemm.setMaxDynamicSharedMemory(codegen::slaMaskGemmSharedBytes());
+  state_->columns_gemm.setMaxDynamicSharedMemory(codegen::slaMaskGemmSharedBytes());
   state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
   state_->sparse_rows = module->kernel(std::string(codegen::kSlaSparseRowsBackwardKernel));
   state_->sparse_kv = module->kernel(std::string(codegen::kSlaSparseKvBackwardKernel));
@@ -250,7 +252,7 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   state_->mask_gemm.launch(
       mask_gemm, {grid((size.q_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
                        d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_q),
-                  block, 0, stream});
+                  block, static_cast<unsigned>(codegen::slaMaskGemmSharedBytes()), stream});
 
   // O^s: the sparse part over the critical blocks.
   AttentionTensors attention;
@@ -362,7 +364,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
   state_->columns_gemm.launch(
       columns_gemm, {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
                           d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_kv),
-                     block, 0, stream});
+                     block, static_cast<unsigned>(codegen::slaMaskGemmSharedBytes()), stream});
   const SageSlaColumnsBackwardParams kv{tensors.q,
                                         tensors.k,
                                         tensors.v,

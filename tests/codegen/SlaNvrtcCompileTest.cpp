@@ -68,6 +68,8 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
             return slaBackwardSharedBytes(head_dim);
           if (function == kSlaOutputKernel)
             return slaOutputSharedBytes(head_dim, variant.block_q);
+          if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
+            return slaMaskGemmSharedBytes();
           if (function == kSlaSparseRowsBackwardKernel || function == kSlaSparseKvBackwardKernel)
             return slaSparseBackwardSharedBytes(head_dim, variant.block_q, variant.block_kv);
           return 0;

@@ -21,7 +21,8 @@ inline constexpr std::string_view kSlaPoolKernel = "sage_sla_pool";       // gri
 inline constexpr std::string_view kSlaPredictKernel = "sage_sla_predict"; // grid (ceil(q_blocks / rows), h_q, b)
 inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // grid (kv_blocks, h_kv, b)
 inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (1, h_kv, b)
-// H_i for every q block: grid (ceil(q_blocks / 128), d * d / 128, b * h_q); static shared memory only.
+// H_i for every q block: grid (ceil(q_blocks / 128), d * d / 128, b * h_q); slaMaskGemmSharedBytes of dynamic shared
+// memory (as the backward's mask GEMM).
 inline constexpr std::string_view kSlaMaskGemmKernel = "sage_sla_mask_gemm";
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid (q_blocks, h_q, b)
 // The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), sum_i dZ_i, the mask GEMM (dh_j), then
@@ -30,7 +31,7 @@ inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid 
 inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (1, h_q, b)
-// dh_j for every kv block: grid (ceil(kv_blocks / 128), d * d / 128, b * h_kv); static shared memory only.
+// dh_j for every kv block: grid (ceil(kv_blocks / 128), d * d / 128, b * h_kv).
 inline constexpr std::string_view kSlaColumnsMaskGemmKernel = "sage_sla_bwd_mask_gemm";
 inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // grid (kv_blocks, h_kv, b)
 // The sparse part's backward on tensor cores, after the rows / kv kernel (they add to dQ / dK, dV): 2 * block_q
@@ -38,10 +39,10 @@ inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // g
 inline constexpr std::string_view kSlaSparseRowsBackwardKernel = "sage_sla_bwd_sparse_rows"; // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaSparseKvBackwardKernel = "sage_sla_bwd_sparse_kv"; // grid (kv_blocks, h_kv, b)
 inline constexpr int kSlaThreads = 256;                                                  // every kernel's CTA
-inline constexpr int kSlaMaxKvBlocks = 4096;    // a row of P_c in shared memory
-inline constexpr int kSlaMaxHeadDim = 128;      // the output kernel's shared memory
-inline constexpr int kSlaMaskGemmRows = 128;    // q blocks per CTA of the mask GEMM (sla/mask_gemm.cuh's MaskGemmTile)
-inline constexpr int kSlaMaskGemmColumns = 128; // state columns per CTA
+inline constexpr int kSlaMaxKvBlocks = 4096;                           // a row of P_c in shared memory
+inline constexpr int kSlaMaxHeadDim = 128;                             // the output kernel's shared memory
+inline constexpr int kSlaMaskGemmRows = SAGE_SLA_MASK_GEMM_ROWS;       // output rows per CTA of the mask GEMMs
+inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state columns per CTA
 
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
@@ -72,6 +73,9 @@ inline int slaBackwardSharedBytes(int head_dim) { return head_dim * (head_dim + 
 // Dynamic shared memory of the output kernel (abi.cuh's formula, shared with the device code): split f16 operands of
 // its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
 inline int slaOutputSharedBytes(int head_dim, int block_q) { return sage_sla_output_shared_bytes(head_dim, block_q); }
+
+// Dynamic shared memory of the mask GEMMs (abi.cuh's formula): 80,416 bytes.
+inline int slaMaskGemmSharedBytes() { return sage_sla_mask_gemm_shared_bytes(); }
 
 // Dynamic shared memory of the sparse backward's kernels (abi.cuh's formula): 70,144 bytes at d = 128, blocks 64.
 inline int slaSparseBackwardSharedBytes(int head_dim, int block_q, int block_kv) {

@@ -211,6 +211,19 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_shared
   return 2 * (2 * sage_sla_output_operand_halves(head_dim) + 2 * rows * (head_dim + 8)) + 4 * (head_dim + rows + 8);
 }
 
+// The mask GEMMs' CTA tile (sla/mask_gemm.cuh's MaskGemmTile): output rows, state columns, summed blocks per k-step,
+// and the summed blocks whose factors fit its table. Their dynamic shared memory: A's tile (rows padded by 8 halves)
+// and S's (likewise), each twice, the f16 factor table, then the rows' flags and a reduction scratch (8 floats).
+#define SAGE_SLA_MASK_GEMM_ROWS 128
+#define SAGE_SLA_MASK_GEMM_COLUMNS 128
+#define SAGE_SLA_MASK_GEMM_DEPTH 64
+#define SAGE_SLA_MASK_GEMM_TABLE 4096
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_shared_bytes(void) {
+  return 2 * (2 * SAGE_SLA_MASK_GEMM_ROWS * (SAGE_SLA_MASK_GEMM_DEPTH + 8) +
+              2 * SAGE_SLA_MASK_GEMM_DEPTH * (SAGE_SLA_MASK_GEMM_COLUMNS + 8) + SAGE_SLA_MASK_GEMM_TABLE) +
+         4 * (SAGE_SLA_MASK_GEMM_ROWS + 8);
+}
+
 // The sparse backward's dynamic shared memory: Q and dO^s (block_q rows), K and V (block_kv rows) in f16 with rows
 // padded by 8 halves, then L and D^s of a q block (f32).
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int

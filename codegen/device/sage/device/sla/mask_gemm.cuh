@@ -28,18 +28,25 @@ __device__ __forceinline__ void copy16_async(void *shared, const void *global, b
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// The CTA tile: 128 q blocks x 128 state columns, 32 kv blocks per k-step; 8 warps as 4 (rows) x 2 (columns), each
-// 32 x 64 (2 x 8 mma tiles, 64 f32 accumulators).
+// The CTA tile: 128 output rows x 128 state columns, 64 summed blocks per k-step (double-buffered: one L2 round trip
+// per k-step is exposed at most, and 64 blocks of mma work cover most of it); 8 warps as 4 (rows) x 2 (columns), each
+// 32 x 64 (2 x 8 mma tiles, 64 f32 accumulators). Shared memory (dynamic: abi.cuh's sage_sla_mask_gemm_shared_bytes):
+// A's and S's tiles twice, the factors of the summed blocks, the rows' flags, a reduction scratch.
 struct MaskGemmTile {
-  static constexpr int kM = 128, kN = 128, kK = 32;
+  static constexpr int kM = SAGE_SLA_MASK_GEMM_ROWS, kN = SAGE_SLA_MASK_GEMM_COLUMNS, kK = SAGE_SLA_MASK_GEMM_DEPTH;
   static constexpr int kAStride = kK + 8, kBStride = kN + 8; // padded rows: ldmatrix without bank conflicts
   static constexpr int kWarpRows = 32, kWarpColumns = 64;
   static constexpr int kMmaRows = kWarpRows / 16, kMmaColumns = kWarpColumns / 8;
-  static constexpr int kMaxTable = 4096;   // summed blocks whose factors are kept in shared memory (all kv blocks)
+  static constexpr int kMaxTable = SAGE_SLA_MASK_GEMM_TABLE; // summed blocks whose factors are kept in shared memory
+  static constexpr int kRuns = kK / 32;                      // 16-entry runs of A per thread and k-step
+  static constexpr int kATileHalves = kM * kAStride, kSTileHalves = kK * kBStride;
   static constexpr int kMaxReference = 15; // the largest entry of A is 2^15
   static_assert((kM / kWarpRows) * (kN / kWarpColumns) == kWarps, "one warp tile per warp");
-  static_assert(kM * kK == kThreads * 16, "a thread builds 16 entries of A per k-step");
-  static_assert(kK * kN == kThreads * 16, "a thread copies two 16-byte pieces of S per k-step");
+  static_assert(kM * kK == kThreads * 16 * kRuns, "a thread builds kRuns runs of 16 entries of A per k-step");
+  static_assert((kK * kN / 8) % kThreads == 0, "whole 16-byte pieces of S per thread");
+  static_assert(2 * (2 * kATileHalves + 2 * kSTileHalves + kMaxTable) + 4 * (kM + kWarps) ==
+                    sage_sla_mask_gemm_shared_bytes(),
+                "abi.cuh's size of the mask GEMM's shared memory");
 };
 
 // One mask GEMM: out[r] = sum over k < depth of [class(r, k) == marginal] s_k S_k, S_k the f16 matrix of summed
@@ -93,11 +100,12 @@ __device__ __forceinline__ unsigned short gemm_factor(float scale, float referen
 template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
   using T = MaskGemmTile;
   static_assert((D * D) % T::kN == 0, "the columns split into whole tiles");
-  __shared__ __align__(16) unsigned short a_tile[2][T::kM * T::kAStride];
-  __shared__ __align__(16) unsigned short s_tile[2][T::kK * T::kBStride];
-  __shared__ unsigned short column_factor[T::kMaxTable]; // gemm_factor(s_k) when depth <= kMaxTable
-  __shared__ int row_fallback[T::kM];
-  __shared__ float scratch[kWarps];
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *a_tiles = reinterpret_cast<unsigned short *>(shared_bytes); // [2][kATileHalves]
+  unsigned short *s_tiles = a_tiles + 2 * T::kATileHalves;                    // [2][kSTileHalves]
+  unsigned short *column_factor = s_tiles + 2 * T::kSTileHalves;             // gemm_factor(s_k) when depth <= kMaxTable
+  int *row_fallback = reinterpret_cast<int *>(column_factor + T::kMaxTable); // [kM]
+  float *scratch = reinterpret_cast<float *>(row_fallback + T::kM);          // [kWarps]
   const int warp = threadIdx.x / 32, rows = o.rows, depth = o.depth;
   const int first_row = blockIdx.x * T::kM, first_column = blockIdx.y * T::kN;
   const bool table = depth <= T::kMaxTable;
@@ -114,8 +122,8 @@ template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
     for (int k = threadIdx.x; k < depth; k += kThreads)
       column_factor[k] = gemm_factor(o.scales[k], reference);
 
-  // A's entries of this thread: row a_row, summed blocks k0 + a_column .. + 15. S's: two 16-byte pieces.
-  const int a_row = threadIdx.x / 2, a_column = (threadIdx.x % 2) * 16;
+  // A's entries of this thread: row a_row, summed blocks k0 + a_column + 16 r .. + 15 for r < kRuns.
+  const int a_row = threadIdx.x / 2, a_column = (threadIdx.x % 2) * (T::kK / 2);
   const bool row_valid = first_row + a_row < rows;
   const unsigned short *states = o.states + first_column;
   auto copy_states = [&](int k0, int buffer) {
@@ -123,38 +131,49 @@ template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
     for (int piece = threadIdx.x; piece < T::kK * T::kN / 8; piece += kThreads) {
       const int r = piece / (T::kN / 8), c = (piece % (T::kN / 8)) * 8, k = k0 + r;
       const bool valid = k < depth; // rows past the end are zeros: 0 * garbage could be NaN
-      copy16_async(&s_tile[buffer][r * T::kBStride + c], states + (valid ? k : 0) * static_cast<long long>(D * D) + c,
-                   valid);
+      copy16_async(&s_tiles[buffer * T::kSTileHalves + r * T::kBStride + c],
+                   states + (valid ? k : 0) * static_cast<long long>(D * D) + c, valid);
     }
     commit_copies();
   };
-  auto load_row_classes = [&](int k0) {
-    ClassRun run = load_classes(o, row_valid ? first_row + a_row : 0, k0 + a_column);
-    if (!row_valid) {
-#pragma unroll
-      for (int w = 0; w < 4; ++w)
-        run.word[w] = 0x01010101u; // critical: no marginal entries
-    }
-    return run;
+  struct Runs {
+    ClassRun run[T::kRuns];
   };
-  auto store_a = [&](const ClassRun &run, int k0, int buffer) {
-    unsigned words[8];
+  auto load_row_classes = [&](int k0) {
+    Runs runs;
+#pragma unroll
+    for (int r = 0; r < T::kRuns; ++r) {
+      runs.run[r] = load_classes(o, row_valid ? first_row + a_row : 0, k0 + a_column + 16 * r);
+      if (!row_valid) {
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          runs.run[r].word[w] = 0x01010101u; // critical: no marginal entries
+      }
+    }
+    return runs;
+  };
+  auto store_a = [&](const Runs &runs, int k0, int buffer) {
     bool out_of_range = false;
 #pragma unroll
-    for (int w = 0; w < 8; ++w) {
-      unsigned short halves[2];
+    for (int r = 0; r < T::kRuns; ++r) {
+      unsigned words[8];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int n = 2 * w + e, k = k0 + a_column + n;
-        const bool marginal = run.marginal(n);
-        halves[e] = !marginal ? 0 : table ? column_factor[k] : gemm_factor(__ldg(o.scales + k), reference);
-        out_of_range |= marginal && halves[e] == 0;
+      for (int w = 0; w < 8; ++w) {
+        unsigned short halves[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int n = 2 * w + e, k = k0 + a_column + 16 * r + n;
+          const bool marginal = runs.run[r].marginal(n);
+          halves[e] = !marginal ? 0 : table ? column_factor[k] : gemm_factor(__ldg(o.scales + k), reference);
+          out_of_range |= marginal && halves[e] == 0;
+        }
+        words[w] = pack_f16x2(halves[0], halves[1]);
       }
-      words[w] = pack_f16x2(halves[0], halves[1]);
+      uint4 *at =
+          reinterpret_cast<uint4 *>(&a_tiles[buffer * T::kATileHalves + a_row * T::kAStride + a_column + 16 * r]);
+      at[0] = make_uint4(words[0], words[1], words[2], words[3]);
+      at[1] = make_uint4(words[4], words[5], words[6], words[7]);
     }
-    uint4 *at = reinterpret_cast<uint4 *>(&a_tile[buffer][a_row * T::kAStride + a_column]);
-    at[0] = make_uint4(words[0], words[1], words[2], words[3]);
-    at[1] = make_uint4(words[4], words[5], words[6], words[7]);
     if (out_of_range)
       row_fallback[a_row] = 1;
   };
@@ -178,12 +197,13 @@ template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
     wait_all_copies();
     __syncthreads(); // tile `step` is in shared memory; every read of the other buffer (step - 1) is done
     const bool more = step + 1 < steps;
-    ClassRun next{};
+    Runs next{};
     if (more) {
       copy_states((step + 1) * T::kK, buffer ^ 1);
       next = load_row_classes((step + 1) * T::kK);
     }
-    const SharedF16 a{a_tile[buffer], T::kAStride}, s{s_tile[buffer], T::kBStride};
+    const SharedF16 a{a_tiles + buffer * T::kATileHalves, T::kAStride},
+        s{s_tiles + buffer * T::kSTileHalves, T::kBStride};
 #pragma unroll
     for (int k = 0; k < T::kK; k += 16) {
       unsigned a_fragments[T::kMmaRows][4];
