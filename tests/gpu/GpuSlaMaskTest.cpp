@@ -4,6 +4,7 @@
 // for exact ties: K made of a few constant blocks gives equal pooled rows, whose order must be the reference's (the
 // lower kv block first) with no class differing. Skipped, with a message, where no GPU is present.
 #include "../support/SkipWithoutGpu.h"
+#include "NanFilledDeviceBuffer.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Sla.h"
@@ -23,24 +24,7 @@ using namespace sage::reference;
 
 namespace {
 
-struct DeviceBuffer {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  runtime::driver::DevicePointer pointer = 0;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t size) : bytes(size) {
-    pointer = driver.allocate(bytes);
-    driver.fillBytes(pointer, 0xff, bytes); // NaN patterns: what a kernel forgets to write shows up
-  }
-  ~DeviceBuffer() { driver.free(pointer); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  void *get() const { return reinterpret_cast<void *>(pointer); }
-  template <typename T> std::vector<T> read(size_t offset, size_t count) const {
-    std::vector<T> values(count);
-    driver.copyToHost(values.data(), pointer + offset, count * sizeof(T));
-    return values;
-  }
-};
+using DeviceBuffer = test::NanFilledDeviceBuffer;
 
 // An HND tensor on the device with `token_stride` elements per token (>= dim; more leaves gaps, as a view would).
 struct DeviceTensor {

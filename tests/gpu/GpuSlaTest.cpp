@@ -2,6 +2,7 @@
 // O. The reference runs with the classes the GPU predicted (a near-tie may rank differently in f32 than in double;
 // such rows are counted and bounded). Skipped, with a message, where no GPU is present. Prints one line per case.
 #include "../support/SkipWithoutGpu.h"
+#include "NanFilledDeviceBuffer.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
@@ -24,24 +25,7 @@ using namespace sage::reference;
 
 namespace {
 
-struct DeviceBuffer {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  runtime::driver::DevicePointer pointer = 0;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t size) : bytes(size) {
-    pointer = driver.allocate(bytes);
-    driver.fillBytes(pointer, 0xff, bytes); // NaN patterns: what a kernel forgets to write shows up
-  }
-  ~DeviceBuffer() { driver.free(pointer); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  void *get() const { return reinterpret_cast<void *>(pointer); }
-  template <typename T> std::vector<T> read(size_t offset, size_t count) const {
-    std::vector<T> values(count);
-    driver.copyToHost(values.data(), pointer + offset, count * sizeof(T));
-    return values;
-  }
-};
+using DeviceBuffer = test::NanFilledDeviceBuffer;
 
 std::unique_ptr<DeviceBuffer> upload(const HostTensor &tensor) {
   std::vector<uint16_t> bits(tensor.values().size());
