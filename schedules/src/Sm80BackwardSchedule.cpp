@@ -118,8 +118,9 @@ BackwardKernelPlan Sm80BackwardSchedule::plan(const BackwardVariant &variant, Gp
 }
 
 const std::vector<const BackwardSchedule *> &allBackwardSchedules() {
+  static const Sm90BackwardSchedule sm90;
   static const Sm80BackwardSchedule sm80;
-  static const std::vector<const BackwardSchedule *> list = {&sm80};
+  static const std::vector<const BackwardSchedule *> list = {&sm90, &sm80};
   return list;
 }
 

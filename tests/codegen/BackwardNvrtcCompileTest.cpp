@@ -1,6 +1,7 @@
 // SageBwd's kernels (issue 12) through NVRTC: sagebwd x head_dim {64, 128} x mask {none, causal} x input {f16, bf16}
-// x arch {sm_80, sm_89, sm_90a} compile to cubins (libnvrtc only: no GPU or driver). ptxas' report gives each of the
-// four kernels' registers and spills.
+// x arch {sm_80, sm_89, sm_90a} x every backward schedule that supports the arch compile to cubins (libnvrtc only: no
+// GPU or driver). ptxas' report gives each of the four kernels' registers and spills; the wgmma main kernel must not
+// spill (its dK/dV accumulators fill most of the register file).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -43,31 +44,37 @@ Outcome compile(const std::string &source, const std::string &name, GpuArch arch
 
 } // namespace
 
-TEST_CASE("the SageBwd kernels compile for sm_80, sm_89 and sm_90a") {
+TEST_CASE("the SageBwd kernels of every schedule compile for sm_80, sm_89 and sm_90a") {
   for (int head_dim : {64, 128})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal})
       for (InputType input : {InputType::f16, InputType::bf16})
-        for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a}) {
-          const BackwardVariant variant =
-              dsl::backwardPreset("sagebwd", head_dim, mask)
-                  ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
-                  .describe();
-          const codegen::BackwardKernelSource kernel =
-              codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, input));
-          CAPTURE(kernel.name);
-          const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
-          INFO(outcome.log);
-          REQUIRE(outcome.compiled);
-          CHECK(outcome.cubin_bytes > 0);
-          for (const BackwardLaunch &launch : kernel.plan.launches)
-            CHECK_MESSAGE(outcome.log.find(launch.entry_point) != std::string::npos, launch.entry_point);
-          // One report per kernel: "Function properties for x / N bytes stack frame, N bytes spill stores, ... /
-          // Used N registers" (the registers bound the CTAs per SM: 2 at 255 x 128 threads).
-          const std::regex report(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
-                                  R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
-          for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), report), end; it != end; ++it)
-            std::printf("%-56s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
-                        std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
-                        (*it)[2].str().c_str(), (*it)[3].str().c_str());
-        }
+        for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a})
+          for (const BackwardSchedule *schedule : allBackwardSchedules()) {
+            const BackwardVariant variant =
+                dsl::backwardPreset("sagebwd", head_dim, mask)
+                    ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
+                    .describe();
+            if (!schedule->supports(variant, arch, input))
+              continue;
+            const codegen::BackwardKernelSource kernel =
+                codegen::BackwardKernelGenerator::generate(variant, schedule->plan(variant, arch, input));
+            CAPTURE(kernel.name);
+            const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+            INFO(outcome.log);
+            REQUIRE(outcome.compiled);
+            CHECK(outcome.cubin_bytes > 0);
+            for (const BackwardLaunch &launch : kernel.plan.launches)
+              CHECK_MESSAGE(outcome.log.find(launch.entry_point) != std::string::npos, launch.entry_point);
+            // One report per kernel: "Function properties for x / N bytes stack frame, N bytes spill stores, ... /
+            // Used N registers" (the registers bound the CTAs per SM: 2 at 255 x 128 threads).
+            const std::regex report(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
+                                    R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
+            for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), report), end; it != end; ++it) {
+              std::printf("%-56s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
+                          std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
+                          (*it)[2].str().c_str(), (*it)[3].str().c_str());
+              if (schedule->name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
+                CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
+            }
+          }
 }

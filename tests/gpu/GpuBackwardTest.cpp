@@ -1,6 +1,8 @@
 // SageBwd's kernels (issue 12) on the GPU against the CPU reference of the same quantized algorithm
 // (runBackwardReference, with the O and LSE the kernels read) and, for scale, against exact attention's gradients.
-// Cases: head_dim 64/128, causal or not (n_q != n_kv, bottom-right), f16/bf16, GQA 4:2, partial 64-token tiles.
+// Cases: head_dim 64/128, causal or not (n_q != n_kv, bottom-right), f16/bf16, GQA 4:2, partial 64-token tiles, an
+// odd number of K blocks (a 128-key CTA whose second block lies beyond the end); every backward schedule that
+// supports the device's arch (the wgmma one and the mma.sync one on an H100).
 // Timing: one forward-free backward per shape at the end (the speed table is the runtime's job, issue 12 part 3).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
@@ -198,40 +200,56 @@ Inputs makeInputs(const Case &c, uint64_t seed) {
   return {std::move(q), std::move(k), std::move(v), std::move(o), std::move(d_o), std::move(lse)};
 }
 
+// The kernels of every backward schedule that supports the variant on `arch`, best first.
+std::vector<codegen::BackwardKernelSource> kernelsOf(const BackwardVariant &variant, GpuArch arch, InputType input) {
+  std::vector<codegen::BackwardKernelSource> kernels;
+  for (const BackwardSchedule *schedule : allBackwardSchedules())
+    if (schedule->supports(variant, arch, input))
+      kernels.push_back(codegen::BackwardKernelGenerator::generate(variant, schedule->plan(variant, arch, input)));
+  REQUIRE(!kernels.empty());
+  return kernels;
+}
+
 } // namespace
 
 TEST_CASE("the SageBwd kernels match the CPU reference of the same algorithm") {
   const GpuArch arch = deviceArch();
+  std::vector<Case> cases;
   for (int head_dim : {64, 128})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal})
-      for (InputType input : {InputType::f16, InputType::bf16}) {
-        const Case c{head_dim, mask, input, 4, 2, mask == MaskKind::causal ? 150 : 200, 200};
-        const BackwardVariant variant =
-            dsl::backwardPreset("sagebwd", head_dim, mask)
-                ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
-                .describe();
-        const codegen::BackwardKernelSource kernel =
-            codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, input));
-        CAPTURE(kernel.name);
-        const Inputs in = makeInputs(c, 100 + static_cast<uint64_t>(head_dim));
-        const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
-        const reference::GradientResult expected =
-            reference::runBackwardReference(variant, in.q, in.k, in.v, in.o, in.d_o, in.lse);
-        const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
-        const reference::GradientAccuracy exact = reference::compareGradients(
-            reference::exactAttentionBackward(in.q, in.k, in.v, in.d_o, mask == MaskKind::causal), run.gradients);
-        std::printf("gpu_backward_test: %-52s vs reference cos dq %.6f dk %.6f dv %.6f | vs exact dq %.6f dk %.6f "
-                    "dv %.6f\n",
-                    kernel.name.c_str(), same.dq.cosine_similarity, same.dk.cosine_similarity,
-                    same.dv.cosine_similarity, exact.dq.cosine_similarity, exact.dk.cosine_similarity,
-                    exact.dv.cosine_similarity);
-        for (const reference::AccuracyMetrics *metrics : {&same.dq, &same.dk, &same.dv}) {
-          CHECK(metrics->cosine_similarity >= 0.9999);
-          CHECK(metrics->relative_l1 <= 0.01);
-        }
-        for (const reference::AccuracyMetrics *metrics : {&exact.dq, &exact.dk, &exact.dv})
-          CHECK(metrics->cosine_similarity >= 0.99);
+      for (InputType input : {InputType::f16, InputType::bf16})
+        cases.push_back({head_dim, mask, input, 4, 2, mask == MaskKind::causal ? 150 : 200, 200});
+  cases.push_back({128, MaskKind::none, InputType::bf16, 2, 1, 100, 130}); // 3 K blocks
+  cases.push_back({64, MaskKind::causal, InputType::f16, 2, 2, 190, 190});
+  for (const Case &c : cases) {
+    const int head_dim = c.head_dim;
+    const MaskKind mask = c.mask;
+    const BackwardVariant variant = dsl::backwardPreset("sagebwd", head_dim, mask)
+                                        ->float_type(c.input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
+                                        .describe();
+    for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, c.input)) {
+      CAPTURE(kernel.name);
+      const Inputs in = makeInputs(c, 100 + static_cast<uint64_t>(head_dim));
+      const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
+      const reference::GradientResult expected =
+          reference::runBackwardReference(variant, in.q, in.k, in.v, in.o, in.d_o, in.lse);
+      const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
+      const reference::GradientAccuracy exact = reference::compareGradients(
+          reference::exactAttentionBackward(in.q, in.k, in.v, in.d_o, mask == MaskKind::causal), run.gradients);
+      std::printf(
+          "gpu_backward_test: %-52s %lldx%lld vs reference cos dq %.6f dk %.6f dv %.6f | vs exact dq %.6f dk %.6f "
+          "dv %.6f\n",
+          kernel.name.c_str(), static_cast<long long>(c.tokens_q), static_cast<long long>(c.tokens_kv),
+          same.dq.cosine_similarity, same.dk.cosine_similarity, same.dv.cosine_similarity, exact.dq.cosine_similarity,
+          exact.dk.cosine_similarity, exact.dv.cosine_similarity);
+      for (const reference::AccuracyMetrics *metrics : {&same.dq, &same.dk, &same.dv}) {
+        CHECK(metrics->cosine_similarity >= 0.9999);
+        CHECK(metrics->relative_l1 <= 0.01);
       }
+      for (const reference::AccuracyMetrics *metrics : {&exact.dq, &exact.dk, &exact.dv})
+        CHECK(metrics->cosine_similarity >= 0.99);
+    }
+  }
 }
 
 // Issue 12's gradient table: one head of N(0,1) Q, K, V, dO, N = 1024, d = 128, the kernel's gradients against exact
@@ -243,19 +261,19 @@ TEST_CASE("SageBwd gradients against exact attention, N(0,1), N = 1024, d = 128 
     const BackwardVariant variant = dsl::backwardPreset("sagebwd", 128, MaskKind::none)
                                         ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
                                         .describe();
-    const codegen::BackwardKernelSource kernel =
-        codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, input));
-    const Inputs in = makeInputs(c, 1200);
-    const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
-    const reference::GradientAccuracy exact =
-        reference::compareGradients(reference::exactAttentionBackward(in.q, in.k, in.v, in.d_o, false), run.gradients);
-    std::printf("gpu_backward_test: table %-46s N=1024 vs exact: dq cos %.6f rel-L1 %.4f | dk cos %.6f rel-L1 %.4f "
-                "| dv cos %.6f rel-L1 %.4f\n",
-                kernel.name.c_str(), exact.dq.cosine_similarity, exact.dq.relative_l1, exact.dk.cosine_similarity,
-                exact.dk.relative_l1, exact.dv.cosine_similarity, exact.dv.relative_l1);
-    CHECK(exact.dv.cosine_similarity >= 0.999);
-    CHECK(exact.dq.cosine_similarity >= 0.99);
-    CHECK(exact.dk.cosine_similarity >= 0.99);
+    for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, input)) {
+      const Inputs in = makeInputs(c, 1200);
+      const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
+      const reference::GradientAccuracy exact = reference::compareGradients(
+          reference::exactAttentionBackward(in.q, in.k, in.v, in.d_o, false), run.gradients);
+      std::printf("gpu_backward_test: table %-46s N=1024 vs exact: dq cos %.6f rel-L1 %.4f | dk cos %.6f rel-L1 %.4f "
+                  "| dv cos %.6f rel-L1 %.4f\n",
+                  kernel.name.c_str(), exact.dq.cosine_similarity, exact.dq.relative_l1, exact.dk.cosine_similarity,
+                  exact.dk.relative_l1, exact.dv.cosine_similarity, exact.dv.relative_l1);
+      CHECK(exact.dv.cosine_similarity >= 0.999);
+      CHECK(exact.dq.cosine_similarity >= 0.99);
+      CHECK(exact.dk.cosine_similarity >= 0.99);
+    }
   }
 }
 
@@ -266,17 +284,17 @@ TEST_CASE("SageBwd kernel time (backward only; TOPS count 2.5x the forward's flo
       const Case c{128, mask, InputType::bf16, 16, 16, tokens, tokens};
       const BackwardVariant variant =
           dsl::backwardPreset("sagebwd", 128, mask)->float_type(ElementType::bf16).describe();
-      const codegen::BackwardKernelSource kernel =
-          codegen::BackwardKernelGenerator::generate(variant, Sm80BackwardSchedule().plan(variant, arch, c.input));
-      using reference::randomTensor;
-      const auto bf16 = reference::StorageType::bf16;
-      const auto q = randomTensor(1, c.heads_q, tokens, 128, bf16, reference::Layout::hnd, {1});
-      const auto k = randomTensor(1, c.heads_q, tokens, 128, bf16, reference::Layout::hnd, {2});
-      const std::vector<double> lse(static_cast<size_t>(c.heads_q * tokens), 8.0);
-      const Run run = runKernels(kernel, c, q, k, k, q, q, lse, 10);
-      const double flops = 4.0 * c.heads_q * tokens * tokens * 128 * 2.5 * (mask == MaskKind::causal ? 0.5 : 1.0);
-      std::printf("gpu_backward_test: %-52s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
-                  static_cast<long long>(tokens), run.milliseconds, flops / (run.milliseconds * 1e-3) / 1e12);
-      CHECK(run.milliseconds > 0.0f);
+      for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, c.input)) {
+        using reference::randomTensor;
+        const auto bf16 = reference::StorageType::bf16;
+        const auto q = randomTensor(1, c.heads_q, tokens, 128, bf16, reference::Layout::hnd, {1});
+        const auto k = randomTensor(1, c.heads_q, tokens, 128, bf16, reference::Layout::hnd, {2});
+        const std::vector<double> lse(static_cast<size_t>(c.heads_q * tokens), 8.0);
+        const Run run = runKernels(kernel, c, q, k, k, q, q, lse, 10);
+        const double flops = 4.0 * c.heads_q * tokens * tokens * 128 * 2.5 * (mask == MaskKind::causal ? 0.5 : 1.0);
+        std::printf("gpu_backward_test: %-52s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
+                    static_cast<long long>(tokens), run.milliseconds, flops / (run.milliseconds * 1e-3) / 1e12);
+        CHECK(run.milliseconds > 0.0f);
+      }
     }
 }

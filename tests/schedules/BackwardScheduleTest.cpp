@@ -1,4 +1,4 @@
-// The sm80 backward schedule (SageBwd, issue 12): what it supports and why not, its plan, the workspace it needs,
+// The backward schedules (SageBwd, issue 12): what they support and why not, their plans, the workspace they need,
 // and the generator's text and checks.
 #include "sage/schedules/BackwardSchedule.h"
 #include "sage/codegen/BackwardKernelGenerator.h"
@@ -72,8 +72,7 @@ TEST_CASE("the main kernel takes two K blocks per CTA where the arch's shared me
     CHECK(main.threads == 256);
     // K^ [128][144], Q^ [64][144]; K^^T x 2, Q^^T, dO^^T [128][80]; V [128][272], dO [64][272]; P^T, dS^T [128][80];
     // dS [64][144]; 128 row stats and 32 scratch floats
-    CHECK(main.dynamic_shared_bytes ==
-          192 * 144 + 4 * 128 * 80 + 192 * 272 + 2 * 128 * 80 + 64 * 144 + (128 + 32) * 4);
+    CHECK(main.dynamic_shared_bytes == 192 * 144 + 4 * 128 * 80 + 192 * 272 + 2 * 128 * 80 + 64 * 144 + (128 + 32) * 4);
     CHECK(main.gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{24, 2, 2}); // 3000 keys in 128-key tiles
     CHECK(plan.launches[1].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
     CHECK(plan.launches[0].threads == 128);
@@ -86,17 +85,55 @@ TEST_CASE("the backward kernel text instantiates the device library with the pla
   const BackwardKernelPlan plan = Sm80BackwardSchedule().plan(variant, GpuArch::sm80, InputType::bf16);
   const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(variant, plan);
   CHECK(kernel.name == "sagebwd_d64_bf16_sm_80_sm80_mma_sync_backward");
-  for (const char *text :
-       {"#include \"sage/device/sm80/backward.cuh\"", "kHeadDim = 64", "kCausal = false", "kBf16 = true",
-        "sage_bwd_main(const SageBackwardParams params)", "kKeys = 128", "kMainSharedBytes<SageBackwardConfig> == 93824"}) {
+  for (const char *text : {"#include \"sage/device/sm80/backward.cuh\"", "kHeadDim = 64", "kCausal = false",
+                           "kBf16 = true", "sage_bwd_main(const SageBackwardParams params)", "kKeys = 128",
+                           "kMainSharedBytes<SageBackwardConfig> == 93824"}) {
     CAPTURE(text);
     CHECK(kernel.source.find(text) != std::string::npos);
   }
   BackwardKernelPlan other = plan;
-  other.schedule = "sm90.wgmma_backward";
+  other.schedule = "sm100.tcgen05_backward";
   CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(variant, other),
-                       doctest::Contains("no backward kernel writer for schedule 'sm90.wgmma_backward'"),
+                       doctest::Contains("no backward kernel writer for schedule 'sm100.tcgen05_backward'"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(sagebwd(128), plan), doctest::Contains("head_dim"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("the sm90 wgmma backward schedule: sm_90a only, the mma.sync schedule's numerics, 128 keys per CTA") {
+  const Sm90BackwardSchedule schedule;
+  CHECK(schedule.supports(sagebwd(64, MaskKind::causal), GpuArch::sm90a, InputType::f16));
+  CHECK(schedule.supports(sagebwd(128), GpuArch::sm90a, InputType::f16));
+  for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm100f, GpuArch::sm120f})
+    CHECK(schedule.supports(sagebwd(), arch, InputType::f16).reason.find("has no wgmma") != std::string::npos);
+  CHECK(schedule.supports(sagebwd(96), GpuArch::sm90a, InputType::f16).reason.find("head_dim 96") != std::string::npos);
+  CHECK(schedule.supports(dsl::backwardPreset("sagebwd-int8-dp")->describe(), GpuArch::sm90a, InputType::f16)
+            .reason.find("CPU reference only") != std::string::npos);
+  // the best schedule on sm_90a; elsewhere the mma.sync one
+  CHECK(bestBackwardSchedule(sagebwd(), GpuArch::sm90a, InputType::f16).name() == "sm90.wgmma_backward");
+  CHECK(bestBackwardSchedule(sagebwd(), GpuArch::sm89, InputType::f16).name() == "sm80.mma_sync_backward");
+
+  for (int head_dim : {64, 128}) {
+    const BackwardKernelPlan plan = schedule.plan(sagebwd(head_dim), GpuArch::sm90a, InputType::f16);
+    CAPTURE(head_dim);
+    REQUIRE(plan.launches.size() == 4);
+    CHECK(plan.kv_tile == 128);
+    const BackwardLaunch &main = plan.launches[2];
+    CHECK(main.threads == 256);
+    CHECK(main.tile_tokens == 128);
+    // 1024-aligned tiles: K^ 128d, K^^T 2 x 64d, V 256d; 2 stages of {Q^ 64d, dO 128d, Q^^T 64d, dO^^T 64d, 512 B of
+    // stats -> 1 KiB}; dS 8 KiB; 72 bytes of scratch; 1 KiB to align the dynamic buffer
+    const int d = head_dim;
+    CHECK(main.dynamic_shared_bytes == 128 * d + 128 * d + 256 * d + 2 * (320 * d + 1024) + 8192 + 72 + 1024);
+    const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(
+        sagebwd(head_dim), schedule.plan(sagebwd(head_dim), GpuArch::sm90a, InputType::f16));
+    for (const std::string &text :
+         {std::string("#include \"sage/device/sm90/backward.cuh\""), std::string("kWgmmaQueryOrder = true"),
+          "kMainSharedBytes<SageBackwardConfig> == " + std::to_string(main.dynamic_shared_bytes)}) {
+      CAPTURE(text);
+      CHECK(kernel.source.find(text) != std::string::npos);
+    }
+  }
+  CHECK_THROWS_WITH_AS(schedule.plan(sagebwd(), GpuArch::sm89, InputType::f16), doctest::Contains("has no wgmma"),
                        std::invalid_argument);
 }

@@ -75,6 +75,17 @@ public:
   BackwardKernelPlan plan(const BackwardVariant &variant, GpuArch arch, InputType input) const override;
 };
 
+// "sm90.wgmma_backward": the same algorithm and numerics as the mma.sync schedule on sm_90a's warpgroup MMA: one CTA
+// of two warpgroups per 128 keys, each warpgroup a 64-key block. See codegen/device/sage/device/sm90/backward.cuh.
+class Sm90BackwardSchedule final : public BackwardSchedule {
+public:
+  std::string_view name() const override { return "sm90.wgmma_backward"; }
+  std::string_view summary() const override;
+  SupportResult supports(const BackwardVariant &variant, GpuArch arch, InputType input) const override;
+  BackwardKernelPlan plan(const BackwardVariant &variant, GpuArch arch, InputType input) const override;
+};
+
+// The schedules in preference order: the first that supports a variant on an arch is the best.
 const std::vector<const BackwardSchedule *> &allBackwardSchedules();
 // The first schedule of the list that supports the variant; throws std::invalid_argument listing each reason.
 const BackwardSchedule &bestBackwardSchedule(const BackwardVariant &variant, GpuArch arch, InputType input);

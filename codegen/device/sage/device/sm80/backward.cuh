@@ -249,8 +249,10 @@ template <bool kBf16> __device__ __forceinline__ unsigned pack_output(float low,
 }
 
 // psi of one 64-token block of a head: one int8 scale for its 64 x head_dim values (zeros beyond `tokens`).
-// Writes the codes natural ([token][channel], when `codes` is given) and transposed ([channel][token] per block).
-template <class Config>
+// Writes the codes natural ([token][channel], when `codes` is given) and transposed ([channel][token] per block);
+// kWgmmaTokenOrder: the transposed rows hold each 32-token group in the order of an 8-bit wgmma A fragment packed
+// from accumulator columns (sm90/backward.cuh), position p holding token accumulator_token_of_k_position(p).
+template <class Config, bool kWgmmaTokenOrder>
 __device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
                                signed char *codes_t, float *scales, float *scratch) {
   constexpr int kHeadDim = Config::kHeadDim, kStagedRow = kHeadDim + 4;
@@ -283,7 +285,9 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
   // from the loop above, each byte went to its own 32-byte sector). Rows of kHeadDim + 4 bytes: the 32 tokens a warp
   // reads in one channel lie in 32 different banks.
   for (int e = threadIdx.x; e < kBlock * kHeadDim; e += kThreads) {
-    const int c = e / kBlock, t = e % kBlock;
+    const int c = e / kBlock, position = e % kBlock;
+    const int t =
+        kWgmmaTokenOrder ? position / 32 * 32 + sm90::accumulator_token_of_k_position(position % 32) : position;
     codes_t[static_cast<long long>(block) * kBlock * kHeadDim + e] = staged[t * kStagedRow + c];
   }
   if (threadIdx.x == 0)
@@ -301,10 +305,10 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
   const auto *d_o = static_cast<const unsigned short *>(p.d_o) + head_elements;
   const auto *o = static_cast<const unsigned short *>(p.o) + head_elements;
   // {s_Q, Q^_i} = psi(Q_i), {s_dO, dO^_i} = psi(dO_i) (Algorithm 3, line 6)
-  quantize_block<Config>(q, p.tokens_q, block, p.q_codes + head_codes, p.q_codes_t + head_codes,
-                         p.q_scales + head * blocks, scratch);
-  quantize_block<Config>(d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes, p.do_scales + head * blocks,
-                         scratch);
+  quantize_block<Config, Config::kWgmmaQueryOrder>(q, p.tokens_q, block, p.q_codes + head_codes,
+                                                   p.q_codes_t + head_codes, p.q_scales + head * blocks, scratch);
+  quantize_block<Config, Config::kWgmmaQueryOrder>(d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes,
+                                                   p.do_scales + head * blocks, scratch);
   // The row stats: L log2(e) and D_i = rowsum(dO_i o O_i) (line 2), one warp per row, for the whole block (rows
   // beyond the end and rows without a visible key get +inf, so that `main` computes P = 0 for them unchecked); dQ's
   // f32 sum starts at zero.
@@ -341,8 +345,8 @@ template <class Config> __device__ void preprocess_k(const SageBackwardParams &p
   const long long head_codes = head * blocks * kBlock * kHeadDim;
   const auto *k = static_cast<const unsigned short *>(p.k) + head * p.tokens_kv * kHeadDim;
   // {s_K, K^_j} = psi(K_j)
-  quantize_block<Config>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
-                         p.k_scales + head * blocks, scratch);
+  quantize_block<Config, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
+                                p.k_scales + head * blocks, scratch);
 }
 
 // dQ's f32 sum in global memory (8-byte aligned `address`): one reduction per pair of channels on sm_90 (a vector

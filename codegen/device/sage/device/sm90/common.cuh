@@ -108,6 +108,14 @@ template <bool kBf16> __device__ __forceinline__ float decode_input_element(unsi
 // FADD instead of a conversion).
 __device__ __forceinline__ float small_int_to_float(int x) { return __int_as_float(x + 0x4B400000) - 12582912.0f; }
 
+// 8-bit wgmma A fragments packed from an accumulator without moving data (tiles 4s, 4s + 1 of a thread's row give
+// k = 4t .. 4t + 3 of k step s): the column (token) that k position `position` (0 .. 31) of a step then holds. A B
+// operand whose tokens are stored in this order makes the product the natural one.
+__host__ __device__ constexpr int accumulator_token_of_k_position(int position) {
+  const int half = position / 16, lane_quad = position % 16 / 4, byte = position % 4;
+  return 16 * half + (byte < 2 ? 2 * lane_quad + byte : 8 + 2 * lane_quad + byte - 2);
+}
+
 // ---- Reductions over the 4 lanes that hold one accumulator row (PTX: threadID_in_group) ----
 __device__ __forceinline__ float quad_max(float value) {
   value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));

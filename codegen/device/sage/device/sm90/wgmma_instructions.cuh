@@ -2,7 +2,7 @@
 // accumulator register is its own asm operand, which is why these lists are long: the compiler must keep the
 // accumulators in registers across the asynchronous instruction (see warpgroup_fence_operands).
 //
-// Shapes: M = 64 rows per warpgroup; K = 32 for 8-bit operands, 16 for 16-bit ones; N = 64 or 128.
+// Shapes: M = 64 rows per warpgroup; K = 32 for 8-bit operands, 16 for 16-bit ones; N = 64 or 128 (and 32 for s8 SS).
 //   *_ss: A and B from shared memory (descriptors); *_rs: A from registers (4 x b32 per thread), B from shared.
 //   scale_d = 0 overwrites the accumulator (D = A.B), 1 accumulates (D += A.B).
 //   16-bit B with kTransposeB = 1 is MN-major in shared memory (V as [tokens, channels]); 8-bit B is K-major.
@@ -13,6 +13,23 @@
 namespace sage::device::sm90 {
 
 template <int N> struct WgmmaS8SS;
+
+// D(s32) += A(s8, smem) B(s8, smem), N = 32 (the backward's dQ at head_dim 64: half the channels per warpgroup)
+template <> struct WgmmaS8SS<32> {
+  static __device__ __forceinline__ void run(int (&d)[16], unsigned long long desc_a, unsigned long long desc_b,
+                                             int scale_d) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8\n"
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},\n"
+                 "%16, %17, p;\n"
+                 "}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
 
 // D(s32) += A(s8, smem) B(s8, smem), N = 64
 template <> struct WgmmaS8SS<64> {

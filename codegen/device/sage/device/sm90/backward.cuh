@@ -1,0 +1,451 @@
+// SageBwd's main kernel on wgmma (sm_90a; issue 12): SageAttention3's Algorithm 3, lines 7-12, with warpgroup MMAs.
+// The preprocess and write_dq launches are sm80/backward.cuh's (same workspace; the transposed Q and dO codes are
+// written in the token order explained below).
+//
+// A CTA owns 128 keys (two 64-key K blocks) of one KV head and walks every visible 64-query tile of every query head
+// of its GQA group, FlashAttention-2's backward order. Warpgroup w owns K block w; per Q tile i it computes
+//   S^T  = K^_w Q^_i^T                      wgmma s8, A and B from shared memory (64 keys x 64 queries)
+//   dP^T = V_w dO_i^T                       wgmma f16/bf16, A and B from shared memory (kept in 16 bits, line 8)
+//   P^T = exp2(S^T scale log2(e) - L log2(e)),  dS^T = P^T o (dP^T - D)      in the accumulator registers
+//   {s_P, P^}, {s_dS, dS^}                  one int8 scale per 64 x 64 tile: a reduction over the warpgroup
+//   dV_w += P^^T dO^_i,  dK_w += dS^^T Q^_i  wgmma s8, A from registers, B = dO^^T / Q^^T codes in shared memory
+//   dS^ -> shared memory as [query][key];   then each warpgroup takes half of dQ_i's channels:
+//   dQ_i += dS^ K^ (both K blocks, each with its own scale)   wgmma s8 from shared memory, f32 red.global.add
+// dK_w and dV_w stay in registers (f32) for the whole walk, as in the mma.sync kernel (see its header for why dQ uses
+// atomics).
+//
+// 8-bit A operands from registers: the accumulator gives a thread the columns 8j + 2t, 8j + 2t + 1 of each 8-column
+// tile, while an 8-bit A fragment wants k = 4t .. 4t + 3. The P^T and dS^T codes are packed without moving data
+// (tiles 4s, 4s + 1 of a thread's row form k = 4t .. 4t + 3 of k step s, as the forward's P~ does), which permutes the
+// reduction axis (the queries) within each 32-query step; preprocess_q writes Q^^T and dO^^T with their tokens in the
+// same order (accumulator_token_of_k_position), so the products are unchanged.
+//
+// Shared-memory tiles are in wgmma's canonical K-major layout with the swizzle of their row length (128-, 64- or
+// 32-byte rows; rows of more than 128 bytes in 128-byte column chunks), written by cp.async (16-byte units at their
+// swizzled offsets) and by the threads (the dS codes); each thread fences the async proxy before the barrier that
+// hands them to wgmma. Loads of Q tile i + 1 (a second stage) fly while tile i is computed.
+#pragma once
+
+#include "sage/device/sm80/backward.cuh"
+#include "sage/device/sm90/common.cuh"
+#include "sage/device/sm90/warpgroup.cuh"
+#include "sage/device/sm90/wgmma_instructions.cuh"
+
+namespace sage::device::sm90::backward {
+
+using sm80::backward::add_pair;
+using sm80::backward::commit_copies;
+using sm80::backward::copy16_async;
+using sm80::backward::int8_scale;
+using sm80::backward::kBlock;
+using sm80::backward::kLog2e;
+using sm80::backward::pack_output;
+using sm80::backward::wait_copies;
+
+constexpr int kKeys = 2 * kBlock; // per CTA: one K block per warpgroup
+constexpr int kMainThreads = 2 * kWarpgroupThreads;
+
+// A [kRows][kRowBytes] tile in wgmma's K-major layout: column chunks of at most 128 bytes, each [kRows][chunk bytes]
+// with the swizzle of that row length (the 16-byte unit index XOR address bits 7.. as the descriptor's mode does).
+// Tiles start at 1024-byte boundaries, so offsets within a tile have the address's swizzle bits.
+template <int kRows, int kRowBytes> struct SwizzledTile {
+  static constexpr int kChunkBytes = kRowBytes < 128 ? kRowBytes : 128;
+  static constexpr int kChunkStride = kRows * kChunkBytes;
+  static constexpr int kBytes = (kRowBytes / kChunkBytes) * kChunkStride;
+  static constexpr Swizzle kSwizzle = swizzle_of_rows<kChunkBytes>();
+  static constexpr int kUnitMask = kChunkBytes / 16 - 1;
+
+  static __device__ __forceinline__ int offset(int row, int column) {
+    const int linear = row * kChunkBytes + column % kChunkBytes;
+    return column / kChunkBytes * kChunkStride + (linear ^ (((linear >> 7) & kUnitMask) << 4));
+  }
+  // The K-major operand of rows row0.. (a multiple of 8) whose k step starts at byte `column` (a multiple of 32), as
+  // warpgroup.cuh's matrix_descriptor builds it: LBO 16 bytes (unused), SBO 8 rows. The start address is added in
+  // 16-byte units without masking (shared addresses stay below 2^18), so that a tile's descriptors share one base
+  // and differ by immediates.
+  static constexpr unsigned long long kFixedBits = (1ull << 16) |
+                                                   (static_cast<unsigned long long>(8 * kChunkBytes >> 4) << 32) |
+                                                   (static_cast<unsigned long long>(kSwizzle) << 62);
+  static __device__ __forceinline__ unsigned long long descriptor(unsigned tile, int column, int row0 = 0) {
+    const unsigned offset = column / kChunkBytes * kChunkStride + row0 * kChunkBytes + column % kChunkBytes;
+    return kFixedBits | static_cast<unsigned long long>((tile >> 4) + (offset >> 4));
+  }
+};
+
+// Shared memory of `main`, every tile 1024-byte aligned: K^ [128][d] int8, K^^T [d][64] int8 per K block, V [128][d]
+// 16-bit; two stages of {Q^ [64][d] int8, dO [64][d] 16-bit, Q^^T and dO^^T [d][64] int8, row stats 64 x {L log2(e),
+// D}}; the dS codes [64][128] int8; reduction scratch.
+template <class Config> struct MainLayout {
+  static constexpr int kD = Config::kHeadDim;
+  using KTile = SwizzledTile<kKeys, kD>;
+  using KTransposedTile = SwizzledTile<kD, kBlock>;
+  using VTile = SwizzledTile<kKeys, 2 * kD>;
+  using QTile = SwizzledTile<kBlock, kD>;
+  using DoTile = SwizzledTile<kBlock, 2 * kD>;
+  using TransposedTile = SwizzledTile<kD, kBlock>; // Q^^T, dO^^T
+  using DsTile = SwizzledTile<kBlock, kKeys>;
+  static __host__ __device__ constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+  static constexpr int kStatsBytes = kBlock * 2 * 4;
+
+  static constexpr int kK = 0;
+  static constexpr int kKTransposed = align(kK + KTile::kBytes); // two tiles
+  static constexpr int kV = align(kKTransposed + 2 * KTransposedTile::kBytes);
+  static constexpr int kStages = align(kV + VTile::kBytes);
+  // within a stage
+  static constexpr int kQ = 0;
+  static constexpr int kDo = align(kQ + QTile::kBytes);
+  static constexpr int kQTransposed = align(kDo + DoTile::kBytes);
+  static constexpr int kDoTransposed = align(kQTransposed + TransposedTile::kBytes);
+  static constexpr int kStats = align(kDoTransposed + TransposedTile::kBytes);
+  static constexpr int kStageBytes = align(kStats + kStatsBytes);
+
+  static constexpr int kDs = kStages + 2 * kStageBytes;
+  // 2 warpgroups x 4 warps x {P max, |dS| max}, then the dS scale of each K block
+  static constexpr int kScratch = align(kDs + DsTile::kBytes);
+  static constexpr int kScratchBytes = (2 * 4 * 2 + 2) * 4;
+  static constexpr int kTotal = kScratch + kScratchBytes;
+  static constexpr int kDynamicBytes = kTotal + 1024; // the dynamic buffer is 16-byte aligned: rounded up in-kernel
+};
+
+template <class Config> constexpr int kMainSharedBytes = MainLayout<Config>::kDynamicBytes;
+
+// kRows rows of kRowBytes (contiguous in global memory from `source`) into a swizzled tile; rows at or beyond
+// `valid_rows` become zeros without being read.
+template <class Tile, int kRows, int kRowBytes>
+__device__ __forceinline__ void copy_rows_swizzled(unsigned char *tile, const void *source, long long valid_rows) {
+  constexpr int kUnitsPerRow = kRowBytes / 16, kUnits = kRows * kUnitsPerRow;
+  static_assert(kUnits % kMainThreads == 0, "every thread copies the same number of units");
+  const auto *bytes = static_cast<const unsigned char *>(source);
+#pragma unroll
+  for (int i = 0; i < kUnits / kMainThreads; ++i) {
+    const int unit = static_cast<int>(threadIdx.x) + i * kMainThreads;
+    const int row = unit / kUnitsPerRow, column = unit % kUnitsPerRow * 16;
+    const bool valid = row < valid_rows;
+    copy16_async(tile + Tile::offset(row, column), valid ? bytes + unit * 16 : bytes, valid);
+  }
+}
+
+// Makes this thread's generic-proxy shared-memory writes (cp.async, st.shared) visible to wgmma's async proxy; a
+// barrier after it publishes them to the warpgroup(s) that issue the wgmma.
+__device__ __forceinline__ void fence_shared_for_wgmma() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+template <bool kBf16, int N>
+__device__ __forceinline__ void wgmma_16bit_ss(float (&d)[N / 2], unsigned long long a, unsigned long long b,
+                                               int scale_d) {
+  if constexpr (kBf16)
+    WgmmaBf16SS<N>::run(d, a, b, scale_d);
+  else
+    WgmmaF16SS<N>::run(d, a, b, scale_d);
+}
+
+// P^T = exp2(S^T scale - L log2(e)) and dS^T = P^T o (dP^T - D) of this thread's 32 accumulator elements (in place of
+// S^T as floats and of dP^T), with their maxima. Element 4j + e is key row g + 8 (e / 2) and query column
+// 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: test keys against the KV end and the diagonal.
+template <class Config, bool kCheckVisibility>
+__device__ __forceinline__ void softmax_gradient(const int (&s)[32], float (&dp)[32], float (&p)[32], float &p_max,
+                                                 float &ds_max, const float *row_stats, float score_scale, int key,
+                                                 int query_base, int tokens_kv, int causal_offset) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float4 stats = *reinterpret_cast<const float4 *>(row_stats + 2 * (8 * j + 2 * t));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float lse_log2 = e & 1 ? stats.z : stats.x, delta = e & 1 ? stats.w : stats.y;
+      float probability = fast_exp2(fmaf(small_int_to_float(s[4 * j + e]), score_scale, -lse_log2));
+      if constexpr (kCheckVisibility) {
+        const int row_key = key + (e >= 2 ? 8 : 0);
+        bool visible = row_key < tokens_kv;
+        if constexpr (Config::kCausal)
+          visible = visible && row_key <= query_base + 8 * j + (e & 1) + causal_offset;
+        probability = visible ? probability : 0.0f;
+      }
+      p[4 * j + e] = probability;
+      dp[4 * j + e] = probability * (dp[4 * j + e] - delta);
+      p_max = fmaxf(p_max, probability);
+      ds_max = fmaxf(ds_max, fabsf(dp[4 * j + e]));
+    }
+  }
+}
+
+// The A fragments of two 32-query k steps from a 64 x 64 accumulator's elements times `inverse` (int8 codes).
+__device__ __forceinline__ void pack_a_fragments(unsigned (&a)[2][4], const float (&x)[32], float inverse) {
+#pragma unroll
+  for (int step = 0; step < 2; ++step) {
+    const float *v = x + 16 * step;
+    a[step][0] = pack_s8x4(v[0] * inverse, v[1] * inverse, v[4] * inverse, v[5] * inverse);
+    a[step][1] = pack_s8x4(v[2] * inverse, v[3] * inverse, v[6] * inverse, v[7] * inverse);
+    a[step][2] = pack_s8x4(v[8] * inverse, v[9] * inverse, v[12] * inverse, v[13] * inverse);
+    a[step][3] = pack_s8x4(v[10] * inverse, v[11] * inverse, v[14] * inverse, v[15] * inverse);
+  }
+}
+
+// The maxima of `first` and `second` over this warpgroup (4 warps): `scratch` holds 4 x 2 floats of it.
+__device__ __forceinline__ float2 warpgroup_max_pair(float first, float second, float *scratch, int warpgroup) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, offset));
+    second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, offset));
+  }
+  const int warp = (threadIdx.x >> 5) & 3;
+  if ((threadIdx.x & 31) == 0) {
+    scratch[2 * warp] = first;
+    scratch[2 * warp + 1] = second;
+  }
+  named_barrier_sync(1 + warpgroup, kWarpgroupThreads);
+  float2 result = make_float2(scratch[0], scratch[1]);
+#pragma unroll
+  for (int w = 1; w < 4; ++w)
+    result = make_float2(fmaxf(result.x, scratch[2 * w]), fmaxf(result.y, scratch[2 * w + 1]));
+  return result;
+}
+
+// accumulator += product x scale, for s32 products below 2^22 in magnitude (64-token int8 products are).
+template <int kCount>
+__device__ __forceinline__ void add_scaled(float (&accumulator)[kCount], const int (&product)[kCount], float scale) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+    accumulator[i] = fmaf(small_int_to_float(product[i]), scale, accumulator[i]);
+}
+
+template <class Config> __device__ void backward_main(const SageBackwardParams &p, unsigned char *raw_shared) {
+  using Layout = MainLayout<Config>;
+  constexpr int kD = Config::kHeadDim, kTileBytes = kBlock * kD;
+  using KTile = typename Layout::KTile;
+  using KTransposedTile = typename Layout::KTransposedTile;
+  using VTile = typename Layout::VTile;
+  using QTile = typename Layout::QTile;
+  using DoTile = typename Layout::DoTile;
+  using TransposedTile = typename Layout::TransposedTile;
+  using DsTile = typename Layout::DsTile;
+
+  const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(raw_shared));
+  const unsigned base = (raw_base + 1023u) & ~1023u;
+  unsigned char *shared = raw_shared + (base - raw_base);
+  float *scratch = reinterpret_cast<float *>(shared + Layout::kScratch);
+  float *ds_block_scales = scratch + 16;
+
+  // warp-uniform by construction (a shuffle from lane 0): wgmma under a branch ptxas considers divergent serializes
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int key0 = blockIdx.x * kKeys;
+  const int kv_blocks = (p.tokens_kv + kBlock - 1) / kBlock, q_blocks = (p.tokens_q + kBlock - 1) / kBlock;
+  const long long padded_q = static_cast<long long>(q_blocks) * kBlock;
+  const long long kv_head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
+  const int first_kv_block = blockIdx.x * 2;
+  float k_scales[2];
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+    k_scales[b] = first_kv_block + b < kv_blocks ? p.k_scales[kv_head * kv_blocks + first_kv_block + b] : 0.0f;
+  const float k_scale = warpgroup == 0 ? k_scales[0] : k_scales[1];
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const int causal_offset = p.tokens_kv - p.tokens_q;
+  const int block_key0 = key0 + warpgroup * kBlock; // this warpgroup's first key
+  const bool partial_kv_block = block_key0 + kBlock > p.tokens_kv;
+  int first_q_block = 0;
+  if constexpr (Config::kCausal) {
+    const int last_blind = key0 - causal_offset - kBlock;
+    first_q_block = last_blind >= 0 ? last_blind / kBlock + 1 : 0;
+  }
+  const int group = p.heads_q / p.heads_kv, first_head = static_cast<int>(blockIdx.y) * group;
+  const int tiles_per_head = q_blocks - first_q_block;
+  const int steps = tiles_per_head > 0 ? group * tiles_per_head : 0;
+  const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
+
+  // One cp.async group: Q^, dO, Q^^T, dO^^T and the row stats of a step into its stage.
+  auto issue_stage = [&](int step) {
+    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
+    const int q_block = first_q_block + step % tiles_per_head;
+    const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
+    unsigned char *stage = shared + Layout::kStages + (step & 1) * Layout::kStageBytes;
+    copy_rows_swizzled<QTile, kBlock, kD>(stage + Layout::kQ, p.q_codes + q_codes, kBlock);
+    copy_rows_swizzled<DoTile, kBlock, 2 * kD>(
+        stage + Layout::kDo, d_o_input + (q_head * p.tokens_q + q_block * kBlock) * kD, p.tokens_q - q_block * kBlock);
+    copy_rows_swizzled<TransposedTile, kD, kBlock>(stage + Layout::kQTransposed, p.q_codes_t + q_codes, kD);
+    copy_rows_swizzled<TransposedTile, kD, kBlock>(stage + Layout::kDoTransposed, p.do_codes_t + q_codes, kD);
+    if (threadIdx.x < Layout::kStatsBytes / 16)
+      copy16_async(stage + Layout::kStats + 16 * threadIdx.x,
+                   p.row_stats + 2 * (q_head * padded_q + q_block * kBlock) + 4 * threadIdx.x, true);
+    commit_copies();
+  };
+
+  if (steps > 0) { // K^, K^^T, V of this KV tile join step 0's group
+    const long long k_codes = (kv_head * kv_blocks + first_kv_block) * kTileBytes;
+    copy_rows_swizzled<KTile, kKeys, kD>(shared + Layout::kK, p.k_codes + k_codes,
+                                         static_cast<long long>(kv_blocks - first_kv_block) * kBlock);
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+      copy_rows_swizzled<KTransposedTile, kD, kBlock>(shared + Layout::kKTransposed + b * KTransposedTile::kBytes,
+                                                      p.k_codes_t + k_codes + b * kTileBytes,
+                                                      first_kv_block + b < kv_blocks ? kD : 0);
+    copy_rows_swizzled<VTile, kKeys, 2 * kD>(
+        shared + Layout::kV, static_cast<const unsigned short *>(p.v) + (kv_head * p.tokens_kv + key0) * kD,
+        p.tokens_kv - key0);
+    issue_stage(0);
+  }
+
+  float dk[kD / 2] = {}, dv[kD / 2] = {};
+  const unsigned k_tile = base + Layout::kK, v_tile = base + Layout::kV, ds_tile = base + Layout::kDs;
+  const unsigned k_transposed = base + Layout::kKTransposed;
+  for (int step = 0; step < steps; ++step) {
+    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
+    const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
+    const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
+    const int stage_offset = Layout::kStages + (step & 1) * Layout::kStageBytes;
+    const unsigned stage = base + stage_offset;
+    const float *row_stats = reinterpret_cast<const float *>(shared + stage_offset + Layout::kStats);
+    wait_copies<0>(); // this step's stage
+    fence_shared_for_wgmma();
+    __syncthreads(); // ... is visible; every warpgroup is done with the previous step (its stage and the dS codes)
+    if (step + 1 < steps)
+      issue_stage(step + 1); // into the stage the previous step used: lands while this step runs
+
+    // S^T = K^_w Q^^T and dP^T = V_w dO^T, one wgmma group
+    int s[32];
+    float dp[32];
+    warpgroup_fence_operands(s);
+    warpgroup_fence_operands(dp);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kD / 32; ++k)
+      WgmmaS8SS<64>::run(s, KTile::descriptor(k_tile, 32 * k, warpgroup * kBlock),
+                         QTile::descriptor(stage + Layout::kQ, 32 * k), k > 0);
+#pragma unroll
+    for (int k = 0; k < 2 * kD / 32; ++k)
+      wgmma_16bit_ss<Config::kBf16, 64>(dp, VTile::descriptor(v_tile, 32 * k, warpgroup * kBlock),
+                                        DoTile::descriptor(stage + Layout::kDo, 32 * k), k > 0);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    warpgroup_fence_operands(s);
+    warpgroup_fence_operands(dp);
+
+    // P^T and dS^T; only blocks that cross the KV end or the causal diagonal test each element
+    const float score_scale = q_scale * k_scale * scale_log2;
+    bool masked = partial_kv_block;
+    if constexpr (Config::kCausal)
+      masked = masked || block_key0 + kBlock - 1 > query0 + causal_offset;
+    const int key = block_key0 + 16 * warp + g, query_base = query0 + 2 * t;
+    float prob[32];
+    float p_max = 0.0f, ds_max = 0.0f;
+    if (masked)
+      softmax_gradient<Config, true>(s, dp, prob, p_max, ds_max, row_stats, score_scale, key, query_base, p.tokens_kv,
+                                     causal_offset);
+    else
+      softmax_gradient<Config, false>(s, dp, prob, p_max, ds_max, row_stats, score_scale, key, query_base, p.tokens_kv,
+                                      causal_offset);
+    const float2 maxima = warpgroup_max_pair(p_max, ds_max, scratch + 8 * warpgroup, warpgroup);
+    float p_scale, p_inverse, ds_scale, ds_inverse;
+    int8_scale(maxima.x, p_scale, p_inverse);
+    int8_scale(maxima.y, ds_scale, ds_inverse);
+    unsigned p_codes[2][4], ds_codes[2][4];
+    pack_a_fragments(p_codes, prob, p_inverse);
+    pack_a_fragments(ds_codes, dp, ds_inverse);
+
+    // dS^ as [query][key] for dQ: byte b of register r of step s is key g + 8 (r % 2), query 8 J + 2t + b % 2 with
+    // J = 4s + 2 (r / 2) + b / 2 (the packing order above). In the 128-byte swizzled rows the XOR term is
+    // (query % 8) << 4 = (2t + b % 2) << 4, the same for every J: four base offsets, J x 1024 bytes apart.
+    static_assert(DsTile::kChunkBytes == 128, "one 128-byte row per query");
+    unsigned char *ds_bytes = shared + Layout::kDs;
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int row_key = warpgroup * kBlock + 16 * warp + g + 8 * (r & 1), row_in_atom = 2 * t + (b & 1);
+        unsigned char *at = ds_bytes + row_in_atom * 128 + (row_key ^ (row_in_atom << 4));
+#pragma unroll
+        for (int step_k = 0; step_k < 2; ++step_k)
+          at[(4 * step_k + 2 * (r >> 1) + (b >> 1)) * 1024] =
+              static_cast<unsigned char>(ds_codes[step_k][r] >> (8 * b));
+      }
+    if (threadIdx.x % kWarpgroupThreads == 0)
+      ds_block_scales[warpgroup] = ds_scale;
+
+    // dV_w += P^^T dO^ and dK_w += dS^^T Q^: s32 products scaled into the f32 sums, at most 64 channels at a time
+    // (a 32-register product: the 2 x d / 2 f32 sums already hold most of the register file). Element i of the
+    // product of channels [64h, 64h + 64) is element 32h + i of the sums.
+    constexpr int kProductChannels = kD < 64 ? kD : 64;
+#pragma unroll
+    for (int operand = 0; operand < 2; ++operand)
+#pragma unroll
+      for (int h = 0; h < kD / kProductChannels; ++h) {
+        int product[kProductChannels / 2];
+        const unsigned b_tile = stage + (operand == 0 ? Layout::kDoTransposed : Layout::kQTransposed);
+        warpgroup_fence_operands(product);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          WgmmaS8RS<kProductChannels>::run(product, operand == 0 ? p_codes[k] : ds_codes[k],
+                                           TransposedTile::descriptor(b_tile, 32 * k, h * kProductChannels), k > 0);
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        warpgroup_fence_operands(product);
+        const float scale = operand == 0 ? p_scale * do_scale : ds_scale * q_scale;
+        float *sums = operand == 0 ? dv : dk;
+#pragma unroll
+        for (int i = 0; i < kProductChannels / 2; ++i)
+          sums[h * kProductChannels / 2 + i] =
+              fmaf(small_int_to_float(product[i]), scale, sums[h * kProductChannels / 2 + i]);
+      }
+
+    fence_shared_for_wgmma(); // the dS codes
+    __syncthreads();          // ... of both warpgroups, and both K blocks' dS scales
+
+    // dQ_i += dS^ K^ for channels [w d / 2, (w + 1) d / 2), 32 channels at a time (register budget, as above): one s32
+    // product per K block, each with its scale. Element 4j + e of a piece is query 16 warp + g + 8 (e / 2), channel
+    // 8j + 2t + e % 2 of the piece; rows beyond tokens_q are padding of dq_accum (their dS is 0).
+    constexpr int kHalf = kD / 2, kPieceChannels = 32;
+    const float dq_scale0 = ds_block_scales[0] * k_scales[0] * p.softmax_scale;
+    const float dq_scale1 = ds_block_scales[1] * k_scales[1] * p.softmax_scale;
+    float *dq_rows = p.dq_accum + (q_head * padded_q + query0 + 16 * warp + g) * kD + warpgroup * kHalf + 2 * t;
+#pragma unroll
+    for (int piece = 0; piece < kHalf / kPieceChannels; ++piece) {
+      int dq_products[2][kPieceChannels / 2];
+      warpgroup_fence_operands(dq_products[0]);
+      warpgroup_fence_operands(dq_products[1]);
+      wgmma_fence();
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          WgmmaS8SS<kPieceChannels>::run(dq_products[b], DsTile::descriptor(ds_tile, b * kBlock + 32 * k),
+                                         KTransposedTile::descriptor(k_transposed + b * KTransposedTile::kBytes, 32 * k,
+                                                                     warpgroup * kHalf + piece * kPieceChannels),
+                                         k > 0);
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
+      warpgroup_fence_operands(dq_products[0]);
+      warpgroup_fence_operands(dq_products[1]);
+#pragma unroll
+      for (int j = 0; j < kPieceChannels / 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int e = 4 * j + 2 * half;
+          add_pair(dq_rows + half * 8 * kD + piece * kPieceChannels + 8 * j,
+                   small_int_to_float(dq_products[0][e]) * dq_scale0 +
+                       small_int_to_float(dq_products[1][e]) * dq_scale1,
+                   small_int_to_float(dq_products[0][e + 1]) * dq_scale0 +
+                       small_int_to_float(dq_products[1][e + 1]) * dq_scale1);
+        }
+    }
+  }
+
+  // dK_w (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV_w in the input type; element 4j + e is key
+  // 16 warp + g + 8 (e / 2), channel 8j + 2t + e % 2
+  auto *d_k = static_cast<unsigned *>(p.d_k);
+  auto *d_v = static_cast<unsigned *>(p.d_v);
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row_key = key0 + warpgroup * kBlock + 16 * warp + g + 8 * half, channel = 8 * j + 2 * t;
+      if (row_key >= p.tokens_kv)
+        continue;
+      const int e = 4 * j + 2 * half;
+      const long long pair = ((kv_head * p.tokens_kv + row_key) * kD + channel) / 2;
+      d_k[pair] = pack_output<Config::kBf16>(dk[e] * p.softmax_scale, dk[e + 1] * p.softmax_scale);
+      d_v[pair] = pack_output<Config::kBf16>(dv[e], dv[e + 1]);
+    }
+}
+
+} // namespace sage::device::sm90::backward

@@ -1,0 +1,66 @@
+// The sm90 wgmma backward schedule: what it supports and its launches (the main kernel is
+// codegen/device/sage/device/sm90/backward.cuh; the preprocess and write_dq kernels are the mma.sync schedule's).
+#include "sage/schedules/BackwardSchedule.h"
+#include "sage/schedules/GpuLimits.h"
+
+#include <stdexcept>
+
+namespace sage::schedules {
+namespace {
+
+constexpr int kBlock = 64, kKeys = 128;
+
+int align1024(int bytes) { return (bytes + 1023) / 1024 * 1024; }
+
+// backward.cuh's MainLayout, byte for byte (the generated source static_asserts that both agree): K^ [128][d], two
+// K^^T [d][64] tiles, V [128][d] 16-bit; two stages of Q^ [64][d], dO [64][d] 16-bit, Q^^T and dO^^T [d][64] and 64
+// row stats; the dS codes [64][128]; 18 floats of scratch; every tile 1024-byte aligned, plus 1024 bytes for
+// aligning the dynamic buffer.
+int mainSharedBytes(int head_dim) {
+  const int d = head_dim;
+  const int v = align1024(align1024(kKeys * d) + 2 * d * kBlock);
+  const int stages = align1024(v + kKeys * 2 * d);
+  const int stats = align1024(align1024(align1024(align1024(kBlock * d) + kBlock * 2 * d) + d * kBlock) + d * kBlock);
+  const int stage = align1024(stats + kBlock * 2 * 4);
+  const int scratch = align1024(stages + 2 * stage + kBlock * kKeys);
+  return scratch + (2 * 4 * 2 + 2) * 4 + 1024;
+}
+
+} // namespace
+
+std::string_view Sm90BackwardSchedule::summary() const {
+  return "SageBwd on wgmma (sm_90a): per CTA 128 keys, one 64-key K block per warpgroup; S^T, dP^T and dQ from shared "
+         "memory, dV and dK with the P/dS codes as register A operands; cp.async into swizzled tiles, two Q-tile "
+         "stages; dQ by f32 red.global.add";
+}
+
+SupportResult Sm90BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
+  if (!hasWgmma(arch))
+    return SupportResult::no(std::string(archName(arch)) + " has no wgmma (the sm90 backward needs sm_90a)");
+  // The same quantizers and products as the mma.sync schedule: its verdict on what is computed holds.
+  return Sm80BackwardSchedule().supports(variant, arch, input);
+}
+
+BackwardKernelPlan Sm90BackwardSchedule::plan(const BackwardVariant &variant, GpuArch arch, InputType input) const {
+  if (const SupportResult support = supports(variant, arch, input); !support)
+    throw std::invalid_argument("backward variant '" + variant.name + "': " + support.reason);
+  BackwardKernelPlan plan;
+  plan.schedule = std::string(name());
+  plan.arch = arch;
+  plan.input = input;
+  plan.head_dim = variant.head_dim;
+  plan.causal = variant.mask == MaskKind::causal;
+  plan.kv_tile = kKeys;
+  plan.warps = 8;
+  const int shared = mainSharedBytes(variant.head_dim);
+  if (shared > gpuLimits(arch).max_dynamic_shared_bytes_per_block)
+    throw std::invalid_argument("backward variant '" + variant.name + "': " + std::to_string(shared) +
+                                " bytes of shared memory exceed " + std::string(archName(arch)) + "'s limit");
+  plan.launches = {{"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0},
+                   {"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0},
+                   {"sage_bwd_main", BackwardGrid::kv_blocks, shared, 32 * plan.warps, plan.kv_tile},
+                   {"sage_bwd_write_dq", BackwardGrid::q_blocks, 0}};
+  return plan;
+}
+
+} // namespace sage::schedules
