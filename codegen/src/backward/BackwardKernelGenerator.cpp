@@ -29,6 +29,7 @@ struct SageBackwardConfig {{
   static constexpr bool kCausal = {causal};
   static constexpr bool kBf16 = {bf16};
   static constexpr bool kWgmmaQueryOrder = false; // Q^^T, dO^^T codes in natural token order
+  static constexpr bool kSwizzledDqAccum = false; // dq_accum rows in natural channel order (atomics)
 }};
 static_assert(sage::device::sm80::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
@@ -70,6 +71,7 @@ struct SageBackwardConfig {{
   static constexpr bool kCausal = {causal};
   static constexpr bool kBf16 = {bf16};
   static constexpr bool kWgmmaQueryOrder = true; // Q^^T, dO^^T codes in the register A fragments' token order
+  static constexpr bool kSwizzledDqAccum = true;  // dq_accum rows as the main kernel's shared dQ tile (bulk reduce)
 }};
 static_assert(sage::device::sm90::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");

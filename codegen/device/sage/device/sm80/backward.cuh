@@ -641,6 +641,15 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     }
 }
 
+// Where dq_accum keeps element (row, channel) of a head's rows: natural, or (Config::kSwizzledDqAccum, the wgmma
+// kernel's bulk reductions from a bank-conflict-free shared tile) with each row's 16-byte units XORed by row % 8.
+template <class Config> __device__ __forceinline__ int dq_accum_column(int row, int channel) {
+  if constexpr (Config::kSwizzledDqAccum)
+    return ((channel >> 2) ^ (row & 7)) << 2 | (channel & 3);
+  else
+    return channel;
+}
+
 template <class Config> __device__ void write_dq(const SageBackwardParams &p) {
   constexpr int kHeadDim = Config::kHeadDim;
   const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
@@ -651,7 +660,7 @@ template <class Config> __device__ void write_dq(const SageBackwardParams &p) {
     const int token = token0 + e / (kHeadDim / 2), channel = 2 * (e % (kHeadDim / 2));
     if (token >= p.tokens_q)
       break;
-    const long long index = (head * padded_q + token) * kHeadDim + channel;
+    const long long index = (head * padded_q + token) * kHeadDim + dq_accum_column<Config>(token, channel);
     d_q[((head * p.tokens_q + token) * kHeadDim + channel) / 2] =
         pack_output<Config::kBf16>(p.dq_accum[index], p.dq_accum[index + 1]);
   }

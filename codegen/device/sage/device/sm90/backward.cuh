@@ -74,7 +74,7 @@ template <int kRows, int kRowBytes> struct SwizzledTile {
 
 // Shared memory of `main`, every tile 1024-byte aligned: K^ [128][d] int8, K^^T [d][64] int8 per K block, V [128][d]
 // 16-bit; two stages of {Q^ [64][d] int8, dO [64][d] 16-bit, Q^^T and dO^^T [d][64] int8, row stats 64 x {L log2(e),
-// D}}; the dS codes [64][128] int8; reduction scratch.
+// D}}; the dS codes [64][128] int8; the dQ tile [64][d] f32; reduction scratch.
 template <class Config> struct MainLayout {
   static constexpr int kD = Config::kHeadDim;
   using KTile = SwizzledTile<kKeys, kD>;
@@ -100,8 +100,11 @@ template <class Config> struct MainLayout {
   static constexpr int kStageBytes = align(kStats + kStatsBytes);
 
   static constexpr int kDs = kStages + 2 * kStageBytes;
+  // dQ_i's f32 tile, [64][d] with dq_accum's swizzle (sm80::backward::dq_accum_column), for one bulk reduction
+  static constexpr int kDq = align(kDs + DsTile::kBytes);
+  static constexpr int kDqBytes = kBlock * kD * 4;
   // 2 warpgroups x 4 warps x {P max, |dS| max}, then the dS scale of each K block
-  static constexpr int kScratch = align(kDs + DsTile::kBytes);
+  static constexpr int kScratch = align(kDq + kDqBytes);
   static constexpr int kScratchBytes = (2 * 4 * 2 + 2) * 4;
   static constexpr int kTotal = kScratch + kScratchBytes;
   static constexpr int kDynamicBytes = kTotal + 1024; // the dynamic buffer is 16-byte aligned: rounded up in-kernel
@@ -131,6 +134,31 @@ __device__ __forceinline__ void fence_shared_for_wgmma() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// The low byte of `value` at a shared-memory address (32-bit: no generic-to-shared conversion per store).
+__device__ __forceinline__ void store_shared_byte(unsigned address, unsigned value) {
+  asm volatile("st.shared.b8 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ void store_shared_pair(unsigned address, float low, float high) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(low), "f"(high) : "memory");
+}
+
+// global[0 .. bytes) += shared tile (f32), by the bulk-copy engine (one thread issues it; cp.async.bulk groups).
+__device__ __forceinline__ void bulk_reduce_add_f32(float *global, unsigned shared, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
+               "r"(shared), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Waits until the issuing thread's bulk operations have read their shared-memory source (it may be rewritten).
+__device__ __forceinline__ void bulk_wait_source_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// Waits until the issuing thread's bulk operations are complete.
+__device__ __forceinline__ void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 template <bool kBf16, int N>
 __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[N / 2], unsigned long long a, unsigned long long b,
                                                int scale_d) {
@@ -142,11 +170,12 @@ __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[N / 2], unsigned long 
 
 // P^T = exp2(S^T scale - L log2(e)) and dS^T = P^T o (dP^T - D) of this thread's 32 accumulator elements (in place of
 // S^T as floats and of dP^T), with their maxima. Element 4j + e is key row g + 8 (e / 2) and query column
-// 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: test keys against the KV end and the diagonal.
-template <class Config, bool kCheckVisibility>
+// 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: element 4j + e is visible iff
+// 8j + e % 2 >= first_visible[e / 2] (visibility_thresholds: the KV end and the causal diagonal as one compare).
+template <bool kCheckVisibility>
 __device__ __forceinline__ void softmax_gradient(const int (&s)[32], float (&dp)[32], float (&p)[32], float &p_max,
-                                                 float &ds_max, const float *row_stats, float score_scale, int key,
-                                                 int query_base, int tokens_kv, int causal_offset) {
+                                                 float &ds_max, const float *row_stats, float score_scale,
+                                                 const int (&first_visible)[2]) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -155,18 +184,26 @@ __device__ __forceinline__ void softmax_gradient(const int (&s)[32], float (&dp)
     for (int e = 0; e < 4; ++e) {
       const float lse_log2 = e & 1 ? stats.z : stats.x, delta = e & 1 ? stats.w : stats.y;
       float probability = fast_exp2(fmaf(small_int_to_float(s[4 * j + e]), score_scale, -lse_log2));
-      if constexpr (kCheckVisibility) {
-        const int row_key = key + (e >= 2 ? 8 : 0);
-        bool visible = row_key < tokens_kv;
-        if constexpr (Config::kCausal)
-          visible = visible && row_key <= query_base + 8 * j + (e & 1) + causal_offset;
-        probability = visible ? probability : 0.0f;
-      }
+      if constexpr (kCheckVisibility)
+        probability = 8 * j + (e & 1) >= first_visible[e >> 1] ? probability : 0.0f;
       p[4 * j + e] = probability;
       dp[4 * j + e] = probability * (dp[4 * j + e] - delta);
       p_max = fmaxf(p_max, probability);
       ds_max = fmaxf(ds_max, fabsf(dp[4 * j + e]));
     }
+  }
+}
+
+// For this thread's key rows `key` and `key` + 8: the first of its query columns (relative to query_base, the query of
+// its column 0) that may see the key: none (a large number) beyond the KV end, causal: key - causal_offset.
+template <class Config>
+__device__ __forceinline__ void visibility_thresholds(int (&first_visible)[2], int key, int query_base, int tokens_kv,
+                                                      int causal_offset) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row_key = key + 8 * half;
+    first_visible[half] =
+        row_key >= tokens_kv ? 1 << 20 : (Config::kCausal ? row_key - causal_offset - query_base : -(1 << 20));
   }
 }
 
@@ -287,7 +324,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
 
   float dk[kD / 2] = {}, dv[kD / 2] = {};
   const unsigned k_tile = base + Layout::kK, v_tile = base + Layout::kV, ds_tile = base + Layout::kDs;
-  const unsigned k_transposed = base + Layout::kKTransposed;
+  const unsigned k_transposed = base + Layout::kKTransposed, dq_tile = base + Layout::kDq;
+  float *previous_dq_tile = nullptr; // dq_accum's rows of the previous step's Q tile
   for (int step = 0; step < steps; ++step) {
     const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
     const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
@@ -299,7 +337,9 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     fence_shared_for_wgmma();
     __syncthreads(); // ... is visible; every warpgroup is done with the previous step (its stage and the dS codes)
     if (step + 1 < steps)
-      issue_stage(step + 1); // into the stage the previous step used: lands while this step runs
+      issue_stage(step + 1);          // into the stage the previous step used: lands while this step runs
+    if (step > 0 && threadIdx.x == 0) // the previous step's dQ tile, written and fenced before the barrier
+      bulk_reduce_add_f32(previous_dq_tile, dq_tile, Layout::kDqBytes);
 
     // S^T = K^_w Q^^T and dP^T = V_w dO^T, one wgmma group
     int s[32];
@@ -325,15 +365,17 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     bool masked = partial_kv_block;
     if constexpr (Config::kCausal)
       masked = masked || block_key0 + kBlock - 1 > query0 + causal_offset;
-    const int key = block_key0 + 16 * warp + g, query_base = query0 + 2 * t;
     float prob[32];
     float p_max = 0.0f, ds_max = 0.0f;
-    if (masked)
-      softmax_gradient<Config, true>(s, dp, prob, p_max, ds_max, row_stats, score_scale, key, query_base, p.tokens_kv,
-                                     causal_offset);
-    else
-      softmax_gradient<Config, false>(s, dp, prob, p_max, ds_max, row_stats, score_scale, key, query_base, p.tokens_kv,
-                                      causal_offset);
+    if (masked) {
+      int first_visible[2];
+      visibility_thresholds<Config>(first_visible, block_key0 + 16 * warp + g, query0 + 2 * t, p.tokens_kv,
+                                    causal_offset);
+      softmax_gradient<true>(s, dp, prob, p_max, ds_max, row_stats, score_scale, first_visible);
+    } else {
+      const int unused[2] = {0, 0};
+      softmax_gradient<false>(s, dp, prob, p_max, ds_max, row_stats, score_scale, unused);
+    }
     const float2 maxima = warpgroup_max_pair(p_max, ds_max, scratch + 8 * warpgroup, warpgroup);
     float p_scale, p_inverse, ds_scale, ds_inverse;
     int8_scale(maxima.x, p_scale, p_inverse);
@@ -346,17 +388,15 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     // J = 4s + 2 (r / 2) + b / 2 (the packing order above). In the 128-byte swizzled rows the XOR term is
     // (query % 8) << 4 = (2t + b % 2) << 4, the same for every J: four base offsets, J x 1024 bytes apart.
     static_assert(DsTile::kChunkBytes == 128, "one 128-byte row per query");
-    unsigned char *ds_bytes = shared + Layout::kDs;
 #pragma unroll
     for (int r = 0; r < 4; ++r)
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
         const int row_key = warpgroup * kBlock + 16 * warp + g + 8 * (r & 1), row_in_atom = 2 * t + (b & 1);
-        unsigned char *at = ds_bytes + row_in_atom * 128 + (row_key ^ (row_in_atom << 4));
+        const unsigned at = ds_tile + row_in_atom * 128 + (row_key ^ (row_in_atom << 4));
 #pragma unroll
         for (int step_k = 0; step_k < 2; ++step_k)
-          at[(4 * step_k + 2 * (r >> 1) + (b >> 1)) * 1024] =
-              static_cast<unsigned char>(ds_codes[step_k][r] >> (8 * b));
+          store_shared_byte(at + (4 * step_k + 2 * (r >> 1) + (b >> 1)) * 1024, ds_codes[step_k][r] >> (8 * b));
       }
     if (threadIdx.x % kWarpgroupThreads == 0)
       ds_block_scales[warpgroup] = ds_scale;
@@ -389,15 +429,17 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       }
 
     fence_shared_for_wgmma(); // the dS codes
-    __syncthreads();          // ... of both warpgroups, and both K blocks' dS scales
+    if (threadIdx.x == 0)
+      bulk_wait_source_read(); // the dQ tile is rewritten below
+    __syncthreads();           // ... of both warpgroups, and both K blocks' dS scales
 
-    // dQ_i += dS^ K^ for channels [w d / 2, (w + 1) d / 2), 32 channels at a time (register budget, as above): one s32
-    // product per K block, each with its scale. Element 4j + e of a piece is query 16 warp + g + 8 (e / 2), channel
-    // 8j + 2t + e % 2 of the piece; rows beyond tokens_q are padding of dq_accum (their dS is 0).
+    // dQ_i = dS^ K^ for channels [w d / 2, (w + 1) d / 2), 32 channels at a time (register budget, as above): one s32
+    // product per K block, each with its scale, into the shared dQ tile; the next step's first thread adds the tile
+    // to dq_accum with one bulk reduction (instead of 64 x d / 2 element reductions per warpgroup). Element 4j + e of
+    // a piece is query 16 warp + g + 8 (e / 2), channel 8j + 2t + e % 2 of the piece.
     constexpr int kHalf = kD / 2, kPieceChannels = 32;
     const float dq_scale0 = ds_block_scales[0] * k_scales[0] * p.softmax_scale;
     const float dq_scale1 = ds_block_scales[1] * k_scales[1] * p.softmax_scale;
-    float *dq_rows = p.dq_accum + (q_head * padded_q + query0 + 16 * warp + g) * kD + warpgroup * kHalf + 2 * t;
 #pragma unroll
     for (int piece = 0; piece < kHalf / kPieceChannels; ++piece) {
       int dq_products[2][kPieceChannels / 2];
@@ -420,14 +462,22 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       for (int j = 0; j < kPieceChannels / 8; ++j)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int e = 4 * j + 2 * half;
-          add_pair(dq_rows + half * 8 * kD + piece * kPieceChannels + 8 * j,
-                   small_int_to_float(dq_products[0][e]) * dq_scale0 +
-                       small_int_to_float(dq_products[1][e]) * dq_scale1,
-                   small_int_to_float(dq_products[0][e + 1]) * dq_scale0 +
-                       small_int_to_float(dq_products[1][e + 1]) * dq_scale1);
+          const int e = 4 * j + 2 * half, row = 16 * warp + g + 8 * half;
+          const int channel = warpgroup * kHalf + piece * kPieceChannels + 8 * j + 2 * t;
+          store_shared_pair(dq_tile + (row * kD + sm80::backward::dq_accum_column<Config>(row, channel)) * 4,
+                            small_int_to_float(dq_products[0][e]) * dq_scale0 +
+                                small_int_to_float(dq_products[1][e]) * dq_scale1,
+                            small_int_to_float(dq_products[0][e + 1]) * dq_scale0 +
+                                small_int_to_float(dq_products[1][e + 1]) * dq_scale1);
         }
     }
+    previous_dq_tile = p.dq_accum + (q_head * padded_q + query0) * kD;
+  }
+  fence_shared_for_wgmma(); // the last step's dQ tile
+  __syncthreads();
+  if (steps > 0 && threadIdx.x == 0) {
+    bulk_reduce_add_f32(previous_dq_tile, dq_tile, Layout::kDqBytes);
+    bulk_wait_complete();
   }
 
   // dK_w (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV_w in the input type; element 4j + e is key
