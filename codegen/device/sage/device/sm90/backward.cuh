@@ -1,6 +1,6 @@
 // SageBwd's main kernel on wgmma (sm_90a; issue 12): SageAttention3's Algorithm 3, lines 7-12, with warpgroup MMAs.
-// The preprocess and write_dq launches are sm80/backward.cuh's (same workspace; the transposed Q and dO codes are
-// written in the token order explained below).
+// The preprocess and write_dq launches are sm80/backward.cuh's (same workspace; the transposed Q and dO codes and
+// dq_accum's rows are in the orders explained below).
 //
 // A CTA owns 128 keys (two 64-key K blocks) of one KV head and walks every visible 64-query tile of every query head
 // of its GQA group, FlashAttention-2's backward order. Warpgroup w owns K block w; per Q tile i it computes
@@ -10,9 +10,13 @@
 //   {s_P, P^}, {s_dS, dS^}                  one int8 scale per 64 x 64 tile: a reduction over the warpgroup
 //   dV_w += P^^T dO^_i,  dK_w += dS^^T Q^_i  wgmma s8, A from registers, B = dO^^T / Q^^T codes in shared memory
 //   dS^ -> shared memory as [query][key];   then each warpgroup takes half of dQ_i's channels:
-//   dQ_i += dS^ K^ (both K blocks, each with its own scale)   wgmma s8 from shared memory, f32 red.global.add
-// dK_w and dV_w stay in registers (f32) for the whole walk, as in the mma.sync kernel (see its header for why dQ uses
-// atomics).
+//   dQ_i = dS^ K^ (both K blocks, each with its own scale)   wgmma s8 from shared memory, into a shared f32 tile
+// dK_w and dV_w stay in registers (f32) for the whole walk, as in the mma.sync kernel (see its header for why dQ is
+// summed over the KV tiles in an f32 buffer). The dQ tile reaches dq_accum by one bulk reduction
+// (cp.reduce.async.bulk .add.f32, issued by one thread at the start of the next step): element-wise red.global.add
+// were the largest stall of the first version (ncu source counters, H100: ~29% of the samples). The tile's rows have
+// their 16-byte units XORed by row % 8 so that the accumulator's stores are free of bank conflicts; dq_accum keeps
+// that order (a bulk reduction copies bytes as they are) and write_dq reads it back (dq_accum_column).
 //
 // 8-bit A operands from registers: the accumulator gives a thread the columns 8j + 2t, 8j + 2t + 1 of each 8-column
 // tile, while an 8-bit A fragment wants k = 4t .. 4t + 3. The P^T and dS^T codes are packed without moving data
@@ -23,7 +27,9 @@
 // Shared-memory tiles are in wgmma's canonical K-major layout with the swizzle of their row length (128-, 64- or
 // 32-byte rows; rows of more than 128 bytes in 128-byte column chunks), written by cp.async (16-byte units at their
 // swizzled offsets) and by the threads (the dS codes); each thread fences the async proxy before the barrier that
-// hands them to wgmma. Loads of Q tile i + 1 (a second stage) fly while tile i is computed.
+// hands them to wgmma. Loads of Q tile i + 1 (a second stage) fly while tile i is computed. Two CTA barriers per
+// step: the stage landed (which also ends the previous step, so its stage and dS codes may be rewritten), and both
+// warpgroups' dS codes written, before dQ (by then the bulk reduction has read the previous dQ tile).
 #pragma once
 
 #include "sage/device/sm80/backward.cuh"
@@ -33,7 +39,6 @@
 
 namespace sage::device::sm90::backward {
 
-using sm80::backward::add_pair;
 using sm80::backward::commit_copies;
 using sm80::backward::copy16_async;
 using sm80::backward::int8_scale;
