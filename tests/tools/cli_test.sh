@@ -85,6 +85,10 @@ expect "explain: MXFP4 decodes to bf16" 0 "FP4 by emulation: decode e2m1 x ue8m0
 expect "explain: the sm90 schedule leaves FP4 to the sm80 one" 0 "sm90\.wgmma_tma: unsupported: e2m1 \(FP4\) operands: only the sm80 kernel writer emulates FP4" -- "$sagegen" explain --preset sage3-fp4-direct-p --arch sm_90a
 expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
+expect "explain --backward picks the wgmma backward on sm_90a" 0 "chosen: sm90\.wgmma_backward" -- "$sagegen" explain --backward --preset sagebwd --arch sm_90a --input bf16
+expect "explain --backward says why not on sm_89" 0 "1\. sm90\.wgmma_backward: unsupported: sm_89 has no wgmma" -- "$sagegen" explain --backward --preset sagebwd --arch sm_89
+expect "explain --backward: nothing runs the int8 dO.V^T ablation" 1 "no backward schedule supports 'sagebwd-int8-dp' on sm_90a" -- "$sagegen" explain --backward --preset sagebwd-int8-dp --arch sm_90a
+expect "explain --backward refuses --lse" 1 "--lse: backward presets read the forward's LSE" -- "$sagegen" explain --backward --preset sagebwd --lse --arch sm_90a
 expect "explain chooses the FP4 schedule on sm_120f" 0 "chosen: sm120\.mma_fp4 \(default plan\)" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
 expect "explain prints the FP4 plan" 0 "FP4 +ue4m3 scales per 16 elements; P two-level.*K rows read permuted in shared memory" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
 expect "explain says why not sm_100f" 0 "sm120\.mma_fp4: unsupported: sm_100f: ptxas 13\.0 rejects the block-scaled mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_100f

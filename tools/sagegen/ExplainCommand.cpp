@@ -3,8 +3,10 @@
 #include "KernelSetOptions.h"
 
 #include "sage/dsl/Attention.h"
+#include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/Legalize.h"
 #include "sage/ir/Program.h"
+#include "sage/schedules/BackwardSchedule.h"
 #include "sage/schedules/ScheduleRegistry.h"
 
 #include <fmt/core.h>
@@ -21,6 +23,7 @@ struct ExplainOptions {
   KernelSetOptions kernel;
   std::string ir_file;
   bool preset_shape_given = false; // --headdim, --causal or --lse: they shape a preset, an IR file has its own
+  bool backward = false;           // --preset names a backward preset
 };
 
 std::string_view pvPathName(schedules::PvPath path) {
@@ -158,6 +161,46 @@ bool explainVariant(const ir::Program &program, const AttentionVariant &variant,
   return true;
 }
 
+// Every backward schedule's verdict for a backward preset, the one chosen and its plan.
+void explainBackward(const ExplainOptions &options, schedules::GpuArch arch, schedules::InputType input) {
+  const PresetOptions &preset = options.kernel.preset;
+  if (!options.ir_file.empty())
+    throw UserError("--backward: takes a backward --preset (an --ir file is a forward program)");
+  if (preset.lse)
+    throw UserError("--lse: backward presets read the forward's LSE; they have no --lse");
+  auto builder = dsl::backwardPreset(preset.preset, preset.head_dim, preset.causal ? MaskKind::causal : MaskKind::none);
+  if (!builder) {
+    std::string known;
+    for (const auto &info : dsl::backwardPresets())
+      known += (known.empty() ? "" : ", ") + std::string(info.name);
+    throw UserError("--preset: unknown backward preset '" + preset.preset + "'; expected one of " + known);
+  }
+  builder->float_type(input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16);
+  const BackwardVariant variant = builder->describe();
+  fmt::print("backward variant '{}' d{} {}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask),
+             schedules::nameOf(input), schedules::archName(arch));
+  fmt::print("backward schedules, most preferred first:\n");
+  const schedules::BackwardSchedule *chosen = nullptr;
+  int rank = 0;
+  for (const schedules::BackwardSchedule *schedule : schedules::allBackwardSchedules()) {
+    const schedules::SupportResult support = schedule->supports(variant, arch, input);
+    fmt::print("  {}. {}: {}\n     {}\n", ++rank, schedule->name(),
+               support ? "supported" : "unsupported: " + support.reason, schedule->summary());
+    if (support && chosen == nullptr)
+      chosen = schedule;
+  }
+  if (chosen == nullptr) {
+    fmt::print("chosen: none (no backward schedule supports this variant on {})\n", schedules::archName(arch));
+    throw UserError("no backward schedule supports '" + variant.name + "' on " +
+                    std::string(schedules::archName(arch)));
+  }
+  const schedules::BackwardKernelPlan plan = chosen->plan(variant, arch, input);
+  fmt::print("chosen: {}\n  plan         {}\n", plan.schedule, plan.describe());
+  for (const schedules::BackwardLaunch &launch : plan.launches)
+    fmt::print("  launch       {} ({} threads, {} bytes of dynamic shared memory, {} tokens per CTA)\n",
+               launch.entry_point, launch.threads, launch.dynamic_shared_bytes, launch.tile_tokens);
+}
+
 void explain(const ExplainOptions &options) {
   if (options.kernel.preset.preset.empty() == options.ir_file.empty())
     throw UserError("--preset/--ir: name exactly one of a preset (see `sagegen list`) or an IR file");
@@ -167,6 +210,8 @@ void explain(const ExplainOptions &options) {
     throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f)");
   const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
   const schedules::InputType input = parseInputOption(options.kernel.input);
+  if (options.backward)
+    return explainBackward(options, arch, input);
   const ir::Program program = options.ir_file.empty()
                                   ? options.kernel.preset.builder(options.kernel.preset.preset).build()
                                   : programFromFile(options.ir_file);
@@ -202,6 +247,9 @@ CommandAction addExplainCommand(CLI::App &app) {
   options->kernel.preset.preset.clear(); // --preset or --ir
   options->kernel.addTo(*command, /*preset_optional=*/true);
   command->add_option("--ir", options->ir_file, "a textual sage IR file instead of --preset");
+  command->add_flag("--backward", options->backward,
+                    "--preset is a backward preset (sagebwd, sagebwd-int8-dp, exact-bwd): the backward schedules' "
+                    "verdicts");
   return [options, command] {
     for (const char *name : {"--headdim", "--causal", "--lse"})
       options->preset_shape_given = options->preset_shape_given || command->get_option(name)->count() > 0;
