@@ -1,7 +1,7 @@
 // SageBwd's kernels (issue 12) through NVRTC: sagebwd x head_dim {64, 128} x mask {none, causal} x input {f16, bf16}
 // x arch {sm_80, sm_89, sm_90a} x every backward schedule that supports the arch compile to cubins (libnvrtc only: no
-// GPU or driver). ptxas' report gives each of the four kernels' registers and spills; the wgmma main kernel's spills
-// stay within a small budget (its dK/dV accumulators fill most of the register file).
+// GPU or driver). ptxas' report gives each of the four kernels' registers and spills; the wgmma main kernel must not
+// spill (its dK/dV accumulators fill most of the register file).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -73,10 +73,10 @@ TEST_CASE("the SageBwd kernels of every schedule compile for sm_80, sm_89 and sm
               std::printf("%-56s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
                           std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
                           (*it)[2].str().c_str(), (*it)[3].str().c_str());
-              // The wgmma kernel's dK/dV sums and products fill the register file: at d = 128 ptxas spills a few
-              // loop-invariant words (ncu on the H100: two LDL per step, L1 hits); more would reach the hot loop.
+              // The wgmma kernel's dK/dV sums and products fill the register file (255 at d = 128): a spill would
+              // sit in its hot loop.
               if (schedule->name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
-                CHECK_MESSAGE(std::stoi((*it)[3].str()) <= (head_dim == 64 ? 0 : 48), "sm90 sage_bwd_main spills");
+                CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
             }
           }
 }

@@ -173,27 +173,39 @@ __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[N / 2], unsigned long 
     WgmmaF16SS<N>::run(d, a, b, scale_d);
 }
 
-// P^T = exp2(S^T scale - L log2(e)) and dS^T = P^T o (dP^T - D) of this thread's 32 accumulator elements (in place of
-// S^T as floats and of dP^T), with their maxima. Element 4j + e is key row g + 8 (e / 2) and query column
-// 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: element 4j + e is visible iff
-// 8j + e % 2 >= first_visible[e / 2] (visibility_thresholds: the KV end and the causal diagonal as one compare).
+// P^T = exp2(S^T scale - L log2(e)) of this thread's 32 accumulator elements, with their maximum. Element 4j + e is
+// key row g + 8 (e / 2) and query column 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: element
+// 4j + e is visible iff 8j + e % 2 >= first_visible[e / 2] (visibility_thresholds: the KV end and the causal diagonal
+// as one compare).
 template <bool kCheckVisibility>
-__device__ __forceinline__ void softmax_gradient(const int (&s)[32], float (&dp)[32], float (&p)[32], float &p_max,
-                                                 float &ds_max, const float *row_stats, float score_scale,
-                                                 const int (&first_visible)[2]) {
+__device__ __forceinline__ void probabilities(const int (&s)[32], float (&p)[32], float &p_max, const float *row_stats,
+                                              float score_scale, const int (&first_visible)[2]) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float4 stats = *reinterpret_cast<const float4 *>(row_stats + 2 * (8 * j + 2 * t));
+    const float2 lse_log2 = make_float2(row_stats[2 * (8 * j + 2 * t)], row_stats[2 * (8 * j + 2 * t) + 2]);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float lse_log2 = e & 1 ? stats.z : stats.x, delta = e & 1 ? stats.w : stats.y;
-      float probability = fast_exp2(fmaf(small_int_to_float(s[4 * j + e]), score_scale, -lse_log2));
+      float probability =
+          fast_exp2(fmaf(small_int_to_float(s[4 * j + e]), score_scale, -(e & 1 ? lse_log2.y : lse_log2.x)));
       if constexpr (kCheckVisibility)
         probability = 8 * j + (e & 1) >= first_visible[e >> 1] ? probability : 0.0f;
       p[4 * j + e] = probability;
-      dp[4 * j + e] = probability * (dp[4 * j + e] - delta);
       p_max = fmaxf(p_max, probability);
+    }
+  }
+}
+
+// dS^T = P^T o (dP^T - D) in place of dP^T (the same elements), with its largest magnitude.
+__device__ __forceinline__ void score_gradients(const float (&p)[32], float (&dp)[32], float &ds_max,
+                                                const float *row_stats) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 delta = make_float2(row_stats[2 * (8 * j + 2 * t) + 1], row_stats[2 * (8 * j + 2 * t) + 3]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dp[4 * j + e] = p[4 * j + e] * (dp[4 * j + e] - (e & 1 ? delta.y : delta.x));
       ds_max = fmaxf(ds_max, fabsf(dp[4 * j + e]));
     }
   }
@@ -346,7 +358,7 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     if (step > 0 && threadIdx.x == 0) // the previous step's dQ tile, written and fenced before the barrier
       bulk_reduce_add_f32(previous_dq_tile, dq_tile, Layout::kDqBytes);
 
-    // S^T = K^_w Q^^T and dP^T = V_w dO^T, one wgmma group
+    // S^T = K^_w Q^^T and dP^T = V_w dO^T as two wgmma groups: P^T is computed while dP^T's group still runs
     int s[32];
     float dp[32];
     warpgroup_fence_operands(s);
@@ -356,16 +368,16 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     for (int k = 0; k < kD / 32; ++k)
       WgmmaS8SS<64>::run(s, KTile::descriptor(k_tile, 32 * k, warpgroup * kBlock),
                          QTile::descriptor(stage + Layout::kQ, 32 * k), k > 0);
+    wgmma_commit_group();
 #pragma unroll
     for (int k = 0; k < 2 * kD / 32; ++k)
       wgmma_16bit_ss<Config::kBf16, 64>(dp, VTile::descriptor(v_tile, 32 * k, warpgroup * kBlock),
                                         DoTile::descriptor(stage + Layout::kDo, 32 * k), k > 0);
     wgmma_commit_group();
-    wgmma_wait_group<0>();
+    wgmma_wait_group<1>();
     warpgroup_fence_operands(s);
-    warpgroup_fence_operands(dp);
 
-    // P^T and dS^T; only blocks that cross the KV end or the causal diagonal test each element
+    // P^T, then dS^T; only blocks that cross the KV end or the causal diagonal test each element
     const float score_scale = q_scale * k_scale * scale_log2;
     bool masked = partial_kv_block;
     if constexpr (Config::kCausal)
@@ -376,11 +388,14 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       int first_visible[2];
       visibility_thresholds<Config>(first_visible, block_key0 + 16 * warp + g, query0 + 2 * t, p.tokens_kv,
                                     causal_offset);
-      softmax_gradient<true>(s, dp, prob, p_max, ds_max, row_stats, score_scale, first_visible);
+      probabilities<true>(s, prob, p_max, row_stats, score_scale, first_visible);
     } else {
       const int unused[2] = {0, 0};
-      softmax_gradient<false>(s, dp, prob, p_max, ds_max, row_stats, score_scale, unused);
+      probabilities<false>(s, prob, p_max, row_stats, score_scale, unused);
     }
+    wgmma_wait_group<0>();
+    warpgroup_fence_operands(dp);
+    score_gradients(prob, dp, ds_max, row_stats);
     const float2 maxima = warpgroup_max_pair(p_max, ds_max, scratch + 8 * warpgroup, warpgroup);
     float p_scale, p_inverse, ds_scale, ds_inverse;
     int8_scale(maxima.x, p_scale, p_inverse);
