@@ -91,30 +91,35 @@ SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, Gpu
   return SupportResult::yes();
 }
 
-BackwardKernelPlan Sm80BackwardSchedule::plan(const BackwardVariant &variant, GpuArch arch, InputType input) const {
-  if (const SupportResult support = supports(variant, arch, input); !support)
-    throw std::invalid_argument("backward variant '" + variant.name + "': " + support.reason);
+BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant &variant, GpuArch arch, InputType input,
+                               int keys, int warps, int main_shared_bytes) {
+  if (main_shared_bytes > gpuLimits(arch).max_dynamic_shared_bytes_per_block)
+    throw std::invalid_argument("backward variant '" + variant.name + "': " + std::to_string(main_shared_bytes) +
+                                " bytes of shared memory exceed " + std::string(archName(arch)) + "'s limit");
   BackwardKernelPlan plan;
-  plan.schedule = std::string(name());
+  plan.schedule = std::string(schedule);
   plan.arch = arch;
   plan.input = input;
   plan.head_dim = variant.head_dim;
   plan.causal = variant.mask == MaskKind::causal;
+  plan.kv_tile = keys;
+  plan.warps = warps;
+  plan.launches = {{"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0},
+                   {"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0},
+                   {"sage_bwd_main", BackwardGrid::kv_blocks, main_shared_bytes, 32 * warps, keys},
+                   {"sage_bwd_write_dq", BackwardGrid::q_blocks, 0}};
+  return plan;
+}
+
+BackwardKernelPlan Sm80BackwardSchedule::plan(const BackwardVariant &variant, GpuArch arch, InputType input) const {
+  if (const SupportResult support = supports(variant, arch, input); !support)
+    throw std::invalid_argument("backward variant '" + variant.name + "': " + support.reason);
   // Two K blocks per CTA where shared memory allows (sm_80, sm_90, sm_100: 148 KB at d = 128): each Q tile's loads
   // and dQ reductions then serve 128 keys instead of 64, which halves the L2 traffic that limited the 64-key kernel
   // (ncu, H100: L2 69% busy, the tensor pipes below 20%). sm_86/89/120 (99 KB per block) keep one.
   const int limit = gpuLimits(arch).max_dynamic_shared_bytes_per_block;
-  plan.kv_tile = mainSharedBytes(variant.head_dim, 2 * kBlock) <= limit ? 2 * kBlock : kBlock;
-  plan.warps = plan.kv_tile / 16;
-  const int shared = mainSharedBytes(variant.head_dim, plan.kv_tile);
-  if (shared > limit)
-    throw std::invalid_argument("backward variant '" + variant.name + "': " + std::to_string(shared) +
-                                " bytes of shared memory exceed " + std::string(archName(arch)) + "'s limit");
-  plan.launches = {{"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0},
-                   {"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0},
-                   {"sage_bwd_main", BackwardGrid::kv_blocks, shared, 32 * plan.warps, plan.kv_tile},
-                   {"sage_bwd_write_dq", BackwardGrid::q_blocks, 0}};
-  return plan;
+  const int keys = mainSharedBytes(variant.head_dim, 2 * kBlock) <= limit ? 2 * kBlock : kBlock;
+  return sageBwdPlan(name(), variant, arch, input, keys, keys / 16, mainSharedBytes(variant.head_dim, keys));
 }
 
 const std::vector<const BackwardSchedule *> &allBackwardSchedules() {

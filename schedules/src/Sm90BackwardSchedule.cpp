@@ -1,7 +1,6 @@
 // The sm90 wgmma backward schedule: what it supports and its launches (the main kernel is
 // codegen/device/sage/device/sm90/backward.cuh; the preprocess and write_dq kernels are the mma.sync schedule's).
 #include "sage/schedules/BackwardSchedule.h"
-#include "sage/schedules/GpuLimits.h"
 
 #include <stdexcept>
 
@@ -44,23 +43,7 @@ SupportResult Sm90BackwardSchedule::supports(const BackwardVariant &variant, Gpu
 BackwardKernelPlan Sm90BackwardSchedule::plan(const BackwardVariant &variant, GpuArch arch, InputType input) const {
   if (const SupportResult support = supports(variant, arch, input); !support)
     throw std::invalid_argument("backward variant '" + variant.name + "': " + support.reason);
-  BackwardKernelPlan plan;
-  plan.schedule = std::string(name());
-  plan.arch = arch;
-  plan.input = input;
-  plan.head_dim = variant.head_dim;
-  plan.causal = variant.mask == MaskKind::causal;
-  plan.kv_tile = kKeys;
-  plan.warps = 8;
-  const int shared = mainSharedBytes(variant.head_dim);
-  if (shared > gpuLimits(arch).max_dynamic_shared_bytes_per_block)
-    throw std::invalid_argument("backward variant '" + variant.name + "': " + std::to_string(shared) +
-                                " bytes of shared memory exceed " + std::string(archName(arch)) + "'s limit");
-  plan.launches = {{"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0},
-                   {"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0},
-                   {"sage_bwd_main", BackwardGrid::kv_blocks, shared, 32 * plan.warps, plan.kv_tile},
-                   {"sage_bwd_write_dq", BackwardGrid::q_blocks, 0}};
-  return plan;
+  return sageBwdPlan(name(), variant, arch, input, kKeys, 8, mainSharedBytes(variant.head_dim));
 }
 
 } // namespace sage::schedules

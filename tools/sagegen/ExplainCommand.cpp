@@ -3,7 +3,6 @@
 #include "KernelSetOptions.h"
 
 #include "sage/dsl/Attention.h"
-#include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/Legalize.h"
 #include "sage/ir/Program.h"
 #include "sage/schedules/BackwardSchedule.h"
@@ -163,20 +162,9 @@ bool explainVariant(const ir::Program &program, const AttentionVariant &variant,
 
 // Every backward schedule's verdict for a backward preset, the one chosen and its plan.
 void explainBackward(const ExplainOptions &options, schedules::GpuArch arch, schedules::InputType input) {
-  const PresetOptions &preset = options.kernel.preset;
   if (!options.ir_file.empty())
     throw UserError("--backward: takes a backward --preset (an --ir file is a forward program)");
-  if (preset.lse)
-    throw UserError("--lse: backward presets read the forward's LSE; they have no --lse");
-  auto builder = dsl::backwardPreset(preset.preset, preset.head_dim, preset.causal ? MaskKind::causal : MaskKind::none);
-  if (!builder) {
-    std::string known;
-    for (const auto &info : dsl::backwardPresets())
-      known += (known.empty() ? "" : ", ") + std::string(info.name);
-    throw UserError("--preset: unknown backward preset '" + preset.preset + "'; expected one of " + known);
-  }
-  builder->float_type(input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16);
-  const BackwardVariant variant = builder->describe();
+  const BackwardVariant variant = backwardPresetBuilder(options.kernel.preset, input).describe();
   fmt::print("backward variant '{}' d{} {}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask),
              schedules::nameOf(input), schedules::archName(arch));
   fmt::print("backward schedules, most preferred first:\n");

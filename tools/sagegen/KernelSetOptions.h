@@ -89,6 +89,22 @@ struct PresetKernels {
   std::vector<runtime::GeneratedKernel> kernels;
 };
 
+// The backward preset --preset names, shaped by --headdim/--causal and typed by --input; UserError for --lse or an
+// unknown name.
+inline dsl::AttentionBackwardBuilder backwardPresetBuilder(const PresetOptions &preset, schedules::InputType input) {
+  if (preset.lse)
+    throw UserError("--lse: backward presets read the forward's LSE; they have no --lse");
+  auto builder = dsl::backwardPreset(preset.preset, preset.head_dim, preset.causal ? MaskKind::causal : MaskKind::none);
+  if (!builder) {
+    std::string known;
+    for (const auto &info : dsl::backwardPresets())
+      known += (known.empty() ? "" : ", ") + std::string(info.name);
+    throw UserError("--preset: unknown backward preset '" + preset.preset + "'; expected one of " + known);
+  }
+  builder->float_type(input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16);
+  return *builder;
+}
+
 // Throws UserError for options that do not fit the preset, std::invalid_argument when no schedule supports it.
 inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedules::InputType input,
                                            schedules::GpuArch arch, bool backward) {
@@ -97,18 +113,7 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
   result.input = std::string(schedules::nameOf(input));
   result.head_dim = preset.head_dim;
   if (backward) {
-    if (preset.lse)
-      throw UserError("--lse: backward presets read the forward's LSE; they have no --lse");
-    auto builder =
-        dsl::backwardPreset(preset.preset, preset.head_dim, preset.causal ? MaskKind::causal : MaskKind::none);
-    if (!builder) {
-      std::string known;
-      for (const auto &info : dsl::backwardPresets())
-        known += (known.empty() ? "" : ", ") + std::string(info.name);
-      throw UserError("--preset: unknown backward preset '" + preset.preset + "'; expected one of " + known);
-    }
-    builder->float_type(input == schedules::InputType::bf16 ? ElementType::bf16 : ElementType::f16);
-    const ir::BackwardProgram program = builder->build();
+    const ir::BackwardProgram program = backwardPresetBuilder(preset, input).build();
     runtime::BackwardKernelSet set =
         runtime::generateBackwardKernels(program.variant(), input, arch, program.fingerprint());
     result.variant = program.name();

@@ -55,6 +55,12 @@ struct BackwardWorkspaceSizes {
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
                                               int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv);
 
+// SageBwd's plan as both schedules launch it: the variant's facts, `keys` per main-kernel CTA with `warps` warps and
+// `main_shared_bytes` of dynamic shared memory (checked against the arch's limit), and the four launches
+// (preprocess_q, preprocess_k, main, write_dq). Throws std::invalid_argument when the shared memory does not fit.
+BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant &variant, GpuArch arch, InputType input,
+                               int keys, int warps, int main_shared_bytes);
+
 class BackwardSchedule {
 public:
   virtual ~BackwardSchedule() = default;

@@ -404,6 +404,29 @@ __device__ __forceinline__ unsigned short code_pair(signed char low, signed char
   return static_cast<unsigned short>(static_cast<unsigned char>(low) | (static_cast<unsigned char>(high) << 8));
 }
 
+// The Q tiles that the CTA of a KV tile (keys from key0) visits, in order: every visible Q tile of every query head of
+// its KV head's GQA group, head by head (causal: from the first Q tile with a visible key of the tile).
+struct StepWalk {
+  int first_q_block = 0, tiles_per_head = 0, first_head = 0, steps = 0;
+  __device__ long long q_head(const SageBackwardParams &p, int step) const {
+    return static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
+  }
+  __device__ int q_block(int step) const { return first_q_block + step % tiles_per_head; }
+};
+
+template <bool kCausal> __device__ StepWalk step_walk(const SageBackwardParams &p, int key0, int q_blocks) {
+  StepWalk walk;
+  if constexpr (kCausal) {
+    const int last_blind = key0 - (p.tokens_kv - p.tokens_q) - kBlock; // the last Q tile that sees none of its keys
+    walk.first_q_block = last_blind >= 0 ? last_blind / kBlock + 1 : 0;
+  }
+  const int group = p.heads_q / p.heads_kv;
+  walk.first_head = static_cast<int>(blockIdx.y) * group;
+  walk.tiles_per_head = q_blocks - walk.first_q_block;
+  walk.steps = walk.tiles_per_head > 0 ? group * walk.tiles_per_head : 0;
+  return walk;
+}
+
 template <class Config> __device__ void backward_main(const SageBackwardParams &p, unsigned char *shared) {
   constexpr int kHeadDim = Config::kHeadDim, kChannelTiles = kHeadDim / 8, kTileBytes = kBlock * kHeadDim;
   constexpr int kKeys = Config::kKeys, kKeyBlocks = kKeys / kBlock, kWarpCount = kMainWarps<Config>;
@@ -438,21 +461,14 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int causal_offset = p.tokens_kv - p.tokens_q; // key j is visible to query i iff j <= i + offset
   const bool partial_kv_tile = key0 + kKeys > p.tokens_kv;
-  int first_q_block = 0;
-  if constexpr (Config::kCausal) { // the first Q tile with a visible key of this KV tile
-    const int last_blind = key0 - causal_offset - kBlock;
-    first_q_block = last_blind >= 0 ? last_blind / kBlock + 1 : 0;
-  }
-  // The steps: every visible Q tile of every query head of this KV head's GQA group, head by head.
-  const int group = p.heads_q / p.heads_kv, first_head = static_cast<int>(blockIdx.y) * group;
-  const int tiles_per_head = q_blocks - first_q_block;
-  const int steps = tiles_per_head > 0 ? group * tiles_per_head : 0;
+  const StepWalk walk = step_walk<Config::kCausal>(p, key0, q_blocks);
+  const int steps = walk.steps;
   const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
 
   // Starts a step's phase-1 loads as one cp.async group: Q^, dO and the rows' stats.
   auto issue_phase1 = [&](int step) {
-    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
-    const int q_block = first_q_block + step % tiles_per_head;
+    const long long q_head = walk.q_head(p, step);
+    const int q_block = walk.q_block(step);
     copy_tile_async<kThreadCount, kBlock, kHeadDim, kCodeRow>(q_tile,
                                                               p.q_codes + (q_head * q_blocks + q_block) * kTileBytes);
     copy_rows_async<kThreadCount, kBlock, 2 * kHeadDim, kInputRow>(do_tile, d_o_input + q_head * p.tokens_q * kHeadDim,
@@ -480,8 +496,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
 
   float dk[kChannelTiles][4] = {}, dv[kChannelTiles][4] = {};
   for (int step = 0; step < steps; ++step) {
-    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
-    const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
+    const long long q_head = walk.q_head(p, step);
+    const int q_block = walk.q_block(step), query0 = q_block * kBlock;
     const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
     const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
     wait_copies<0>(); // this step's phase-1 group

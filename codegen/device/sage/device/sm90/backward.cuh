@@ -297,20 +297,14 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const int causal_offset = p.tokens_kv - p.tokens_q;
   const int block_key0 = key0 + warpgroup * kBlock; // this warpgroup's first key
   const bool partial_kv_block = block_key0 + kBlock > p.tokens_kv;
-  int first_q_block = 0;
-  if constexpr (Config::kCausal) {
-    const int last_blind = key0 - causal_offset - kBlock;
-    first_q_block = last_blind >= 0 ? last_blind / kBlock + 1 : 0;
-  }
-  const int group = p.heads_q / p.heads_kv, first_head = static_cast<int>(blockIdx.y) * group;
-  const int tiles_per_head = q_blocks - first_q_block;
-  const int steps = tiles_per_head > 0 ? group * tiles_per_head : 0;
+  const sm80::backward::StepWalk walk = sm80::backward::step_walk<Config::kCausal>(p, key0, q_blocks);
+  const int steps = walk.steps;
   const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
 
   // One cp.async group: Q^, dO, Q^^T, dO^^T and the row stats of a step into its stage.
   auto issue_stage = [&](int step) {
-    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
-    const int q_block = first_q_block + step % tiles_per_head;
+    const long long q_head = walk.q_head(p, step);
+    const int q_block = walk.q_block(step);
     const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
     unsigned char *stage = shared + Layout::kStages + (step & 1) * Layout::kStageBytes;
     copy_rows_swizzled<QTile, kBlock, kD>(stage + Layout::kQ, p.q_codes + q_codes, kBlock);
@@ -344,8 +338,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const unsigned k_transposed = base + Layout::kKTransposed, dq_tile = base + Layout::kDq;
   float *previous_dq_tile = nullptr; // dq_accum's rows of the previous step's Q tile
   for (int step = 0; step < steps; ++step) {
-    const long long q_head = static_cast<long long>(blockIdx.z) * p.heads_q + first_head + step / tiles_per_head;
-    const int q_block = first_q_block + step % tiles_per_head, query0 = q_block * kBlock;
+    const long long q_head = walk.q_head(p, step);
+    const int q_block = walk.q_block(step), query0 = q_block * kBlock;
     const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
     const int stage_offset = Layout::kStages + (step & 1) * Layout::kStageBytes;
     const unsigned stage = base + stage_offset;
