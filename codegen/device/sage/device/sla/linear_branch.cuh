@@ -261,6 +261,187 @@ template <int D> struct ScaledStateSum {
   }
 };
 
+// ---- The output kernel's vectorized I/O: rows of D f16 values (Q, O^s, O) and f32 vectors in 16-byte pieces of 8
+// values (f16) or 4 (f32). kLanes consecutive lanes of a warp hold one row, so a row's reductions are shuffles.
+
+// Whether an f16 tensor's rows can be read 16 bytes at a time: a 16-byte-aligned base and strides of multiples of 8.
+__device__ __forceinline__ bool rows_vectorizable(const void *base, const SageSlaStrides &strides) {
+  return (reinterpret_cast<unsigned long long>(base) & 15u) == 0 &&
+         ((strides.batch | strides.head | strides.token) & 7) == 0;
+}
+
+// 8 consecutive f16 values at `index`: one 16-byte load when `vector`, else 8 loads of 2 bytes. Plain loads (not
+// __ldg): O^s may alias the output the same kernel writes.
+__device__ __forceinline__ uint4 load_f16x8(const void *base, long long index, bool vector) {
+  const unsigned short *at = static_cast<const unsigned short *>(base) + index;
+  if (vector)
+    return *reinterpret_cast<const uint4 *>(at);
+  return make_uint4(pack_f16x2(at[0], at[1]), pack_f16x2(at[2], at[3]), pack_f16x2(at[4], at[5]),
+                    pack_f16x2(at[6], at[7]));
+}
+
+__device__ __forceinline__ void store_f16x8(void *base, long long index, bool vector, uint4 bits) {
+  unsigned short *at = static_cast<unsigned short *>(base) + index;
+  if (vector) {
+    *reinterpret_cast<uint4 *>(at) = bits;
+    return;
+  }
+  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    at[2 * w] = static_cast<unsigned short>(words[w] & 0xffffu);
+    at[2 * w + 1] = static_cast<unsigned short>(words[w] >> 16);
+  }
+}
+
+__device__ __forceinline__ void unpack_f16x8(uint4 bits, float (&x)[8]) {
+  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    x[2 * w] = f16_value(static_cast<unsigned short>(words[w] & 0xffffu));
+    x[2 * w + 1] = f16_value(static_cast<unsigned short>(words[w] >> 16));
+  }
+}
+
+__device__ __forceinline__ uint4 pack_f16x8(const float (&x)[8]) {
+  return make_uint4(pack_f16x2(f16_bits(x[0]), f16_bits(x[1])), pack_f16x2(f16_bits(x[2]), f16_bits(x[3])),
+                    pack_f16x2(f16_bits(x[4]), f16_bits(x[5])), pack_f16x2(f16_bits(x[6]), f16_bits(x[7])));
+}
+
+// 16 bytes global -> shared without registers (cp.async, sm_80+); `valid` false writes 16 zero bytes, reads nothing.
+__device__ __forceinline__ void linear_copy16_async(void *shared, const void *global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void linear_commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void linear_wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Sum and max over the kLanes consecutive lanes (a power of two <= 32) that hold one row.
+template <int kLanes> __device__ __forceinline__ float lanes_sum(float value) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+template <int kLanes> __device__ __forceinline__ float lanes_max(float value) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+// phi over a row held by kLanes lanes, 8 features each (softmax is over the row). Every lane of the warp calls it.
+template <int kLanes, int kPhi> __device__ __forceinline__ void feature_map_x8(float (&x)[8]) {
+  if (kPhi == kPhiSoftmax) {
+    float top = x[0];
+#pragma unroll
+    for (int e = 1; e < 8; ++e)
+      top = fmaxf(top, x[e]);
+    top = lanes_max<kLanes>(top);
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      x[e] = expf(x[e] - top);
+      sum += x[e];
+    }
+    const float inverse = 1.0f / lanes_sum<kLanes>(sum);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] *= inverse;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = kPhi == kPhiEluPlusOne ? (x[e] > 0.0f ? x[e] + 1.0f : expf(x[e])) : fmaxf(x[e], 0.0f);
+  }
+}
+
+// sum_listed_vectors with 16-byte loads: kGroups groups of D / 4 threads take every kGroups-th entry, four entries in
+// flight per group (their list entries first, then the vectors). The sum's order is fixed (deterministic).
+// `scratch`: SumListedX4<D>::kScratchFloats floats of shared memory, free on entry (and on return).
+template <int D> struct SumListedX4 {
+  static constexpr int kLanes = D / 4;
+  static constexpr int kGroups = kThreads / kLanes < 8 ? kThreads / kLanes : 8;
+  static constexpr int kScratchFloats = kGroups * D;
+  static_assert(D % 4 == 0 && kThreads % kLanes == 0, "D / 4 divides the CTA");
+};
+template <int D>
+__device__ float sum_listed_vectors_x4(const float *vectors, long long first, const int *list, int count,
+                                       float *scratch) {
+  constexpr int kLanes = SumListedX4<D>::kLanes, kGroups = SumListedX4<D>::kGroups;
+  constexpr int kInFlight = 4;
+  const int lane = threadIdx.x % kLanes, group = threadIdx.x / kLanes;
+  const float4 *base = reinterpret_cast<const float4 *>(vectors + first * D) + lane;
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int n = group < kGroups ? group : count; n < count; n += kInFlight * kGroups) {
+    int j[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u)
+      j[u] = n + u * kGroups < count ? list[n + u * kGroups] : -1;
+    float4 value[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u)
+      value[u] = j[u] >= 0 ? __ldg(base + static_cast<long long>(j[u]) * kLanes) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      sum.x += value[u].x;
+      sum.y += value[u].y;
+      sum.z += value[u].z;
+      sum.w += value[u].w;
+    }
+  }
+  if (group < kGroups)
+    reinterpret_cast<float4 *>(scratch)[threadIdx.x] = sum; // group g's columns at scratch[g * D ...]
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < D)
+    for (int g = 0; g < kGroups; ++g)
+      total += scratch[g * D + threadIdx.x];
+  __syncthreads(); // scratch is free again
+  return total;
+}
+
+// The output kernel's products: a warp's kTilesPerWarp 16 x 8 tiles (tile = warp + kWarps t of kTiles, kTileColumns
+// tiles per row) of A B, A = rows in shared memory ([m][k]), both operands split in hi and lo (three products). When
+// a row of tiles is kWarps wide, a warp's tiles share one column (m0 = 16 t, n0 = 8 warp): B's fragments are loaded
+// once per k-step for all of them (10 ldmatrix per 12 mma instead of 16).
+template <int K, bool kBKMajor, int kTiles, int kTilesPerWarp, int kTileColumns>
+__device__ __forceinline__ void output_tiles_split(float (&c)[kTilesPerWarp][4], SharedF16 a_hi, SharedF16 a_lo,
+                                                   SharedF16 b_hi, SharedF16 b_lo) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      c[t][e] = 0.0f;
+  if constexpr (kTileColumns == kWarps && kTiles == kWarps * kTilesPerWarp) {
+    const int n0 = 8 * warp;
+#pragma unroll 1
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      unsigned bh[2], bl[2];
+      load_b<kBKMajor>(bh, b_hi, k0, n0);
+      load_b<kBKMajor>(bl, b_lo, k0, n0);
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarp; ++t) {
+        unsigned ah[4], al[4];
+        load_a<false>(ah, a_hi, 16 * t, k0);
+        load_a<false>(al, a_lo, 16 * t, k0);
+        mma_f16(c[t], al, bh);
+        mma_f16(c[t], ah, bl);
+        mma_f16(c[t], ah, bh);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile < kTiles)
+        mma_tile_split<K, false, kBKMajor>(c[t], a_hi, a_lo, b_hi, b_lo, (tile / kTileColumns) * 16,
+                                           (tile % kTileColumns) * 8);
+    }
+  }
+}
+
 // The output kernel's shared memory (abi.cuh's sage_sla_output_* give the host the same numbers).
 template <int D, int BLOCK_Q> struct OutputLayout {
   static constexpr int kRows = sage_sla_output_rows(BLOCK_Q); // q rows, padded to whole 16-row tiles
@@ -287,7 +468,12 @@ template <int D, int BLOCK_Q> struct OutputLayout {
 // ratio does not change).
 template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
   using L = OutputLayout<D, BLOCK_Q>;
-  constexpr int kPerLane = (D + 31) / 32;
+  constexpr int kLanes = D / 8; // lanes per row of Q, O^s and O (16-byte pieces of 8 f16 values)
+  constexpr int kRowPieces = L::kRows * kLanes, kRowLoads = (kRowPieces + kThreads - 1) / kThreads;
+  constexpr int kRowBatch = 4;        // pieces of rows in flight per thread
+  constexpr int kStageStride = D + 8; // f32 O^l W^T + b over the rows' buffers (kRows x (D + 8) floats)
+  static_assert(kRowPieces % 32 == 0, "a warp holds whole rows");
+  static_assert(4 * SumListedX4<D>::kScratchFloats <= 2 * 2 * L::kOperandHalves, "the z sum's scratch fits");
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   unsigned short *operand_hi = reinterpret_cast<unsigned short *>(shared_bytes); // H_i's slice, then W's rows
   unsigned short *operand_lo = operand_hi + L::kOperandHalves;
@@ -296,11 +482,30 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
   float *z_state = reinterpret_cast<float *>(rows_lo + L::kRowHalves);
   float *denominator = z_state + D;
   float *scratch = denominator + L::kRows;
-  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32;
   const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
   const long long row = (static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.q_blocks + i;
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
+  const bool q_vector = rows_vectorizable(p.q, p.q_strides);
+
+  // Q_i's rows, fetched first into the rows' lo buffer (f16, kRowStride per row) so that their latency overlaps H_i's
+  // and Z_i's: 16-byte asynchronous copies (zeros past the block's end), or plain loads where Q is not aligned. Each
+  // thread later reads back only its own pieces (no barrier).
+#pragma unroll
+  for (int m = 0; m < kRowLoads; ++m) {
+    const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+    if (piece >= kRowPieces)
+      continue;
+    unsigned short *to = rows_lo + r * L::kRowStride + c;
+    const bool valid = begin + r < end;
+    const long long from = valid ? element_index(p.q_strides, b, h, begin + r, c) : 0;
+    if (q_vector)
+      linear_copy16_async(to, static_cast<const unsigned short *>(p.q) + from, valid);
+    else
+      *reinterpret_cast<uint4 *>(to) = valid ? load_f16x8(p.q, from, false) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  linear_commit_copies();
 
   // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
   // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
@@ -329,9 +534,9 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
     for (int j = 0; j < p.shape.kv_blocks; ++j)
       ScaledStateSum<D>::add_one(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks + j);
   const float sign = majority ? -1.0f : 1.0f;
-  // Scratch: the operands' buffers (with operand_lo at least kThreads floats), free until the first pass.
-  const float z_listed = sum_listed_vectors<D>(p.z_states, head_kv * p.shape.kv_blocks, lut, listed,
-                                               reinterpret_cast<float *>(operand_hi));
+  // Scratch: the operands' buffers, free until the first pass.
+  const float z_listed = sum_listed_vectors_x4<D>(p.z_states, head_kv * p.shape.kv_blocks, lut, listed,
+                                                  reinterpret_cast<float *>(operand_hi));
   const float z = threadIdx.x < D ? (majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f) + sign * z_listed : 0.0f;
   const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
   for (int n = 0; n < (from_gemm ? 0 : listed); ++n) {
@@ -374,29 +579,28 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
       p.z_rows[row * D + threadIdx.x] = z;
   }
 
-  // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is).
-  for (int r = warp; r < L::kRows; r += kWarps) {
+  // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is). A row
+  // is kLanes consecutive lanes with 8 features each; a thread's pieces are those it fetched above.
+  linear_wait_copies();
+#pragma unroll 1 // one piece at a time: H_i's registers are live meanwhile
+  for (int m = 0; m < kRowLoads; ++m) {
+    const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+    if (piece >= kRowPieces) // the same for the whole warp (whole rows per warp)
+      continue;
     const bool valid = begin + r < end;
-    float x[kPerLane];
-#pragma unroll
-    for (int u = 0; u < kPerLane; ++u) {
-      const int c = lane + 32 * u;
-      x[u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + r, c)) : 0.0f;
-    }
-    if (valid)
-      feature_map_lanes<D, PHI>(x);
+    float x[8];
+    unpack_f16x8(*reinterpret_cast<const uint4 *>(rows_lo + r * L::kRowStride + c), x);
+    feature_map_x8<kLanes, PHI>(x);
     float dot = 0.0f;
 #pragma unroll
-    for (int u = 0; u < kPerLane; ++u) {
-      const int c = lane + 32 * u;
-      if (c < D) {
-        dot += x[u] * z_state[c];
-        split_f16(x[u], rows_hi[r * L::kRowStride + c], rows_lo[r * L::kRowStride + c]);
-      }
+    for (int e = 0; e < 8; ++e) {
+      x[e] = valid ? x[e] : 0.0f; // rows past the block's end stay 0 (phi(0) is not 0)
+      dot += x[e] * z_state[c + e];
     }
-    dot = warp_sum(dot);
-    if (lane == 0)
+    dot = lanes_sum<kLanes>(dot);
+    if (c == 0)
       denominator[r] = valid ? dot * factor : 0.0f;
+    store_split8(x, 1.0f, rows_hi + r * L::kRowStride + c, rows_lo + r * L::kRowStride + c);
   }
 
   // phi(Q_i) H_i, kColumns output columns per pass; O^l stays in registers for Proj.
@@ -413,18 +617,19 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
     }
     __syncthreads();
     const SharedF16 h_hi{operand_hi, L::kStateStride}, h_lo{operand_lo, L::kStateStride};
+    float acc[L::kTilesPerWarp][4];
+    output_tiles_split<D, true, L::kTiles, L::kTilesPerWarp, L::kColumns / 8>(acc, q_hi, q_lo, h_hi,
+                                                                              h_lo); // H_i's slice is [in][out]
 #pragma unroll
     for (int t = 0; t < L::kTilesPerWarp; ++t) {
       const int tile = warp + kWarps * t;
       if (tile >= L::kTiles)
         continue;
       const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_tile_split<D, false, true>(acc, q_hi, q_lo, h_hi, h_lo, m0, n0); // H_i's slice is [in][out]
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), col = pass * L::kColumns + n0 + tile_col() + (e & 1);
-        const float value = denominator[r] != 0.0f ? acc[e] / denominator[r] : 0.0f;
+        const float value = denominator[r] != 0.0f ? acc[t][e] / denominator[r] : 0.0f;
         o_linear[pass][t][e] = value;
         if (p.o_linear && begin + r < end)
           p.o_linear[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + begin + r) * D + col] =
@@ -451,37 +656,94 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
         split_f16(o_linear[pass][t][e], rows_hi[r * L::kRowStride + col], rows_lo[r * L::kRowStride + col]);
       }
     }
+  // W's rows are read coalesced, 16 bytes at a time when W is 16-byte aligned, all of a pass's loads before the
+  // barrier that frees the operand buffer (the loads' latency overlaps the wait).
+  constexpr int kWeightPieces = L::kColumns * D / 8, kWeightLoads = (kWeightPieces + kThreads - 1) / kThreads;
+  constexpr int kWeightBatch = L::kTilesPerWarp > 4 ? 2 : 4; // pieces in flight: fewer where O's tiles take registers
+  const bool weight_vector = (reinterpret_cast<unsigned long long>(p.proj_weight) & 15u) == 0;
+  float o_final[L::kPasses][L::kTilesPerWarp][4];
 #pragma unroll
   for (int pass = 0; pass < L::kPasses; ++pass) {
-    if (pass > 0)
-      __syncthreads(); // the previous pass's reads of W's rows are done
-    for (int piece = threadIdx.x; piece < L::kColumns * D / 8; piece += kThreads) {
-      const int out = piece * 8 / D, in = piece * 8 % D;
-      float values[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        values[e] = p.proj_weight[(pass * L::kColumns + out) * D + in + e];
-      store_split8(values, 1.0f, operand_hi + out * L::kRowStride + in, operand_lo + out * L::kRowStride + in);
+    for (int m0 = 0; m0 < kWeightLoads; m0 += kWeightBatch) {
+      float weights[kWeightBatch][8];
+#pragma unroll
+      for (int u = 0; u < kWeightBatch; ++u) {
+        const int piece = (m0 + u) * kThreads + threadIdx.x;
+        if (m0 + u >= kWeightLoads || piece >= kWeightPieces)
+          continue;
+        const float *from = p.proj_weight + (pass * L::kColumns + piece * 8 / D) * D + piece * 8 % D;
+        if (weight_vector) {
+          const float4 left = __ldg(reinterpret_cast<const float4 *>(from));
+          const float4 right = __ldg(reinterpret_cast<const float4 *>(from) + 1);
+          weights[u][0] = left.x, weights[u][1] = left.y, weights[u][2] = left.z, weights[u][3] = left.w;
+          weights[u][4] = right.x, weights[u][5] = right.y, weights[u][6] = right.z, weights[u][7] = right.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            weights[u][e] = __ldg(from + e);
+        }
+      }
+      if (pass > 0 && m0 == 0)
+        __syncthreads(); // the previous pass's reads of W's rows are done
+#pragma unroll
+      for (int u = 0; u < kWeightBatch; ++u) {
+        const int piece = (m0 + u) * kThreads + threadIdx.x, out = piece * 8 / D, in = piece * 8 % D;
+        if (m0 + u < kWeightLoads && piece < kWeightPieces)
+          store_split8(weights[u], 1.0f, operand_hi + out * L::kRowStride + in, operand_lo + out * L::kRowStride + in);
+      }
     }
     __syncthreads();
     const SharedF16 w_hi{operand_hi, L::kRowStride}, w_lo{operand_lo, L::kRowStride};
+    output_tiles_split<D, false, L::kTiles, L::kTilesPerWarp, L::kColumns / 8>(o_final[pass], q_hi, q_lo, w_hi,
+                                                                               w_lo); // W is [out][in]: B^T
+  }
+
+  // O^l W^T + b staged in f32 over the rows' buffers, then O = O^s + that row by row, 16 bytes at a time: every
+  // thread reads its pieces of O^s before it writes O (O may alias O^s; a piece is read and written by one thread).
+  __syncthreads(); // every read of O^l's rows is done
+  float *staged = reinterpret_cast<float *>(rows_hi);
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass)
 #pragma unroll
     for (int t = 0; t < L::kTilesPerWarp; ++t) {
       const int tile = warp + kWarps * t;
       if (tile >= L::kTiles)
         continue;
       const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_tile_split<D, false, false>(acc, q_hi, q_lo, w_hi, w_lo, m0, n0); // W is [out][in]: B^T
+      const int out = pass * L::kColumns + n0 + tile_col();
+      const float bias0 = p.proj_bias ? p.proj_bias[out] : 0.0f, bias1 = p.proj_bias ? p.proj_bias[out + 1] : 0.0f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), out = pass * L::kColumns + n0 + tile_col() + (e & 1);
-        if (begin + r >= end)
-          continue;
-        float value = acc[e] + (p.proj_bias ? p.proj_bias[out] : 0.0f);
-        value += load_f16(p.o_sparse, element_index(p.o_sparse_strides, b, h, begin + r, out));
-        store_f16(p.out, element_index(p.out_strides, b, h, begin + r, out), value);
+      for (int half = 0; half < 2; ++half) {
+        const int r = m0 + tile_row() + 8 * half;
+        *reinterpret_cast<float2 *>(staged + r * kStageStride + out) =
+            make_float2(o_final[pass][t][2 * half] + bias0, o_final[pass][t][2 * half + 1] + bias1);
       }
+    }
+  __syncthreads();
+  const bool o_vector = rows_vectorizable(p.o_sparse, p.o_sparse_strides) && rows_vectorizable(p.out, p.out_strides);
+#pragma unroll
+  for (int m0 = 0; m0 < kRowLoads; m0 += kRowBatch) {
+    uint4 bits[kRowBatch];
+#pragma unroll
+    for (int u = 0; u < kRowBatch; ++u) {
+      const int piece = (m0 + u) * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+      bits[u] = make_uint4(0u, 0u, 0u, 0u);
+      if (m0 + u < kRowLoads && piece < kRowPieces && begin + r < end)
+        bits[u] = load_f16x8(p.o_sparse, element_index(p.o_sparse_strides, b, h, begin + r, c), o_vector);
+    }
+#pragma unroll
+    for (int u = 0; u < kRowBatch; ++u) {
+      const int piece = (m0 + u) * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+      if (m0 + u >= kRowLoads || piece >= kRowPieces || begin + r >= end)
+        continue;
+      float x[8];
+      unpack_f16x8(bits[u], x);
+      const float4 left = *reinterpret_cast<const float4 *>(staged + r * kStageStride + c);
+      const float4 right = *reinterpret_cast<const float4 *>(staged + r * kStageStride + c + 4);
+      x[0] += left.x, x[1] += left.y, x[2] += left.z, x[3] += left.w;
+      x[4] += right.x, x[5] += right.y, x[6] += right.z, x[7] += right.w;
+      store_f16x8(p.out, element_index(p.out_strides, b, h, begin + r, c), o_vector, pack_f16x8(x));
     }
   }
 }
