@@ -42,227 +42,9 @@ __device__ __forceinline__ float f16_range_factor(float largest) {
   return ldexpf(1.0f, 15 - exponent);
 }
 
-// Launch 3: h_j = phi(K_j)^T V_j, z_j = colsum(phi(K_j)) for one kv block of one kv head. Every warp owns a fixed set
-// of 16 x 8 tiles of h_j (f32 accumulators across the block's chunks); phi(K) is split in f16 hi + lo, V is f16.
-template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const SageSlaStateParams &p) {
-  static_assert(D % 16 == 0, "the tensor-core tiles take D in steps of 16");
-  constexpr int kStride = D + 8, kPerLane = (D + 31) / 32;
-  constexpr int kTiles = (D / 16) * (D / 8), kTilesPerWarp = (kTiles + kWarps - 1) / kWarps;
-  __shared__ __align__(16) unsigned short k_hi[kStateChunk * kStride], k_lo[kStateChunk * kStride];
-  __shared__ __align__(16) unsigned short v_rows[kStateChunk * kStride];
-  __shared__ float z_partial[kWarps][D];
-  __shared__ float scratch[kWarps];
-  const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int begin = j * BLOCK_KV, end = min(p.shape.tokens_kv, begin + BLOCK_KV);
-  float acc[kTilesPerWarp][4];
-#pragma unroll
-  for (int t = 0; t < kTilesPerWarp; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[t][e] = 0.0f;
-  float z[kPerLane];
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u)
-    z[u] = 0.0f;
-  const SharedF16 a_hi{k_hi, kStride}, a_lo{k_lo, kStride}, b_v{v_rows, kStride};
-  for (int chunk = begin; chunk < end; chunk += kStateChunk) {
-    const int rows = min(kStateChunk, end - chunk);
-    __syncthreads(); // the previous chunk's products are done
-    for (int r = warp; r < kStateChunk; r += kWarps) {
-      // Rows past the block's end stay 0 in phi(K) and V (phi(0) is not 0 for elu + 1).
-      float x[kPerLane];
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int c = lane + 32 * u;
-        x[u] = r < rows && c < D ? load_f16(p.k, element_index(p.k_strides, b, h, chunk + r, c)) : 0.0f;
-      }
-      if (r < rows)
-        feature_map_lanes<D, PHI>(x);
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int c = lane + 32 * u;
-        if (c >= D)
-          continue;
-        z[u] += x[u];
-        split_f16(x[u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
-        v_rows[r * kStride + c] =
-            r < rows ? static_cast<const unsigned short *>(p.v)[element_index(p.v_strides, b, h, chunk + r, c)] : 0;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < kTilesPerWarp; ++t) {
-      const int tile = warp + kWarps * t;
-      if (tile < kTiles) // A = phi(K)^T is stored [token][feature], B = V [token][feature]: both k-major
-        mma_tile_split_a<kStateChunk, true, true>(acc[t], a_hi, a_lo, b_v, (tile / (D / 8)) * 16, (tile % (D / 8)) * 8);
-    }
-  }
-
-// z_j in a fixed order (deterministic), the scale s_j, then h_j / s_j in f16.
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u)
-    if (lane + 32 * u < D)
-      z_partial[warp][lane + 32 * u] = z[u];
-  float largest = 0.0f;
-#pragma unroll
-  for (int t = 0; t < kTilesPerWarp; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      largest = fmaxf(largest, fabsf(acc[t][e]));
-  largest = block_reduce<true>(largest, scratch); // its barriers also publish z_partial
-  const float factor = f16_range_factor(largest);
-  const long long state = (static_cast<long long>(b) * p.shape.heads_kv + h) * p.shape.kv_blocks + j;
-  if (threadIdx.x < D) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      sum += z_partial[w][threadIdx.x];
-    p.z_states[state * D + threadIdx.x] = sum;
-  }
-  if (threadIdx.x == 0)
-    p.h_scales[state] = 1.0f / factor; // exact: a power of two
-  unsigned *out = reinterpret_cast<unsigned *>(p.h_states + state * D * D);
-#pragma unroll
-  for (int t = 0; t < kTilesPerWarp; ++t) {
-    const int tile = warp + kWarps * t;
-    if (tile >= kTiles)
-      continue;
-    const int row = (tile / (D / 8)) * 16 + tile_row(), col = (tile % (D / 8)) * 8 + tile_col();
-    out[(row * D + col) / 2] = pack_f16x2(f16_bits(acc[t][0] * factor), f16_bits(acc[t][1] * factor));
-    out[((row + 8) * D + col) / 2] = pack_f16x2(f16_bits(acc[t][2] * factor), f16_bits(acc[t][3] * factor));
-  }
-}
-
-// Launch 3b: sum_j z_j in block order, in f32 (Z_i with pre-aggregation: the total minus the listed z_j).
-template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
-  const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_kv + blockIdx.y;
-  if (threadIdx.x < D) {
-    float sum = 0.0f;
-    for (int j = 0; j < p.shape.kv_blocks; ++j)
-      sum += p.z_states[(head * p.shape.kv_blocks + j) * D + threadIdx.x];
-    p.z_total[head * D + threadIdx.x] = sum;
-  }
-}
-
-__device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, float coefficient) {
-  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    sum[2 * w] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] & 0xffffu)), sum[2 * w]);
-    sum[2 * w + 1] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] >> 16)), sum[2 * w + 1]);
-  }
-}
-
-// sum over n < count of vectors[(first + list[n]) * D + c] for c = threadIdx.x < D (the other threads get 0), by the
-// whole CTA (it has barriers): kThreads / D groups of D threads take every (kThreads / D)-th entry with four loads in
-// flight each, instead of one thread per column waiting for list[n], then its vector, per entry (77 round trips to L2
-// per q block at 95% sparsity). `scratch`: kThreads floats of shared memory, free on entry.
-template <int D>
-__device__ float sum_listed_vectors(const float *vectors, long long first, const int *list, int count, float *scratch) {
-  constexpr int kGroups = kThreads / D;
-  static_assert(kThreads % D == 0, "D divides the CTA");
-  const int column = threadIdx.x % D, group = threadIdx.x / D;
-  const float *base = vectors + first * D + column;
-  float sum = 0.0f;
-  int n = group;
-  for (; n + 3 * kGroups < count; n += 4 * kGroups) {
-    const int j0 = list[n], j1 = list[n + kGroups], j2 = list[n + 2 * kGroups], j3 = list[n + 3 * kGroups];
-    const float a = base[static_cast<long long>(j0) * D], b = base[static_cast<long long>(j1) * D];
-    const float c = base[static_cast<long long>(j2) * D], d = base[static_cast<long long>(j3) * D];
-    sum += a;
-    sum += b;
-    sum += c;
-    sum += d;
-  }
-  for (; n < count; n += kGroups)
-    sum += base[static_cast<long long>(list[n]) * D];
-  scratch[threadIdx.x] = sum;
-  __syncthreads();
-  float total = 0.0f;
-  if (threadIdx.x < D)
-    for (int g = 0; g < kGroups; ++g)
-      total += scratch[g * D + threadIdx.x];
-  __syncthreads(); // scratch is free again
-  return total;
-}
-
-// Sums of d x d matrices stored in f16 with one f32 scale each (h_j, dH_i), in f32 registers: a thread owns
-// kVectorsPerThread runs of 8 consecutive elements (row-major), read 16 bytes at a time.
-template <int D> struct ScaledStateSum {
-  static constexpr int kVectors = D * D / 8;
-  static constexpr int kVectorsPerThread = (kVectors + kThreads - 1) / kThreads;
-  __device__ static bool owns(int v) { return v * kThreads + static_cast<int>(threadIdx.x) < kVectors; }
-  __device__ static int first_element(int v) { return (v * kThreads + threadIdx.x) * 8; }
-
-  __device__ static void clear(float (&sum)[kVectorsPerThread][8]) {
-#pragma unroll
-    for (int v = 0; v < kVectorsPerThread; ++v)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        sum[v][e] = 0.0f;
-  }
-
-  // sum += matrix (f32, row-major, 16-byte aligned)
-  __device__ static void add_f32(float (&sum)[kVectorsPerThread][8], const float *matrix) {
-#pragma unroll
-    for (int v = 0; v < kVectorsPerThread; ++v)
-      if (owns(v)) {
-        const float4 left = *reinterpret_cast<const float4 *>(matrix + first_element(v));
-        const float4 right = *reinterpret_cast<const float4 *>(matrix + first_element(v) + 4);
-        sum[v][0] += left.x, sum[v][1] += left.y, sum[v][2] += left.z, sum[v][3] += left.w;
-        sum[v][4] += right.x, sum[v][5] += right.y, sum[v][6] += right.z, sum[v][7] += right.w;
-      }
-  }
-
-  // sum += scales[m] * states[m]
-  __device__ static void add_one(float (&sum)[kVectorsPerThread][8], const unsigned short *states, const float *scales,
-                                 long long matrix) {
-    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
-    const float coefficient = scales[matrix];
-#pragma unroll
-    for (int v = 0; v < kVectorsPerThread; ++v)
-      if (owns(v))
-        accumulate_f16x8(sum[v], __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x), coefficient);
-  }
-
-  // sum += sign * sum over n < count of scales[m] * states[m], m = first + list[n]; each_matrix(m) too (the vectors
-  // z_j, dZ_i). All of a matrix's loads are issued before its adds; the other warps of the SM cover the latency.
-  template <typename EachMatrix>
-  __device__ static void add_listed(float (&sum)[kVectorsPerThread][8], const unsigned short *states,
-                                    const float *scales, long long first, const int *list, int count, float sign,
-                                    EachMatrix each_matrix) {
-    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
-    for (int n = 0; n < count; ++n) {
-      const long long matrix = first + list[n];
-      uint4 bits[kVectorsPerThread];
-#pragma unroll
-      for (int v = 0; v < kVectorsPerThread; ++v)
-        if (owns(v))
-          bits[v] = __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x);
-      const float coefficient = sign * scales[matrix];
-      each_matrix(matrix);
-#pragma unroll
-      for (int v = 0; v < kVectorsPerThread; ++v)
-        if (owns(v))
-          accumulate_f16x8(sum[v], bits[v], coefficient);
-    }
-  }
-
-  // matrix (f32, row-major, rows of kStride elements) = sum
-  template <int kStride> __device__ static void store_f32(float *matrix, const float (&sum)[kVectorsPerThread][8]) {
-#pragma unroll
-    for (int v = 0; v < kVectorsPerThread; ++v)
-      if (owns(v)) {
-        const int row = first_element(v) / D, column = first_element(v) % D;
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          matrix[row * kStride + column + e] = sum[v][e];
-      }
-  }
-};
-
-// ---- The output kernel's vectorized I/O: rows of D f16 values (Q, O^s, O) and f32 vectors in 16-byte pieces of 8
-// values (f16) or 4 (f32). kLanes consecutive lanes of a warp hold one row, so a row's reductions are shuffles.
+// ---- Vectorized I/O of the state and output kernels: rows of D f16 values (K, V, Q, O^s, O) and f32 vectors in
+// 16-byte pieces of 8 values (f16) or 4 (f32). kLanes consecutive lanes of a warp hold one row, so a row's reductions
+// are shuffles.
 
 // Whether an f16 tensor's rows can be read 16 bytes at a time: a 16-byte-aligned base and strides of multiples of 8.
 __device__ __forceinline__ bool rows_vectorizable(const void *base, const SageSlaStrides &strides) {
@@ -400,6 +182,301 @@ __device__ float sum_listed_vectors_x4(const float *vectors, long long first, co
   __syncthreads(); // scratch is free again
   return total;
 }
+
+// B operands of two adjacent 16 x 8 tiles (k0, n0) and (k0, n0 + 8) of a k-major matrix ([k][n]) in one ldmatrix:
+// b[0], b[1] for n0, b[2], b[3] for n0 + 8.
+__device__ __forceinline__ void load_b_pair_k_major(unsigned (&b)[4], SharedF16 s, int k0, int n0) {
+  const int lane = threadIdx.x % 32, matrix = lane / 8, row = lane % 8;
+  ldmatrix_x4<true>(b, shared_address(s.base + (k0 + (matrix & 1) * 8 + row) * s.stride + n0 + (matrix >> 1) * 8));
+}
+
+// The state kernel's warp tiles of h_j (D x D): warp w owns row tile w % kRowTiles (16 features of phi(K)) and
+// kColumnTiles consecutive 8-column tiles of V from column tile (w / kRowTiles) kColumnTiles; so phi(K)'s fragments
+// load once per k-step for all of a warp's tiles.
+template <int D> struct StateWarpTiles {
+  static constexpr int kRowTiles = D / 16;
+  static constexpr int kWarpsPerRow = kWarps / kRowTiles;
+  static constexpr int kColumnTiles = D / 8 / kWarpsPerRow > 0 ? D / 8 / kWarpsPerRow : 1;
+  static_assert(kRowTiles <= kWarps && kWarps % kRowTiles == 0, "D must be 16, 32, 64 or 128");
+  __device__ static int m0() { return (threadIdx.x / 32) % kRowTiles * 16; }
+  __device__ static int first_column() { return (threadIdx.x / 32) / kRowTiles * kColumnTiles * 8; }
+  __device__ static bool active() { return first_column() < D; } // D = 16: 2 of the 8 warps
+};
+
+// Launch 3: h_j = phi(K_j)^T V_j, z_j = colsum(phi(K_j)) for one kv block of one kv head, kStateChunk tokens at a
+// time: every thread copies its pieces of the chunk's K and V rows (16 bytes each, D / 8 lanes per row) into shared
+// memory asynchronously; the next chunk's copies go out before this chunk's products (their latency overlaps them).
+// phi(K) is split in f16 hi + lo, V is f16; f32 accumulators in registers (StateWarpTiles).
+template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const SageSlaStateParams &p) {
+  static_assert(D % 16 == 0 && D <= 128, "the tensor-core tiles take D in steps of 16, up to 128");
+  using Tiles = StateWarpTiles<D>;
+  constexpr int kStride = D + 8, kLanes = D / 8;
+  constexpr int kPieces = kStateChunk * kLanes, kLoads = (kPieces + kThreads - 1) / kThreads;
+  constexpr int kChunks = (BLOCK_KV + kStateChunk - 1) / kStateChunk;
+  static_assert(kPieces % 32 == 0 && kThreads % kLanes == 0, "a warp holds whole rows; a thread keeps its columns");
+  __shared__ __align__(16) unsigned short k_hi[kStateChunk * kStride], k_lo[kStateChunk * kStride];
+  __shared__ __align__(16) unsigned short k_rows[kStateChunk * kStride];    // K as loaded (each thread its own pieces)
+  __shared__ __align__(16) unsigned short v_rows[2][kStateChunk * kStride]; // double-buffered: copied asynchronously
+  __shared__ float z_partial[kWarps][D];
+  __shared__ float scratch[kWarps];
+  const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int begin = j * BLOCK_KV, end = min(p.shape.tokens_kv, begin + BLOCK_KV);
+  const bool k_vector = rows_vectorizable(p.k, p.k_strides), v_vector = rows_vectorizable(p.v, p.v_strides);
+  const int column = threadIdx.x % kLanes * 8; // the same for all of a thread's pieces
+  // A thread's pieces of a chunk's K rows into k_rows (it alone reads them back: no barrier), V's into v_rows[buffer];
+  // asynchronous 16-byte copies, plain loads where a tensor is not aligned; zeros past the block's end.
+  auto copy_rows = [&](unsigned short *to, const void *base, const SageSlaStrides &strides, bool vector, int t) {
+    const bool valid = t < end;
+    const long long from = valid ? element_index(strides, b, h, t, column) : 0;
+    if (vector)
+      linear_copy16_async(to, static_cast<const unsigned short *>(base) + from, valid);
+    else
+      *reinterpret_cast<uint4 *>(to) = valid ? load_f16x8(base, from, false) : make_uint4(0u, 0u, 0u, 0u);
+  };
+  auto load_chunk = [&](int chunk, int buffer) {
+#pragma unroll
+    for (int m = 0; m < kLoads; ++m) {
+      const int piece = m * kThreads + threadIdx.x, r = piece / kLanes;
+      if (piece >= kPieces)
+        continue;
+      copy_rows(k_rows + r * kStride + column, p.k, p.k_strides, k_vector, chunk + r);
+      copy_rows(v_rows[buffer] + r * kStride + column, p.v, p.v_strides, v_vector, chunk + r);
+    }
+    linear_commit_copies();
+  };
+  float acc[Tiles::kColumnTiles][4];
+#pragma unroll
+  for (int t = 0; t < Tiles::kColumnTiles; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[t][e] = 0.0f;
+  if (lane < kLanes) // z_j's sums per warp: only these lanes touch their warp's entries (no barrier)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      z_partial[warp][column + e] = 0.0f;
+  const SharedF16 a_hi{k_hi, kStride}, a_lo{k_lo, kStride};
+  load_chunk(begin, 0);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int chunk = begin + c * kStateChunk;
+    if (c > 0)
+      __syncthreads();    // the previous chunk's products are done
+    linear_wait_copies(); // this chunk's K and V (the barrier below publishes V)
+#pragma unroll
+    for (int m = 0; m < kLoads; ++m) {
+      const int piece = m * kThreads + threadIdx.x, r = piece / kLanes;
+      if (piece >= kPieces) // the same for the whole warp
+        continue;
+      const bool valid = chunk + r < end; // rows past the block's end stay 0 in phi(K) and V (phi(0) is not 0)
+      float x[8], z[8];
+      unpack_f16x8(*reinterpret_cast<const uint4 *>(k_rows + r * kStride + column), x);
+      feature_map_x8<kLanes, PHI>(x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] = valid ? x[e] : 0.0f;
+        z[e] = x[e];
+#pragma unroll
+        for (int offset = kLanes; offset < 32; offset <<= 1) // the warp's rows, in a fixed order (deterministic)
+          z[e] += __shfl_xor_sync(0xffffffffu, z[e], offset);
+      }
+      if (lane < kLanes)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          z_partial[warp][column + e] += z[e];
+      store_split8(x, 1.0f, k_hi + r * kStride + column, k_lo + r * kStride + column);
+    }
+    if (c + 1 < kChunks)
+      load_chunk(begin + (c + 1) * kStateChunk, (c + 1) % 2); // that buffer's last reader was chunk c - 1
+    __syncthreads();
+    const SharedF16 b_v{v_rows[c % 2], kStride};
+    if (Tiles::active()) {
+      const int m0 = Tiles::m0(), n0 = Tiles::first_column();
+#pragma unroll
+      for (int k0 = 0; k0 < kStateChunk; k0 += 16) {
+        unsigned ah[4], al[4];
+        load_a<true>(ah, a_hi, m0, k0); // A = phi(K)^T, stored [token][feature]
+        load_a<true>(al, a_lo, m0, k0);
+        if constexpr (Tiles::kColumnTiles % 2 == 0) {
+#pragma unroll
+          for (int t = 0; t < Tiles::kColumnTiles; t += 2) {
+            unsigned bv[4];
+            load_b_pair_k_major(bv, b_v, k0, n0 + 8 * t);
+            const unsigned first[2] = {bv[0], bv[1]}, second[2] = {bv[2], bv[3]};
+            mma_f16(acc[t], al, first);
+            mma_f16(acc[t], ah, first);
+            mma_f16(acc[t + 1], al, second);
+            mma_f16(acc[t + 1], ah, second);
+          }
+        } else {
+#pragma unroll
+          for (int t = 0; t < Tiles::kColumnTiles; ++t) {
+            unsigned bv[2];
+            load_b<true>(bv, b_v, k0, n0 + 8 * t);
+            mma_f16(acc[t], al, bv);
+            mma_f16(acc[t], ah, bv);
+          }
+        }
+      }
+    }
+  }
+
+  // z_j in a fixed order (the warps' sums in warp order), the scale s_j, then h_j / s_j in f16.
+  float largest = 0.0f;
+#pragma unroll
+  for (int t = 0; t < Tiles::kColumnTiles; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      largest = fmaxf(largest, fabsf(acc[t][e]));
+  largest = block_reduce<true>(largest, scratch); // its barriers also publish z_partial
+  const float factor = f16_range_factor(largest);
+  const long long state = (static_cast<long long>(b) * p.shape.heads_kv + h) * p.shape.kv_blocks + j;
+  if (threadIdx.x < D) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      sum += z_partial[w][threadIdx.x];
+    p.z_states[state * D + threadIdx.x] = sum;
+  }
+  if (threadIdx.x == 0)
+    p.h_scales[state] = 1.0f / factor; // exact: a power of two
+  if (!Tiles::active())
+    return;
+  unsigned *out = reinterpret_cast<unsigned *>(p.h_states + state * D * D);
+#pragma unroll
+  for (int t = 0; t < Tiles::kColumnTiles; ++t) {
+    const int row = Tiles::m0() + tile_row(), col = Tiles::first_column() + 8 * t + tile_col();
+    out[(row * D + col) / 2] = pack_f16x2(f16_bits(acc[t][0] * factor), f16_bits(acc[t][1] * factor));
+    out[((row + 8) * D + col) / 2] = pack_f16x2(f16_bits(acc[t][2] * factor), f16_bits(acc[t][3] * factor));
+  }
+}
+
+// Launch 3b: sum_j z_j in block order, in f32 (Z_i with pre-aggregation: the total minus the listed z_j).
+template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
+  const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_kv + blockIdx.y;
+  if (threadIdx.x < D) {
+    float sum = 0.0f;
+    for (int j = 0; j < p.shape.kv_blocks; ++j)
+      sum += p.z_states[(head * p.shape.kv_blocks + j) * D + threadIdx.x];
+    p.z_total[head * D + threadIdx.x] = sum;
+  }
+}
+
+__device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, float coefficient) {
+  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    sum[2 * w] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] & 0xffffu)), sum[2 * w]);
+    sum[2 * w + 1] = fmaf(coefficient, f16_value(static_cast<unsigned short>(words[w] >> 16)), sum[2 * w + 1]);
+  }
+}
+
+// sum over n < count of vectors[(first + list[n]) * D + c] for c = threadIdx.x < D (the other threads get 0), by the
+// whole CTA (it has barriers): kThreads / D groups of D threads take every (kThreads / D)-th entry with four loads in
+// flight each, instead of one thread per column waiting for list[n], then its vector, per entry (77 round trips to L2
+// per q block at 95% sparsity). `scratch`: kThreads floats of shared memory, free on entry.
+template <int D>
+__device__ float sum_listed_vectors(const float *vectors, long long first, const int *list, int count, float *scratch) {
+  constexpr int kGroups = kThreads / D;
+  static_assert(kThreads % D == 0, "D divides the CTA");
+  const int column = threadIdx.x % D, group = threadIdx.x / D;
+  const float *base = vectors + first * D + column;
+  float sum = 0.0f;
+  int n = group;
+  for (; n + 3 * kGroups < count; n += 4 * kGroups) {
+    const int j0 = list[n], j1 = list[n + kGroups], j2 = list[n + 2 * kGroups], j3 = list[n + 3 * kGroups];
+    const float a = base[static_cast<long long>(j0) * D], b = base[static_cast<long long>(j1) * D];
+    const float c = base[static_cast<long long>(j2) * D], d = base[static_cast<long long>(j3) * D];
+    sum += a;
+    sum += b;
+    sum += c;
+    sum += d;
+  }
+  for (; n < count; n += kGroups)
+    sum += base[static_cast<long long>(list[n]) * D];
+  scratch[threadIdx.x] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < D)
+    for (int g = 0; g < kGroups; ++g)
+      total += scratch[g * D + threadIdx.x];
+  __syncthreads(); // scratch is free again
+  return total;
+}
+
+// Sums of d x d matrices stored in f16 with one f32 scale each (h_j, dH_i), in f32 registers: a thread owns
+// kVectorsPerThread runs of 8 consecutive elements (row-major), read 16 bytes at a time.
+template <int D> struct ScaledStateSum {
+  static constexpr int kVectors = D * D / 8;
+  static constexpr int kVectorsPerThread = (kVectors + kThreads - 1) / kThreads;
+  __device__ static bool owns(int v) { return v * kThreads + static_cast<int>(threadIdx.x) < kVectors; }
+  __device__ static int first_element(int v) { return (v * kThreads + threadIdx.x) * 8; }
+
+  __device__ static void clear(float (&sum)[kVectorsPerThread][8]) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        sum[v][e] = 0.0f;
+  }
+
+  // sum += matrix (f32, row-major, 16-byte aligned)
+  __device__ static void add_f32(float (&sum)[kVectorsPerThread][8], const float *matrix) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v)) {
+        const float4 left = *reinterpret_cast<const float4 *>(matrix + first_element(v));
+        const float4 right = *reinterpret_cast<const float4 *>(matrix + first_element(v) + 4);
+        sum[v][0] += left.x, sum[v][1] += left.y, sum[v][2] += left.z, sum[v][3] += left.w;
+        sum[v][4] += right.x, sum[v][5] += right.y, sum[v][6] += right.z, sum[v][7] += right.w;
+      }
+  }
+
+  // sum += scales[m] * states[m]
+  __device__ static void add_one(float (&sum)[kVectorsPerThread][8], const unsigned short *states, const float *scales,
+                                 long long matrix) {
+    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
+    const float coefficient = scales[matrix];
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v))
+        accumulate_f16x8(sum[v], __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x), coefficient);
+  }
+
+  // sum += sign * sum over n < count of scales[m] * states[m], m = first + list[n]; each_matrix(m) too (the vectors
+  // z_j, dZ_i). All of a matrix's loads are issued before its adds; the other warps of the SM cover the latency.
+  template <typename EachMatrix>
+  __device__ static void add_listed(float (&sum)[kVectorsPerThread][8], const unsigned short *states,
+                                    const float *scales, long long first, const int *list, int count, float sign,
+                                    EachMatrix each_matrix) {
+    const uint4 *vectors = reinterpret_cast<const uint4 *>(states);
+    for (int n = 0; n < count; ++n) {
+      const long long matrix = first + list[n];
+      uint4 bits[kVectorsPerThread];
+#pragma unroll
+      for (int v = 0; v < kVectorsPerThread; ++v)
+        if (owns(v))
+          bits[v] = __ldg(vectors + matrix * kVectors + v * kThreads + threadIdx.x);
+      const float coefficient = sign * scales[matrix];
+      each_matrix(matrix);
+#pragma unroll
+      for (int v = 0; v < kVectorsPerThread; ++v)
+        if (owns(v))
+          accumulate_f16x8(sum[v], bits[v], coefficient);
+    }
+  }
+
+  // matrix (f32, row-major, rows of kStride elements) = sum
+  template <int kStride> __device__ static void store_f32(float *matrix, const float (&sum)[kVectorsPerThread][8]) {
+#pragma unroll
+    for (int v = 0; v < kVectorsPerThread; ++v)
+      if (owns(v)) {
+        const int row = first_element(v) / D, column = first_element(v) % D;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          matrix[row * kStride + column + e] = sum[v][e];
+      }
+  }
+};
 
 // The output kernel's products: a warp's kTilesPerWarp 16 x 8 tiles (tile = warp + kWarps t of kTiles, kTileColumns
 // tiles per row) of A B, A = rows in shared memory ([m][k]), both operands split in hi and lo (three products). When
