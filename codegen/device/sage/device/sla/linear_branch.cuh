@@ -682,6 +682,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
 
   // phi(Q_i) H_i, kColumns output columns per pass; O^l stays in registers for Proj.
   const SharedF16 q_hi{rows_hi, L::kRowStride}, q_lo{rows_lo, L::kRowStride};
+  const bool o_linear_pairs = (reinterpret_cast<unsigned long long>(p.o_linear) & 7u) == 0;
   float o_linear[L::kPasses][L::kTilesPerWarp][4];
 #pragma unroll
   for (int pass = 0; pass < L::kPasses; ++pass) {
@@ -705,12 +706,22 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
       const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), col = pass * L::kColumns + n0 + tile_col() + (e & 1);
-        const float value = denominator[r] != 0.0f ? acc[t][e] / denominator[r] : 0.0f;
-        o_linear[pass][t][e] = value;
-        if (p.o_linear && begin + r < end)
-          p.o_linear[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + begin + r) * D + col] =
-              value;
+        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0);
+        o_linear[pass][t][e] = denominator[r] != 0.0f ? acc[t][e] / denominator[r] : 0.0f;
+      }
+      if (!p.o_linear)
+        continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) { // two adjacent columns per store (8-byte aligned: col is even)
+        const int r = m0 + tile_row() + 8 * half, col = pass * L::kColumns + n0 + tile_col();
+        float *to =
+            p.o_linear + ((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + begin + r) * D + col;
+        if (begin + r >= end)
+          continue;
+        if (o_linear_pairs)
+          *reinterpret_cast<float2 *>(to) = make_float2(o_linear[pass][t][2 * half], o_linear[pass][t][2 * half + 1]);
+        else
+          to[0] = o_linear[pass][t][2 * half], to[1] = o_linear[pass][t][2 * half + 1];
       }
     }
   }
