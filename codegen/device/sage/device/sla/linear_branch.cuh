@@ -33,6 +33,33 @@ __device__ __forceinline__ void store_split8(const float (&values)[8], float fac
       make_uint4(pack_f16x2(l[0], l[1]), pack_f16x2(l[2], l[3]), pack_f16x2(l[4], l[5]), pack_f16x2(l[6], l[7]));
 }
 
+// f16x2 of two floats, `low` at the lower address, with one packed conversion (sm_80+): pack_f16x2(f16_bits(low),
+// f16_bits(high)) bit for bit.
+__device__ __forceinline__ unsigned pack_f16x2_rn(float low, float high) {
+  unsigned bits;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(high), "f"(low));
+  return bits;
+}
+
+// split_f16 of two values with packed conversions (6 instructions per pair instead of 8, and no packing): the same
+// hi and lo bits, as f16x2 words.
+__device__ __forceinline__ void split_f16x2(float low, float high, unsigned &hi, unsigned &lo) {
+  hi = pack_f16x2_rn(low, high);
+  lo = pack_f16x2_rn(low - f16_value(static_cast<unsigned short>(hi & 0xffffu)),
+                     high - f16_value(static_cast<unsigned short>(hi >> 16)));
+}
+
+// store_split8 with split_f16x2 (the same bits).
+__device__ __forceinline__ void store_split8_packed(const float (&values)[8], float factor, unsigned short *hi,
+                                                    unsigned short *lo) {
+  unsigned h[4], l[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w)
+    split_f16x2(values[2 * w] * factor, values[2 * w + 1] * factor, h[w], l[w]);
+  *reinterpret_cast<uint4 *>(hi) = make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4 *>(lo) = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
 // The power of two that brings max |x| (finite, > 0) into [2^14, 2^15): 2^-e for max = m 2^e, m in [0.5, 1).
 __device__ __forceinline__ float f16_range_factor(float largest) {
   if (!(largest > 0.0f) || isinf(largest))
@@ -86,8 +113,8 @@ __device__ __forceinline__ void unpack_f16x8(uint4 bits, float (&x)[8]) {
 }
 
 __device__ __forceinline__ uint4 pack_f16x8(const float (&x)[8]) {
-  return make_uint4(pack_f16x2(f16_bits(x[0]), f16_bits(x[1])), pack_f16x2(f16_bits(x[2]), f16_bits(x[3])),
-                    pack_f16x2(f16_bits(x[4]), f16_bits(x[5])), pack_f16x2(f16_bits(x[6]), f16_bits(x[7])));
+  return make_uint4(pack_f16x2_rn(x[0], x[1]), pack_f16x2_rn(x[2], x[3]), pack_f16x2_rn(x[4], x[5]),
+                    pack_f16x2_rn(x[6], x[7]));
 }
 
 // 16 bytes global -> shared without registers (cp.async, sm_80+); `valid` false writes 16 zero bytes, reads nothing.
@@ -217,7 +244,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   __shared__ __align__(16) unsigned short k_hi[kStateChunk * kStride], k_lo[kStateChunk * kStride];
   __shared__ __align__(16) unsigned short k_rows[kStateChunk * kStride];    // K as loaded (each thread its own pieces)
   __shared__ __align__(16) unsigned short v_rows[2][kStateChunk * kStride]; // double-buffered: copied asynchronously
-  __shared__ float z_partial[kWarps][D];
+  __shared__ float z_partial[kWarps][D / 8 * 9]; // lane l's 8 columns at 9 l: no bank conflicts
   __shared__ float scratch[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int begin = j * BLOCK_KV, end = min(p.shape.tokens_kv, begin + BLOCK_KV);
@@ -253,7 +280,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   if (lane < kLanes) // z_j's sums per warp: only these lanes touch their warp's entries (no barrier)
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      z_partial[warp][column + e] = 0.0f;
+      z_partial[warp][lane * 9 + e] = 0.0f;
   const SharedF16 a_hi{k_hi, kStride}, a_lo{k_lo, kStride};
   load_chunk(begin, 0);
 #pragma unroll
@@ -282,8 +309,8 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
       if (lane < kLanes)
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          z_partial[warp][column + e] += z[e];
-      store_split8(x, 1.0f, k_hi + r * kStride + column, k_lo + r * kStride + column);
+          z_partial[warp][lane * 9 + e] += z[e];
+      store_split8_packed(x, 1.0f, k_hi + r * kStride + column, k_lo + r * kStride + column);
     }
     if (c + 1 < kChunks)
       load_chunk(begin + (c + 1) * kStateChunk, (c + 1) % 2); // that buffer's last reader was chunk c - 1
@@ -334,7 +361,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w)
-      sum += z_partial[w][threadIdx.x];
+      sum += z_partial[w][threadIdx.x / 8 * 9 + threadIdx.x % 8]; // column c at 9 (c / 8) + c % 8
     p.z_states[state * D + threadIdx.x] = sum;
   }
   if (threadIdx.x == 0)
@@ -345,19 +372,42 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
 #pragma unroll
   for (int t = 0; t < Tiles::kColumnTiles; ++t) {
     const int row = Tiles::m0() + tile_row(), col = Tiles::first_column() + 8 * t + tile_col();
-    out[(row * D + col) / 2] = pack_f16x2(f16_bits(acc[t][0] * factor), f16_bits(acc[t][1] * factor));
-    out[((row + 8) * D + col) / 2] = pack_f16x2(f16_bits(acc[t][2] * factor), f16_bits(acc[t][3] * factor));
+    out[(row * D + col) / 2] = pack_f16x2_rn(acc[t][0] * factor, acc[t][1] * factor);
+    out[((row + 8) * D + col) / 2] = pack_f16x2_rn(acc[t][2] * factor, acc[t][3] * factor);
   }
 }
 
-// Launch 3b: sum_j z_j in block order, in f32 (Z_i with pre-aggregation: the total minus the listed z_j).
+// Launch 3b: sum_j z_j in f32 (Z_i with pre-aggregation: the total minus the listed z_j), in a fixed order
+// (deterministic): kThreads / D groups of D threads sum every group-th block, eight loads in flight each, then the
+// groups' sums in group order.
 template <int D> __device__ void linear_totals(const SageSlaTotalsParams &p) {
+  constexpr int kGroups = kThreads / D;
+  static_assert(kThreads % D == 0, "D divides the CTA");
+  __shared__ float partial[kGroups][D];
   const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_kv + blockIdx.y;
+  const int column = threadIdx.x % D, group = threadIdx.x / D, blocks = p.shape.kv_blocks;
+  const float *z = p.z_states + head * blocks * D + column;
+  float sum = 0.0f;
+  int j = group;
+  for (; j + 7 * kGroups < blocks; j += 8 * kGroups) {
+    float value[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      value[u] = __ldg(z + static_cast<long long>(j + u * kGroups) * D);
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      sum += value[u];
+  }
+  for (; j < blocks; j += kGroups)
+    sum += __ldg(z + static_cast<long long>(j) * D);
+  partial[group][column] = sum;
+  __syncthreads();
   if (threadIdx.x < D) {
-    float sum = 0.0f;
-    for (int j = 0; j < p.shape.kv_blocks; ++j)
-      sum += p.z_states[(head * p.shape.kv_blocks + j) * D + threadIdx.x];
-    p.z_total[head * D + threadIdx.x] = sum;
+    float total = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      total += partial[g][threadIdx.x];
+    p.z_total[head * D + threadIdx.x] = total;
   }
 }
 
@@ -646,7 +696,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
         unsigned words[4];
 #pragma unroll
         for (int w = 0; w < 4; ++w)
-          words[w] = pack_f16x2(f16_bits(state[v][2 * w] * factor), f16_bits(state[v][2 * w + 1] * factor));
+          words[w] = pack_f16x2_rn(state[v][2 * w] * factor, state[v][2 * w + 1] * factor);
         reinterpret_cast<uint4 *>(p.h_rows)[row * L::kVectors + v * kThreads + threadIdx.x] =
             make_uint4(words[0], words[1], words[2], words[3]);
       }
@@ -675,9 +725,9 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
       dot += x[e] * z_state[c + e];
     }
     dot = lanes_sum<kLanes>(dot);
-    if (c == 0)
-      denominator[r] = valid ? dot * factor : 0.0f;
-    store_split8(x, 1.0f, rows_hi + r * L::kRowStride + c, rows_lo + r * L::kRowStride + c);
+    if (c == 0) // its reciprocal: one multiply per element of O^l instead of a division
+      denominator[r] = valid && dot * factor != 0.0f ? 1.0f / (dot * factor) : 0.0f;
+    store_split8_packed(x, 1.0f, rows_hi + r * L::kRowStride + c, rows_lo + r * L::kRowStride + c);
   }
 
   // phi(Q_i) H_i, kColumns output columns per pass; O^l stays in registers for Proj.
@@ -691,7 +741,8 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
     for (int v = 0; v < L::kVectorsPerThread; ++v) {
       const int piece = v * kThreads + threadIdx.x, a = piece * 8 / D, c = piece * 8 % D - pass * L::kColumns;
       if (piece < L::kVectors && c >= 0 && c < L::kColumns)
-        store_split8(state[v], factor, operand_hi + a * L::kStateStride + c, operand_lo + a * L::kStateStride + c);
+        store_split8_packed(state[v], factor, operand_hi + a * L::kStateStride + c,
+                            operand_lo + a * L::kStateStride + c);
     }
     __syncthreads();
     const SharedF16 h_hi{operand_hi, L::kStateStride}, h_lo{operand_lo, L::kStateStride};
@@ -707,7 +758,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = m0 + tile_row() + (e >= 2 ? 8 : 0);
-        o_linear[pass][t][e] = denominator[r] != 0.0f ? acc[t][e] / denominator[r] : 0.0f;
+        o_linear[pass][t][e] = acc[t][e] * denominator[r]; // the reciprocal (0 where the denominator is)
       }
       if (!p.o_linear)
         continue;
@@ -739,9 +790,12 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
         continue;
       const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0), col = pass * L::kColumns + n0 + tile_col() + (e & 1);
-        split_f16(o_linear[pass][t][e], rows_hi[r * L::kRowStride + col], rows_lo[r * L::kRowStride + col]);
+      for (int half = 0; half < 2; ++half) { // two adjacent columns per 4-byte store (col is even)
+        const int r = m0 + tile_row() + 8 * half, col = pass * L::kColumns + n0 + tile_col();
+        unsigned hi, lo;
+        split_f16x2(o_linear[pass][t][2 * half], o_linear[pass][t][2 * half + 1], hi, lo);
+        *reinterpret_cast<unsigned *>(rows_hi + r * L::kRowStride + col) = hi;
+        *reinterpret_cast<unsigned *>(rows_lo + r * L::kRowStride + col) = lo;
       }
     }
   // W's rows are read coalesced, 16 bytes at a time when W is 16-byte aligned, all of a pass's loads before the
@@ -778,7 +832,8 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
       for (int u = 0; u < kWeightBatch; ++u) {
         const int piece = (m0 + u) * kThreads + threadIdx.x, out = piece * 8 / D, in = piece * 8 % D;
         if (m0 + u < kWeightLoads && piece < kWeightPieces)
-          store_split8(weights[u], 1.0f, operand_hi + out * L::kRowStride + in, operand_lo + out * L::kRowStride + in);
+          store_split8_packed(weights[u], 1.0f, operand_hi + out * L::kRowStride + in,
+                              operand_lo + out * L::kRowStride + in);
       }
     }
     __syncthreads();
