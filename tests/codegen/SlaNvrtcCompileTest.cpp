@@ -64,8 +64,10 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
         // Static shared memory plus each kernel's dynamic shared memory fit the smallest of these archs (sm_89:
         // 99 KiB per block).
         const auto dynamic_bytes = [&](const std::string &function) {
-          if (function == kSlaRowsBackwardKernel || function == kSlaKvBackwardKernel)
-            return slaBackwardSharedBytes(head_dim);
+          if (function == kSlaRowsBackwardKernel)
+            return slaRowsBackwardSharedBytes(head_dim, variant.block_q);
+          if (function == kSlaKvBackwardKernel)
+            return slaKvBackwardSharedBytes(head_dim);
           if (function == kSlaOutputKernel)
             return slaOutputSharedBytes(head_dim, variant.block_q);
           if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
