@@ -13,12 +13,22 @@
 
 #include "sage/device/sla/common.cuh"
 #include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/mask_gemm.cuh"
 #include "sage/device/sla/tensor_core.cuh"
 
 namespace sage::device::sla {
 
 constexpr int kBackwardChunk = SAGE_SLA_BACKWARD_CHUNK; // rows (tokens) of a block staged at a time
+constexpr int kWarpRows = kBackwardChunk / kWarps;      // rows of a chunk per warp where rows are staged
 static_assert(kBackwardChunk == 32, "the chunk's outputs are two 16-row tiles (BackwardTiles)");
+
+// The kv kernel runs two CTAs per SM where shared memory holds two (sm_90, sm_100: 227 KiB, 96,800 bytes each at
+// d = 128; 128 registers, no spills), one elsewhere (sm_89, sm_120: ~100 KiB; sm_80 would spill at 128 registers).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+constexpr int kKvBackwardMinBlocks = 2;
+#else
+constexpr int kKvBackwardMinBlocks = 1;
+#endif
 
 // The warps' tiles (16 x 8 each) of the two output shapes. A chunk's rows x D (N, G, d phi(K), dV): 2 warps along the
 // rows, up to 4 along the columns, kChunkN column tiles each. The D x D state dH_i (reduced over a chunk's rows): up
@@ -184,7 +194,7 @@ template <int D, int BLOCK_Q> struct RowsBackwardLayout {
   static constexpr int kStateHalves = D * kStride, kChunkHalves = kBackwardChunk * kStride;
   static constexpr int kPartials = 4 * kBackwardChunk; // one row-reduction buffer
   static_assert(BackwardTiles<D>::kChunkWarpsN <= 4, "a row-reduction buffer holds 4 column warps");
-  static_assert(2 * (kStateHalves + 4 * kChunkHalves) + 4 * (D + BLOCK_Q + 2 * kPartials + kWarps) ==
+  static_assert(2 * (kStateHalves + 4 * kChunkHalves) + 4 * (2 * D + BLOCK_Q + 2 * kPartials + kWarps) ==
                     sage_sla_rows_backward_shared_bytes(D, BLOCK_Q),
                 "abi.cuh's size of the rows kernel's shared memory");
 };
@@ -242,7 +252,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   unsigned short *phi_hi = h_bits + L::kStateHalves, *phi_lo = phi_hi + L::kChunkHalves; // phi(Q) [chunk][kStride]
   unsigned short *w_hi = phi_lo + L::kChunkHalves, *w_lo = w_hi + L::kChunkHalves;       // W [chunk][kStride]
   float *z_state = reinterpret_cast<float *>(w_lo + L::kChunkHalves);
-  float *denominator = z_state + D;                    // [BLOCK_Q]
+  float *dz_state = z_state + D;                       // dZ_i's running sum, one thread per feature
+  float *denominator = dz_state + D;                   // [BLOCK_Q]
   float *ratio_partial = denominator + BLOCK_Q;        // <W_r, N_r> per column warp
   float *inner_partial = ratio_partial + L::kPartials; // softmax's <d phi, phi> per column warp
   float *scratch = inner_partial + L::kPartials;
@@ -252,43 +263,56 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
 
   // H_i / s_i and Z_i as the forward kept them (line 13, with pre-aggregation).
+  // H_i goes to shared memory asynchronously (cp.async) while the first pass below loads Q and dO^l.
   const uint4 *h_source = reinterpret_cast<const uint4 *>(p.h_rows) + row_block * (D * D / 8);
   for (int piece = threadIdx.x; piece < D * D / 8; piece += kThreads)
-    *reinterpret_cast<uint4 *>(h_bits + (piece * 8 / D) * kStride + piece * 8 % D) = __ldg(h_source + piece);
+    copy16_async(h_bits + (piece * 8 / D) * kStride + piece * 8 % D, h_source + piece, true);
+  commit_copies();
   if (threadIdx.x < D)
     z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
   const float h_scale = p.h_row_scales[row_block];
   __syncthreads();
 
-  // First pass: the denominators, and max |dO^l_r| / den_r over the block for W's scale.
+  // First pass: the denominators, and max |dO^l_r| / den_r over the block for W's scale. A warp loads its
+  // kWarpRows rows of a chunk at once (one round trip to memory for them, not one per row).
   float largest = 0.0f;
-  for (int r = warp; r < BLOCK_Q; r += kWarps) {
-    const bool valid = begin + r < end;
-    float x[kPerLane];
+  for (int group = 0; group < BLOCK_Q; group += kBackwardChunk) {
+    float x[kWarpRows][kPerLane], g[kWarpRows][kPerLane];
 #pragma unroll
-    for (int u = 0; u < kPerLane; ++u) {
-      const int c = lane + 32 * u;
-      x[u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + r, c)) : 0.0f;
-    }
-    if (valid)
-      feature_map_lanes<D, PHI>(x);
-    float dot = 0.0f, top = 0.0f;
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = group + warp + kWarps * m;
+      const bool valid = r < BLOCK_Q && begin + r < end;
 #pragma unroll
-    for (int u = 0; u < kPerLane; ++u) {
-      const int c = lane + 32 * u;
-      if (c < D) {
-        dot += x[u] * z_state[c];
-        if (valid)
-          top = fmaxf(top, fabsf(p.d_linear[(head * p.shape.tokens_q + begin + r) * D + c]));
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        x[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + r, c)) : 0.0f;
+        g[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + r) * D + c] : 0.0f;
       }
     }
-    dot = warp_sum(dot);
-    top = warp_max(top);
-    if (valid && dot != 0.0f)
-      largest = fmaxf(largest, top / fabsf(dot));
-    if (lane == 0)
-      denominator[r] = valid ? dot : 0.0f;
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = group + warp + kWarps * m;
+      const bool valid = r < BLOCK_Q && begin + r < end;
+      if (valid)
+        feature_map_lanes<D, PHI>(x[m]);
+      float dot = 0.0f, top = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c < D) {
+          dot += x[m][u] * z_state[c];
+          top = fmaxf(top, fabsf(g[m][u]));
+        }
+      }
+      dot = warp_sum(dot);
+      top = warp_max(top);
+      if (valid && dot != 0.0f)
+        largest = fmaxf(largest, top / fabsf(dot));
+      if (lane == 0 && r < BLOCK_Q)
+        denominator[r] = valid ? dot : 0.0f;
+    }
   }
+  wait_all_copies();                                                             // H_i: the barriers below publish it
   const float w_factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes the denominators
   const float g_to_gradient = h_scale / w_factor;
 
@@ -300,7 +324,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         dh[mi][ni][e] = 0.0f;
-  float dz = 0.0f;
+  if (threadIdx.x < D)
+    dz_state[threadIdx.x] = 0.0f; // read and written by its own thread only
   const bool chunk_warp = T::chunk_warp();
   const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
   const SharedF16 phi_hi_s{phi_hi, kStride}, phi_lo_s{phi_lo, kStride}, w_hi_s{w_hi, kStride}, w_lo_s{w_lo, kStride};
@@ -308,55 +333,72 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   for (int chunk = 0; chunk < BLOCK_Q && begin + chunk < end; chunk += kBackwardChunk) {
     const int rows = min(kBackwardChunk, end - begin - chunk); // valid rows of the chunk
     __syncthreads(); // the previous chunk's reads of phi(Q), W and the partial sums are done
-    for (int r = warp; r < kBackwardChunk; r += kWarps) {
-      // Rows past the block's end stay 0 in phi(Q) and W (phi(0) is not 0 for elu + 1).
-      const bool valid = r < rows;
-      const long long token = head * p.shape.tokens_q + begin + chunk + r;
-      float x[kPerLane];
+    // Rows past the block's end stay 0 in phi(Q) and W (phi(0) is not 0 for elu + 1). A warp loads kFillRows rows at
+    // once: all of its rows of the chunk (at one CTA per SM, registers allow; 2 would fit a 128-register cap).
+    constexpr int kFillRows = kWarpRows;
 #pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int c = lane + 32 * u;
-        x[u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
+    for (int m0_fill = 0; m0_fill < kWarpRows; m0_fill += kFillRows) {
+      float x[kFillRows][kPerLane], g[kFillRows][kPerLane];
+#pragma unroll
+      for (int m = 0; m < kFillRows; ++m) {
+        const int r = warp + kWarps * (m0_fill + m);
+        const bool valid = r < rows;
+#pragma unroll
+        for (int u = 0; u < kPerLane; ++u) {
+          const int c = lane + 32 * u;
+          x[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
+          g[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + chunk + r) * D + c] : 0.0f;
+        }
       }
-      if (valid)
-        feature_map_lanes<D, PHI>(x);
-      const float den = valid ? denominator[chunk + r] : 0.0f;
-      const float weight = den != 0.0f ? w_factor / den : 0.0f;
 #pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int c = lane + 32 * u;
-        if (c >= D)
-          continue;
-        split_f16(x[u], phi_hi[r * kStride + c], phi_lo[r * kStride + c]);
-        const float w = weight != 0.0f ? p.d_linear[token * D + c] * weight : 0.0f;
-        split_f16(w, w_hi[r * kStride + c], w_lo[r * kStride + c]);
+      for (int m = 0; m < kFillRows; ++m) {
+        const int r = warp + kWarps * (m0_fill + m);
+        const bool valid = r < rows;
+        if (valid)
+          feature_map_lanes<D, PHI>(x[m]);
+        const float den = valid ? denominator[chunk + r] : 0.0f;
+        const float weight = den != 0.0f ? w_factor / den : 0.0f;
+#pragma unroll
+        for (int u = 0; u < kPerLane; ++u) {
+          const int c = lane + 32 * u;
+          if (c >= D)
+            continue;
+          split_f16(x[m][u], phi_hi[r * kStride + c], phi_lo[r * kStride + c]);
+          split_f16(weight != 0.0f ? g[m][u] * weight : 0.0f, w_hi[r * kStride + c], w_lo[r * kStride + c]);
+        }
       }
     }
     __syncthreads();
 
-    // N = phi(Q) H_i / s_i (H_i is [feature][channel]: k-major B) and G = W (H_i / s_i)^T ([n][k]).
-    float numerator[1][T::kChunkN][4], gradient[1][T::kChunkN][4];
+    // dH_i += phi(Q)^T W: phi(Q) is [row][feature], A stored k-major; W [row][channel], B k-major. First, so that its
+    // 64 accumulators are the only ones live with its fragments.
+    if (T::state_warp())
+      warp_tiles_mma<kBackwardChunk, T::kStateM, T::kStateN, true, true, true, true>(
+          dh, phi_hi_s, phi_lo_s, w_hi_s, w_lo_s, T::state_m0(), T::state_n0());
+    // N = phi(Q) H_i / s_i (H_i is [feature][channel]: k-major B), reduced to <W_r, N_r> at once; then
+    // G = W (H_i / s_i)^T ([n][k]).
+    float gradient[1][T::kChunkN][4];
 #pragma unroll
     for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        numerator[0][ni][e] = gradient[0][ni][e] = 0.0f;
+        gradient[0][ni][e] = 0.0f;
     if (chunk_warp) {
-      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, false>(numerator, phi_hi_s, phi_lo_s, h_s, h_s, m0, n0);
-      warp_tiles_mma<D, 1, T::kChunkN, false, false, true, false>(gradient, w_hi_s, w_lo_s, h_s, h_s, m0, n0);
-      float products[T::kChunkN][4];
+      float numerator[1][T::kChunkN][4];
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          products[ni][e] =
-              numerator[0][ni][e] * split_value(w_hi, w_lo, chunk_row(m0, e) * kStride + chunk_column(n0, ni, e));
-      chunk_row_partials<T::kChunkN>(products, m0, T::chunk_column_warp(), ratio_partial);
+          numerator[0][ni][e] = 0.0f;
+      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, false>(numerator, phi_hi_s, phi_lo_s, h_s, h_s, m0, n0);
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          numerator[0][ni][e] *= split_value(w_hi, w_lo, chunk_row(m0, e) * kStride + chunk_column(n0, ni, e));
+      chunk_row_partials<T::kChunkN>(numerator[0], m0, T::chunk_column_warp(), ratio_partial);
+      warp_tiles_mma<D, 1, T::kChunkN, false, false, true, false>(gradient, w_hi_s, w_lo_s, h_s, h_s, m0, n0);
     }
-    // dH_i += phi(Q)^T W: phi(Q) is [row][feature], A stored k-major; W [row][channel], B k-major.
-    if (T::state_warp())
-      warp_tiles_mma<kBackwardChunk, T::kStateM, T::kStateN, true, true, true, true>(
-          dh, phi_hi_s, phi_lo_s, w_hi_s, w_lo_s, T::state_m0(), T::state_n0());
     __syncthreads(); // the partial sums are written
 
     // u_r = D^l_r / den_r; dZ_i -= sum_r phi(q_r) u_r.
@@ -366,7 +408,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     };
     if (threadIdx.x < D)
       for (int r = 0; r < rows; ++r)
-        dz -= split_value(phi_hi, phi_lo, r * kStride + threadIdx.x) * ratio(r);
+        dz_state[threadIdx.x] -= split_value(phi_hi, phi_lo, r * kStride + threadIdx.x) * ratio(r);
     // d phi(q_r) = G_r s_i / f - u_r Z_i, then dQ through phi.
     const float row_ratio[2] = {ratio(chunk_row(m0, 0)), ratio(chunk_row(m0, 2))}; // the lane's two rows
     float d_phi[T::kChunkN][4];
@@ -406,7 +448,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   if (threadIdx.x == 0)
     p.dh_scales[row_block] = 1.0f / (factor * w_factor); // exact: powers of two
   if (threadIdx.x < D)
-    p.dz_rows[row_block * D + threadIdx.x] = dz;
+    p.dz_rows[row_block * D + threadIdx.x] = dz_state[threadIdx.x];
 }
 
 // Launch 3: sum_i dZ_i per q head, in block order.
@@ -502,26 +544,35 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   for (int chunk = 0; chunk < BLOCK_KV && begin + chunk < end; chunk += kBackwardChunk) {
     const int rows = min(kBackwardChunk, end - begin - chunk);
     __syncthreads(); // dh_j is stored; the previous chunk's reads of phi(K), V and the partial sums are done
-    for (int r = warp; r < kBackwardChunk; r += kWarps) {
-      // Rows past the block's end stay 0 in phi(K) and V.
+    // Rows past the block's end stay 0 in phi(K) and V. A warp's rows load at once.
+    float x[kWarpRows][kPerLane];
+    unsigned short v_row[kWarpRows][kPerLane];
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
       const bool valid = r < rows;
-      float x[kPerLane];
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {
         const int c = lane + 32 * u;
-        x[u] = valid && c < D ? load_f16(p.k, element_index(p.k_strides, b, h_kv, begin + chunk + r, c)) : 0.0f;
+        x[m][u] = valid && c < D ? load_f16(p.k, element_index(p.k_strides, b, h_kv, begin + chunk + r, c)) : 0.0f;
+        v_row[m][u] =
+            valid && c < D
+                ? static_cast<const unsigned short *>(p.v)[element_index(p.v_strides, b, h_kv, begin + chunk + r, c)]
+                : 0;
       }
-      if (valid)
-        feature_map_lanes<D, PHI>(x);
+    }
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      if (r < rows)
+        feature_map_lanes<D, PHI>(x[m]);
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {
         const int c = lane + 32 * u;
         if (c >= D)
           continue;
-        split_f16(x[u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
-        v_bits[r * kStride + c] =
-            valid ? static_cast<const unsigned short *>(p.v)[element_index(p.v_strides, b, h_kv, begin + chunk + r, c)]
-                  : 0;
+        split_f16(x[m][u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
+        v_bits[r * kStride + c] = v_row[m][u];
       }
     }
     __syncthreads();
