@@ -24,6 +24,8 @@ static_assert(kBackwardChunk == 32, "the chunk's outputs are two 16-row tiles (B
 
 // The kv kernel runs two CTAs per SM where shared memory holds two (sm_90, sm_100: 227 KiB, 96,800 bytes each at
 // d = 128; 128 registers, no spills), one elsewhere (sm_89, sm_120: ~100 KiB; sm_80 would spill at 128 registers).
+// While one CTA waits for its rows from memory, the other's products keep the tensor cores busy. (The rows kernel
+// stays at one: its 64 dH_i accumulators per thread spill at 128 registers under NVRTC.)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
 constexpr int kKvBackwardMinBlocks = 2;
 #else
@@ -273,13 +275,14 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   const float h_scale = p.h_row_scales[row_block];
   __syncthreads();
 
-  // First pass: the denominators, and max |dO^l_r| / den_r over the block for W's scale. A warp loads its
-  // kWarpRows rows of a chunk at once (one round trip to memory for them, not one per row).
+  // First pass: the denominators, and max |dO^l_r| / den_r over the block for W's scale. A warp loads its rows of
+  // up to 64 at once (one round trip to memory for them, not one per row).
+  constexpr int kBatch = BLOCK_Q < 64 ? kBackwardChunk : 64, kBatchRows = kBatch / kWarps;
   float largest = 0.0f;
-  for (int group = 0; group < BLOCK_Q; group += kBackwardChunk) {
-    float x[kWarpRows][kPerLane], g[kWarpRows][kPerLane];
+  for (int group = 0; group < BLOCK_Q; group += kBatch) {
+    float x[kBatchRows][kPerLane], g[kBatchRows][kPerLane];
 #pragma unroll
-    for (int m = 0; m < kWarpRows; ++m) {
+    for (int m = 0; m < kBatchRows; ++m) {
       const int r = group + warp + kWarps * m;
       const bool valid = r < BLOCK_Q && begin + r < end;
 #pragma unroll
@@ -290,7 +293,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       }
     }
 #pragma unroll
-    for (int m = 0; m < kWarpRows; ++m) {
+    for (int m = 0; m < kBatchRows; ++m) {
       const int r = group + warp + kWarps * m;
       const bool valid = r < BLOCK_Q && begin + r < end;
       if (valid)
@@ -330,45 +333,47 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
   const SharedF16 phi_hi_s{phi_hi, kStride}, phi_lo_s{phi_lo, kStride}, w_hi_s{w_hi, kStride}, w_lo_s{w_lo, kStride};
   const SharedF16 h_s{h_bits, kStride};
+  // A warp's rows of a chunk (raw Q and dO^l), loaded one chunk ahead.
+  float x_next[kWarpRows][kPerLane], g_next[kWarpRows][kPerLane];
+  auto load_chunk_rows = [&](int chunk) {
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const bool valid = chunk + r < end - begin;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        x_next[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
+        g_next[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + chunk + r) * D + c] : 0.0f;
+      }
+    }
+  };
+  load_chunk_rows(0);
   for (int chunk = 0; chunk < BLOCK_Q && begin + chunk < end; chunk += kBackwardChunk) {
     const int rows = min(kBackwardChunk, end - begin - chunk); // valid rows of the chunk
     __syncthreads(); // the previous chunk's reads of phi(Q), W and the partial sums are done
-    // Rows past the block's end stay 0 in phi(Q) and W (phi(0) is not 0 for elu + 1). A warp loads kFillRows rows at
-    // once: all of its rows of the chunk (at one CTA per SM, registers allow; 2 would fit a 128-register cap).
-    constexpr int kFillRows = kWarpRows;
+    // Rows past the block's end stay 0 in phi(Q) and W (phi(0) is not 0 for elu + 1); their raw values were loaded
+    // while the previous chunk's products ran.
 #pragma unroll
-    for (int m0_fill = 0; m0_fill < kWarpRows; m0_fill += kFillRows) {
-      float x[kFillRows][kPerLane], g[kFillRows][kPerLane];
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const bool valid = r < rows;
+      if (valid)
+        feature_map_lanes<D, PHI>(x_next[m]);
+      const float den = valid ? denominator[chunk + r] : 0.0f;
+      const float weight = den != 0.0f ? w_factor / den : 0.0f;
 #pragma unroll
-      for (int m = 0; m < kFillRows; ++m) {
-        const int r = warp + kWarps * (m0_fill + m);
-        const bool valid = r < rows;
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u) {
-          const int c = lane + 32 * u;
-          x[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
-          g[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + chunk + r) * D + c] : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kFillRows; ++m) {
-        const int r = warp + kWarps * (m0_fill + m);
-        const bool valid = r < rows;
-        if (valid)
-          feature_map_lanes<D, PHI>(x[m]);
-        const float den = valid ? denominator[chunk + r] : 0.0f;
-        const float weight = den != 0.0f ? w_factor / den : 0.0f;
-#pragma unroll
-        for (int u = 0; u < kPerLane; ++u) {
-          const int c = lane + 32 * u;
-          if (c >= D)
-            continue;
-          split_f16(x[m][u], phi_hi[r * kStride + c], phi_lo[r * kStride + c]);
-          split_f16(weight != 0.0f ? g[m][u] * weight : 0.0f, w_hi[r * kStride + c], w_lo[r * kStride + c]);
-        }
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c >= D)
+          continue;
+        split_f16(x_next[m][u], phi_hi[r * kStride + c], phi_lo[r * kStride + c]);
+        split_f16(weight != 0.0f ? g_next[m][u] * weight : 0.0f, w_hi[r * kStride + c], w_lo[r * kStride + c]);
       }
     }
     __syncthreads();
+    if (chunk + kBackwardChunk < BLOCK_Q && begin + chunk + kBackwardChunk < end)
+      load_chunk_rows(chunk + kBackwardChunk); // in flight during the products below
 
     // dH_i += phi(Q)^T W: phi(Q) is [row][feature], A stored k-major; W [row][channel], B k-major. First, so that its
     // 64 accumulators are the only ones live with its fragments.
