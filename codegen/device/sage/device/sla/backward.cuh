@@ -491,52 +491,95 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
 
   float unscale = 1.0f; // dh_j = s (hi + lo)
   {
-    using Sum = ScaledStateSum<D>;
-    float dh[Sum::kVectorsPerThread][8];
-    Sum::clear(dh);
-    float dz = 0.0f;
+    float dz = 0.0f, factor = 1.0f;
     float *list_scratch = reinterpret_cast<float *>(k_hi); // free until the first chunk
-    // dh_j from the mask GEMM unless it flagged this column; dz_j (d floats per listed q block) from the tables.
-    const long long kv_column = head_kv * p.shape.kv_blocks + j;
-    const bool from_gemm = p.dh_sums && p.dh_sum_fallback[kv_column] == 0; // the same for the whole CTA
-    if (from_gemm)
-      Sum::add_f32(dh, p.dh_sums + kv_column * D * D);
-    for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
-      const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    // A q head's column of M_c: the q blocks where block j is marginal, or with pre-aggregation (marginal blocks the
+    // majority) the others, subtracted from the head's totals.
+    struct Column {
+      const int *list;
+      int listed;
+      bool majority;
+    };
+    auto column_of = [&](long long head) {
       const long long column = head * p.shape.kv_blocks + j;
       const int marginal = p.column_counts[column * 3 + 1], non_marginal = p.column_counts[column * 3 + 2];
       const bool majority = 2 * marginal > q_blocks;
-      const int *list = (majority ? p.non_marginal_columns : p.marginal_columns) + column * q_blocks;
-      const int listed = majority ? non_marginal : marginal;
-      const float sign = majority ? -1.0f : 1.0f;
-      if (majority && threadIdx.x < D)
-        dz += p.dz_total[head * D + threadIdx.x];
-      if (from_gemm) {
-        dz += sign * sum_listed_vectors<D>(p.dz_rows, head * q_blocks, list, listed, list_scratch);
-        continue;
+      return Column{(majority ? p.non_marginal_columns : p.marginal_columns) + column * q_blocks,
+                    majority ? non_marginal : marginal, majority};
+    };
+    // dh_j from the mask GEMM unless it flagged this column; dz_j (d floats per listed q block) from the tables.
+    const long long kv_column = head_kv * p.shape.kv_blocks + j;
+    const bool from_gemm = p.dh_sums && p.dh_sum_fallback[kv_column] == 0; // the same for the whole CTA
+    if (from_gemm) {
+      // In coalesced 16-byte pieces (a warp's load covers 512 consecutive bytes), piece n kThreads + thread.
+      constexpr int kPieces = D * D / 4, kPiecesPerThread = (kPieces + kThreads - 1) / kThreads;
+      const float4 *source = reinterpret_cast<const float4 *>(p.dh_sums + kv_column * D * D);
+      float4 pieces[kPiecesPerThread];
+      float largest = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kPiecesPerThread; ++n) {
+        const int piece = n * kThreads + threadIdx.x;
+        pieces[n] = piece < kPieces ? __ldg(source + piece) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        largest = fmaxf(largest, fmaxf(fmaxf(fabsf(pieces[n].x), fabsf(pieces[n].y)),
+                                       fmaxf(fabsf(pieces[n].z), fabsf(pieces[n].w))));
       }
-      if (majority) // a flagged column (rare): every dH_i of the head, minus the listed ones below
-        for (int i = 0; i < q_blocks; ++i)
-          Sum::add_one(dh, p.dh_rows, p.dh_scales, head * q_blocks + i);
-      Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, list, listed, sign, [&](long long row_block) {
-        if (threadIdx.x < D)
-          dz += sign * p.dz_rows[row_block * D + threadIdx.x];
-      });
+      factor = f16_range_factor(block_reduce<true>(largest, scratch));
+#pragma unroll
+      for (int n = 0; n < kPiecesPerThread; ++n) {
+        const int piece = n * kThreads + threadIdx.x;
+        if (piece >= kPieces)
+          continue;
+        const int at = (piece * 4 / D) * kStride + piece * 4 % D;
+        const float values[4] = {pieces[n].x, pieces[n].y, pieces[n].z, pieces[n].w};
+        unsigned short hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          split_f16(values[e] * factor, hi[e], lo[e]);
+        *reinterpret_cast<uint2 *>(dh_hi + at) = make_uint2(pack_f16x2(hi[0], hi[1]), pack_f16x2(hi[2], hi[3]));
+        *reinterpret_cast<uint2 *>(dh_lo + at) = make_uint2(pack_f16x2(lo[0], lo[1]), pack_f16x2(lo[2], lo[3]));
+      }
+      for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+        const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+        const Column column = column_of(head);
+        if (column.majority && threadIdx.x < D)
+          dz += p.dz_total[head * D + threadIdx.x];
+        dz += (column.majority ? -1.0f : 1.0f) *
+              sum_listed_vectors<D>(p.dz_rows, head * q_blocks, column.list, column.listed, list_scratch);
+      }
+    } else {
+      using Sum = ScaledStateSum<D>;
+      float dh[Sum::kVectorsPerThread][8];
+      Sum::clear(dh);
+      for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+        const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+        const Column column = column_of(head);
+        const float sign = column.majority ? -1.0f : 1.0f;
+        if (column.majority && threadIdx.x < D)
+          dz += p.dz_total[head * D + threadIdx.x];
+        if (column.majority) // a flagged column (rare): every dH_i of the head, minus the listed ones below
+          for (int i = 0; i < q_blocks; ++i)
+            Sum::add_one(dh, p.dh_rows, p.dh_scales, head * q_blocks + i);
+        Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, column.list, column.listed, sign,
+                        [&](long long row_block) {
+                          if (threadIdx.x < D)
+                            dz += sign * p.dz_rows[row_block * D + threadIdx.x];
+                        });
+      }
+      float largest = 0.0f;
+#pragma unroll
+      for (int v = 0; v < Sum::kVectorsPerThread; ++v)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          largest = fmaxf(largest, fabsf(dh[v][e]));
+      factor = f16_range_factor(block_reduce<true>(largest, scratch));
+#pragma unroll
+      for (int v = 0; v < Sum::kVectorsPerThread; ++v)
+        if (Sum::owns(v)) {
+          const int at = (Sum::first_element(v) / D) * kStride + Sum::first_element(v) % D;
+          store_split8(dh[v], factor, dh_hi + at, dh_lo + at);
+        }
     }
-    float largest = 0.0f;
-#pragma unroll
-    for (int v = 0; v < Sum::kVectorsPerThread; ++v)
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        largest = fmaxf(largest, fabsf(dh[v][e]));
-    const float factor = f16_range_factor(block_reduce<true>(largest, scratch));
     unscale = 1.0f / factor;
-#pragma unroll
-    for (int v = 0; v < Sum::kVectorsPerThread; ++v)
-      if (Sum::owns(v)) {
-        const int at = (Sum::first_element(v) / D) * kStride + Sum::first_element(v) % D;
-        store_split8(dh[v], factor, dh_hi + at, dh_lo + at);
-      }
     if (threadIdx.x < D)
       dz_state[threadIdx.x] = dz;
   }
