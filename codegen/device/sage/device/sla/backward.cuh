@@ -254,10 +254,10 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   unsigned short *phi_hi = h_bits + L::kStateHalves, *phi_lo = phi_hi + L::kChunkHalves; // phi(Q) [chunk][kStride]
   unsigned short *w_hi = phi_lo + L::kChunkHalves, *w_lo = w_hi + L::kChunkHalves;       // W [chunk][kStride]
   float *z_state = reinterpret_cast<float *>(w_lo + L::kChunkHalves);
-  float *dz_state = z_state + D;                       // dZ_i's running sum, one thread per feature
-  float *denominator = dz_state + D;                   // [BLOCK_Q]
-  float *ratio_partial = denominator + BLOCK_Q;        // <W_r, N_r> per column warp
-  float *inner_partial = ratio_partial + L::kPartials; // softmax's <d phi, phi> per column warp
+  float *dz_state = z_state + D;                        // dZ_i's running sum, one thread per feature
+  float *inverse_denominator = dz_state + D;            // [BLOCK_Q]: 1 / den_r, 0 where den_r = 0
+  float *ratio_partial = inverse_denominator + BLOCK_Q; // <W_r, N_r> per column warp
+  float *inner_partial = ratio_partial + L::kPartials;  // softmax's <d phi, phi> per column warp
   float *scratch = inner_partial + L::kPartials;
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
@@ -309,14 +309,14 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       }
       dot = warp_sum(dot);
       top = warp_max(top);
-      if (valid && dot != 0.0f)
-        largest = fmaxf(largest, top / fabsf(dot));
+      const float inverse = valid && dot != 0.0f ? 1.0f / dot : 0.0f;
+      largest = fmaxf(largest, top * fabsf(inverse));
       if (lane == 0 && r < BLOCK_Q)
-        denominator[r] = valid ? dot : 0.0f;
+        inverse_denominator[r] = inverse;
     }
   }
   wait_all_copies();                                                             // H_i: the barriers below publish it
-  const float w_factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes the denominators
+  const float w_factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes 1 / den
   const float g_to_gradient = h_scale / w_factor;
 
   float dh[T::kStateM][T::kStateN][4];
@@ -360,8 +360,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       const bool valid = r < rows;
       if (valid)
         feature_map_lanes<D, PHI>(x_next[m]);
-      const float den = valid ? denominator[chunk + r] : 0.0f;
-      const float weight = den != 0.0f ? w_factor / den : 0.0f;
+      const float weight = valid ? w_factor * inverse_denominator[chunk + r] : 0.0f;
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {
         const int c = lane + 32 * u;
@@ -408,12 +407,17 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
 
     // u_r = D^l_r / den_r; dZ_i -= sum_r phi(q_r) u_r.
     auto ratio = [&](int r) {
-      const float den = r < rows ? denominator[chunk + r] : 0.0f;
-      return den != 0.0f ? chunk_row_total<T::kChunkWarpsN>(ratio_partial, r) * (g_to_gradient / den) : 0.0f;
+      return r < rows
+                 ? chunk_row_total<T::kChunkWarpsN>(ratio_partial, r) * (g_to_gradient * inverse_denominator[chunk + r])
+                 : 0.0f;
     };
-    if (threadIdx.x < D)
+    if (threadIdx.x < D) {
+      float sum = 0.0f;
+#pragma unroll 8
       for (int r = 0; r < rows; ++r)
-        dz_state[threadIdx.x] -= split_value(phi_hi, phi_lo, r * kStride + threadIdx.x) * ratio(r);
+        sum += split_value(phi_hi, phi_lo, r * kStride + threadIdx.x) * ratio(r);
+      dz_state[threadIdx.x] -= sum;
+    }
     // d phi(q_r) = G_r s_i / f - u_r Z_i, then dQ through phi.
     const float row_ratio[2] = {ratio(chunk_row(m0, 0)), ratio(chunk_row(m0, 2))}; // the lane's two rows
     float d_phi[T::kChunkN][4];
@@ -438,18 +442,25 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         top = fmaxf(top, fabsf(dh[mi][ni][e]));
+  // Staged in H_i's buffer (free: block_reduce's barriers follow every read of it), then stored 16 bytes per thread
+  // (the fragments' 4-byte pieces would write half of each 32-byte sector per store).
   const float factor = f16_range_factor(block_reduce<true>(top, scratch));
   if (T::state_warp()) {
-    unsigned *out = reinterpret_cast<unsigned *>(p.dh_rows + row_block * D * D);
 #pragma unroll
     for (int mi = 0; mi < T::kStateM; ++mi)
 #pragma unroll
       for (int ni = 0; ni < T::kStateN; ++ni) {
         const int row = T::state_m0() + 16 * mi + tile_row(), col = T::state_n0() + 8 * ni + tile_col();
-        out[(row * D + col) / 2] = pack_f16x2(f16_bits(dh[mi][ni][0] * factor), f16_bits(dh[mi][ni][1] * factor));
-        out[((row + 8) * D + col) / 2] = pack_f16x2(f16_bits(dh[mi][ni][2] * factor), f16_bits(dh[mi][ni][3] * factor));
+        *reinterpret_cast<unsigned *>(h_bits + row * kStride + col) =
+            pack_f16x2(f16_bits(dh[mi][ni][0] * factor), f16_bits(dh[mi][ni][1] * factor));
+        *reinterpret_cast<unsigned *>(h_bits + (row + 8) * kStride + col) =
+            pack_f16x2(f16_bits(dh[mi][ni][2] * factor), f16_bits(dh[mi][ni][3] * factor));
       }
   }
+  __syncthreads();
+  uint4 *out = reinterpret_cast<uint4 *>(p.dh_rows + row_block * D * D);
+  for (int piece = threadIdx.x; piece < D * D / 8; piece += kThreads)
+    out[piece] = *reinterpret_cast<const uint4 *>(h_bits + (piece * 8 / D) * kStride + piece * 8 % D);
   if (threadIdx.x == 0)
     p.dh_scales[row_block] = 1.0f / (factor * w_factor); // exact: powers of two
   if (threadIdx.x < D)
