@@ -143,3 +143,20 @@ TEST_CASE("the mask prediction's rows per CTA keep their logits within its share
     CHECK((rows == SAGE_SLA_PREDICT_MAX_ROWS || 2 * rows * kv_blocks > SAGE_SLA_PREDICT_KEYS));
   }
 }
+
+TEST_CASE("the backward's rows and kv kernels' shared memory fits sm_89 for every head dim and block") {
+  // H_i in f16 plus a 32-row chunk of phi(Q) and W split in hi + lo, then Z_i, dZ_i, 1 / den, two reductions (f32).
+  CHECK(slaRowsBackwardSharedBytes(128, 64) == 2 * 136 * (128 + 4 * 32) + 4 * (2 * 128 + 64 + 8 * 32 + 8));
+  CHECK(slaRowsBackwardSharedBytes(128, 64) == 71968); // SlaKernels.h and the READMEs quote it
+  // dh_j split in hi + lo plus a chunk of phi(K) (split) and V, then dz_j and one reduction.
+  CHECK(slaKvBackwardSharedBytes(128) == 2 * 136 * (2 * 128 + 3 * 32) + 4 * (128 + 4 * 32 + 8));
+  CHECK(slaKvBackwardSharedBytes(128) == 96800);
+  for (int head_dim : {16, 32, 64, 128}) {
+    CAPTURE(head_dim);
+    CHECK(slaKvBackwardSharedBytes(head_dim) <= 99 * 1024);
+    for (int block_q : {16, 32, 64, 128}) {
+      CAPTURE(block_q);
+      CHECK(slaRowsBackwardSharedBytes(head_dim, block_q) <= 99 * 1024);
+    }
+  }
+}

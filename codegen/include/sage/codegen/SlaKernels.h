@@ -82,7 +82,7 @@ inline int slaSparseBackwardSharedBytes(int head_dim, int block_q, int block_kv)
   return sage_sla_sparse_backward_shared_bytes(head_dim, block_q, block_kv);
 }
 
-// Dynamic shared memory of the backward's rows and kv kernels on tensor cores (abi.cuh's formulas): 71,456 and 96,800
+// Dynamic shared memory of the backward's rows and kv kernels on tensor cores (abi.cuh's formulas): 71,968 and 96,800
 // bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
 inline int slaRowsBackwardSharedBytes(int head_dim, int block_q) {
   return sage_sla_rows_backward_shared_bytes(head_dim, block_q);
