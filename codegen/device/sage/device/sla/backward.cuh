@@ -242,9 +242,10 @@ __device__ inline void column_tables(const SageSlaColumnsParams &p) {
 // den_r = phi(q_r) Z_i, O^l_r = phi(q_r) H_i / den_r and D^l_r = <dO^l_r, O^l_r>:
 //   d phi(q_r) = dO^l_r H_i^T / den_r - (D^l_r / den_r) Z_i,  dH_i = sum_r phi(q_r)^T dO^l_r / den_r,
 //   dZ_i = -sum_r phi(q_r) D^l_r / den_r  (0 for rows with den_r = 0: O^l_r = 0 there by definition).
-// On tensor cores with W = f dO^l / den (f: a power of two per q block that puts max |W| into f16's range, from a
-// first pass over the block's rows) and H_i / s_i exact in f16: N = phi(Q) H_i / s_i, G = W H_i^T / s_i, so
-// dO^l H_i^T / den = G s_i / f and D^l_r / den_r = s_i / (f den_r) <W_r, N_r>.
+// On tensor cores with W = f dO^l / den (f: a power of two per chunk of rows that puts max |W| into f16's range) and
+// H_i / s_i exact in f16: N = phi(Q) H_i / s_i, G = W H_i^T / s_i, so dO^l H_i^T / den = G s_i / f and
+// D^l_r / den_r = s_i / (f den_r) <W_r, N_r>. dH_i's accumulators hold f dH_i: rescaled (exactly: powers of two) to
+// each chunk's f before its product.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
   using T = BackwardTiles<D>;
   using L = RowsBackwardLayout<D, BLOCK_Q>;
@@ -255,7 +256,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   unsigned short *w_hi = phi_lo + L::kChunkHalves, *w_lo = w_hi + L::kChunkHalves;       // W [chunk][kStride]
   float *z_state = reinterpret_cast<float *>(w_lo + L::kChunkHalves);
   float *dz_state = z_state + D;                        // dZ_i's running sum, one thread per feature
-  float *inverse_denominator = dz_state + D;            // [BLOCK_Q]: 1 / den_r, 0 where den_r = 0
+  float *inverse_denominator = dz_state + D;            // the chunk's 1 / den_r (0 where den_r = 0)
   float *ratio_partial = inverse_denominator + BLOCK_Q; // <W_r, N_r> per column warp
   float *inner_partial = ratio_partial + L::kPartials;  // softmax's <d phi, phi> per column warp
   float *scratch = inner_partial + L::kPartials;
@@ -265,7 +266,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
 
   // H_i / s_i and Z_i as the forward kept them (line 13, with pre-aggregation).
-  // H_i goes to shared memory asynchronously (cp.async) while the first pass below loads Q and dO^l.
+  // H_i goes to shared memory asynchronously (cp.async) while the first chunk's rows load.
   const uint4 *h_source = reinterpret_cast<const uint4 *>(p.h_rows) + row_block * (D * D / 8);
   for (int piece = threadIdx.x; piece < D * D / 8; piece += kThreads)
     copy16_async(h_bits + (piece * 8 / D) * kStride + piece * 8 % D, h_source + piece, true);
@@ -274,50 +275,6 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
   const float h_scale = p.h_row_scales[row_block];
   __syncthreads();
-
-  // First pass: the denominators, and max |dO^l_r| / den_r over the block for W's scale. A warp loads its rows of
-  // up to 64 at once (one round trip to memory for them, not one per row).
-  constexpr int kBatch = BLOCK_Q < 64 ? kBackwardChunk : 64, kBatchRows = kBatch / kWarps;
-  float largest = 0.0f;
-  for (int group = 0; group < BLOCK_Q; group += kBatch) {
-    float x[kBatchRows][kPerLane], g[kBatchRows][kPerLane];
-#pragma unroll
-    for (int m = 0; m < kBatchRows; ++m) {
-      const int r = group + warp + kWarps * m;
-      const bool valid = r < BLOCK_Q && begin + r < end;
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int c = lane + 32 * u;
-        x[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + r, c)) : 0.0f;
-        g[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + r) * D + c] : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < kBatchRows; ++m) {
-      const int r = group + warp + kWarps * m;
-      const bool valid = r < BLOCK_Q && begin + r < end;
-      if (valid)
-        feature_map_lanes<D, PHI>(x[m]);
-      float dot = 0.0f, top = 0.0f;
-#pragma unroll
-      for (int u = 0; u < kPerLane; ++u) {
-        const int c = lane + 32 * u;
-        if (c < D) {
-          dot += x[m][u] * z_state[c];
-          top = fmaxf(top, fabsf(g[m][u]));
-        }
-      }
-      dot = warp_sum(dot);
-      top = warp_max(top);
-      const float inverse = valid && dot != 0.0f ? 1.0f / dot : 0.0f;
-      largest = fmaxf(largest, top * fabsf(inverse));
-      if (lane == 0 && r < BLOCK_Q)
-        inverse_denominator[r] = inverse;
-    }
-  }
-  wait_all_copies();                                                             // H_i: the barriers below publish it
-  const float w_factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes 1 / den
-  const float g_to_gradient = h_scale / w_factor;
 
   float dh[T::kStateM][T::kStateN][4];
 #pragma unroll
@@ -349,28 +306,66 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     }
   };
   load_chunk_rows(0);
+  float dh_factor = 0.0f; // the f of dH_i's accumulators (0: nothing accumulated yet)
   for (int chunk = 0; chunk < BLOCK_Q && begin + chunk < end; chunk += kBackwardChunk) {
     const int rows = min(kBackwardChunk, end - begin - chunk); // valid rows of the chunk
-    __syncthreads(); // the previous chunk's reads of phi(Q), W and the partial sums are done
-    // Rows past the block's end stay 0 in phi(Q) and W (phi(0) is not 0 for elu + 1); their raw values were loaded
-    // while the previous chunk's products ran.
+    wait_all_copies();                                         // H_i (the first time): the barriers below publish it
+    __syncthreads(); // the previous chunk's reads of phi(Q), W, 1 / den and the partial sums are done
+    // phi(Q), den = phi(Q) Z_i and max |dO^l_r| / den_r over the chunk. Rows past the block's end stay 0 in phi(Q) and
+    // W (phi(0) is not 0 for elu + 1); their raw values were loaded while the previous chunk's products ran.
+    float inverse[kWarpRows], largest = 0.0f;
 #pragma unroll
     for (int m = 0; m < kWarpRows; ++m) {
       const int r = warp + kWarps * m;
       const bool valid = r < rows;
       if (valid)
         feature_map_lanes<D, PHI>(x_next[m]);
-      const float weight = valid ? w_factor * inverse_denominator[chunk + r] : 0.0f;
+      float dot = 0.0f, top = 0.0f;
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {
         const int c = lane + 32 * u;
         if (c >= D)
           continue;
+        dot += x_next[m][u] * z_state[c];
+        top = fmaxf(top, fabsf(g_next[m][u]));
         split_f16(x_next[m][u], phi_hi[r * kStride + c], phi_lo[r * kStride + c]);
-        split_f16(weight != 0.0f ? g_next[m][u] * weight : 0.0f, w_hi[r * kStride + c], w_lo[r * kStride + c]);
+      }
+      dot = warp_sum(dot);
+      top = warp_max(top);
+      inverse[m] = valid && dot != 0.0f ? 1.0f / dot : 0.0f;
+      largest = fmaxf(largest, top * fabsf(inverse[m]));
+      if (lane == 0 && r < BLOCK_Q)
+        inverse_denominator[r] = inverse[m];
+    }
+    // f for this chunk; dH_i's accumulators are rescaled to it below, by at most 2^64 up (no overflow: a chunk 2^64
+    // times smaller than an earlier one only loses W's low bits, not dH_i's).
+    float w_factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes 1 / den
+    if (dh_factor > 0.0f)
+      w_factor = fminf(w_factor, dh_factor * 0x1p64f);
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const float weight = w_factor * inverse[m];
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c < D)
+          split_f16(weight != 0.0f ? g_next[m][u] * weight : 0.0f, w_hi[r * kStride + c], w_lo[r * kStride + c]);
       }
     }
     __syncthreads();
+    if (dh_factor != w_factor) { // exact: a power of two (the accumulators are 0 before the first chunk)
+      const float rescale = dh_factor > 0.0f ? w_factor / dh_factor : 1.0f;
+#pragma unroll
+      for (int mi = 0; mi < T::kStateM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < T::kStateN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            dh[mi][ni][e] *= rescale;
+      dh_factor = w_factor;
+    }
+    const float g_to_gradient = h_scale / w_factor;
     if (chunk + kBackwardChunk < BLOCK_Q && begin + chunk + kBackwardChunk < end)
       load_chunk_rows(chunk + kBackwardChunk); // in flight during the products below
 
@@ -407,9 +402,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
 
     // u_r = D^l_r / den_r; dZ_i -= sum_r phi(q_r) u_r.
     auto ratio = [&](int r) {
-      return r < rows
-                 ? chunk_row_total<T::kChunkWarpsN>(ratio_partial, r) * (g_to_gradient * inverse_denominator[chunk + r])
-                 : 0.0f;
+      return r < rows ? chunk_row_total<T::kChunkWarpsN>(ratio_partial, r) * (g_to_gradient * inverse_denominator[r])
+                      : 0.0f;
     };
     if (threadIdx.x < D) {
       float sum = 0.0f;
@@ -433,7 +427,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       store_chunk_rows<D, T::kChunkN>(d_phi, p.dq + (head * p.shape.tokens_q + begin + chunk) * D, rows);
   }
 
-  // dH_i / f in f16 with a power-of-two scale (as the states): half the bytes the mask GEMM sums per q block.
+  // dH_i in f16 with a power-of-two scale (as the states): half the bytes the mask GEMM sums per q block.
   float top = 0.0f;
 #pragma unroll
   for (int mi = 0; mi < T::kStateM; ++mi)
@@ -462,7 +456,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   for (int piece = threadIdx.x; piece < D * D / 8; piece += kThreads)
     out[piece] = *reinterpret_cast<const uint4 *>(h_bits + (piece * 8 / D) * kStride + piece * 8 % D);
   if (threadIdx.x == 0)
-    p.dh_scales[row_block] = 1.0f / (factor * w_factor); // exact: powers of two
+    p.dh_scales[row_block] = 1.0f / (factor * dh_factor); // exact: powers of two
   if (threadIdx.x < D)
     p.dz_rows[row_block * D + threadIdx.x] = dz_state[threadIdx.x];
 }
