@@ -174,13 +174,37 @@ __device__ __forceinline__ void chunk_feature_map_backward(float (&dy)[N][4], co
   }
 }
 
-// Stores a warp's chunk tiles (rows valid_rows and up are skipped) into out[row * D + column], two floats at a time.
-template <int D, int N>
+// Stores a warp's chunk tiles (rows valid_rows and up are skipped) into out[row * D + column] (every lane of the warp
+// calls it). Pairs of column tiles go 16 bytes per lane: a quad's lanes trade values so that lane q holds columns
+// 4q..4q+3 of the pair's 16 (ncu counted half-used sectors for the fragments' 8-byte pieces); a lone tile, or all
+// with kWide false (fewer registers), 8 bytes.
+template <int D, int N, bool kWide = true>
 __device__ __forceinline__ void store_chunk_rows(const float (&values)[N][4], float *out, int valid_rows) {
   using T = BackwardTiles<D>;
   const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
+  const int lane = threadIdx.x % 32, q = lane % 4, source = (lane & ~3) + 2 * (q % 2);
+  constexpr int kPaired = kWide ? N / 2 * 2 : 0;
 #pragma unroll
-  for (int ni = 0; ni < N; ++ni)
+  for (int ni = 0; ni < kPaired; ni += 2)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float four[4];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) { // columns 4q + 2k, +1: held by lane `source + k` in tile ni (q < 2) or ni + 1
+        const float a0 = __shfl_sync(0xffffffffu, values[ni][2 * half], source + k);
+        const float a1 = __shfl_sync(0xffffffffu, values[ni][2 * half + 1], source + k);
+        const float b0 = __shfl_sync(0xffffffffu, values[ni + 1][2 * half], source + k);
+        const float b1 = __shfl_sync(0xffffffffu, values[ni + 1][2 * half + 1], source + k);
+        four[2 * k] = q < 2 ? a0 : b0;
+        four[2 * k + 1] = q < 2 ? a1 : b1;
+      }
+      const int r = chunk_row(m0, 2 * half);
+      if (r < valid_rows)
+        *reinterpret_cast<float4 *>(out + static_cast<long long>(r) * D + n0 + 8 * ni + 4 * q) =
+            make_float4(four[0], four[1], four[2], four[3]);
+    }
+#pragma unroll
+  for (int ni = kPaired; ni < N; ++ni)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = chunk_row(m0, 2 * half);
@@ -630,28 +654,41 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
     }
     __syncthreads();
 
-    // d phi(K) = V dh_j^T + dz_j (dh_j [feature][channel] is B^T: [n][k]); dV = phi(K) dh_j (k-major B).
-    float d_phi[1][T::kChunkN][4], dv[1][T::kChunkN][4];
+    // d phi(K) = V dh_j^T + dz_j (dh_j [feature][channel] is B^T: [n][k]), then dK through phi; then dV = phi(K) dh_j
+    // (k-major B): one set of accumulators live at a time.
+    float d_phi[1][T::kChunkN][4];
 #pragma unroll
     for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        d_phi[0][ni][e] = dv[0][ni][e] = 0.0f;
+        d_phi[0][ni][e] = 0.0f;
     if (chunk_warp) {
       warp_tiles_mma<D, 1, T::kChunkN, false, false, false, true>(d_phi, v_s, v_s, dh_hi_s, dh_lo_s, m0, n0);
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          d_phi[0][ni][e] = d_phi[0][ni][e] * unscale + dz_state[chunk_column(n0, ni, e)];
+    }
+    chunk_feature_map_backward<D, PHI, T::kChunkN>(d_phi[0], k_hi, k_lo, chunk_warp, inner_partial);
+    if (chunk_warp) {
+      // Softmax's backward leaves less room: its dK goes 8 bytes per lane (128 registers on sm_90, no spills).
+      store_chunk_rows<D, T::kChunkN, PHI != kPhiSoftmax>(
+          d_phi[0], p.dk + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
+      float dv[1][T::kChunkN][4];
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dv[0][ni][e] = 0.0f;
       warp_tiles_mma<D, 1, T::kChunkN, false, true, true, true>(dv, k_hi_s, k_lo_s, dh_hi_s, dh_lo_s, m0, n0);
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          d_phi[0][ni][e] = d_phi[0][ni][e] * unscale + dz_state[chunk_column(n0, ni, e)];
+        for (int e = 0; e < 4; ++e)
           dv[0][ni][e] *= unscale;
-        }
       store_chunk_rows<D, T::kChunkN>(dv[0], p.dv + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
     }
-    chunk_feature_map_backward<D, PHI, T::kChunkN>(d_phi[0], k_hi, k_lo, chunk_warp, inner_partial);
-    if (chunk_warp)
-      store_chunk_rows<D, T::kChunkN>(d_phi[0], p.dk + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
   }
 }
 
