@@ -8,7 +8,7 @@
 //   rows (q block i):  N = phi(Q) H_i, G = W H_i^T with W = dO^l / den, and dH_i += phi(Q)^T W;
 //   kv (kv block j):   d phi(K) = V dh_j^T + dz_j, dV = phi(K) dh_j.
 // Every f16 operand that is not exact carries a power-of-two scale into f16's range (H_i / s_i as the forward stored
-// it, W per q block, dh_j per kv block), undone in f32 afterwards: exact, whatever the gradients' magnitudes.
+// it, W per 32-row chunk, dh_j per kv block), undone in f32 afterwards: exact, whatever the gradients' magnitudes.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
