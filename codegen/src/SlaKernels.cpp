@@ -93,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) {columns_gemm}(const SageSl
 }}
 
 // Lines 7-17 per kv block, linear branch: dK, dV
-extern "C" __global__ void __launch_bounds__(256, 1) {kv}(const SageSlaColumnsBackwardParams p) {{
+extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kKvBackwardMinBlocks) {kv}(const SageSlaColumnsBackwardParams p) {{
   sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
 }}
 

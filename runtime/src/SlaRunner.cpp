@@ -85,8 +85,9 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   const int sparse_shared = codegen::slaSparseBackwardSharedBytes(variant.head_dim, variant.block_q, variant.block_kv);
   state_->sparse_rows.setMaxDynamicSharedMemory(sparse_shared);
   state_->sparse_kv.setMaxDynamicSharedMemory(sparse_shared);
-  state_->rows_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
-  state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaBackwardSharedBytes(variant.head_dim));
+  state_->rows_backward.setMaxDynamicSharedMemory(
+      codegen::slaRowsBackwardSharedBytes(variant.head_dim, variant.block_q));
+  state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaKvBackwardSharedBytes(variant.head_dim));
 }
 
 SlaRunner::~SlaRunner() = default;
@@ -313,7 +314,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
   const SageSlaStrides v_strides{tensors.v_strides.batch, tensors.v_strides.head, tensors.v_strides.token};
   const driver::Dim3 block{codegen::kSlaThreads, 1, 1};
   const int d = state_->variant.head_dim;
-  const auto shared = static_cast<unsigned>(codegen::slaBackwardSharedBytes(d));
+  const auto rows_shared = static_cast<unsigned>(codegen::slaRowsBackwardSharedBytes(d, state_->variant.block_q));
+  const auto kv_shared = static_cast<unsigned>(codegen::slaKvBackwardSharedBytes(d));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   ScopedContext scope(CudaDriver::instance(), state_->context);
 
@@ -344,7 +346,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        halves(layout.dh_rows),
                                        floats(layout.dh_scales),
                                        floats(layout.dz_rows)};
-  state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, shared, stream});
+  state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, rows_shared, stream});
   const auto sparse_shared = static_cast<unsigned>(codegen::slaSparseBackwardSharedBytes(
       d, state_->variant.block_q, state_->variant.block_kv)); // after the rows kernel: it adds to dQ
   state_->sparse_rows.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch),
@@ -388,7 +390,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         scale,
                                         tensors.dk,
                                         tensors.dv};
-  state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, shared, stream});
+  state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, kv_shared, stream});
   state_->sparse_kv.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch),
                                 {static_cast<unsigned>(2 * state_->variant.block_kv), 1, 1},
                                 sparse_shared,

@@ -64,8 +64,10 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
         // Static shared memory plus each kernel's dynamic shared memory fit the smallest of these archs (sm_89:
         // 99 KiB per block).
         const auto dynamic_bytes = [&](const std::string &function) {
-          if (function == kSlaRowsBackwardKernel || function == kSlaKvBackwardKernel)
-            return slaBackwardSharedBytes(head_dim);
+          if (function == kSlaRowsBackwardKernel)
+            return slaRowsBackwardSharedBytes(head_dim, variant.block_q);
+          if (function == kSlaKvBackwardKernel)
+            return slaKvBackwardSharedBytes(head_dim);
           if (function == kSlaOutputKernel)
             return slaOutputSharedBytes(head_dim, variant.block_q);
           if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
@@ -139,5 +141,22 @@ TEST_CASE("the mask prediction's rows per CTA keep their logits within its share
     CAPTURE(kv_blocks);
     CHECK(rows * kv_blocks <= SAGE_SLA_PREDICT_KEYS);
     CHECK((rows == SAGE_SLA_PREDICT_MAX_ROWS || 2 * rows * kv_blocks > SAGE_SLA_PREDICT_KEYS));
+  }
+}
+
+TEST_CASE("the backward's rows and kv kernels' shared memory fits sm_89 for every head dim and block") {
+  // H_i in f16 plus a 32-row chunk of phi(Q) and W split in hi + lo, then Z_i, dZ_i, 1 / den, two reductions (f32).
+  CHECK(slaRowsBackwardSharedBytes(128, 64) == 2 * 136 * (128 + 4 * 32) + 4 * (2 * 128 + 64 + 8 * 32 + 8));
+  CHECK(slaRowsBackwardSharedBytes(128, 64) == 71968); // SlaKernels.h and the READMEs quote it
+  // dh_j split in hi + lo plus a chunk of phi(K) (split) and V, then dz_j and one reduction.
+  CHECK(slaKvBackwardSharedBytes(128) == 2 * 136 * (2 * 128 + 3 * 32) + 4 * (128 + 4 * 32 + 8));
+  CHECK(slaKvBackwardSharedBytes(128) == 96800);
+  for (int head_dim : {16, 32, 64, 128}) {
+    CAPTURE(head_dim);
+    CHECK(slaKvBackwardSharedBytes(head_dim) <= 99 * 1024);
+    for (int block_q : {16, 32, 64, 128}) {
+      CAPTURE(block_q);
+      CHECK(slaRowsBackwardSharedBytes(head_dim, block_q) <= 99 * 1024);
+    }
   }
 }

@@ -26,8 +26,8 @@ inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // gri
 inline constexpr std::string_view kSlaMaskGemmKernel = "sage_sla_mask_gemm";
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid (q_blocks, h_q, b)
 // The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), sum_i dZ_i, the mask GEMM (dh_j), then
-// the kv blocks (dK, dV). The rows and kv kernels take d * (d + 1) floats of dynamic shared memory
-// (slaBackwardSharedBytes).
+// the kv blocks (dK, dV). The rows and kv kernels take slaRowsBackwardSharedBytes and slaKvBackwardSharedBytes of
+// dynamic shared memory.
 inline constexpr std::string_view kSlaColumnsKernel = "sage_sla_bwd_columns";      // grid (kv_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowsBackwardKernel = "sage_sla_bwd_rows";    // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals"; // grid (1, h_q, b)
@@ -81,6 +81,13 @@ inline int slaMaskGemmSharedBytes() { return sage_sla_mask_gemm_shared_bytes(); 
 inline int slaSparseBackwardSharedBytes(int head_dim, int block_q, int block_kv) {
   return sage_sla_sparse_backward_shared_bytes(head_dim, block_q, block_kv);
 }
+
+// Dynamic shared memory of the backward's rows and kv kernels on tensor cores (abi.cuh's formulas): 71,968 and 96,800
+// bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
+inline int slaRowsBackwardSharedBytes(int head_dim, int block_q) {
+  return sage_sla_rows_backward_shared_bytes(head_dim, block_q);
+}
+inline int slaKvBackwardSharedBytes(int head_dim) { return sage_sla_kv_backward_shared_bytes(head_dim); }
 
 // Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.
 bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks);

@@ -231,4 +231,19 @@ sage_sla_sparse_backward_shared_bytes(int head_dim, int block_q, int block_kv) {
   return 2 * (2 * block_q + 2 * block_kv) * (head_dim + 8) + 8 * block_q;
 }
 
+// The backward's rows and kv kernels on tensor cores (sla/backward.cuh): rows of a block staged SAGE_SLA_BACKWARD_CHUNK
+// at a time. Rows: H_i (f16, rows padded by 8 halves), phi(Q) and W = dO^l / den of a chunk split in f16 hi and lo,
+// then Z_i, dZ_i, 1 / den (block_q floats), two row-reduction buffers (4 x chunk) and a reduction scratch in f32. Kv:
+// dh_j split in hi and lo, phi(K) of a chunk split, V of a chunk, then dz_j, one row-reduction buffer and the scratch.
+#define SAGE_SLA_BACKWARD_CHUNK 32
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_rows_backward_shared_bytes(int head_dim,
+                                                                                              int block_q) {
+  return 2 * (head_dim + 8) * (head_dim + 4 * SAGE_SLA_BACKWARD_CHUNK) +
+         4 * (2 * head_dim + block_q + 8 * SAGE_SLA_BACKWARD_CHUNK + 8);
+}
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_kv_backward_shared_bytes(int head_dim) {
+  return 2 * (head_dim + 8) * (2 * head_dim + 3 * SAGE_SLA_BACKWARD_CHUNK) +
+         4 * (head_dim + 4 * SAGE_SLA_BACKWARD_CHUNK + 8);
+}
+
 #endif // SAGE_SLA_ABI_CUH

@@ -1,33 +1,240 @@
-// SLA's backward (Algorithm 2) of the exact formula: the linear branch's kernels, on CUDA cores. Proj is its owner's
-// to differentiate: these kernels take dO^s and dO^l. The linear branch reads the forward's h_j, z_j (and totals) and
+// SLA's backward (Algorithm 2) of the exact formula: the linear branch's kernels. Proj is its owner's to
+// differentiate: these kernels take dO^s and dO^l. The linear branch reads the forward's H_i, Z_i (and totals) and
 // lookup tables; the rows and kv kernels here write dQ, dK and dV, to which the sparse part's tensor-core kernels
 // (sparse_backward.cuh: L and D^s recomputed over the critical blocks) add afterwards.
+//
+// The linear branch's products are small GEMMs per block on tensor cores (tensor_core.cuh: mma.sync m16n8k16, f16 in,
+// f32 accumulate, f32 operands split in f16 hi + lo), SAGE_SLA_BACKWARD_CHUNK rows of a block at a time:
+//   rows (q block i):  N = phi(Q) H_i, G = W H_i^T with W = dO^l / den, and dH_i += phi(Q)^T W;
+//   kv (kv block j):   d phi(K) = V dh_j^T + dz_j, dV = phi(K) dh_j.
+// Every f16 operand that is not exact carries a power-of-two scale into f16's range (H_i / s_i as the forward stored
+// it, W per 32-row chunk, dh_j per kv block), undone in f32 afterwards: exact, whatever the gradients' magnitudes.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
 #include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/mask_gemm.cuh"
+#include "sage/device/sla/tensor_core.cuh"
 
 namespace sage::device::sla {
 
-// Rows (or tokens) staged at a time: with the d x d dynamic state, shared memory fits sm_89's 99 KiB at d = 128.
-constexpr int kBackwardChunk = 8;
+constexpr int kBackwardChunk = SAGE_SLA_BACKWARD_CHUNK; // rows (tokens) of a block staged at a time
+constexpr int kWarpRows = kBackwardChunk / kWarps;      // rows of a chunk per warp where rows are staged
+static_assert(kBackwardChunk == 32, "the chunk's outputs are two 16-row tiles (BackwardTiles)");
 
-// The d x d state in shared memory has rows of D + 1 floats: the loops below read it along rows and along columns
-// across a warp's lanes, and a stride of D would put a column's 32 elements in one bank.
-template <int D> constexpr int kStateStride = D + 1;
+// The kv kernel runs two CTAs per SM where shared memory holds two (sm_90, sm_100: 227 KiB, 96,800 bytes each at
+// d = 128; 128 registers, no spills), one elsewhere (sm_89, sm_120: ~100 KiB; sm_80 would spill at 128 registers).
+// While one CTA waits for its rows from memory, the other's products keep the tensor cores busy. (The rows kernel
+// stays at one: its 64 dH_i accumulators per thread spill at 128 registers under NVRTC.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+constexpr int kKvBackwardMinBlocks = 2;
+#else
+constexpr int kKvBackwardMinBlocks = 1;
+#endif
 
-// The chunk loops below give a thread one column (or state row) x = tid % D and the chunk's rows tid / D + m kRowStep:
-// the state's element is read once for kRowsPerThread rows, the rows four floats at a time.
-template <int D> struct ChunkRows {
-  static constexpr int kRowStep = kThreads / D;
-  static constexpr int kRowsPerThread = (kBackwardChunk + kRowStep - 1) / kRowStep;
-  __device__ static int x() { return threadIdx.x % D; }
-  __device__ static int row(int m) { return static_cast<int>(threadIdx.x) / D + kRowStep * m; }
+// The warps' tiles (16 x 8 each) of the two output shapes. A chunk's rows x D (N, G, d phi(K), dV): 2 warps along the
+// rows, up to 4 along the columns, kChunkN column tiles each. The D x D state dH_i (reduced over a chunk's rows): up
+// to 4 warps along its rows (kStateM row tiles each) and the rest along its columns (kStateN column tiles each).
+template <int D> struct BackwardTiles {
+  static_assert(D % 16 == 0 && D <= 128, "D must be 16, 32, 64 or 128");
+  static constexpr int kChunkWarpsM = kBackwardChunk / 16;
+  static constexpr int kChunkWarpsN = D / 8 < kWarps / kChunkWarpsM ? D / 8 : kWarps / kChunkWarpsM;
+  static constexpr int kChunkN = D / 8 / kChunkWarpsN;
+  static constexpr int kStateWarpsM = D / 16 < 4 ? D / 16 : 4;
+  static constexpr int kStateM = D / 16 / kStateWarpsM;
+  static constexpr int kStateWarpsN = D / 8 < kWarps / kStateWarpsM ? D / 8 : kWarps / kStateWarpsM;
+  static constexpr int kStateN = D / 8 / kStateWarpsN;
+  static constexpr int kStride = D + 8; // halves per row of every f16 operand: ldmatrix without bank conflicts
+  __device__ static bool chunk_warp() { return static_cast<int>(threadIdx.x) / 32 < kChunkWarpsM * kChunkWarpsN; }
+  __device__ static int chunk_m0() { return (static_cast<int>(threadIdx.x) / 32 % kChunkWarpsM) * 16; }
+  __device__ static int chunk_column_warp() { return static_cast<int>(threadIdx.x) / 32 / kChunkWarpsM; }
+  __device__ static int chunk_n0() { return chunk_column_warp() * kChunkN * 8; }
+  __device__ static bool state_warp() { return static_cast<int>(threadIdx.x) / 32 < kStateWarpsM * kStateWarpsN; }
+  __device__ static int state_m0() { return (static_cast<int>(threadIdx.x) / 32 % kStateWarpsM) * kStateM * 16; }
+  __device__ static int state_n0() { return (static_cast<int>(threadIdx.x) / 32 / kStateWarpsM) * kStateN * 8; }
 };
 
-template <int D> __device__ __forceinline__ float4 row4(const float (&row)[D], int at) {
-  return *reinterpret_cast<const float4 *>(&row[at]);
+// c += A B for a warp's MW x NW tiles of 16 x 8 at (m0, n0), over K (a multiple of 16). kSplitA / kSplitB: that
+// operand is split in hi + lo (three products when both are, the lo x lo term dropped); otherwise its hi part is the
+// exact f16 matrix. A's fragments are loaded once per k-step for all NW tiles, B's once for all MW.
+template <int K, int MW, int NW, bool kAKMajor, bool kBKMajor, bool kSplitA, bool kSplitB>
+__device__ __forceinline__ void warp_tiles_mma(float (&c)[MW][NW][4], SharedF16 a_hi, SharedF16 a_lo, SharedF16 b_hi,
+                                               SharedF16 b_lo, int m0, int n0) {
+  static_assert(K % 16 == 0, "the reduction runs in steps of 16");
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    unsigned ah[MW][4], al[MW][4];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+      load_a<kAKMajor>(ah[mi], a_hi, m0 + 16 * mi, k0);
+      if (kSplitA)
+        load_a<kAKMajor>(al[mi], a_lo, m0 + 16 * mi, k0);
+    }
+#pragma unroll
+    for (int ni = 0; ni < NW; ++ni) {
+      unsigned bh[2], bl[2];
+      load_b<kBKMajor>(bh, b_hi, k0, n0 + 8 * ni);
+      if (kSplitB)
+        load_b<kBKMajor>(bl, b_lo, k0, n0 + 8 * ni);
+#pragma unroll
+      for (int mi = 0; mi < MW; ++mi) {
+        if (kSplitA)
+          mma_f16(c[mi][ni], al[mi], bh);
+        if (kSplitB)
+          mma_f16(c[mi][ni], ah[mi], bl);
+        mma_f16(c[mi][ni], ah[mi], bh);
+      }
+    }
+  }
 }
+
+// An f32 value split in shared memory: hi + lo (~2^-22 relative).
+__device__ __forceinline__ float split_value(const unsigned short *hi, const unsigned short *lo, int at) {
+  return f16_value(hi[at]) + f16_value(lo[at]);
+}
+
+// A chunk tile's accumulator e: its row within the chunk and its column.
+__device__ __forceinline__ int chunk_row(int m0, int e) { return m0 + tile_row() + (e >= 2 ? 8 : 0); }
+__device__ __forceinline__ int chunk_column(int n0, int ni, int e) { return n0 + 8 * ni + tile_col() + (e & 1); }
+
+// Per-row sums of a warp's chunk tiles (the two rows a lane holds), over the warp's columns, written to
+// partial[column warp][row] for the CTA to add up after a barrier.
+template <int N>
+__device__ __forceinline__ void chunk_row_partials(const float (&values)[N][4], int m0, int column_warp,
+                                                   float *partial) {
+  float sums[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int ni = 0; ni < N; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      sums[e >> 1] += values[ni][e];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    sums[half] += __shfl_xor_sync(0xffffffffu, sums[half], 1);
+    sums[half] += __shfl_xor_sync(0xffffffffu, sums[half], 2);
+  }
+  if (threadIdx.x % 4 == 0) {
+    partial[column_warp * kBackwardChunk + m0 + tile_row()] = sums[0];
+    partial[column_warp * kBackwardChunk + m0 + tile_row() + 8] = sums[1];
+  }
+}
+
+template <int kColumnWarps> __device__ __forceinline__ float chunk_row_total(const float *partial, int r) {
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kColumnWarps; ++w)
+    total += partial[w * kBackwardChunk + r];
+  return total;
+}
+
+// dx of phi for one element of an elementwise feature map, from y = phi(x) (x > 0 exactly where y > 1 for elu + 1 and
+// y > 0 for relu, so x itself is not needed).
+template <int kPhi> __device__ __forceinline__ float feature_map_backward_element(float y, float dy) {
+  if (kPhi == kPhiEluPlusOne)
+    return y > 1.0f ? dy : dy * y;
+  return y > 0.0f ? dy : 0.0f;
+}
+
+// The input gradients of phi for a warp's chunk tiles, in place: dy -> dx. y = phi(x) from its split in shared memory.
+// Softmax needs the row's <dy, y> over all columns: partial sums, then a CTA barrier (every thread must call this).
+template <int D, int kPhi, int N>
+__device__ __forceinline__ void chunk_feature_map_backward(float (&dy)[N][4], const unsigned short *y_hi,
+                                                           const unsigned short *y_lo, bool active, float *partial) {
+  using T = BackwardTiles<D>;
+  const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
+  float y[N][4];
+#pragma unroll
+  for (int ni = 0; ni < N; ++ni)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      y[ni][e] = active ? split_value(y_hi, y_lo, chunk_row(m0, e) * T::kStride + chunk_column(n0, ni, e)) : 0.0f;
+  if (kPhi == kPhiSoftmax) {
+    float products[N][4];
+#pragma unroll
+    for (int ni = 0; ni < N; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        products[ni][e] = dy[ni][e] * y[ni][e];
+    if (active)
+      chunk_row_partials<N>(products, m0, T::chunk_column_warp(), partial);
+    __syncthreads();
+#pragma unroll
+    for (int ni = 0; ni < N; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float inner = chunk_row_total<T::kChunkWarpsN>(partial, chunk_row(m0, e));
+        dy[ni][e] = y[ni][e] * (dy[ni][e] - inner);
+      }
+  } else {
+#pragma unroll
+    for (int ni = 0; ni < N; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dy[ni][e] = feature_map_backward_element<kPhi>(y[ni][e], dy[ni][e]);
+  }
+}
+
+// Stores a warp's chunk tiles (rows valid_rows and up are skipped) into out[row * D + column] (every lane of the warp
+// calls it). Pairs of column tiles go 16 bytes per lane: a quad's lanes trade values so that lane q holds columns
+// 4q..4q+3 of the pair's 16 (ncu counted half-used sectors for the fragments' 8-byte pieces); a lone tile, or all
+// with kWide false (fewer registers), 8 bytes.
+template <int D, int N, bool kWide = true>
+__device__ __forceinline__ void store_chunk_rows(const float (&values)[N][4], float *out, int valid_rows) {
+  using T = BackwardTiles<D>;
+  const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
+  const int lane = threadIdx.x % 32, q = lane % 4, source = (lane & ~3) + 2 * (q % 2);
+  constexpr int kPaired = kWide ? N / 2 * 2 : 0;
+#pragma unroll
+  for (int ni = 0; ni < kPaired; ni += 2)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float four[4];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) { // columns 4q + 2k, +1: held by lane `source + k` in tile ni (q < 2) or ni + 1
+        const float a0 = __shfl_sync(0xffffffffu, values[ni][2 * half], source + k);
+        const float a1 = __shfl_sync(0xffffffffu, values[ni][2 * half + 1], source + k);
+        const float b0 = __shfl_sync(0xffffffffu, values[ni + 1][2 * half], source + k);
+        const float b1 = __shfl_sync(0xffffffffu, values[ni + 1][2 * half + 1], source + k);
+        four[2 * k] = q < 2 ? a0 : b0;
+        four[2 * k + 1] = q < 2 ? a1 : b1;
+      }
+      const int r = chunk_row(m0, 2 * half);
+      if (r < valid_rows)
+        *reinterpret_cast<float4 *>(out + static_cast<long long>(r) * D + n0 + 8 * ni + 4 * q) =
+            make_float4(four[0], four[1], four[2], four[3]);
+    }
+#pragma unroll
+  for (int ni = kPaired; ni < N; ++ni)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = chunk_row(m0, 2 * half);
+      if (r < valid_rows)
+        *reinterpret_cast<float2 *>(out + static_cast<long long>(r) * D + chunk_column(n0, ni, 2 * half)) =
+            make_float2(values[ni][2 * half], values[ni][2 * half + 1]);
+    }
+}
+
+// The rows kernel's shared memory (abi.cuh's sage_sla_rows_backward_shared_bytes gives the host the same number).
+template <int D, int BLOCK_Q> struct RowsBackwardLayout {
+  static constexpr int kStride = BackwardTiles<D>::kStride;
+  static constexpr int kStateHalves = D * kStride, kChunkHalves = kBackwardChunk * kStride;
+  static constexpr int kPartials = 4 * kBackwardChunk; // one row-reduction buffer
+  static_assert(BackwardTiles<D>::kChunkWarpsN <= 4, "a row-reduction buffer holds 4 column warps");
+  static_assert(2 * (kStateHalves + 4 * kChunkHalves) + 4 * (2 * D + BLOCK_Q + 2 * kPartials + kWarps) ==
+                    sage_sla_rows_backward_shared_bytes(D, BLOCK_Q),
+                "abi.cuh's size of the rows kernel's shared memory");
+};
+
+// The kv kernel's shared memory (abi.cuh's sage_sla_kv_backward_shared_bytes).
+template <int D> struct KvBackwardLayout {
+  static constexpr int kStride = BackwardTiles<D>::kStride;
+  static constexpr int kStateHalves = D * kStride, kChunkHalves = kBackwardChunk * kStride;
+  static constexpr int kPartials = 4 * kBackwardChunk;
+  static_assert(kChunkHalves * 2 >= kThreads * 4, "phi(K)'s hi part is sum_listed_vectors' scratch at first");
+  static_assert(2 * (2 * kStateHalves + 3 * kChunkHalves) + 4 * (D + kPartials + kWarps) ==
+                    sage_sla_kv_backward_shared_bytes(D),
+                "abi.cuh's size of the kv kernel's shared memory");
+};
 
 // Launch 1: the column lookup tables, ascending in the q block, by warp-ballot compaction.
 __device__ inline void column_tables(const SageSlaColumnsParams &p) {
@@ -55,146 +262,227 @@ __device__ inline void column_tables(const SageSlaColumnsParams &p) {
     p.column_counts[column * 3 + lane] = counts[lane];
 }
 
-// Launch 2: one q block of one q head: the linear branch's dQ (written), dH_i and dZ_i.
+// Launch 2: one q block of one q head: the linear branch's dQ (written), dH_i and dZ_i (lines 4-5). With
+// den_r = phi(q_r) Z_i, O^l_r = phi(q_r) H_i / den_r and D^l_r = <dO^l_r, O^l_r>:
+//   d phi(q_r) = dO^l_r H_i^T / den_r - (D^l_r / den_r) Z_i,  dH_i = sum_r phi(q_r)^T dO^l_r / den_r,
+//   dZ_i = -sum_r phi(q_r) D^l_r / den_r  (0 for rows with den_r = 0: O^l_r = 0 there by definition).
+// On tensor cores with W = f dO^l / den (f: a power of two per chunk of rows that puts max |W| into f16's range) and
+// H_i / s_i exact in f16: N = phi(Q) H_i / s_i, G = W H_i^T / s_i, so dO^l H_i^T / den = G s_i / f and
+// D^l_r / den_r = s_i / (f den_r) <W_r, N_r>. dH_i's accumulators hold f dH_i: rescaled (exactly: powers of two) to
+// each chunk's f before its product.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
-  using Tile = StateTile<D>;
-  extern __shared__ float h_state[]; // H_i [D][kStateStride<D>]
-  __shared__ float z_state[D];
-  __shared__ __align__(16) float q_raw[kBackwardChunk][D], q_phi[kBackwardChunk][D], d_linear[kBackwardChunk][D];
-  __shared__ float work[kBackwardChunk][D]; // O^l, then dx of phi
-  __shared__ float d_phi[kBackwardChunk][D];
-  __shared__ float denominator[kBackwardChunk], delta_linear[kBackwardChunk];
-  __shared__ float scale_scratch[kWarps];
+  using T = BackwardTiles<D>;
+  using L = RowsBackwardLayout<D, BLOCK_Q>;
+  constexpr int kStride = T::kStride, kPerLane = (D + 31) / 32;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *h_bits = reinterpret_cast<unsigned short *>(shared_bytes);             // H_i / s_i [D][kStride]
+  unsigned short *phi_hi = h_bits + L::kStateHalves, *phi_lo = phi_hi + L::kChunkHalves; // phi(Q) [chunk][kStride]
+  unsigned short *w_hi = phi_lo + L::kChunkHalves, *w_lo = w_hi + L::kChunkHalves;       // W [chunk][kStride]
+  float *z_state = reinterpret_cast<float *>(w_lo + L::kChunkHalves);
+  float *dz_state = z_state + D;                        // dZ_i's running sum, one thread per feature
+  float *inverse_denominator = dz_state + D;            // the chunk's 1 / den_r (0 where den_r = 0)
+  float *ratio_partial = inverse_denominator + BLOCK_Q; // <W_r, N_r> per column warp
+  float *inner_partial = ratio_partial + L::kPartials;  // softmax's <d phi, phi> per column warp
+  float *scratch = inner_partial + L::kPartials;
   const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int c = Tile::column(), a0 = Tile::first_row();
   const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
   const long long row_block = head * p.shape.q_blocks + i;
-
-  // H_i, Z_i as the forward built and kept them (line 13, with pre-aggregation).
-  {
-    using Sum = ScaledStateSum<D>;
-    float state[Sum::kVectorsPerThread][8];
-    Sum::clear(state);
-    Sum::add_one(state, p.h_rows, p.h_row_scales, row_block);
-    Sum::template store_f32<kStateStride<D>>(h_state, state);
-    if (threadIdx.x < D)
-      z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
-  }
-
-  // The linear branch (lines 4-5): dH_i, dZ_i and dQ through d phi(Q).
-  float dh[Tile::kRows];
-  for (int a = 0; a < Tile::kRows; ++a)
-    dh[a] = 0.0f;
-  float dz = 0.0f;
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
-  for (int chunk = begin; chunk < end; chunk += kBackwardChunk) {
-    const int rows = min(kBackwardChunk, end - chunk);
-    __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
-      const int r = e / D, col = e % D;
-      q_raw[r][col] = load_f16(p.q, element_index(p.q_strides, b, h, chunk + r, col));
-      q_phi[r][col] = q_raw[r][col];
-      d_linear[r][col] = p.d_linear[(head * p.shape.tokens_q + chunk + r) * D + col];
-    }
-    __syncthreads();
-    for (int r = warp; r < rows; r += kWarps) {
-      feature_map_row<D, PHI>(q_phi[r]);
-      float dot = 0.0f;
-      for (int a = lane; a < D; a += 32)
-        dot += q_phi[r][a] * z_state[a];
-      dot = warp_sum(dot);
-      if (lane == 0)
-        denominator[r] = dot;
-    }
-    __syncthreads();
-    { // O^l = phi(q) H / den
-      using Rows = ChunkRows<D>;
-      const int col = Rows::x();
-      float numerator[Rows::kRowsPerThread] = {};
-      for (int a = 0; a < D; a += 4) {
-        float column[4];
-        for (int k = 0; k < 4; ++k)
-          column[k] = h_state[(a + k) * kStateStride<D> + col];
-        for (int m = 0; m < Rows::kRowsPerThread; ++m)
-          if (Rows::row(m) < rows) {
-            const float4 q = row4<D>(q_phi[Rows::row(m)], a);
-            numerator[m] += q.x * column[0] + q.y * column[1] + q.z * column[2] + q.w * column[3];
-          }
-      }
-      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
-        const int r = Rows::row(m);
-        if (r < rows)
-          work[r][col] = denominator[r] != 0.0f ? numerator[m] / denominator[r] : 0.0f;
-      }
-    }
-    __syncthreads();
-    for (int r = warp; r < rows; r += kWarps) { // D^l = rowsum(dO^l o O^l)
-      float dot = 0.0f;
-      for (int col = lane; col < D; col += 32)
-        dot += d_linear[r][col] * work[r][col];
-      dot = warp_sum(dot);
-      if (lane == 0)
-        delta_linear[r] = dot;
-    }
-    __syncthreads();
-    { // d phi(Q) = (dO^l H^T - D^l Z^T) / den
-      using Rows = ChunkRows<D>;
-      const int a = Rows::x();
-      float sum[Rows::kRowsPerThread] = {};
-      for (int col = 0; col < D; col += 4) {
-        float state_row[4];
-        for (int k = 0; k < 4; ++k)
-          state_row[k] = h_state[a * kStateStride<D> + col + k];
-        for (int m = 0; m < Rows::kRowsPerThread; ++m)
-          if (Rows::row(m) < rows) {
-            const float4 g = row4<D>(d_linear[Rows::row(m)], col);
-            sum[m] += g.x * state_row[0] + g.y * state_row[1] + g.z * state_row[2] + g.w * state_row[3];
-          }
-      }
-      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
-        const int r = Rows::row(m);
-        if (r < rows) {
-          d_phi[r][a] = denominator[r] != 0.0f ? (sum[m] - delta_linear[r] * z_state[a]) / denominator[r] : 0.0f;
-          work[r][a] = 0.0f;
-        }
-      }
-    }
-    for (int r = 0; r < rows; ++r) { // dH_i += (phi(q)/den)^T dO^l, dZ_i -= (phi(q)/den)^T D^l
-      const float weight = denominator[r] != 0.0f ? 1.0f / denominator[r] : 0.0f;
-      const float g = d_linear[r][c] * weight;
-      if constexpr (Tile::kRows % 4 == 0) { // phi(q)'s row four floats at a time
-        for (int a = 0; a < Tile::kRows; a += 4) {
-          const float4 q = row4<D>(q_phi[r], a0 + a);
-          dh[a] += q.x * g;
-          dh[a + 1] += q.y * g;
-          dh[a + 2] += q.z * g;
-          dh[a + 3] += q.w * g;
-        }
-      } else {
-        for (int a = 0; a < Tile::kRows; ++a)
-          dh[a] += q_phi[r][a0 + a] * g;
-      }
-      if (threadIdx.x < D)
-        dz -= q_phi[r][threadIdx.x] * weight * delta_linear[r];
-    }
-    __syncthreads();
-    for (int r = warp; r < rows; r += kWarps) {
-      feature_map_backward_row<D, PHI>(q_raw[r], q_phi[r], d_phi[r], work[r]);
-      for (int col = lane; col < D; col += 32)
-        p.dq[(head * p.shape.tokens_q + chunk + r) * D + col] = work[r][col];
-    }
-  }
-  // dH_i in f16 with a power-of-two scale (as the states): half the bytes the kv kernel sums per listed q block.
-  float largest = 0.0f;
-  for (int a = 0; a < Tile::kRows; ++a)
-    largest = fmaxf(largest, fabsf(dh[a]));
-  const float factor = f16_range_factor(block_reduce<true>(largest, scale_scratch));
-  for (int a = 0; a < Tile::kRows; ++a)
-    p.dh_rows[row_block * D * D + (a0 + a) * D + c] = f16_bits(dh[a] * factor);
-  if (threadIdx.x == 0)
-    p.dh_scales[row_block] = 1.0f / factor;
+
+  // H_i / s_i and Z_i as the forward kept them (line 13, with pre-aggregation).
+  // H_i goes to shared memory asynchronously (cp.async) while the first chunk's rows load.
+  const uint4 *h_source = reinterpret_cast<const uint4 *>(p.h_rows) + row_block * (D * D / 8);
+  for (int piece = threadIdx.x; piece < D * D / 8; piece += kThreads)
+    copy16_async(h_bits + (piece * 8 / D) * kStride + piece * 8 % D, h_source + piece, true);
+  commit_copies();
   if (threadIdx.x < D)
-    p.dz_rows[row_block * D + threadIdx.x] = dz;
+    z_state[threadIdx.x] = p.z_rows[row_block * D + threadIdx.x];
+  const float h_scale = p.h_row_scales[row_block];
+  __syncthreads();
+
+  float dh[T::kStateM][T::kStateN][4];
+#pragma unroll
+  for (int mi = 0; mi < T::kStateM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < T::kStateN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dh[mi][ni][e] = 0.0f;
+  if (threadIdx.x < D)
+    dz_state[threadIdx.x] = 0.0f; // read and written by its own thread only
+  const bool chunk_warp = T::chunk_warp();
+  const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
+  const SharedF16 phi_hi_s{phi_hi, kStride}, phi_lo_s{phi_lo, kStride}, w_hi_s{w_hi, kStride}, w_lo_s{w_lo, kStride};
+  const SharedF16 h_s{h_bits, kStride};
+  // A warp's rows of a chunk (raw Q and dO^l), loaded one chunk ahead.
+  float x_next[kWarpRows][kPerLane], g_next[kWarpRows][kPerLane];
+  auto load_chunk_rows = [&](int chunk) {
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const bool valid = chunk + r < end - begin;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        x_next[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
+        g_next[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + chunk + r) * D + c] : 0.0f;
+      }
+    }
+  };
+  load_chunk_rows(0);
+  float dh_factor = 0.0f; // the f of dH_i's accumulators (0: nothing accumulated yet)
+  for (int chunk = 0; chunk < BLOCK_Q && begin + chunk < end; chunk += kBackwardChunk) {
+    const int rows = min(kBackwardChunk, end - begin - chunk); // valid rows of the chunk
+    wait_all_copies();                                         // H_i (the first time): the barriers below publish it
+    __syncthreads(); // the previous chunk's reads of phi(Q), W, 1 / den and the partial sums are done
+    // phi(Q), den = phi(Q) Z_i and max |dO^l_r| / den_r over the chunk. Rows past the block's end stay 0 in phi(Q) and
+    // W (phi(0) is not 0 for elu + 1); their raw values were loaded while the previous chunk's products ran.
+    float inverse[kWarpRows], largest = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const bool valid = r < rows;
+      if (valid)
+        feature_map_lanes<D, PHI>(x_next[m]);
+      float dot = 0.0f, top = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c >= D)
+          continue;
+        dot += x_next[m][u] * z_state[c];
+        top = fmaxf(top, fabsf(g_next[m][u]));
+        split_f16(x_next[m][u], phi_hi[r * kStride + c], phi_lo[r * kStride + c]);
+      }
+      dot = warp_sum(dot);
+      top = warp_max(top);
+      inverse[m] = valid && dot != 0.0f ? 1.0f / dot : 0.0f;
+      largest = fmaxf(largest, top * fabsf(inverse[m]));
+      if (lane == 0 && r < BLOCK_Q)
+        inverse_denominator[r] = inverse[m];
+    }
+    // f for this chunk; dH_i's accumulators are rescaled to it below, by at most 2^64 up (no overflow: a chunk 2^64
+    // times smaller than an earlier one only loses W's low bits, not dH_i's).
+    float w_factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes 1 / den
+    if (dh_factor > 0.0f)
+      w_factor = fminf(w_factor, dh_factor * 0x1p64f);
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const float weight = w_factor * inverse[m];
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c < D)
+          split_f16(weight != 0.0f ? g_next[m][u] * weight : 0.0f, w_hi[r * kStride + c], w_lo[r * kStride + c]);
+      }
+    }
+    __syncthreads();
+    if (dh_factor != w_factor) { // exact: a power of two (the accumulators are 0 before the first chunk)
+      const float rescale = dh_factor > 0.0f ? w_factor / dh_factor : 1.0f;
+#pragma unroll
+      for (int mi = 0; mi < T::kStateM; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < T::kStateN; ++ni)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            dh[mi][ni][e] *= rescale;
+      dh_factor = w_factor;
+    }
+    const float g_to_gradient = h_scale / w_factor;
+    if (chunk + kBackwardChunk < BLOCK_Q && begin + chunk + kBackwardChunk < end)
+      load_chunk_rows(chunk + kBackwardChunk); // in flight during the products below
+
+    // dH_i += phi(Q)^T W: phi(Q) is [row][feature], A stored k-major; W [row][channel], B k-major. First, so that its
+    // 64 accumulators are the only ones live with its fragments.
+    if (T::state_warp())
+      warp_tiles_mma<kBackwardChunk, T::kStateM, T::kStateN, true, true, true, true>(
+          dh, phi_hi_s, phi_lo_s, w_hi_s, w_lo_s, T::state_m0(), T::state_n0());
+    // N = phi(Q) H_i / s_i (H_i is [feature][channel]: k-major B), reduced to <W_r, N_r> at once; then
+    // G = W (H_i / s_i)^T ([n][k]).
+    float gradient[1][T::kChunkN][4];
+#pragma unroll
+    for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        gradient[0][ni][e] = 0.0f;
+    if (chunk_warp) {
+      float numerator[1][T::kChunkN][4];
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          numerator[0][ni][e] = 0.0f;
+      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, false>(numerator, phi_hi_s, phi_lo_s, h_s, h_s, m0, n0);
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          numerator[0][ni][e] *= split_value(w_hi, w_lo, chunk_row(m0, e) * kStride + chunk_column(n0, ni, e));
+      chunk_row_partials<T::kChunkN>(numerator[0], m0, T::chunk_column_warp(), ratio_partial);
+      warp_tiles_mma<D, 1, T::kChunkN, false, false, true, false>(gradient, w_hi_s, w_lo_s, h_s, h_s, m0, n0);
+    }
+    __syncthreads(); // the partial sums are written
+
+    // u_r = D^l_r / den_r; dZ_i -= sum_r phi(q_r) u_r.
+    auto ratio = [&](int r) {
+      return r < rows ? chunk_row_total<T::kChunkWarpsN>(ratio_partial, r) * (g_to_gradient * inverse_denominator[r])
+                      : 0.0f;
+    };
+    if (threadIdx.x < D) {
+      float sum = 0.0f;
+#pragma unroll 8
+      for (int r = 0; r < rows; ++r)
+        sum += split_value(phi_hi, phi_lo, r * kStride + threadIdx.x) * ratio(r);
+      dz_state[threadIdx.x] -= sum;
+    }
+    // d phi(q_r) = G_r s_i / f - u_r Z_i, then dQ through phi.
+    const float row_ratio[2] = {ratio(chunk_row(m0, 0)), ratio(chunk_row(m0, 2))}; // the lane's two rows
+    float d_phi[T::kChunkN][4];
+#pragma unroll
+    for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        d_phi[ni][e] = chunk_warp
+                           ? gradient[0][ni][e] * g_to_gradient - row_ratio[e >> 1] * z_state[chunk_column(n0, ni, e)]
+                           : 0.0f;
+    chunk_feature_map_backward<D, PHI, T::kChunkN>(d_phi, phi_hi, phi_lo, chunk_warp, inner_partial);
+    if (chunk_warp)
+      store_chunk_rows<D, T::kChunkN>(d_phi, p.dq + (head * p.shape.tokens_q + begin + chunk) * D, rows);
+  }
+
+  // dH_i in f16 with a power-of-two scale (as the states): half the bytes the mask GEMM sums per q block.
+  float top = 0.0f;
+#pragma unroll
+  for (int mi = 0; mi < T::kStateM; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < T::kStateN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        top = fmaxf(top, fabsf(dh[mi][ni][e]));
+  // Staged in H_i's buffer (free: block_reduce's barriers follow every read of it), then stored 16 bytes per thread
+  // (the fragments' 4-byte pieces would write half of each 32-byte sector per store).
+  const float factor = f16_range_factor(block_reduce<true>(top, scratch));
+  if (T::state_warp()) {
+#pragma unroll
+    for (int mi = 0; mi < T::kStateM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < T::kStateN; ++ni) {
+        const int row = T::state_m0() + 16 * mi + tile_row(), col = T::state_n0() + 8 * ni + tile_col();
+        *reinterpret_cast<unsigned *>(h_bits + row * kStride + col) =
+            pack_f16x2(f16_bits(dh[mi][ni][0] * factor), f16_bits(dh[mi][ni][1] * factor));
+        *reinterpret_cast<unsigned *>(h_bits + (row + 8) * kStride + col) =
+            pack_f16x2(f16_bits(dh[mi][ni][2] * factor), f16_bits(dh[mi][ni][3] * factor));
+      }
+  }
+  __syncthreads();
+  uint4 *out = reinterpret_cast<uint4 *>(p.dh_rows + row_block * D * D);
+  for (int piece = threadIdx.x; piece < D * D / 8; piece += kThreads)
+    out[piece] = *reinterpret_cast<const uint4 *>(h_bits + (piece * 8 / D) * kStride + piece * 8 % D);
+  if (threadIdx.x == 0)
+    p.dh_scales[row_block] = 1.0f / (factor * dh_factor); // exact: powers of two
+  if (threadIdx.x < D)
+    p.dz_rows[row_block * D + threadIdx.x] = dz_state[threadIdx.x];
 }
 
 // Launch 3: sum_i dZ_i per q head, in block order.
@@ -211,105 +499,195 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 // Launch 4: one kv block of one kv head. dh_j = sum of dH_i over the q blocks (of every q head of the GQA group)
 // where the block is marginal, from the mask GEMM (launch 3c; for a column it flagged, from the column tables, all
 // minus the others when marginal blocks are the column's majority), then d phi(K_t) = dh_j V_t + dz_j and dV_t =
-// phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them.
+// phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them. On tensor cores: dh_j / s (s a power of
+// two into f16's range) split in hi + lo; V is exact in f16, phi(K) is split.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
-  extern __shared__ float dh_state[]; // dh_j [D][kStateStride<D>]
-  __shared__ float dz_state[D];
-  __shared__ __align__(16) float k_raw[kBackwardChunk][D], k_phi[kBackwardChunk][D], v_rows[kBackwardChunk][D];
-  __shared__ float dk_phi[kBackwardChunk][D], dk_lin[kBackwardChunk][D];
-  __shared__ float list_scratch[kThreads];
+  using T = BackwardTiles<D>;
+  using L = KvBackwardLayout<D>;
+  constexpr int kStride = T::kStride, kPerLane = (D + 31) / 32;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *dh_hi = reinterpret_cast<unsigned short *>(shared_bytes), *dh_lo = dh_hi + L::kStateHalves;
+  unsigned short *k_hi = dh_lo + L::kStateHalves, *k_lo = k_hi + L::kChunkHalves; // phi(K) [chunk][kStride]
+  unsigned short *v_bits = k_lo + L::kChunkHalves;                                // V [chunk][kStride]
+  float *dz_state = reinterpret_cast<float *>(v_bits + L::kChunkHalves);
+  float *inner_partial = dz_state + D; // softmax's <d phi, phi> per column warp
+  float *scratch = inner_partial + L::kPartials;
   const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = p.shape.heads_q / p.shape.heads_kv;
   const int q_blocks = p.shape.q_blocks;
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
 
+  float unscale = 1.0f; // dh_j = s (hi + lo)
   {
-    using Sum = ScaledStateSum<D>;
-    float dh[Sum::kVectorsPerThread][8];
-    Sum::clear(dh);
-    float dz = 0.0f;
-    // dh_j from the mask GEMM unless it flagged this column; dz_j (d floats per listed q block) from the tables.
-    const long long kv_column = head_kv * p.shape.kv_blocks + j;
-    const bool from_gemm = p.dh_sums && p.dh_sum_fallback[kv_column] == 0; // the same for the whole CTA
-    if (from_gemm)
-      Sum::add_f32(dh, p.dh_sums + kv_column * D * D);
-    for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
-      const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    float dz = 0.0f, factor = 1.0f;
+    float *list_scratch = reinterpret_cast<float *>(k_hi); // free until the first chunk
+    // A q head's column of M_c: the q blocks where block j is marginal, or with pre-aggregation (marginal blocks the
+    // majority) the others, subtracted from the head's totals.
+    struct Column {
+      const int *list;
+      int listed;
+      bool majority;
+    };
+    auto column_of = [&](long long head) {
       const long long column = head * p.shape.kv_blocks + j;
       const int marginal = p.column_counts[column * 3 + 1], non_marginal = p.column_counts[column * 3 + 2];
       const bool majority = 2 * marginal > q_blocks;
-      const int *list = (majority ? p.non_marginal_columns : p.marginal_columns) + column * q_blocks;
-      const int listed = majority ? non_marginal : marginal;
-      const float sign = majority ? -1.0f : 1.0f;
-      if (majority && threadIdx.x < D)
-        dz += p.dz_total[head * D + threadIdx.x];
-      if (from_gemm) {
-        dz += sign * sum_listed_vectors<D>(p.dz_rows, head * q_blocks, list, listed, list_scratch);
-        continue;
+      return Column{(majority ? p.non_marginal_columns : p.marginal_columns) + column * q_blocks,
+                    majority ? non_marginal : marginal, majority};
+    };
+    // dh_j from the mask GEMM unless it flagged this column; dz_j (d floats per listed q block) from the tables.
+    const long long kv_column = head_kv * p.shape.kv_blocks + j;
+    const bool from_gemm = p.dh_sums && p.dh_sum_fallback[kv_column] == 0; // the same for the whole CTA
+    if (from_gemm) {
+      // In coalesced 16-byte pieces (a warp's load covers 512 consecutive bytes), piece n kThreads + thread.
+      constexpr int kPieces = D * D / 4, kPiecesPerThread = (kPieces + kThreads - 1) / kThreads;
+      const float4 *source = reinterpret_cast<const float4 *>(p.dh_sums + kv_column * D * D);
+      float4 pieces[kPiecesPerThread];
+      float largest = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kPiecesPerThread; ++n) {
+        const int piece = n * kThreads + threadIdx.x;
+        pieces[n] = piece < kPieces ? __ldg(source + piece) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        largest = fmaxf(largest, fmaxf(fmaxf(fabsf(pieces[n].x), fabsf(pieces[n].y)),
+                                       fmaxf(fabsf(pieces[n].z), fabsf(pieces[n].w))));
       }
-      if (majority) // a flagged column (rare): every dH_i of the head, minus the listed ones below
-        for (int i = 0; i < q_blocks; ++i)
-          Sum::add_one(dh, p.dh_rows, p.dh_scales, head * q_blocks + i);
-      Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, list, listed, sign, [&](long long row_block) {
-        if (threadIdx.x < D)
-          dz += sign * p.dz_rows[row_block * D + threadIdx.x];
-      });
+      factor = f16_range_factor(block_reduce<true>(largest, scratch));
+#pragma unroll
+      for (int n = 0; n < kPiecesPerThread; ++n) {
+        const int piece = n * kThreads + threadIdx.x;
+        if (piece >= kPieces)
+          continue;
+        const int at = (piece * 4 / D) * kStride + piece * 4 % D;
+        const float values[4] = {pieces[n].x, pieces[n].y, pieces[n].z, pieces[n].w};
+        unsigned short hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          split_f16(values[e] * factor, hi[e], lo[e]);
+        *reinterpret_cast<uint2 *>(dh_hi + at) = make_uint2(pack_f16x2(hi[0], hi[1]), pack_f16x2(hi[2], hi[3]));
+        *reinterpret_cast<uint2 *>(dh_lo + at) = make_uint2(pack_f16x2(lo[0], lo[1]), pack_f16x2(lo[2], lo[3]));
+      }
+      for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+        const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+        const Column column = column_of(head);
+        if (column.majority && threadIdx.x < D)
+          dz += p.dz_total[head * D + threadIdx.x];
+        dz += (column.majority ? -1.0f : 1.0f) *
+              sum_listed_vectors<D>(p.dz_rows, head * q_blocks, column.list, column.listed, list_scratch);
+      }
+    } else {
+      using Sum = ScaledStateSum<D>;
+      float dh[Sum::kVectorsPerThread][8];
+      Sum::clear(dh);
+      for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
+        const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+        const Column column = column_of(head);
+        const float sign = column.majority ? -1.0f : 1.0f;
+        if (column.majority && threadIdx.x < D)
+          dz += p.dz_total[head * D + threadIdx.x];
+        if (column.majority) // a flagged column (rare): every dH_i of the head, minus the listed ones below
+          for (int i = 0; i < q_blocks; ++i)
+            Sum::add_one(dh, p.dh_rows, p.dh_scales, head * q_blocks + i);
+        Sum::add_listed(dh, p.dh_rows, p.dh_scales, head * q_blocks, column.list, column.listed, sign,
+                        [&](long long row_block) {
+                          if (threadIdx.x < D)
+                            dz += sign * p.dz_rows[row_block * D + threadIdx.x];
+                        });
+      }
+      float largest = 0.0f;
+#pragma unroll
+      for (int v = 0; v < Sum::kVectorsPerThread; ++v)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          largest = fmaxf(largest, fabsf(dh[v][e]));
+      factor = f16_range_factor(block_reduce<true>(largest, scratch));
+#pragma unroll
+      for (int v = 0; v < Sum::kVectorsPerThread; ++v)
+        if (Sum::owns(v)) {
+          const int at = (Sum::first_element(v) / D) * kStride + Sum::first_element(v) % D;
+          store_split8(dh[v], factor, dh_hi + at, dh_lo + at);
+        }
     }
-    Sum::template store_f32<kStateStride<D>>(dh_state, dh);
+    unscale = 1.0f / factor;
     if (threadIdx.x < D)
       dz_state[threadIdx.x] = dz;
   }
 
+  const bool chunk_warp = T::chunk_warp();
+  const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
+  const SharedF16 dh_hi_s{dh_hi, kStride}, dh_lo_s{dh_lo, kStride}, k_hi_s{k_hi, kStride}, k_lo_s{k_lo, kStride};
+  const SharedF16 v_s{v_bits, kStride};
   const int begin = j * BLOCK_KV, end = min(p.shape.tokens_kv, begin + BLOCK_KV);
-  for (int chunk = begin; chunk < end; chunk += kBackwardChunk) {
-    const int rows = min(kBackwardChunk, end - chunk);
-    __syncthreads();
-    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
-      const int r = e / D, col = e % D;
-      k_raw[r][col] = load_f16(p.k, element_index(p.k_strides, b, h_kv, chunk + r, col));
-      k_phi[r][col] = k_raw[r][col];
-      v_rows[r][col] = load_f16(p.v, element_index(p.v_strides, b, h_kv, chunk + r, col));
-      dk_lin[r][col] = 0.0f;
+  for (int chunk = 0; chunk < BLOCK_KV && begin + chunk < end; chunk += kBackwardChunk) {
+    const int rows = min(kBackwardChunk, end - begin - chunk);
+    __syncthreads(); // dh_j is stored; the previous chunk's reads of phi(K), V and the partial sums are done
+    // Rows past the block's end stay 0 in phi(K) and V. A warp's rows load at once.
+    float x[kWarpRows][kPerLane];
+    unsigned short v_row[kWarpRows][kPerLane];
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      const bool valid = r < rows;
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        x[m][u] = valid && c < D ? load_f16(p.k, element_index(p.k_strides, b, h_kv, begin + chunk + r, c)) : 0.0f;
+        v_row[m][u] =
+            valid && c < D
+                ? static_cast<const unsigned short *>(p.v)[element_index(p.v_strides, b, h_kv, begin + chunk + r, c)]
+                : 0;
+      }
     }
-    __syncthreads();
-    for (int r = warp; r < rows; r += kWarps)
-      feature_map_row<D, PHI>(k_phi[r]);
-    __syncthreads();
-    {
-      using Rows = ChunkRows<D>;
-      const int x = Rows::x(); // the feature a for dK, the channel c for dV
-      float dk_sum[Rows::kRowsPerThread], dv_sum[Rows::kRowsPerThread];
-      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
-        dk_sum[m] = dz_state[x];
-        dv_sum[m] = 0.0f;
-      }
-      for (int y = 0; y < D; y += 4) {
-        float state_row[4], state_column[4];
-        for (int k = 0; k < 4; ++k) {
-          state_row[k] = dh_state[x * kStateStride<D> + y + k];
-          state_column[k] = dh_state[(y + k) * kStateStride<D> + x];
-        }
-        for (int m = 0; m < Rows::kRowsPerThread; ++m)
-          if (Rows::row(m) < rows) {
-            const float4 v = row4<D>(v_rows[Rows::row(m)], y), k = row4<D>(k_phi[Rows::row(m)], y);
-            dk_sum[m] += v.x * state_row[0] + v.y * state_row[1] + v.z * state_row[2] + v.w * state_row[3];
-            dv_sum[m] += k.x * state_column[0] + k.y * state_column[1] + k.z * state_column[2] + k.w * state_column[3];
-          }
-      }
-      for (int m = 0; m < Rows::kRowsPerThread; ++m) {
-        const int r = Rows::row(m);
-        if (r < rows) {
-          dk_phi[r][x] = dk_sum[m];
-          p.dv[(head_kv * p.shape.tokens_kv + chunk + r) * D + x] = dv_sum[m];
-        }
+#pragma unroll
+    for (int m = 0; m < kWarpRows; ++m) {
+      const int r = warp + kWarps * m;
+      if (r < rows)
+        feature_map_lanes<D, PHI>(x[m]);
+#pragma unroll
+      for (int u = 0; u < kPerLane; ++u) {
+        const int c = lane + 32 * u;
+        if (c >= D)
+          continue;
+        split_f16(x[m][u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
+        v_bits[r * kStride + c] = v_row[m][u];
       }
     }
     __syncthreads();
-    for (int r = warp; r < rows; r += kWarps) {
-      feature_map_backward_row<D, PHI>(k_raw[r], k_phi[r], dk_phi[r], dk_lin[r]);
-      for (int col = lane; col < D; col += 32)
-        p.dk[(head_kv * p.shape.tokens_kv + chunk + r) * D + col] = dk_lin[r][col];
+
+    // d phi(K) = V dh_j^T + dz_j (dh_j [feature][channel] is B^T: [n][k]), then dK through phi; then dV = phi(K) dh_j
+    // (k-major B): one set of accumulators live at a time.
+    float d_phi[1][T::kChunkN][4];
+#pragma unroll
+    for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        d_phi[0][ni][e] = 0.0f;
+    if (chunk_warp) {
+      warp_tiles_mma<D, 1, T::kChunkN, false, false, false, true>(d_phi, v_s, v_s, dh_hi_s, dh_lo_s, m0, n0);
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          d_phi[0][ni][e] = d_phi[0][ni][e] * unscale + dz_state[chunk_column(n0, ni, e)];
+    }
+    chunk_feature_map_backward<D, PHI, T::kChunkN>(d_phi[0], k_hi, k_lo, chunk_warp, inner_partial);
+    if (chunk_warp) {
+      // Softmax's backward leaves less room: its dK goes 8 bytes per lane (128 registers on sm_90, no spills).
+      store_chunk_rows<D, T::kChunkN, PHI != kPhiSoftmax>(
+          d_phi[0], p.dk + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
+      float dv[1][T::kChunkN][4];
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dv[0][ni][e] = 0.0f;
+      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, true>(dv, k_hi_s, k_lo_s, dh_hi_s, dh_lo_s, m0, n0);
+#pragma unroll
+      for (int ni = 0; ni < T::kChunkN; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dv[0][ni][e] *= unscale;
+      store_chunk_rows<D, T::kChunkN>(dv[0], p.dv + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
     }
   }
 }
