@@ -211,6 +211,54 @@ __device__ __forceinline__ void mma_fragments_by_rows(float (&c)[D / 8][4], cons
     }
 }
 
+// Two independent products of mma_rows_by_rows (c = A B, e = F G, same m0) in one loop over k: twice the
+// independent tensor-core work between the operand loads of a step (the fused kernel runs 2 warps per scheduler).
+template <int D, int N>
+__device__ __forceinline__ void mma_two_rows_by_rows(float (&c)[N / 8][4], SharedF16 a, SharedF16 b,
+                                                     float (&e)[N / 8][4], SharedF16 f, SharedF16 g, int m0) {
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      c[n][x] = 0.0f;
+      e[n][x] = 0.0f;
+    }
+#pragma unroll 1 // two sets of accumulators beside dK and dV: no operand prefetch across steps
+  for (int k0 = 0; k0 < D; k0 += 16) {
+    unsigned fa[4], ff[4];
+    load_a<false>(fa, a, m0, k0);
+    load_a<false>(ff, f, m0, k0);
+#pragma unroll
+    for (int n = 0; n < N / 8; n += 2) {
+      unsigned bb[2][2], bg[2][2];
+      load_b_pair<false>(bb, b, k0, n * 8);
+      load_b_pair<false>(bg, g, k0, n * 8);
+      mma_f16(c[n], fa, bb[0]);
+      mma_f16(e[n], ff, bg[0]);
+      mma_f16(c[n + 1], fa, bb[1]);
+      mma_f16(e[n + 1], ff, bg[1]);
+    }
+  }
+}
+// Two independent products of mma_fragments_by_rows (c += A B, e += F G) in one loop.
+template <int K, int D>
+__device__ __forceinline__ void mma_two_fragments_by_rows(float (&c)[D / 8][4], const unsigned (&a)[K / 16][4],
+                                                          SharedF16 b, float (&e)[D / 8][4],
+                                                          const unsigned (&f)[K / 16][4], SharedF16 g) {
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s)
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      unsigned bb[2][2], bg[2][2];
+      load_b_pair<true>(bb, b, s * 16, n * 8);
+      load_b_pair<true>(bg, g, s * 16, n * 8);
+      mma_f16(c[n], a[s], bb[0]);
+      mma_f16(e[n], f[s], bg[0]);
+      mma_f16(c[n + 1], a[s], bb[1]);
+      mma_f16(e[n + 1], f[s], bg[1]);
+    }
+}
+
 // Max and sum over the 4 lanes of a quad (the lanes holding one accumulator row).
 __device__ __forceinline__ float quad_max(float value) {
   value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
@@ -604,10 +652,12 @@ __device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
     const SharedF16 q_rows{q_tile, L::kStride}, do_rows{q_tile + L::kTileQ, L::kStride};
     const float *lse = stage_stats + stage * 2 * BLOCK_Q, *delta = lse + BLOCK_Q;
 
-    unsigned fragments[BLOCK_Q / 16][4]; // P^T, then dS^T, as f16 A operands
+    // S^T = K Q^T and dP^T = V dO^s^T together, then P^T and dS^T = P^T o (dP^T - D^s) as f16 A operands, then
+    // dV += P^T dO^s and dK += dS^T Q together.
+    unsigned p_fragments[BLOCK_Q / 16][4], ds_fragments[BLOCK_Q / 16][4];
     {
-      float s[kQueryTiles][4];
-      mma_rows_by_rows<D, BLOCK_Q>(s, k_rows, q_rows, m0); // S^T
+      float s[kQueryTiles][4], ds[kQueryTiles][4];
+      mma_two_rows_by_rows<D, BLOCK_Q>(s, k_rows, q_rows, ds, v_rows, do_rows, m0);
 #pragma unroll
       for (int t = 0; t < kQueryTiles; ++t)
 #pragma unroll
@@ -615,32 +665,27 @@ __device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
           const int query = t * 8 + tile_col() + (e & 1);
           s[t][e] = query < rows ? exp2_approx(s[t][e] * scale_log2 - lse[query] * kLog2e) : 0.0f; // P^T
         }
-      pack_fragments<BLOCK_Q>(fragments, s);
-    }
-    mma_fragments_by_rows<BLOCK_Q, D>(dv, fragments, do_rows);
-    {
-      float ds[kQueryTiles][4];
-      mma_rows_by_rows<D, BLOCK_Q>(ds, v_rows, do_rows, m0); // dP^T
+      pack_fragments<BLOCK_Q>(p_fragments, s);
 #pragma unroll
       for (int t = 0; t < kQueryTiles; ++t)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int query = t * 8 + tile_col() + (e & 1);
-          ds[t][e] = fragment_value<BLOCK_Q>(fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
+          ds[t][e] = fragment_value<BLOCK_Q>(p_fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
         }
-      pack_fragments<BLOCK_Q>(fragments, ds);
+      pack_fragments<BLOCK_Q>(ds_fragments, ds);
     }
     // This warp's 16 rows of dS^T into shared memory ([key][query], f16): dQ needs every warp's keys.
 #pragma unroll
     for (int t = 0; t < BLOCK_Q / 16; ++t) {
       unsigned short *top = ds_tile + key_top * L::kDsStride + t * 16 + tile_col();
       unsigned short *bottom = top + 8 * L::kDsStride;
-      *reinterpret_cast<unsigned *>(top) = fragments[t][0];
-      *reinterpret_cast<unsigned *>(bottom) = fragments[t][1];
-      *reinterpret_cast<unsigned *>(top + 8) = fragments[t][2];
-      *reinterpret_cast<unsigned *>(bottom + 8) = fragments[t][3];
+      *reinterpret_cast<unsigned *>(top) = ds_fragments[t][0];
+      *reinterpret_cast<unsigned *>(bottom) = ds_fragments[t][1];
+      *reinterpret_cast<unsigned *>(top + 8) = ds_fragments[t][2];
+      *reinterpret_cast<unsigned *>(bottom + 8) = ds_fragments[t][3];
     }
-    mma_fragments_by_rows<BLOCK_Q, D>(dk, fragments, q_rows);
+    mma_two_fragments_by_rows<BLOCK_Q, D>(dv, p_fragments, do_rows, dk, ds_fragments, q_rows);
     __syncthreads(); // dS^T complete
     // dQ[q block] += dS K / sqrt(d): warp w takes the q rows 16 w, 16 (w + warps), ..., kChunk columns at a time.
     float *dq = p.dq + (head * tokens_q + begin) * D;
