@@ -1,4 +1,4 @@
-// The translation unit of SLA's kernels: the Config constants and thirteen extern "C" entry points around the device
+// The translation unit of SLA's kernels: the Config constants and fifteen extern "C" entry points around the device
 // library's templates (sage/device/sla/*.cuh).
 #include "sage/codegen/SlaKernels.h"
 
@@ -106,11 +106,22 @@ extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSp
 extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_kv}(const SageSlaColumnsBackwardParams p) {{
   sage::device::sla::sparse_kv_backward<kHeadDim, kBlockQ, kBlockKv>(p);
 }}
+
+// Lines 2-3 per q block, sparse part: L, D^s (and dO^s in f16) for the fused kernel
+extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSparseRowsMinBlocks) {sparse_stats}(const SageSlaSparseBackwardParams p) {{
+  sage::device::sla::sparse_row_statistics<kHeadDim, kBlockQ, kBlockKv>(p);
+}}
+
+// Lines 7-12 per kv block, sparse part, P recomputed once per critical pair: dK +=, dV +=, dQ += (f32 reductions)
+extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_fused}(const SageSlaSparseBackwardParams p) {{
+  sage::device::sla::sparse_fused_backward<kHeadDim, kBlockQ, kBlockKv>(p);
+}}
 )",
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
       fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("columns_gemm", kSlaColumnsMaskGemmKernel),
       fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("sparse_rows", kSlaSparseRowsBackwardKernel),
-      fmt::arg("sparse_kv", kSlaSparseKvBackwardKernel), fmt::arg("name", variant.name), fmt::arg("d", d),
+      fmt::arg("sparse_kv", kSlaSparseKvBackwardKernel), fmt::arg("sparse_stats", kSlaSparseStatisticsKernel),
+      fmt::arg("sparse_fused", kSlaSparseFusedBackwardKernel), fmt::arg("name", variant.name), fmt::arg("d", d),
       fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
       fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),
       fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),

@@ -43,6 +43,8 @@ struct SlaRunner::State {
   double compile_milliseconds = 0.0;
   LoadedKernel pool, predict, states, totals, mask_gemm, output, columns, rows_backward, row_totals, columns_gemm,
       kv_backward, sparse_rows, sparse_kv;
+  LoadedKernel sparse_stats, sparse_fused; // what backward() launches for the sparse part (sparse_rows, sparse_kv: not)
+  unsigned sparse_fused_shared = 0;        // with the stages of the module's arch
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -58,7 +60,8 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   const CudaDriver &driver = CudaDriver::instance();
   state_->context = driver.primaryContext(state_->sparse->device());
   ScopedContext scope(driver, state_->context);
-  const GeneratedKernel module_kernel = generateSlaModule(variant, options.arch.value_or(currentDeviceArch()));
+  const schedules::GpuArch arch = options.arch.value_or(currentDeviceArch());
+  const GeneratedKernel module_kernel = generateSlaModule(variant, arch);
   state_->module_name = module_kernel.name;
   const std::shared_ptr<const AotKernelDirectory> aot = aotDirectoryFor(options.aot_directory);
   const LoadedGeneratedKernel loaded =
@@ -85,6 +88,12 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   const int sparse_shared = codegen::slaSparseBackwardSharedBytes(variant.head_dim, variant.block_q, variant.block_kv);
   state_->sparse_rows.setMaxDynamicSharedMemory(sparse_shared);
   state_->sparse_kv.setMaxDynamicSharedMemory(sparse_shared);
+  state_->sparse_stats = module->kernel(std::string(codegen::kSlaSparseStatisticsKernel));
+  state_->sparse_fused = module->kernel(std::string(codegen::kSlaSparseFusedBackwardKernel));
+  state_->sparse_stats.setMaxDynamicSharedMemory(sparse_shared);
+  state_->sparse_fused_shared = static_cast<unsigned>(codegen::slaSparseFusedSharedBytes(
+      variant.head_dim, variant.block_q, variant.block_kv, schedules::computeCapability(arch)));
+  state_->sparse_fused.setMaxDynamicSharedMemory(static_cast<int>(state_->sparse_fused_shared));
   state_->rows_backward.setMaxDynamicSharedMemory(
       codegen::slaRowsBackwardSharedBytes(variant.head_dim, variant.block_q));
   state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaKvBackwardSharedBytes(variant.head_dim));
@@ -173,6 +182,7 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.h_rows, rows * d * d * 2); // H_i, Z_i: run() writes them into a backward-sized workspace
     take(layout.h_row_scales, rows * 4);
     take(layout.z_rows, rows * d * 4);
+    take(layout.d_sparse_f16, tokens * d * 2); // dO^s in f16: the sparse statistics kernel's copy for the fused one
   }
   layout.total = offset;
   return layout;
@@ -347,12 +357,31 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        floats(layout.dh_scales),
                                        floats(layout.dz_rows)};
   state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, rows_shared, stream});
-  const auto sparse_shared = static_cast<unsigned>(codegen::slaSparseBackwardSharedBytes(
-      d, state_->variant.block_q, state_->variant.block_kv)); // after the rows kernel: it adds to dQ
-  state_->sparse_rows.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch),
-                                    {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
-                                    sparse_shared,
-                                    stream});
+  // The sparse part: L, D^s and dO^s in f16 per q block here; dQ, dK, dV in one kv-major pass at the end.
+  const SageSlaSparseBackwardParams sparse{tensors.q,
+                                           tensors.k,
+                                           tensors.v,
+                                           q_strides,
+                                           k_strides,
+                                           v_strides,
+                                           tensors.d_sparse,
+                                           halves(layout.d_sparse_f16),
+                                           ints(layout.critical_lut),
+                                           ints(layout.critical_columns),
+                                           ints(layout.column_counts),
+                                           size,
+                                           scale,
+                                           floats(layout.lse),
+                                           floats(layout.delta),
+                                           tensors.dq,
+                                           tensors.dk,
+                                           tensors.dv};
+  const auto sparse_shared = static_cast<unsigned>(
+      codegen::slaSparseBackwardSharedBytes(d, state_->variant.block_q, state_->variant.block_kv));
+  state_->sparse_stats.launch(sparse, {grid(size.q_blocks, size.heads_q, size.batch),
+                                       {static_cast<unsigned>(2 * state_->variant.block_q), 1, 1},
+                                       sparse_shared,
+                                       stream});
   const SageSlaRowTotalsParams totals{floats(layout.dz_rows), size, floats(layout.dz_total)};
   state_->row_totals.launch(totals, {grid(1, size.heads_q, size.batch), block, 0, stream});
   // dh_j of every kv block: the GEMM of the marginal mask's transpose and the dH_i (instead of the kv kernel summing
@@ -391,10 +420,11 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         tensors.dk,
                                         tensors.dv};
   state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, kv_shared, stream});
-  state_->sparse_kv.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch),
-                                {static_cast<unsigned>(2 * state_->variant.block_kv), 1, 1},
-                                sparse_shared,
-                                stream});
+  // After the rows and kv kernels, which write dQ, dK and dV: it adds to them.
+  state_->sparse_fused.launch(sparse, {grid(size.kv_blocks, size.heads_kv, size.batch),
+                                       {static_cast<unsigned>(2 * state_->variant.block_kv), 1, 1},
+                                       state_->sparse_fused_shared,
+                                       stream});
 }
 
 } // namespace sage::runtime

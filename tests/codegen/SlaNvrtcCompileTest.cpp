@@ -4,6 +4,7 @@
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/SlaKernels.h"
 #include "sage/dsl/Presets.h"
+#include "sage/schedules/GpuArch.h"
 
 #include <doctest/doctest.h>
 #include <nvrtc.h>
@@ -72,12 +73,23 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
             return slaOutputSharedBytes(head_dim, variant.block_q);
           if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
             return slaMaskGemmSharedBytes();
-          if (function == kSlaSparseRowsBackwardKernel || function == kSlaSparseKvBackwardKernel)
+          if (function == kSlaSparseRowsBackwardKernel || function == kSlaSparseKvBackwardKernel ||
+              function == kSlaSparseStatisticsKernel)
             return slaSparseBackwardSharedBytes(head_dim, variant.block_q, variant.block_kv);
+          if (function == kSlaSparseFusedBackwardKernel)
+            return slaSparseFusedSharedBytes(head_dim, variant.block_q, variant.block_kv,
+                                             schedules::computeCapability(*schedules::parseArch(arch)));
           return 0;
         };
+        // The fused sparse backward takes two stages where the arch's opt-in limit allows (sm_80: 163 KiB, sm_90:
+        // 227 KiB per block), one on sm_89; every other kernel fits 99 KiB everywhere.
+        const auto limit_bytes = [&](const std::string &function) {
+          if (function != kSlaSparseFusedBackwardKernel || std::string(arch) == "sm_89")
+            return 99 * 1024;
+          return std::string(arch) == "sm_80" ? 163 * 1024 : 227 * 1024;
+        };
         for (std::string_view entry : kernel.entry_points)
-          CHECK(dynamic_bytes(std::string(entry)) <= 99 * 1024);
+          CHECK(dynamic_bytes(std::string(entry)) <= limit_bytes(std::string(entry)));
         std::istringstream lines(outcome.log);
         std::string line, function;
         std::smatch found;
@@ -86,7 +98,7 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
             function = found[1];
           if (std::regex_search(line, found, std::regex(R"((\d+) bytes smem)"))) {
             CAPTURE(function);
-            CHECK(std::stoi(found[1]) + dynamic_bytes(function) <= 99 * 1024);
+            CHECK(std::stoi(found[1]) + dynamic_bytes(function) <= limit_bytes(function));
           }
         }
         std::smatch match;
@@ -96,6 +108,26 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
           rest = match.suffix();
         }
       }
+    }
+}
+
+TEST_CASE("the fused sparse backward's stages and shared memory per arch") {
+  // Two stages on the archs with 163 KiB or more per block, one on the 99 KiB ones.
+  CHECK(sage_sla_sparse_fused_stages(80) == 2);
+  CHECK(sage_sla_sparse_fused_stages(86) == 1);
+  CHECK(sage_sla_sparse_fused_stages(89) == 1);
+  CHECK(sage_sla_sparse_fused_stages(90) == 2);
+  CHECK(sage_sla_sparse_fused_stages(100) == 2);
+  CHECK(sage_sla_sparse_fused_stages(120) == 1);
+  // d = 128, blocks 64: K, V, dS^T (64 x 72 halves) and per stage Q, dO^s (64 x 136 halves each), L and D^s.
+  CHECK(slaSparseFusedSharedBytes(128, 64, 64, 90) == 2 * (2 * 64 * 136 + 64 * 72 + 2 * 2 * 64 * 136) + 2 * 512);
+  CHECK(slaSparseFusedSharedBytes(128, 64, 64, 89) == 2 * (2 * 64 * 136 + 64 * 72 + 2 * 64 * 136) + 512);
+  for (int sm : {80, 86, 89, 90, 100, 120})
+    for (int head_dim : {16, 32, 64, 128}) {
+      CAPTURE(sm);
+      CAPTURE(head_dim);
+      CHECK(slaSparseFusedSharedBytes(head_dim, 64, 64, sm) <=
+            (sage_sla_sparse_fused_stages(sm) == 2 ? 163 : 99) * 1024);
     }
 }
 

@@ -38,7 +38,12 @@ inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // g
 // (2 * block_kv) threads and slaSparseBackwardSharedBytes of dynamic shared memory.
 inline constexpr std::string_view kSlaSparseRowsBackwardKernel = "sage_sla_bwd_sparse_rows"; // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaSparseKvBackwardKernel = "sage_sla_bwd_sparse_kv"; // grid (kv_blocks, h_kv, b)
-inline constexpr int kSlaThreads = 256;                                                  // every kernel's CTA
+// What the backward launches instead of those two (abi.cuh's SageSlaSparseBackwardParams): the statistics (L, D^s,
+// dO^s in f16; 2 * block_q threads, slaSparseBackwardSharedBytes), then the fused kv-major pass (dQ, dK, dV added;
+// 2 * block_kv threads, slaSparseFusedSharedBytes), after the rows and kv kernels.
+inline constexpr std::string_view kSlaSparseStatisticsKernel = "sage_sla_bwd_sparse_stats"; // grid (q_blocks, h_q, b)
+inline constexpr std::string_view kSlaSparseFusedBackwardKernel = "sage_sla_bwd_sparse_fused"; // (kv_blocks, h_kv, b)
+inline constexpr int kSlaThreads = 256;                                                        // every kernel's CTA
 inline constexpr int kSlaMaxKvBlocks = 4096;                           // a row of P_c in shared memory
 inline constexpr int kSlaMaxHeadDim = 128;                             // the output kernel's shared memory
 inline constexpr int kSlaMaskGemmRows = SAGE_SLA_MASK_GEMM_ROWS;       // output rows per CTA of the mask GEMMs
@@ -47,7 +52,7 @@ inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state 
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
   std::string source; // #includes the device library's sla headers
-  std::array<std::string_view, 13> entry_points{kSlaPoolKernel,
+  std::array<std::string_view, 15> entry_points{kSlaPoolKernel,
                                                 kSlaPredictKernel,
                                                 kSlaStatesKernel,
                                                 kSlaTotalsKernel,
@@ -59,7 +64,9 @@ struct SlaKernelSource {
                                                 kSlaColumnsMaskGemmKernel,
                                                 kSlaKvBackwardKernel,
                                                 kSlaSparseRowsBackwardKernel,
-                                                kSlaSparseKvBackwardKernel};
+                                                kSlaSparseKvBackwardKernel,
+                                                kSlaSparseStatisticsKernel,
+                                                kSlaSparseFusedBackwardKernel};
 };
 
 // Throws std::invalid_argument naming the field when the variant is not SLA, its head dim is not 16..128 (a power
@@ -88,6 +95,12 @@ inline int slaRowsBackwardSharedBytes(int head_dim, int block_q) {
   return sage_sla_rows_backward_shared_bytes(head_dim, block_q);
 }
 inline int slaKvBackwardSharedBytes(int head_dim) { return sage_sla_kv_backward_shared_bytes(head_dim); }
+// Dynamic shared memory of the fused sparse backward for a module built for `arch` (abi.cuh's formula with the arch's
+// stages): 114,688 bytes at d = 128, blocks 64 with two stages (sm_80, sm_90a, sm_100f), 79,360 with one.
+inline int slaSparseFusedSharedBytes(int head_dim, int block_q, int block_kv, int compute_capability) {
+  return sage_sla_sparse_fused_shared_bytes(head_dim, block_q, block_kv,
+                                            sage_sla_sparse_fused_stages(compute_capability));
+}
 
 // Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.
 bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks);

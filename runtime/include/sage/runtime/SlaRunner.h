@@ -47,6 +47,8 @@ struct SlaWorkspaceLayout {
   // H_i (f16, with its power-of-two scale) and Z_i per q block: run() writes them when the workspace is this large,
   // and backward() reads them instead of summing the listed h_j again.
   size_t h_rows = 0, h_row_scales = 0, z_rows = 0;
+  // dO^s in f16 (b x h_q x T x d): the sparse part's statistics kernel writes it, its fused kernel reads it.
+  size_t d_sparse_f16 = 0;
   SageSlaShape shape{};
   bool marginal_majority = false;
 };

@@ -173,6 +173,28 @@ struct SageSlaColumnsBackwardParams {
   float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
 };
 
+// Backward launches 2c and 4c, which replace 2b and 4b (the sparse part's rows and kv kernels): P is recomputed once
+// per critical pair instead of three times. 2c, one q block of one q head: L and D^s over its critical blocks (written
+// to lse, delta) and dO^s as f16 (d_sparse_f16). Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared
+// memory: sage_sla_sparse_backward_shared_bytes. 4c, one kv block of one kv head over the critical q blocks of the
+// q heads of its GQA group: dK, dV added (plain: the CTA owns its rows), dQ added by f32 reductions (the q head's dQ,
+// 16 MiB at N = 32k, d = 128, stays in L2 while the CTAs of one head run). Grid (kv_blocks, heads_kv, batch),
+// 2 * block_kv threads; dynamic shared memory: sage_sla_sparse_fused_shared_bytes with the arch's stages.
+struct SageSlaSparseBackwardParams {
+  const void *q, *k, *v; // f16
+  struct SageSlaStrides q_strides, k_strides, v_strides;
+  const float *d_sparse;                       // dO^s [batch, heads_q, tokens_q, d] f32 (2c)
+  unsigned short *d_sparse_f16;                // f16 bits of dO^s, same layout: 2c writes, 4c reads
+  const int *critical_lut;                     // the forward's (2c)
+  const int *critical_columns, *column_counts; // the column tables (4c)
+  struct SageSlaShape shape;
+  float scale;    // 1/sqrt(d)
+  float *lse;     // [batch, heads_q, tokens_q]: 2c writes, 4c reads
+  float *delta;   // D^s, same
+  float *dq;      // [batch, heads_q, tokens_q, d]: 4c adds
+  float *dk, *dv; // [batch, heads_kv, tokens_kv, d]: 4c adds
+};
+
 #ifdef __CUDACC__
 #define SAGE_SLA_HOST_DEVICE __host__ __device__
 #else
@@ -244,6 +266,20 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_rows_backward
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_kv_backward_shared_bytes(int head_dim) {
   return 2 * (head_dim + 8) * (2 * head_dim + 3 * SAGE_SLA_BACKWARD_CHUNK) +
          4 * (head_dim + 4 * SAGE_SLA_BACKWARD_CHUNK + 8);
+}
+
+// The fused sparse backward (launch 4c) double-buffers the q block's tiles where shared memory allows (sm_80, sm_90,
+// sm_100: 163 KiB and more per block); sm_86, sm_89 and sm_120 (99 KiB) run one stage. `sm`: 80, 86, 89, 90, ...
+// as the module's target (__CUDA_ARCH__ / 10).
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_sparse_fused_stages(int sm) {
+  return sm == 80 || sm == 90 || sm == 100 ? 2 : 1;
+}
+// Its dynamic shared memory: K and V (block_kv rows) and dS^T (block_kv x block_q) in f16 with rows padded by 8 halves,
+// then per stage Q and dO^s (block_q rows, f16, padded), then per stage L and D^s of the q block (f32).
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_sparse_fused_shared_bytes(int head_dim, int block_q,
+                                                                                             int block_kv, int stages) {
+  return 2 * (2 * block_kv * (head_dim + 8) + block_kv * (block_q + 8) + stages * 2 * block_q * (head_dim + 8)) +
+         stages * 8 * block_q;
 }
 
 #endif // SAGE_SLA_ABI_CUH

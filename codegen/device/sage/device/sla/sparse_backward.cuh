@@ -77,9 +77,10 @@ __device__ void stage_f16_rows(unsigned short *tile, int stride, const void *sou
 
 // rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step; each thread loads
 // eight steps (a 64 x 128 tile per 128 threads) before it stores them, so that their loads are in flight together.
+// `copy` (optional, [.., tokens, D] f16 like `source`): the valid rows also go there, for a later kernel's cp.async.
 template <int D>
 __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *source, int first, int rows, int valid,
-                               int thread, int threads) {
+                               int thread, int threads, unsigned short *copy = nullptr) {
   constexpr int kBatch = 8;
   const float *base = source + static_cast<long long>(first) * D;
   const bool vector = reinterpret_cast<unsigned long long>(base) % 16 == 0;
@@ -107,15 +108,42 @@ __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *so
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int e = e0 + u * threads, r = e / (D / 8), c = (e % (D / 8)) * 8;
-      if (e < steps)
-        *reinterpret_cast<uint4 *>(tile + r * stride + c) =
-            make_uint4(pack_f16x2(f16_bits(values[u][0]), f16_bits(values[u][1])),
-                       pack_f16x2(f16_bits(values[u][2]), f16_bits(values[u][3])),
-                       pack_f16x2(f16_bits(values[u][4]), f16_bits(values[u][5])),
-                       pack_f16x2(f16_bits(values[u][6]), f16_bits(values[u][7])));
+      if (e < steps) {
+        const uint4 packed = make_uint4(pack_f16x2(f16_bits(values[u][0]), f16_bits(values[u][1])),
+                                        pack_f16x2(f16_bits(values[u][2]), f16_bits(values[u][3])),
+                                        pack_f16x2(f16_bits(values[u][4]), f16_bits(values[u][5])),
+                                        pack_f16x2(f16_bits(values[u][6]), f16_bits(values[u][7])));
+        *reinterpret_cast<uint4 *>(tile + r * stride + c) = packed;
+        if (copy != nullptr && r < valid)
+          *reinterpret_cast<uint4 *>(copy + (static_cast<long long>(first) + r) * D + c) = packed;
+      }
     }
   }
 }
+
+// Two neighbouring B operands of load_b (16 x 8 at (k0, n0) and at (k0, n0 + 8)) with one ldmatrix.x4: half the
+// shared-memory load instructions (the ncu profile of these kernels: latency-bound at ~1.4-2.2 instructions per cycle).
+template <bool kBKMajor> __device__ __forceinline__ void load_b_pair(unsigned (&b)[2][2], SharedF16 s, int k0, int n0) {
+  const int lane = threadIdx.x % 32, matrix = lane / 8, row = lane % 8;
+  // Matrix order: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+  const int k = k0 + (matrix & 1) * 8, n = n0 + (matrix >> 1) * 8;
+  const unsigned short *at = kBKMajor ? s.base + (k + row) * s.stride + n : s.base + (n + row) * s.stride + k;
+  unsigned r[4];
+  ldmatrix_x4<kBKMajor>(r, shared_address(at));
+  b[0][0] = r[0];
+  b[0][1] = r[1];
+  b[1][0] = r[2];
+  b[1][1] = r[3];
+}
+
+// 2^x by the SFU (ex2.approx: ~2 ulp), for exp(x) = 2^(x log2 e) with log2 e folded into the scale: one instruction
+// instead of expf's range reduction.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // c[n] = A[m0:m0+16, 0:D] B[0:D, 8n:8n+8] for n < N / 8, with A and B^T both stored [row][feature] (Q K^T, V dO^T,
 // K Q^T, dO V^T).
@@ -131,10 +159,11 @@ __device__ __forceinline__ void mma_rows_by_rows(float (&c)[N / 8][4], SharedF16
     unsigned fragment[4];
     load_a<false>(fragment, a, m0, k0);
 #pragma unroll
-    for (int n = 0; n < N / 8; ++n) {
-      unsigned bf[2];
-      load_b<false>(bf, b, k0, n * 8);
-      mma_f16(c[n], fragment, bf);
+    for (int n = 0; n < N / 8; n += 2) {
+      unsigned bf[2][2];
+      load_b_pair<false>(bf, b, k0, n * 8);
+      mma_f16(c[n], fragment, bf[0]);
+      mma_f16(c[n + 1], fragment, bf[1]);
     }
   }
 }
@@ -148,10 +177,11 @@ __device__ __forceinline__ void mma_registers_by_rows(float (&c)[D / 8][4], cons
     unsigned fragment[4];
     accumulators_to_a(fragment, p[2 * s], p[2 * s + 1]);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      unsigned bf[2];
-      load_b<true>(bf, b, s * 16, n * 8);
-      mma_f16(c[n], fragment, bf);
+    for (int n = 0; n < D / 8; n += 2) {
+      unsigned bf[2][2];
+      load_b_pair<true>(bf, b, s * 16, n * 8);
+      mma_f16(c[n], fragment, bf[0]);
+      mma_f16(c[n + 1], fragment, bf[1]);
     }
   }
 }
@@ -173,10 +203,59 @@ __device__ __forceinline__ void mma_fragments_by_rows(float (&c)[D / 8][4], cons
 #pragma unroll
   for (int s = 0; s < K / 16; ++s)
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      unsigned bf[2];
-      load_b<true>(bf, b, s * 16, n * 8);
-      mma_f16(c[n], a[s], bf);
+    for (int n = 0; n < D / 8; n += 2) {
+      unsigned bf[2][2];
+      load_b_pair<true>(bf, b, s * 16, n * 8);
+      mma_f16(c[n], a[s], bf[0]);
+      mma_f16(c[n + 1], a[s], bf[1]);
+    }
+}
+
+// Two independent products of mma_rows_by_rows (c = A B, e = F G, same m0) in one loop over k: twice the
+// independent tensor-core work between the operand loads of a step (the fused kernel runs 2 warps per scheduler).
+template <int D, int N>
+__device__ __forceinline__ void mma_two_rows_by_rows(float (&c)[N / 8][4], SharedF16 a, SharedF16 b,
+                                                     float (&e)[N / 8][4], SharedF16 f, SharedF16 g, int m0) {
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      c[n][x] = 0.0f;
+      e[n][x] = 0.0f;
+    }
+#pragma unroll 1 // two sets of accumulators beside dK and dV: no operand prefetch across steps
+  for (int k0 = 0; k0 < D; k0 += 16) {
+    unsigned fa[4], ff[4];
+    load_a<false>(fa, a, m0, k0);
+    load_a<false>(ff, f, m0, k0);
+#pragma unroll
+    for (int n = 0; n < N / 8; n += 2) {
+      unsigned bb[2][2], bg[2][2];
+      load_b_pair<false>(bb, b, k0, n * 8);
+      load_b_pair<false>(bg, g, k0, n * 8);
+      mma_f16(c[n], fa, bb[0]);
+      mma_f16(e[n], ff, bg[0]);
+      mma_f16(c[n + 1], fa, bb[1]);
+      mma_f16(e[n + 1], ff, bg[1]);
+    }
+  }
+}
+// Two independent products of mma_fragments_by_rows (c += A B, e += F G) in one loop.
+template <int K, int D>
+__device__ __forceinline__ void mma_two_fragments_by_rows(float (&c)[D / 8][4], const unsigned (&a)[K / 16][4],
+                                                          SharedF16 b, float (&e)[D / 8][4],
+                                                          const unsigned (&f)[K / 16][4], SharedF16 g) {
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s)
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      unsigned bb[2][2], bg[2][2];
+      load_b_pair<true>(bb, b, s * 16, n * 8);
+      load_b_pair<true>(bg, g, s * 16, n * 8);
+      mma_f16(c[n], a[s], bb[0]);
+      mma_f16(e[n], f[s], bg[0]);
+      mma_f16(c[n + 1], a[s], bb[1]);
+      mma_f16(e[n + 1], f[s], bg[1]);
     }
 }
 
@@ -191,9 +270,10 @@ __device__ __forceinline__ float quad_sum(float value) {
 }
 
 // Rows kernel: one q block of one q head, BLOCK_Q / 16 warps. Pass 1 over the critical kv blocks: L (online
-// softmax) and O^s, then D^s = rowsum(dO^s o O^s) (dO^s in f32); pass 2: P = exp(S - L), dP = dO^s V^T,
-// dS = P o (dP - D^s), dQ += dS K / sqrt(d). Writes L and D^s for the kv kernel.
-template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward(const SageSlaRowsBackwardParams &p) {
+// softmax) and O^s, then D^s = rowsum(dO^s o O^s) (dO^s in f32); pass 2 (kDq): P = exp(S - L), dP = dO^s V^T,
+// dS = P o (dP - D^s), dQ += dS K / sqrt(d). Writes L and D^s for the kv kernel; without kDq (the statistics kernel
+// before the fused one) also dO^s as f16, and stops after pass 1.
+template <int D, int BLOCK_Q, int BLOCK_KV, bool kDq, class Params> __device__ void sparse_rows_pass(const Params &p) {
   using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
   constexpr int kThreadsHere = BLOCK_Q * 2, kKeyTiles = BLOCK_KV / 8, kFeatureTiles = D / 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -206,13 +286,17 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
   const int begin = i * BLOCK_Q, valid_rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
   const float *d_out = p.d_sparse + head * p.shape.tokens_q * D;
   stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere);
-  stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere);
+  unsigned short *d_out_f16 = nullptr;
+  if constexpr (!kDq)
+    d_out_f16 = p.d_sparse_f16 + head * p.shape.tokens_q * D;
+  stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere, d_out_f16);
   const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
   const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
   const int *critical = p.critical_lut + row_block * p.shape.critical_per_row;
   const int count = p.shape.critical_per_row;
   const int m0 = warp * 16, row_top = m0 + tile_row(), row_bottom = row_top + 8; // this lane's two rows
   const float negative_infinity = -__int_as_float(0x7f800000);
+  const float scale_log2 = p.scale * kLog2e; // exponents in log2 units
   // Block n's K or V into its tile, one group of copies; past the last block, an empty group (the waits count groups).
   auto stage_block = [&](unsigned short *tile, const void *source, const SageSlaStrides &strides, int n) {
     if (n >= count) {
@@ -247,14 +331,14 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = t * 8 + tile_col() + (e & 1);
-          s[t][e] = key < keys ? s[t][e] * p.scale : negative_infinity;
+          s[t][e] = key < keys ? s[t][e] * scale_log2 : negative_infinity; // log2 units
           block_max[e / 2] = fmaxf(block_max[e / 2], s[t][e]);
         }
       float alpha[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float m_new = fmaxf(row_max[r], quad_max(block_max[r]));
-        alpha[r] = row_max[r] == negative_infinity ? 0.0f : expf(row_max[r] - m_new);
+        alpha[r] = row_max[r] == negative_infinity ? 0.0f : exp2_approx(row_max[r] - m_new);
         row_max[r] = m_new;
         row_sum[r] *= alpha[r];
       }
@@ -262,7 +346,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
       for (int t = 0; t < kKeyTiles; ++t)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[t][e] = s[t][e] == negative_infinity ? 0.0f : expf(s[t][e] - row_max[e / 2]);
+          s[t][e] = s[t][e] == negative_infinity ? 0.0f : exp2_approx(s[t][e] - row_max[e / 2]);
           row_sum[e / 2] += s[t][e];
         }
 #pragma unroll
@@ -292,7 +376,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
       }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      lse[r] = row_max[r] + logf(row_sum[r]);
+      lse[r] = row_max[r] * kLn2 + logf(row_sum[r]);
       delta[r] = quad_sum(dot[r]);
       const int row = r == 0 ? row_top : row_bottom;
       if (threadIdx.x % 4 == 0 && row < valid_rows) {
@@ -302,6 +386,10 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
     }
   }
 
+  if constexpr (!kDq) {
+    wait_staged<0>(); // no copy outlives the CTA (a row with no critical block)
+    return;
+  }
   float dq[kFeatureTiles][4];
 #pragma unroll
   for (int n = 0; n < kFeatureTiles; ++n)
@@ -328,7 +416,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = t * 8 + tile_col() + (e & 1);
-        const float prob = key < keys ? expf(s[t][e] * p.scale - lse[e / 2]) : 0.0f;
+        const float prob = key < keys ? exp2_approx(s[t][e] * scale_log2 - lse[e / 2] * kLog2e) : 0.0f;
         s[t][e] = prob * (dp[t][e] - delta[e / 2]); // dS
       }
     mma_registers_by_rows<BLOCK_KV, D>(dq, s, k_rows);
@@ -343,6 +431,15 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward
       if (row < valid_rows)
         p.dq[(head * p.shape.tokens_q + begin + row) * D + col] += dq[n][e] * p.scale;
     }
+}
+
+template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward(const SageSlaRowsBackwardParams &p) {
+  sparse_rows_pass<D, BLOCK_Q, BLOCK_KV, true>(p);
+}
+// Statistics kernel (launch 2c): L, D^s and dO^s in f16 for the fused kernel.
+template <int D, int BLOCK_Q, int BLOCK_KV>
+__device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
+  sparse_rows_pass<D, BLOCK_Q, BLOCK_KV, false>(p);
 }
 
 // KV kernel: one kv block of one kv head, BLOCK_KV / 16 warps (one per 16 keys), over the q blocks of every q head of
@@ -366,6 +463,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(c
   const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
   const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
   const int m0 = warp * 16, key_top = m0 + tile_row(), key_bottom = key_top + 8;
+  const float scale_log2 = p.scale * kLog2e;
 
   float dk[kFeatureTiles][4], dv[kFeatureTiles][4];
 #pragma unroll
@@ -402,7 +500,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(c
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int query = t * 8 + tile_col() + (e & 1);
-            s[t][e] = query < rows ? expf(s[t][e] * p.scale - lse[query]) : 0.0f; // P^T
+            s[t][e] = query < rows ? exp2_approx(s[t][e] * scale_log2 - lse[query] * kLog2e) : 0.0f; // P^T
           }
         pack_fragments<BLOCK_Q>(fragments, s);
       }
@@ -432,6 +530,215 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(c
         const long long at = (head_kv * p.shape.tokens_kv + key_begin + key) * D + col;
         p.dk[at] += dk[n][e] * p.scale;
         p.dv[at] += dv[n][e];
+      }
+    }
+}
+
+// 4 bytes global -> shared without registers (the fused kernel's L and D^s rows), in the current group of copies.
+__device__ __forceinline__ void copy_4_async(void *shared, const void *global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(shared)), "l"(global));
+}
+
+// dQ's f32 reductions: two neighbouring columns in one vector reduction on sm_90 and later, two scalar ones before.
+__device__ __forceinline__ void reduce_add_pair(float *at, float first, float second) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(at), "f"(first), "f"(second) : "memory");
+#else
+  atomicAdd(at, first);
+  atomicAdd(at + 1, second);
+#endif
+}
+
+template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedLayout {
+  static_assert(D % 16 == 0 && BLOCK_Q % 16 == 0 && BLOCK_KV % 16 == 0, "tiles of 16");
+  static_assert(BLOCK_Q <= 128 && BLOCK_KV <= 128, "one warp per 16 keys, at most 8 warps");
+#if defined(__CUDA_ARCH__)
+  static constexpr int kStages = sage_sla_sparse_fused_stages(__CUDA_ARCH__ / 10);
+#else
+  static constexpr int kStages = 1;
+#endif
+  static constexpr int kStride = D + 8, kDsStride = BLOCK_Q + 8;
+  static constexpr int kTileQ = BLOCK_Q * kStride, kTileKv = BLOCK_KV * kStride, kTileDs = BLOCK_KV * kDsStride;
+  static_assert(2 * (2 * kTileKv + kTileDs + kStages * 2 * kTileQ) + kStages * 8 * BLOCK_Q ==
+                    sage_sla_sparse_fused_shared_bytes(D, BLOCK_Q, BLOCK_KV, kStages),
+                "abi.cuh's size of the fused sparse backward's shared memory");
+};
+
+// Fused kernel (launch 4c), FlashAttention-2's backward over the critical pairs of one kv block: one kv block of one
+// kv head, BLOCK_KV / 16 warps (one per 16 keys), K and V staged once; per critical q block of each q head of the GQA
+// group: P^T = exp(K Q^T / sqrt(d) - L), dV += P^T dO^s, dP^T = V dO^s^T, dS^T = P^T o (dP^T - D^s),
+// dK += dS^T Q / sqrt(d) (registers), and dQ += dS K / sqrt(d) through shared memory (dS^T, f16) and f32 reductions.
+// S and exp are computed once per pair (the rows and kv kernels computed them three times). Q, dO^s (the statistics
+// kernel's f16 copy), L and D^s of the next q block load during this one's products where there are two stages.
+template <int D, int BLOCK_Q, int BLOCK_KV>
+__device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
+  using L = SparseFusedLayout<D, BLOCK_Q, BLOCK_KV>;
+  constexpr int kThreadsHere = BLOCK_KV * 2, kWarps = BLOCK_KV / 16, kQueryTiles = BLOCK_Q / 8;
+  constexpr int kFeatureTiles = D / 8, kChunk = D < 64 ? D : 64; // dQ's columns per pass (its accumulators)
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *k_tile = reinterpret_cast<unsigned short *>(shared_bytes);
+  unsigned short *v_tile = k_tile + L::kTileKv, *ds_tile = v_tile + L::kTileKv, *stage_tiles = ds_tile + L::kTileDs;
+  float *stage_stats = reinterpret_cast<float *>(stage_tiles + L::kStages * 2 * L::kTileQ);
+  const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32;
+  const int group = p.shape.heads_q / p.shape.heads_kv, q_blocks = p.shape.q_blocks;
+  const int h_begin = h_kv * group, h_end = h_begin + group;
+  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
+  const int key_begin = j * BLOCK_KV, valid_keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
+  const long long tokens_q = p.shape.tokens_q;
+  const SageSlaStrides do_strides{p.shape.heads_q * tokens_q * D, tokens_q * D, D}; // the f16 copy: contiguous
+  stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, valid_keys, threadIdx.x,
+                    kThreadsHere);
+  stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, valid_keys, threadIdx.x,
+                    kThreadsHere);
+  const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride}, ds_rows{ds_tile, L::kDsStride};
+  const int m0 = warp * 16, key_top = m0 + tile_row(), key_bottom = key_top + 8;
+  const float scale_log2 = p.scale * kLog2e;
+
+  // The work list: (q head h, n-th critical q block of the column), heads in order; `count` is the column's.
+  auto count_of = [&](int h) {
+    return p.column_counts[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * 3];
+  };
+  auto block_of = [&](int h, int n) {
+    return p
+        .critical_columns[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * q_blocks + n];
+  };
+  auto skip_empty = [&](int &h, int &n) { // to the next existing item from (h, n), or h == h_end
+    while (h < h_end && n >= count_of(h)) {
+      ++h;
+      n = 0;
+    }
+  };
+  // Q, dO^s, L and D^s of item (h, n) into stage s: two groups of copies (Q with L and D^s, then dO^s).
+  auto issue = [&](int h, int n, int s) {
+    if (h >= h_end)
+      return;
+    const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    const int begin = block_of(h, n) * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+    unsigned short *q_tile = stage_tiles + s * 2 * L::kTileQ;
+    float *stats = stage_stats + s * 2 * BLOCK_Q;
+    for (int r = threadIdx.x; r < 2 * BLOCK_Q; r += kThreadsHere) {
+      const int row = r % BLOCK_Q;
+      if (row < rows)
+        copy_4_async(stats + r, (r < BLOCK_Q ? p.lse : p.delta) + head * tokens_q + begin + row);
+      else
+        stats[r] = 0.0f;
+    }
+    stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
+    stage_f16_rows<D>(q_tile + L::kTileQ, L::kStride, p.d_sparse_f16, do_strides, b, h, begin, BLOCK_Q, rows,
+                      threadIdx.x, kThreadsHere);
+  };
+
+  float dk[kFeatureTiles][4], dv[kFeatureTiles][4];
+#pragma unroll
+  for (int n = 0; n < kFeatureTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dk[n][e] = 0.0f;
+      dv[n][e] = 0.0f;
+    }
+  int h = h_begin, n = 0, stage = 0;
+  skip_empty(h, n);
+  issue(h, n, 0);
+  while (h < h_end) {
+    int next_h = h, next_n = n + 1;
+    skip_empty(next_h, next_n);
+    wait_staged<0>(); // this item's Q, dO^s, L, D^s (and, the first time, K and V) landed
+    __syncthreads();  // ... for every warp; and every warp is done with the previous item (its stage, dS^T)
+    if constexpr (L::kStages == 2)
+      issue(next_h, next_n, stage ^ 1);
+    const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    const int begin = block_of(h, n) * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+    const unsigned short *q_tile = stage_tiles + stage * 2 * L::kTileQ;
+    const SharedF16 q_rows{q_tile, L::kStride}, do_rows{q_tile + L::kTileQ, L::kStride};
+    const float *lse = stage_stats + stage * 2 * BLOCK_Q, *delta = lse + BLOCK_Q;
+
+    // S^T = K Q^T and dP^T = V dO^s^T together, then P^T and dS^T = P^T o (dP^T - D^s) as f16 A operands, then
+    // dV += P^T dO^s and dK += dS^T Q together.
+    unsigned p_fragments[BLOCK_Q / 16][4], ds_fragments[BLOCK_Q / 16][4];
+    {
+      float s[kQueryTiles][4], ds[kQueryTiles][4];
+      mma_two_rows_by_rows<D, BLOCK_Q>(s, k_rows, q_rows, ds, v_rows, do_rows, m0);
+#pragma unroll
+      for (int t = 0; t < kQueryTiles; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int query = t * 8 + tile_col() + (e & 1);
+          s[t][e] = query < rows ? exp2_approx(s[t][e] * scale_log2 - lse[query] * kLog2e) : 0.0f; // P^T
+        }
+      pack_fragments<BLOCK_Q>(p_fragments, s);
+#pragma unroll
+      for (int t = 0; t < kQueryTiles; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int query = t * 8 + tile_col() + (e & 1);
+          ds[t][e] = fragment_value<BLOCK_Q>(p_fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
+        }
+      pack_fragments<BLOCK_Q>(ds_fragments, ds);
+    }
+    // This warp's 16 rows of dS^T into shared memory ([key][query], f16): dQ needs every warp's keys.
+#pragma unroll
+    for (int t = 0; t < BLOCK_Q / 16; ++t) {
+      unsigned short *top = ds_tile + key_top * L::kDsStride + t * 16 + tile_col();
+      unsigned short *bottom = top + 8 * L::kDsStride;
+      *reinterpret_cast<unsigned *>(top) = ds_fragments[t][0];
+      *reinterpret_cast<unsigned *>(bottom) = ds_fragments[t][1];
+      *reinterpret_cast<unsigned *>(top + 8) = ds_fragments[t][2];
+      *reinterpret_cast<unsigned *>(bottom + 8) = ds_fragments[t][3];
+    }
+    mma_two_fragments_by_rows<BLOCK_Q, D>(dv, p_fragments, do_rows, dk, ds_fragments, q_rows);
+    __syncthreads(); // dS^T complete
+    // dQ[q block] += dS K / sqrt(d): warp w takes the q rows 16 w, 16 (w + warps), ..., kChunk columns at a time.
+    float *dq = p.dq + (head * tokens_q + begin) * D;
+    for (int qt = warp; qt < BLOCK_Q / 16; qt += kWarps)
+#pragma unroll 1
+      for (int c0 = 0; c0 < D; c0 += kChunk) {
+        float acc[kChunk / 8][4];
+#pragma unroll
+        for (int t = 0; t < kChunk / 8; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[t][e] = 0.0f;
+#pragma unroll
+        for (int k0 = 0; k0 < BLOCK_KV; k0 += 16) {
+          unsigned a[4];
+          load_a<true>(a, ds_rows, qt * 16, k0); // dS = (dS^T)^T
+#pragma unroll
+          for (int t = 0; t < kChunk / 8; t += 2) {
+            unsigned bf[2][2];
+            load_b_pair<true>(bf, k_rows, k0, c0 + t * 8);
+            mma_f16(acc[t], a, bf[0]);
+            mma_f16(acc[t + 1], a, bf[1]);
+          }
+        }
+        const int row_top = qt * 16 + tile_row();
+#pragma unroll
+        for (int t = 0; t < kChunk / 8; ++t) {
+          const int col = c0 + t * 8 + tile_col();
+          if (row_top < rows)
+            reduce_add_pair(dq + row_top * D + col, acc[t][0] * p.scale, acc[t][1] * p.scale);
+          if (row_top + 8 < rows)
+            reduce_add_pair(dq + (row_top + 8) * D + col, acc[t][2] * p.scale, acc[t][3] * p.scale);
+        }
+      }
+    if constexpr (L::kStages == 1) {
+      __syncthreads(); // every warp is done with the stage
+      issue(next_h, next_n, 0);
+    } else {
+      stage ^= 1;
+    }
+    h = next_h;
+    n = next_n;
+  }
+  wait_staged<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
+#pragma unroll
+  for (int t = 0; t < kFeatureTiles; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = e < 2 ? key_top : key_bottom, col = t * 8 + tile_col() + (e & 1);
+      if (key < valid_keys) {
+        const long long at = (head_kv * p.shape.tokens_kv + key_begin + key) * D + col;
+        p.dk[at] += dk[t][e] * p.scale;
+        p.dv[at] += dv[t][e];
       }
     }
 }
