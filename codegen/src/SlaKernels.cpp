@@ -97,16 +97,6 @@ extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kKvBackward
   sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
 }}
 
-// Lines 2-3 and 10-12 per q block, sparse part on tensor cores: L, D^s, dQ +=
-extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSparseRowsMinBlocks) {sparse_rows}(const SageSlaRowsBackwardParams p) {{
-  sage::device::sla::sparse_rows_backward<kHeadDim, kBlockQ, kBlockKv>(p);
-}}
-
-// Lines 7-17 per kv block, sparse part on tensor cores: dK +=, dV +=
-extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_kv}(const SageSlaColumnsBackwardParams p) {{
-  sage::device::sla::sparse_kv_backward<kHeadDim, kBlockQ, kBlockKv>(p);
-}}
-
 // Lines 2-3 per q block, sparse part: L, D^s (and dO^s in f16) for the fused kernel
 extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSparseRowsMinBlocks) {sparse_stats}(const SageSlaSparseBackwardParams p) {{
   sage::device::sla::sparse_row_statistics<kHeadDim, kBlockQ, kBlockKv>(p);
@@ -119,8 +109,7 @@ extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_fused}(const 
 )",
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
       fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("columns_gemm", kSlaColumnsMaskGemmKernel),
-      fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("sparse_rows", kSlaSparseRowsBackwardKernel),
-      fmt::arg("sparse_kv", kSlaSparseKvBackwardKernel), fmt::arg("sparse_stats", kSlaSparseStatisticsKernel),
+      fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("sparse_stats", kSlaSparseStatisticsKernel),
       fmt::arg("sparse_fused", kSlaSparseFusedBackwardKernel), fmt::arg("name", variant.name), fmt::arg("d", d),
       fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
       fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),

@@ -42,8 +42,8 @@ struct SlaRunner::State {
   CacheSource module_source = CacheSource::built;
   double compile_milliseconds = 0.0;
   LoadedKernel pool, predict, states, totals, mask_gemm, output, columns, rows_backward, row_totals, columns_gemm,
-      kv_backward, sparse_rows, sparse_kv;
-  LoadedKernel sparse_stats, sparse_fused; // what backward() launches for the sparse part (sparse_rows, sparse_kv: not)
+      kv_backward;
+  LoadedKernel sparse_stats, sparse_fused; // the sparse part's backward
   unsigned sparse_fused_shared = 0;        // with the stages of the module's arch
 };
 
@@ -83,11 +83,7 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->mask_gemm.setMaxDynamicSharedMemory(codegen::slaMaskGemmSharedBytes());
   state_->columns_gemm.setMaxDynamicSharedMemory(codegen::slaMaskGemmSharedBytes());
   state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
-  state_->sparse_rows = module->kernel(std::string(codegen::kSlaSparseRowsBackwardKernel));
-  state_->sparse_kv = module->kernel(std::string(codegen::kSlaSparseKvBackwardKernel));
   const int sparse_shared = codegen::slaSparseBackwardSharedBytes(variant.head_dim, variant.block_q, variant.block_kv);
-  state_->sparse_rows.setMaxDynamicSharedMemory(sparse_shared);
-  state_->sparse_kv.setMaxDynamicSharedMemory(sparse_shared);
   state_->sparse_stats = module->kernel(std::string(codegen::kSlaSparseStatisticsKernel));
   state_->sparse_fused = module->kernel(std::string(codegen::kSlaSparseFusedBackwardKernel));
   state_->sparse_stats.setMaxDynamicSharedMemory(sparse_shared);

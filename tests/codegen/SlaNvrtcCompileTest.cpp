@@ -73,8 +73,7 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
             return slaOutputSharedBytes(head_dim, variant.block_q);
           if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
             return slaMaskGemmSharedBytes();
-          if (function == kSlaSparseRowsBackwardKernel || function == kSlaSparseKvBackwardKernel ||
-              function == kSlaSparseStatisticsKernel)
+          if (function == kSlaSparseStatisticsKernel)
             return slaSparseBackwardSharedBytes(head_dim, variant.block_q, variant.block_kv);
           if (function == kSlaSparseFusedBackwardKernel)
             return slaSparseFusedSharedBytes(head_dim, variant.block_q, variant.block_kv,

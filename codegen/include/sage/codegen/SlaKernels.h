@@ -34,12 +34,8 @@ inline constexpr std::string_view kSlaRowTotalsKernel = "sage_sla_bwd_row_totals
 // dh_j for every kv block: grid (ceil(kv_blocks / 128), d * d / 128, b * h_kv).
 inline constexpr std::string_view kSlaColumnsMaskGemmKernel = "sage_sla_bwd_mask_gemm";
 inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // grid (kv_blocks, h_kv, b)
-// The sparse part's backward on tensor cores, after the rows / kv kernel (they add to dQ / dK, dV): 2 * block_q
-// (2 * block_kv) threads and slaSparseBackwardSharedBytes of dynamic shared memory.
-inline constexpr std::string_view kSlaSparseRowsBackwardKernel = "sage_sla_bwd_sparse_rows"; // grid (q_blocks, h_q, b)
-inline constexpr std::string_view kSlaSparseKvBackwardKernel = "sage_sla_bwd_sparse_kv"; // grid (kv_blocks, h_kv, b)
-// What the backward launches instead of those two (abi.cuh's SageSlaSparseBackwardParams): the statistics (L, D^s,
-// dO^s in f16; 2 * block_q threads, slaSparseBackwardSharedBytes), then the fused kv-major pass (dQ, dK, dV added;
+// The sparse part's backward on tensor cores (abi.cuh's SageSlaSparseBackwardParams): the statistics (L, D^s, dO^s
+// in f16; 2 * block_q threads, slaSparseBackwardSharedBytes), then the fused kv-major pass (dQ, dK, dV added;
 // 2 * block_kv threads, slaSparseFusedSharedBytes), after the rows and kv kernels.
 inline constexpr std::string_view kSlaSparseStatisticsKernel = "sage_sla_bwd_sparse_stats"; // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaSparseFusedBackwardKernel = "sage_sla_bwd_sparse_fused"; // (kv_blocks, h_kv, b)
@@ -52,7 +48,7 @@ inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state 
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
   std::string source; // #includes the device library's sla headers
-  std::array<std::string_view, 15> entry_points{kSlaPoolKernel,
+  std::array<std::string_view, 13> entry_points{kSlaPoolKernel,
                                                 kSlaPredictKernel,
                                                 kSlaStatesKernel,
                                                 kSlaTotalsKernel,
@@ -63,8 +59,6 @@ struct SlaKernelSource {
                                                 kSlaRowTotalsKernel,
                                                 kSlaColumnsMaskGemmKernel,
                                                 kSlaKvBackwardKernel,
-                                                kSlaSparseRowsBackwardKernel,
-                                                kSlaSparseKvBackwardKernel,
                                                 kSlaSparseStatisticsKernel,
                                                 kSlaSparseFusedBackwardKernel};
 };
@@ -73,9 +67,6 @@ struct SlaKernelSource {
 // of two: the kernels split d x d states over 256 threads) or a block is larger than 128 (the sparse backward runs one
 // warp per 16 rows of a block).
 SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
-
-// Dynamic shared memory of the backward's rows and kv kernels: one d x d f32 state, rows padded by one float.
-inline int slaBackwardSharedBytes(int head_dim) { return head_dim * (head_dim + 1) * 4; }
 
 // Dynamic shared memory of the output kernel (abi.cuh's formula, shared with the device code): split f16 operands of
 // its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).

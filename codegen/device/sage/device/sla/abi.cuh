@@ -114,9 +114,8 @@ struct SageSlaColumnsParams {
 };
 
 // Backward launch 2: one q block of one q head: the linear branch's dQ (written), dH_i, dZ_i. Grid (q_blocks,
-// heads_q, batch); dynamic shared memory: d * (d + 1) floats (H_i). Launch 2b, the sparse part's rows on tensor cores,
-// takes the same block: L and D^s recomputed over the critical blocks (written to lse, delta), dQ += the sparse part's.
-// Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
+// heads_q, batch); dynamic shared memory: sage_sla_rows_backward_shared_bytes. (The sparse part's fields q, k, v,
+// d_sparse, lse, delta are the statistics kernel's too: SageSlaSparseBackwardParams.)
 struct SageSlaRowsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
@@ -155,9 +154,8 @@ struct SageSlaMaskGemmColumnsParams {
 };
 
 // Backward launch 4: one kv block of one kv head: the linear branch's dK, dV (written) over the q heads of its GQA
-// group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: d * (d + 1) floats (dh_j). Launch 4b, the sparse
-// part's kv blocks on tensor cores, takes the same block and adds to dK, dV. Grid (kv_blocks, heads_kv, batch), 2 *
-// block_kv threads; dynamic shared memory: sage_sla_sparse_backward_shared_bytes.
+// group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: sage_sla_kv_backward_shared_bytes. The sparse
+// part's statistics (2c) and fused (4c) kernels take SageSlaSparseBackwardParams.
 struct SageSlaColumnsBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
@@ -173,8 +171,8 @@ struct SageSlaColumnsBackwardParams {
   float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
 };
 
-// Backward launches 2c and 4c, which replace 2b and 4b (the sparse part's rows and kv kernels): P is recomputed once
-// per critical pair instead of three times. 2c, one q block of one q head: L and D^s over its critical blocks (written
+// Backward launches 2c and 4c, the sparse part (they replaced a rows and a kv kernel that computed P three times per
+// critical pair; here once). 2c, one q block of one q head: L and D^s over its critical blocks (written
 // to lse, delta) and dO^s as f16 (d_sparse_f16). Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared
 // memory: sage_sla_sparse_backward_shared_bytes. 4c, one kv block of one kv head over the critical q blocks of the
 // q heads of its GQA group: dK, dV added (plain: the CTA owns its rows), dQ added by f32 reductions (the q head's dQ,
@@ -246,7 +244,7 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_sha
          4 * (SAGE_SLA_MASK_GEMM_ROWS + 8);
 }
 
-// The sparse backward's dynamic shared memory: Q and dO^s (block_q rows), K and V (block_kv rows) in f16 with rows
+// The statistics kernel's dynamic shared memory: Q and dO^s (block_q rows), K and V (block_kv rows) in f16 with rows
 // padded by 8 halves, then L and D^s of a q block (f32).
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int
 sage_sla_sparse_backward_shared_bytes(int head_dim, int block_q, int block_kv) {

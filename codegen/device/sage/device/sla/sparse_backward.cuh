@@ -1,10 +1,12 @@
-// The sparse part of SLA's backward (Algorithm 2, lines 2-3 and 7-12 over the critical blocks) on tensor cores, in the
-// manner of FlashAttention-2's backward: one warp per 16 rows (queries in the rows kernel, keys in the kv kernel),
-// f16 operands (Q, K, V exactly; dO^s, P and dS rounded to f16) with f32 accumulation, scores and their
-// exponentials in f32. The kernels add to dQ, dK and dV, which the linear branch's kernels wrote before them.
+// The sparse part of SLA's backward (Algorithm 2, lines 2-3 and 7-12 over the critical blocks) on tensor cores:
+// the statistics kernel (per q block: L, D^s and dO^s in f16) and the fused kv-major kernel (FlashAttention-2's
+// backward over the critical pairs: dK, dV in registers, dQ by f32 reductions). f16 operands (Q, K, V exactly; dO^s, P
+// and dS rounded to f16) with f32 accumulation, scores and their exponentials in f32. The fused kernel adds to dQ, dK
+// and dV, which the linear branch's kernels wrote before it.
 //
-// Shared memory (dynamic, sage_sla_sparse_backward_shared_bytes): Q, dO^s (rows of the q block) and K, V (rows of
-// the kv block) as f16 with rows padded by 8 halves, then the q block's L and D^s (kv kernel only).
+// Shared memory of the statistics kernel (dynamic, sage_sla_sparse_backward_shared_bytes): Q, dO^s (rows of the q
+// block) and K, V (rows of a kv block) as f16 with rows padded by 8 halves; of the fused kernel:
+// sage_sla_sparse_fused_shared_bytes.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
@@ -12,8 +14,8 @@
 
 namespace sage::device::sla {
 
-// CTAs per SM the rows kernel's registers are budgeted for (its launch bounds): three where shared memory holds three
-// (sm_90, sm_100: 227 KiB; 168 registers, no spills at d = 128), one elsewhere (sm_80 holds two, sm_89 and sm_120
+// CTAs per SM the statistics kernel's registers are budgeted for (its launch bounds): three where shared memory holds
+// three (sm_90, sm_100: 227 KiB; 168 registers, no spills at d = 128), one elsewhere (sm_80 holds two, sm_89 and sm_120
 // one: a register cap would only spill).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
 constexpr int kSparseRowsMinBlocks = 3;
@@ -269,11 +271,11 @@ __device__ __forceinline__ float quad_sum(float value) {
   return value + __shfl_xor_sync(0xffffffffu, value, 2);
 }
 
-// Rows kernel: one q block of one q head, BLOCK_Q / 16 warps. Pass 1 over the critical kv blocks: L (online
-// softmax) and O^s, then D^s = rowsum(dO^s o O^s) (dO^s in f32); pass 2 (kDq): P = exp(S - L), dP = dO^s V^T,
-// dS = P o (dP - D^s), dQ += dS K / sqrt(d). Writes L and D^s for the kv kernel; without kDq (the statistics kernel
-// before the fused one) also dO^s as f16, and stops after pass 1.
-template <int D, int BLOCK_Q, int BLOCK_KV, bool kDq, class Params> __device__ void sparse_rows_pass(const Params &p) {
+// Statistics kernel (launch 2c): one q block of one q head, BLOCK_Q / 16 warps, over the critical kv blocks: L
+// (online softmax) and O^s, then D^s = rowsum(dO^s o O^s) (dO^s in f32). Writes L, D^s and dO^s as f16 for the fused
+// kernel.
+template <int D, int BLOCK_Q, int BLOCK_KV>
+__device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
   using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
   constexpr int kThreadsHere = BLOCK_Q * 2, kKeyTiles = BLOCK_KV / 8, kFeatureTiles = D / 8;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -286,9 +288,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, bool kDq, class Params> __device__ v
   const int begin = i * BLOCK_Q, valid_rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
   const float *d_out = p.d_sparse + head * p.shape.tokens_q * D;
   stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere);
-  unsigned short *d_out_f16 = nullptr;
-  if constexpr (!kDq)
-    d_out_f16 = p.d_sparse_f16 + head * p.shape.tokens_q * D;
+  unsigned short *d_out_f16 = p.d_sparse_f16 + head * p.shape.tokens_q * D;
   stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere, d_out_f16);
   const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
   const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
@@ -386,152 +386,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, bool kDq, class Params> __device__ v
     }
   }
 
-  if constexpr (!kDq) {
-    wait_staged<0>(); // no copy outlives the CTA (a row with no critical block)
-    return;
-  }
-  float dq[kFeatureTiles][4];
-#pragma unroll
-  for (int n = 0; n < kFeatureTiles; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      dq[n][e] = 0.0f;
-  // Pass 2 uses V_n first (dP), then K_n (S and dQ): V_{n+1} loads during S and dQ, K_{n+1} during dP_{n+1} (groups
-  // in the order V_0, K_0, V_1, K_1, ...). Pass 1 ended with both tiles released.
-  stage_block(v_tile, p.v, p.v_strides, 0);
-  stage_block(k_tile, p.k, p.k_strides, 0);
-  for (int n = 0; n < count; ++n) {
-    const int key_begin = critical[n] * BLOCK_KV, keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
-    wait_staged<1>(); // V_n landed; K_n may be in flight
-    __syncthreads();
-    float s[kKeyTiles][4], dp[kKeyTiles][4];
-    mma_rows_by_rows<D, BLOCK_KV>(dp, do_rows, v_rows, m0);
-    __syncthreads(); // every warp is done with V_n
-    stage_block(v_tile, p.v, p.v_strides, n + 1);
-    wait_staged<1>(); // K_n landed
-    __syncthreads();
-    mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
-#pragma unroll
-    for (int t = 0; t < kKeyTiles; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = t * 8 + tile_col() + (e & 1);
-        const float prob = key < keys ? exp2_approx(s[t][e] * scale_log2 - lse[e / 2] * kLog2e) : 0.0f;
-        s[t][e] = prob * (dp[t][e] - delta[e / 2]); // dS
-      }
-    mma_registers_by_rows<BLOCK_KV, D>(dq, s, k_rows);
-    __syncthreads(); // every warp is done with K_n
-    stage_block(k_tile, p.k, p.k_strides, n + 1);
-  }
-#pragma unroll
-  for (int n = 0; n < kFeatureTiles; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = e < 2 ? row_top : row_bottom, col = n * 8 + tile_col() + (e & 1);
-      if (row < valid_rows)
-        p.dq[(head * p.shape.tokens_q + begin + row) * D + col] += dq[n][e] * p.scale;
-    }
-}
-
-template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_rows_backward(const SageSlaRowsBackwardParams &p) {
-  sparse_rows_pass<D, BLOCK_Q, BLOCK_KV, true>(p);
-}
-// Statistics kernel (launch 2c): L, D^s and dO^s in f16 for the fused kernel.
-template <int D, int BLOCK_Q, int BLOCK_KV>
-__device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
-  sparse_rows_pass<D, BLOCK_Q, BLOCK_KV, false>(p);
-}
-
-// KV kernel: one kv block of one kv head, BLOCK_KV / 16 warps (one per 16 keys), over the q blocks of every q head of
-// its GQA group where the block is critical: P^T = exp(K Q^T / sqrt(d) - L), dV += P^T dO^s, dP^T = V dO^s^T,
-// dS^T = P^T o (dP^T - D^s), dK += dS^T Q / sqrt(d).
-template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void sparse_kv_backward(const SageSlaColumnsBackwardParams &p) {
-  using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
-  constexpr int kThreadsHere = BLOCK_KV * 2, kQueryTiles = BLOCK_Q / 8, kFeatureTiles = D / 8;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  unsigned short *q_tile = reinterpret_cast<unsigned short *>(shared_bytes);
-  unsigned short *do_tile = q_tile + L::kTileQ, *k_tile = do_tile + L::kTileQ, *v_tile = k_tile + L::kTileKv;
-  float *lse = reinterpret_cast<float *>(v_tile + L::kTileKv), *delta = lse + BLOCK_Q;
-  const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32;
-  const int group = p.shape.heads_q / p.shape.heads_kv, q_blocks = p.shape.q_blocks;
-  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
-  const int key_begin = j * BLOCK_KV, valid_keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
-  stage_f16_rows<D>(k_tile, L::kStride, p.k, p.k_strides, b, h_kv, key_begin, BLOCK_KV, valid_keys, threadIdx.x,
-                    kThreadsHere);
-  stage_f16_rows<D>(v_tile, L::kStride, p.v, p.v_strides, b, h_kv, key_begin, BLOCK_KV, valid_keys, threadIdx.x,
-                    kThreadsHere);
-  const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
-  const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
-  const int m0 = warp * 16, key_top = m0 + tile_row(), key_bottom = key_top + 8;
-  const float scale_log2 = p.scale * kLog2e;
-
-  float dk[kFeatureTiles][4], dv[kFeatureTiles][4];
-#pragma unroll
-  for (int n = 0; n < kFeatureTiles; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      dk[n][e] = 0.0f;
-      dv[n][e] = 0.0f;
-    }
-  for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
-    const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-    const long long column = head * p.shape.kv_blocks + j;
-    const int *critical = p.critical_columns + column * q_blocks;
-    const int count = p.column_counts[column * 3];
-    const float *d_out = p.d_sparse + head * p.shape.tokens_q * D;
-    for (int n = 0; n < count; ++n) {
-      const int begin = critical[n] * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
-      __syncthreads(); // the previous q block's reads are done (and K, V are staged)
-      // Q's copies are in flight while dO^s is loaded and converted.
-      stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
-      stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, rows, threadIdx.x, kThreadsHere);
-      for (int r = threadIdx.x; r < BLOCK_Q; r += kThreadsHere) {
-        lse[r] = r < rows ? p.lse[head * p.shape.tokens_q + begin + r] : 0.0f;
-        delta[r] = r < rows ? p.delta[head * p.shape.tokens_q + begin + r] : 0.0f;
-      }
-      wait_staged<0>(); // Q (and, the first time, K and V) landed
-      __syncthreads();
-      unsigned fragments[BLOCK_Q / 16][4]; // P^T, then dS^T, as f16 A operands
-      {
-        float s[kQueryTiles][4];
-        mma_rows_by_rows<D, BLOCK_Q>(s, k_rows, q_rows, m0); // S^T
-#pragma unroll
-        for (int t = 0; t < kQueryTiles; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int query = t * 8 + tile_col() + (e & 1);
-            s[t][e] = query < rows ? exp2_approx(s[t][e] * scale_log2 - lse[query] * kLog2e) : 0.0f; // P^T
-          }
-        pack_fragments<BLOCK_Q>(fragments, s);
-      }
-      mma_fragments_by_rows<BLOCK_Q, D>(dv, fragments, do_rows);
-      {
-        float ds[kQueryTiles][4];
-        mma_rows_by_rows<D, BLOCK_Q>(ds, v_rows, do_rows, m0); // dP^T
-#pragma unroll
-        for (int t = 0; t < kQueryTiles; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int query = t * 8 + tile_col() + (e & 1);
-            ds[t][e] = fragment_value<BLOCK_Q>(fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
-          }
-        pack_fragments<BLOCK_Q>(fragments, ds);
-      }
-      mma_fragments_by_rows<BLOCK_Q, D>(dk, fragments, q_rows);
-    }
-  }
-  wait_staged<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
-#pragma unroll
-  for (int n = 0; n < kFeatureTiles; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = e < 2 ? key_top : key_bottom, col = n * 8 + tile_col() + (e & 1);
-      if (key < valid_keys) {
-        const long long at = (head_kv * p.shape.tokens_kv + key_begin + key) * D + col;
-        p.dk[at] += dk[n][e] * p.scale;
-        p.dv[at] += dv[n][e];
-      }
-    }
+  wait_staged<0>(); // no copy outlives the CTA (a row with no critical block)
 }
 
 // 4 bytes global -> shared without registers (the fused kernel's L and D^s rows), in the current group of copies.
