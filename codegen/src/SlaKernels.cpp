@@ -29,7 +29,8 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
   kernel.source = fmt::format(
       R"(// SLA (sparse-linear attention): mask prediction and the linear branch of '{name}'.
 #include "sage/device/sla/backward.cuh"
-#include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/linear_output.cuh"
+#include "sage/device/sla/linear_states.cuh"
 #include "sage/device/sla/mask_gemm.cuh"
 #include "sage/device/sla/mask_prediction.cuh"
 #include "sage/device/sla/sparse_backward.cuh"

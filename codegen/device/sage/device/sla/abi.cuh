@@ -217,7 +217,7 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_predict_rows(
 
 // The output kernel's dynamic shared memory: a d x min(d, 64) column slice of H_i (or min(d, 64) rows of Proj's
 // weight) and the q block's rows of phi(Q) (then O^l), each as f16 hi and lo parts with rows padded by 8 halves, then
-// Z_i, the denominators and a reduction scratch in f32. sla/linear_branch.cuh's OutputLayout uses these functions.
+// Z_i, the denominators and a reduction scratch in f32. sla/linear_output.cuh's OutputLayout uses these functions.
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_operand_halves(int head_dim) {
   const int columns = head_dim < 64 ? head_dim : 64;
   const int state = head_dim * (columns + 8), weight = columns * (head_dim + 8);

@@ -12,7 +12,7 @@
 #pragma once
 
 #include "sage/device/sla/common.cuh"
-#include "sage/device/sla/linear_branch.cuh"
+#include "sage/device/sla/linear_support.cuh"
 #include "sage/device/sla/mask_gemm.cuh"
 #include "sage/device/sla/tensor_core.cuh"
 

@@ -1,0 +1,373 @@
+// SLA's linear branch, Algorithm 1 lines 13 and 16, and the combined output O = O^s + Proj(O^l) (launch 4): per q
+// block phi(Q_i) H_i / (phi(Q_i) Z_i) and O^l W^T + b on tensor cores with split f16 operands. H_i comes from the mask
+// GEMM (mask_gemm.cuh) or, for the rows it flagged, from the listed states read 16 bytes at a time.
+#pragma once
+
+#include "sage/device/sla/linear_support.cuh"
+
+namespace sage::device::sla {
+
+// The output kernel's products: a warp's kTilesPerWarp 16 x 8 tiles (tile = warp + kWarps t of kTiles, kTileColumns
+// tiles per row) of A B, A = rows in shared memory ([m][k]), both operands split in hi and lo (three products). When
+// a row of tiles is kWarps wide, a warp's tiles share one column (m0 = 16 t, n0 = 8 warp): B's fragments are loaded
+// once per k-step for all of them (10 ldmatrix per 12 mma instead of 16).
+template <int K, bool kBKMajor, int kTiles, int kTilesPerWarp, int kTileColumns>
+__device__ __forceinline__ void output_tiles_split(float (&c)[kTilesPerWarp][4], SharedF16 a_hi, SharedF16 a_lo,
+                                                   SharedF16 b_hi, SharedF16 b_lo) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      c[t][e] = 0.0f;
+  if constexpr (kTileColumns == kWarps && kTiles == kWarps * kTilesPerWarp) {
+    const int n0 = 8 * warp;
+#pragma unroll 1
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      unsigned bh[2], bl[2];
+      load_b<kBKMajor>(bh, b_hi, k0, n0);
+      load_b<kBKMajor>(bl, b_lo, k0, n0);
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarp; ++t) {
+        unsigned ah[4], al[4];
+        load_a<false>(ah, a_hi, 16 * t, k0);
+        load_a<false>(al, a_lo, 16 * t, k0);
+        mma_f16(c[t], al, bh);
+        mma_f16(c[t], ah, bl);
+        mma_f16(c[t], ah, bh);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile < kTiles)
+        mma_tile_split<K, false, kBKMajor>(c[t], a_hi, a_lo, b_hi, b_lo, (tile / kTileColumns) * 16,
+                                           (tile % kTileColumns) * 8);
+    }
+  }
+}
+
+// The output kernel's shared memory (abi.cuh's sage_sla_output_* give the host the same numbers).
+template <int D, int BLOCK_Q> struct OutputLayout {
+  static constexpr int kRows = sage_sla_output_rows(BLOCK_Q); // q rows, padded to whole 16-row tiles
+  static constexpr int kColumns = D < 64 ? D : 64;            // output columns per pass of a product
+  static constexpr int kPasses = D / kColumns;
+  static constexpr int kRowStride = D + 8;          // phi(Q), O^l and Proj's weight rows
+  static constexpr int kStateStride = kColumns + 8; // a column slice of H_i
+  static constexpr int kOperandHalves = sage_sla_output_operand_halves(D);
+  static constexpr int kRowHalves = kRows * kRowStride;
+  static constexpr int kTiles = (kRows / 16) * (kColumns / 8); // per pass
+  static constexpr int kTilesPerWarp = (kTiles + kWarps - 1) / kWarps;
+  static constexpr int kVectors = ScaledStateSum<D>::kVectors; // 16-byte pieces of an f16 state
+  static constexpr int kVectorsPerThread = ScaledStateSum<D>::kVectorsPerThread;
+  static_assert(D % 16 == 0 && D <= 128, "D must be 16, 32, 64 or 128");
+  static_assert(2 * (2 * kOperandHalves + 2 * kRowHalves) + 4 * (D + kRows + kWarps) ==
+                    sage_sla_output_shared_bytes(D, BLOCK_Q),
+                "abi.cuh's size of the output kernel's shared memory");
+};
+
+// Launch 4: one q block of one q head. H_i from the mask GEMM or, for the rows it flagged, the sum of the marginal
+// h_j (or with pre-aggregation the sum of all minus the non-marginal ones), in f32 registers (each thread owns
+// kVectorsPerThread runs of 8 elements, read 16 bytes at a time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the
+// denominator is 0; O = O^s + O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the
+// ratio does not change).
+template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
+  using L = OutputLayout<D, BLOCK_Q>;
+  constexpr int kLanes = D / 8; // lanes per row of Q, O^s and O (16-byte pieces of 8 f16 values)
+  constexpr int kRowPieces = L::kRows * kLanes, kRowLoads = (kRowPieces + kThreads - 1) / kThreads;
+  constexpr int kRowBatch = 4;        // pieces of rows in flight per thread
+  constexpr int kStageStride = D + 8; // f32 O^l W^T + b over the rows' buffers (kRows x (D + 8) floats)
+  static_assert(kRowPieces % 32 == 0, "a warp holds whole rows");
+  static_assert(4 * SumListedX4<D>::kScratchFloats <= 2 * 2 * L::kOperandHalves, "the z sum's scratch fits");
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned short *operand_hi = reinterpret_cast<unsigned short *>(shared_bytes); // H_i's slice, then W's rows
+  unsigned short *operand_lo = operand_hi + L::kOperandHalves;
+  unsigned short *rows_hi = operand_lo + L::kOperandHalves; // phi(Q_i), then O^l
+  unsigned short *rows_lo = rows_hi + L::kRowHalves;
+  float *z_state = reinterpret_cast<float *>(rows_lo + L::kRowHalves);
+  float *denominator = z_state + D;
+  float *scratch = denominator + L::kRows;
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x, warp = threadIdx.x / 32;
+  const int h_kv = h / (p.shape.heads_q / p.shape.heads_kv);
+  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
+  const long long row = (static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.q_blocks + i;
+  const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
+  const bool q_vector = rows_vectorizable(p.q, p.q_strides);
+
+  // Q_i's rows, fetched first into the rows' lo buffer (f16, kRowStride per row) so that their latency overlaps H_i's
+  // and Z_i's: 16-byte asynchronous copies (zeros past the block's end), or plain loads where Q is not aligned. Each
+  // thread later reads back only its own pieces (no barrier).
+#pragma unroll
+  for (int m = 0; m < kRowLoads; ++m) {
+    const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+    if (piece >= kRowPieces)
+      continue;
+    unsigned short *to = rows_lo + r * L::kRowStride + c;
+    const bool valid = begin + r < end;
+    const long long from = valid ? element_index(p.q_strides, b, h, begin + r, c) : 0;
+    if (q_vector)
+      linear_copy16_async(to, static_cast<const unsigned short *>(p.q) + from, valid);
+    else
+      *reinterpret_cast<uint4 *>(to) = valid ? load_f16x8(p.q, from, false) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  linear_commit_copies();
+
+  // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
+  // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
+  // sum of all blocks minus the non-marginal ones (Z_i from z_total; a flagged row sums every h_j itself).
+  const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
+  const bool majority = p.marginal_majority != 0;
+  const bool from_gemm = p.h_sums && p.h_sum_fallback[row] == 0; // the same for the whole CTA
+  const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
+  const int *lut = p.linear_lut + row * listed;
+  float state[L::kVectorsPerThread][8];
+#pragma unroll
+  for (int v = 0; v < L::kVectorsPerThread; ++v) {
+    const int piece = v * kThreads + threadIdx.x;
+    if (from_gemm && piece < L::kVectors) {
+      const float4 *sum = reinterpret_cast<const float4 *>(p.h_sums + row * D * D + piece * 8);
+      const float4 left = __ldg(sum), right = __ldg(sum + 1);
+      state[v][0] = left.x, state[v][1] = left.y, state[v][2] = left.z, state[v][3] = left.w;
+      state[v][4] = right.x, state[v][5] = right.y, state[v][6] = right.z, state[v][7] = right.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        state[v][e] = 0.0f;
+    }
+  }
+  if (!from_gemm && majority) // a flagged row (rare): every state, then minus the listed ones below
+    for (int j = 0; j < p.shape.kv_blocks; ++j)
+      ScaledStateSum<D>::add_one(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks + j);
+  const float sign = majority ? -1.0f : 1.0f;
+  // Scratch: the operands' buffers, free until the first pass.
+  const float z_listed = sum_listed_vectors_x4<D>(p.z_states, head_kv * p.shape.kv_blocks, lut, listed,
+                                                  reinterpret_cast<float *>(operand_hi));
+  const float z = threadIdx.x < D ? (majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f) + sign * z_listed : 0.0f;
+  const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
+  for (int n = 0; n < (from_gemm ? 0 : listed); ++n) {
+    const long long block = head_kv * p.shape.kv_blocks + lut[n];
+    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
+    uint4 bits[L::kVectorsPerThread];
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors)
+        bits[v] = __ldg(states + block * L::kVectors + v * kThreads + threadIdx.x);
+    const float coefficient = sign * p.h_scales[block];
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors)
+        accumulate_f16x8(state[v], bits[v], coefficient);
+  }
+  if (threadIdx.x < D)
+    z_state[threadIdx.x] = z;
+  float largest = 0.0f;
+#pragma unroll
+  for (int v = 0; v < L::kVectorsPerThread; ++v)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      largest = fmaxf(largest, fabsf(state[v][e]));
+  const float factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes z_state
+  if (p.h_rows) { // kept for the backward, in the states' format
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors) {
+        unsigned words[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          words[w] = pack_f16x2_rn(state[v][2 * w] * factor, state[v][2 * w + 1] * factor);
+        reinterpret_cast<uint4 *>(p.h_rows)[row * L::kVectors + v * kThreads + threadIdx.x] =
+            make_uint4(words[0], words[1], words[2], words[3]);
+      }
+    if (threadIdx.x == 0)
+      p.h_row_scales[row] = 1.0f / factor;
+    if (threadIdx.x < D)
+      p.z_rows[row * D + threadIdx.x] = z;
+  }
+
+  // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is). A row
+  // is kLanes consecutive lanes with 8 features each; a thread's pieces are those it fetched above.
+  linear_wait_copies();
+#pragma unroll 1 // one piece at a time: H_i's registers are live meanwhile
+  for (int m = 0; m < kRowLoads; ++m) {
+    const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+    if (piece >= kRowPieces) // the same for the whole warp (whole rows per warp)
+      continue;
+    const bool valid = begin + r < end;
+    float x[8];
+    unpack_f16x8(*reinterpret_cast<const uint4 *>(rows_lo + r * L::kRowStride + c), x);
+    feature_map_x8<kLanes, PHI>(x);
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      x[e] = valid ? x[e] : 0.0f; // rows past the block's end stay 0 (phi(0) is not 0)
+      dot += x[e] * z_state[c + e];
+    }
+    dot = lanes_sum<kLanes>(dot);
+    if (c == 0) // its reciprocal: one multiply per element of O^l instead of a division
+      denominator[r] = valid && dot * factor != 0.0f ? 1.0f / (dot * factor) : 0.0f;
+    store_split8_packed(x, 1.0f, rows_hi + r * L::kRowStride + c, rows_lo + r * L::kRowStride + c);
+  }
+
+  // phi(Q_i) H_i, kColumns output columns per pass; O^l stays in registers for Proj.
+  const SharedF16 q_hi{rows_hi, L::kRowStride}, q_lo{rows_lo, L::kRowStride};
+  const bool o_linear_pairs = (reinterpret_cast<unsigned long long>(p.o_linear) & 7u) == 0;
+  float o_linear[L::kPasses][L::kTilesPerWarp][4];
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass) {
+    __syncthreads(); // phi(Q_i) is written; the previous pass's reads of the slice are done
+#pragma unroll
+    for (int v = 0; v < L::kVectorsPerThread; ++v) {
+      const int piece = v * kThreads + threadIdx.x, a = piece * 8 / D, c = piece * 8 % D - pass * L::kColumns;
+      if (piece < L::kVectors && c >= 0 && c < L::kColumns)
+        store_split8_packed(state[v], factor, operand_hi + a * L::kStateStride + c,
+                            operand_lo + a * L::kStateStride + c);
+    }
+    __syncthreads();
+    const SharedF16 h_hi{operand_hi, L::kStateStride}, h_lo{operand_lo, L::kStateStride};
+    float acc[L::kTilesPerWarp][4];
+    output_tiles_split<D, true, L::kTiles, L::kTilesPerWarp, L::kColumns / 8>(acc, q_hi, q_lo, h_hi,
+                                                                              h_lo); // H_i's slice is [in][out]
+#pragma unroll
+    for (int t = 0; t < L::kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile >= L::kTiles)
+        continue;
+      const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + tile_row() + (e >= 2 ? 8 : 0);
+        o_linear[pass][t][e] = acc[t][e] * denominator[r]; // the reciprocal (0 where the denominator is)
+      }
+      if (!p.o_linear)
+        continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) { // two adjacent columns per store (8-byte aligned: col is even)
+        const int r = m0 + tile_row() + 8 * half, col = pass * L::kColumns + n0 + tile_col();
+        float *to =
+            p.o_linear + ((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.tokens_q + begin + r) * D + col;
+        if (begin + r >= end)
+          continue;
+        if (o_linear_pairs)
+          *reinterpret_cast<float2 *>(to) = make_float2(o_linear[pass][t][2 * half], o_linear[pass][t][2 * half + 1]);
+        else
+          to[0] = o_linear[pass][t][2 * half], to[1] = o_linear[pass][t][2 * half + 1];
+      }
+    }
+  }
+  if (!p.proj_weight)
+    return; // O^s and O^l apart: the caller's Proj (a torch.nn.Linear) combines them
+
+  // O = O^s + O^l W^T + b: O^l split into the rows' buffer, W's rows (out) kColumns per pass.
+  __syncthreads(); // every read of phi(Q_i) and of H_i's slice is done
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass)
+#pragma unroll
+    for (int t = 0; t < L::kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile >= L::kTiles)
+        continue;
+      const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) { // two adjacent columns per 4-byte store (col is even)
+        const int r = m0 + tile_row() + 8 * half, col = pass * L::kColumns + n0 + tile_col();
+        unsigned hi, lo;
+        split_f16x2(o_linear[pass][t][2 * half], o_linear[pass][t][2 * half + 1], hi, lo);
+        *reinterpret_cast<unsigned *>(rows_hi + r * L::kRowStride + col) = hi;
+        *reinterpret_cast<unsigned *>(rows_lo + r * L::kRowStride + col) = lo;
+      }
+    }
+  // W's rows are read coalesced, 16 bytes at a time when W is 16-byte aligned, all of a pass's loads before the
+  // barrier that frees the operand buffer (the loads' latency overlaps the wait).
+  constexpr int kWeightPieces = L::kColumns * D / 8, kWeightLoads = (kWeightPieces + kThreads - 1) / kThreads;
+  constexpr int kWeightBatch = L::kTilesPerWarp > 4 ? 2 : 4; // pieces in flight: fewer where O's tiles take registers
+  const bool weight_vector = (reinterpret_cast<unsigned long long>(p.proj_weight) & 15u) == 0;
+  float o_final[L::kPasses][L::kTilesPerWarp][4];
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass) {
+#pragma unroll
+    for (int m0 = 0; m0 < kWeightLoads; m0 += kWeightBatch) {
+      float weights[kWeightBatch][8];
+#pragma unroll
+      for (int u = 0; u < kWeightBatch; ++u) {
+        const int piece = (m0 + u) * kThreads + threadIdx.x;
+        if (m0 + u >= kWeightLoads || piece >= kWeightPieces)
+          continue;
+        const float *from = p.proj_weight + (pass * L::kColumns + piece * 8 / D) * D + piece * 8 % D;
+        if (weight_vector) {
+          const float4 left = __ldg(reinterpret_cast<const float4 *>(from));
+          const float4 right = __ldg(reinterpret_cast<const float4 *>(from) + 1);
+          weights[u][0] = left.x, weights[u][1] = left.y, weights[u][2] = left.z, weights[u][3] = left.w;
+          weights[u][4] = right.x, weights[u][5] = right.y, weights[u][6] = right.z, weights[u][7] = right.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            weights[u][e] = __ldg(from + e);
+        }
+      }
+      if (pass > 0 && m0 == 0)
+        __syncthreads(); // the previous pass's reads of W's rows are done
+#pragma unroll
+      for (int u = 0; u < kWeightBatch; ++u) {
+        const int piece = (m0 + u) * kThreads + threadIdx.x, out = piece * 8 / D, in = piece * 8 % D;
+        if (m0 + u < kWeightLoads && piece < kWeightPieces)
+          store_split8_packed(weights[u], 1.0f, operand_hi + out * L::kRowStride + in,
+                              operand_lo + out * L::kRowStride + in);
+      }
+    }
+    __syncthreads();
+    const SharedF16 w_hi{operand_hi, L::kRowStride}, w_lo{operand_lo, L::kRowStride};
+    output_tiles_split<D, false, L::kTiles, L::kTilesPerWarp, L::kColumns / 8>(o_final[pass], q_hi, q_lo, w_hi,
+                                                                               w_lo); // W is [out][in]: B^T
+  }
+
+  // O^l W^T + b staged in f32 over the rows' buffers, then O = O^s + that row by row, 16 bytes at a time: every
+  // thread reads its pieces of O^s before it writes O (O may alias O^s; a piece is read and written by one thread).
+  __syncthreads(); // every read of O^l's rows is done
+  float *staged = reinterpret_cast<float *>(rows_hi);
+#pragma unroll
+  for (int pass = 0; pass < L::kPasses; ++pass)
+#pragma unroll
+    for (int t = 0; t < L::kTilesPerWarp; ++t) {
+      const int tile = warp + kWarps * t;
+      if (tile >= L::kTiles)
+        continue;
+      const int m0 = (tile / (L::kColumns / 8)) * 16, n0 = (tile % (L::kColumns / 8)) * 8;
+      const int out = pass * L::kColumns + n0 + tile_col();
+      const float bias0 = p.proj_bias ? p.proj_bias[out] : 0.0f, bias1 = p.proj_bias ? p.proj_bias[out + 1] : 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = m0 + tile_row() + 8 * half;
+        *reinterpret_cast<float2 *>(staged + r * kStageStride + out) =
+            make_float2(o_final[pass][t][2 * half] + bias0, o_final[pass][t][2 * half + 1] + bias1);
+      }
+    }
+  __syncthreads();
+  const bool o_vector = rows_vectorizable(p.o_sparse, p.o_sparse_strides) && rows_vectorizable(p.out, p.out_strides);
+#pragma unroll
+  for (int m0 = 0; m0 < kRowLoads; m0 += kRowBatch) {
+    uint4 bits[kRowBatch];
+#pragma unroll
+    for (int u = 0; u < kRowBatch; ++u) {
+      const int piece = (m0 + u) * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+      bits[u] = make_uint4(0u, 0u, 0u, 0u);
+      if (m0 + u < kRowLoads && piece < kRowPieces && begin + r < end)
+        bits[u] = load_f16x8(p.o_sparse, element_index(p.o_sparse_strides, b, h, begin + r, c), o_vector);
+    }
+#pragma unroll
+    for (int u = 0; u < kRowBatch; ++u) {
+      const int piece = (m0 + u) * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+      if (m0 + u >= kRowLoads || piece >= kRowPieces || begin + r >= end)
+        continue;
+      float x[8];
+      unpack_f16x8(bits[u], x);
+      const float4 left = *reinterpret_cast<const float4 *>(staged + r * kStageStride + c);
+      const float4 right = *reinterpret_cast<const float4 *>(staged + r * kStageStride + c + 4);
+      x[0] += left.x, x[1] += left.y, x[2] += left.z, x[3] += left.w;
+      x[4] += right.x, x[5] += right.y, x[6] += right.z, x[7] += right.w;
+      store_f16x8(p.out, element_index(p.out_strides, b, h, begin + r, c), o_vector, pack_f16x8(x));
+    }
+  }
+}
+
+} // namespace sage::device::sla
