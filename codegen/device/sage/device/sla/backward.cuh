@@ -301,13 +301,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   __syncthreads();
 
   float dh[T::kStateM][T::kStateN][4];
-#pragma unroll
-  for (int mi = 0; mi < T::kStateM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < T::kStateN; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        dh[mi][ni][e] = 0.0f;
+  clear_tiles(dh);
   if (threadIdx.x < D)
     dz_state[threadIdx.x] = 0.0f; // read and written by its own thread only
   const bool chunk_warp = T::chunk_warp();
@@ -401,18 +395,10 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     // N = phi(Q) H_i / s_i (H_i is [feature][channel]: k-major B), reduced to <W_r, N_r> at once; then
     // G = W (H_i / s_i)^T ([n][k]).
     float gradient[1][T::kChunkN][4];
-#pragma unroll
-    for (int ni = 0; ni < T::kChunkN; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        gradient[0][ni][e] = 0.0f;
+    clear_tiles(gradient);
     if (chunk_warp) {
       float numerator[1][T::kChunkN][4];
-#pragma unroll
-      for (int ni = 0; ni < T::kChunkN; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          numerator[0][ni][e] = 0.0f;
+      clear_tiles(numerator);
       warp_tiles_mma<D, 1, T::kChunkN, false, true, true, false>(numerator, phi_hi_s, phi_lo_s, h_s, h_s, m0, n0);
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)
@@ -657,11 +643,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
     // d phi(K) = V dh_j^T + dz_j (dh_j [feature][channel] is B^T: [n][k]), then dK through phi; then dV = phi(K) dh_j
     // (k-major B): one set of accumulators live at a time.
     float d_phi[1][T::kChunkN][4];
-#pragma unroll
-    for (int ni = 0; ni < T::kChunkN; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        d_phi[0][ni][e] = 0.0f;
+    clear_tiles(d_phi);
     if (chunk_warp) {
       warp_tiles_mma<D, 1, T::kChunkN, false, false, false, true>(d_phi, v_s, v_s, dh_hi_s, dh_lo_s, m0, n0);
 #pragma unroll
@@ -676,11 +658,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       store_chunk_rows<D, T::kChunkN, PHI != kPhiSoftmax>(
           d_phi[0], p.dk + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
       float dv[1][T::kChunkN][4];
-#pragma unroll
-      for (int ni = 0; ni < T::kChunkN; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dv[0][ni][e] = 0.0f;
+      clear_tiles(dv);
       warp_tiles_mma<D, 1, T::kChunkN, false, true, true, true>(dv, k_hi_s, k_lo_s, dh_hi_s, dh_lo_s, m0, n0);
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)

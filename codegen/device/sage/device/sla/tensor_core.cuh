@@ -122,6 +122,17 @@ __device__ __forceinline__ void mma_tile_split_a(float (&c)[4], SharedF16 a_hi, 
 
 // Where a lane's accumulators sit in its 16 x 8 tile: c[0], c[1] at (row, col), (row, col + 1); c[2], c[3] 8 rows
 // further down.
+// Zeroes an M x N grid of 16 x 8 accumulator tiles (4 floats per lane each).
+template <int M, int N> __device__ __forceinline__ void clear_tiles(float (&c)[M][N][4]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        c[m][n][e] = 0.0f;
+}
+
 __device__ __forceinline__ int tile_row() { return (threadIdx.x % 32) / 4; }
 __device__ __forceinline__ int tile_col() { return (threadIdx.x % 4) * 2; }
 
