@@ -64,13 +64,11 @@ template <int kRows, int kRowBytes> struct SwizzledTile {
     const int linear = row * kChunkBytes + column % kChunkBytes;
     return column / kChunkBytes * kChunkStride + (linear ^ (((linear >> 7) & kUnitMask) << 4));
   }
-  // The K-major operand of rows row0.. (a multiple of 8) whose k step starts at byte `column` (a multiple of 32), as
-  // warpgroup.cuh's matrix_descriptor builds it: LBO 16 bytes (unused), SBO 8 rows. The start address is added in
-  // 16-byte units without masking (shared addresses stay below 2^18), so that a tile's descriptors share one base
-  // and differ by immediates.
-  static constexpr unsigned long long kFixedBits = (1ull << 16) |
-                                                   (static_cast<unsigned long long>(8 * kChunkBytes >> 4) << 32) |
-                                                   (static_cast<unsigned long long>(kSwizzle) << 62);
+  // The K-major operand of rows row0.. (a multiple of 8) whose k step starts at byte `column` (a multiple of 32):
+  // matrix_descriptor's fields for LBO 16 bytes (unused) and SBO 8 rows, with the start address added in 16-byte
+  // units without masking (shared addresses stay below 2^18), so that a tile's descriptors share one base and differ
+  // by immediates.
+  static constexpr unsigned long long kFixedBits = matrix_descriptor(0, 16, 8 * kChunkBytes, kSwizzle);
   static __device__ __forceinline__ unsigned long long descriptor(unsigned tile, int column, int row0 = 0) {
     const unsigned offset = column / kChunkBytes * kChunkStride + row0 * kChunkBytes + column % kChunkBytes;
     return kFixedBits | static_cast<unsigned long long>((tile >> 4) + (offset >> 4));

@@ -55,8 +55,8 @@ template <int kRowBytes> __host__ __device__ constexpr Swizzle swizzle_of_rows()
 //   instruction's K), SBO = 8 rows x row bytes (the next 8-row core-matrix group along M/N).
 //   MN-major (16-bit B transposed, V as [tokens, channels]): LBO = bytes between consecutive swizzle atoms along N
 //   (column chunks of the tile), SBO = 8 rows x row bytes (the next 8 tokens along K).
-__device__ __forceinline__ unsigned long long matrix_descriptor(unsigned address, unsigned leading_bytes,
-                                                                unsigned stride_bytes, Swizzle swizzle) {
+__host__ __device__ __forceinline__ constexpr unsigned long long
+matrix_descriptor(unsigned address, unsigned leading_bytes, unsigned stride_bytes, Swizzle swizzle) {
   unsigned long long descriptor = static_cast<unsigned long long>((address & 0x3FFFFu) >> 4);
   descriptor |= static_cast<unsigned long long>((leading_bytes >> 4) & 0x3FFFu) << 16;
   descriptor |= static_cast<unsigned long long>((stride_bytes >> 4) & 0x3FFFu) << 32;
