@@ -107,11 +107,11 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
     const bool valid = begin + r < end;
     const long long from = valid ? element_index(p.q_strides, b, h, begin + r, c) : 0;
     if (q_vector)
-      linear_copy16_async(to, static_cast<const unsigned short *>(p.q) + from, valid);
+      copy16_async(to, static_cast<const unsigned short *>(p.q) + from, valid);
     else
       *reinterpret_cast<uint4 *>(to) = valid ? load_f16x8(p.q, from, false) : make_uint4(0u, 0u, 0u, 0u);
   }
-  linear_commit_copies();
+  commit_copies();
 
   // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
   // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
@@ -187,7 +187,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
 
   // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is). A row
   // is kLanes consecutive lanes with 8 features each; a thread's pieces are those it fetched above.
-  linear_wait_copies();
+  wait_all_copies();
 #pragma unroll 1 // one piece at a time: H_i's registers are live meanwhile
   for (int m = 0; m < kRowLoads; ++m) {
     const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;

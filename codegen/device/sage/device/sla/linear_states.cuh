@@ -55,7 +55,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
     const bool valid = t < end;
     const long long from = valid ? element_index(strides, b, h, t, column) : 0;
     if (vector)
-      linear_copy16_async(to, static_cast<const unsigned short *>(base) + from, valid);
+      copy16_async(to, static_cast<const unsigned short *>(base) + from, valid);
     else
       *reinterpret_cast<uint4 *>(to) = valid ? load_f16x8(base, from, false) : make_uint4(0u, 0u, 0u, 0u);
   };
@@ -68,7 +68,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
       copy_rows(k_rows + r * kStride + column, p.k, p.k_strides, k_vector, chunk + r);
       copy_rows(v_rows[buffer] + r * kStride + column, p.v, p.v_strides, v_vector, chunk + r);
     }
-    linear_commit_copies();
+    commit_copies();
   };
   float acc[Tiles::kColumnTiles][4];
 #pragma unroll
@@ -86,8 +86,8 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   for (int c = 0; c < kChunks; ++c) {
     const int chunk = begin + c * kStateChunk;
     if (c > 0)
-      __syncthreads();    // the previous chunk's products are done
-    linear_wait_copies(); // this chunk's K and V (the barrier below publishes V)
+      __syncthreads(); // the previous chunk's products are done
+    wait_all_copies(); // this chunk's K and V (the barrier below publishes V)
 #pragma unroll
     for (int m = 0; m < kLoads; ++m) {
       const int piece = m * kThreads + threadIdx.x, r = piece / kLanes;

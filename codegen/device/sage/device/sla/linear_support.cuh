@@ -115,15 +115,6 @@ __device__ __forceinline__ uint4 pack_f16x8(const float (&x)[8]) {
                     pack_f16x2_rn(x[6], x[7]));
 }
 
-// 16 bytes global -> shared without registers (cp.async, sm_80+); `valid` false writes 16 zero bytes, reads nothing.
-__device__ __forceinline__ void linear_copy16_async(void *shared, const void *global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void linear_commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void linear_wait_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 // Sum and max over the kLanes consecutive lanes (a power of two <= 32) that hold one row.
 template <int kLanes> __device__ __forceinline__ float lanes_sum(float value) {
 #pragma unroll

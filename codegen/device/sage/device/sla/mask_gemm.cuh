@@ -18,16 +18,6 @@
 
 namespace sage::device::sla {
 
-// 16 bytes global -> shared, bypassing L1; `valid` false writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void copy16_async(void *shared, const void *global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_all_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 // The CTA tile: 128 output rows x 128 state columns, 64 summed blocks per k-step (double-buffered: one L2 round trip
 // per k-step is exposed at most, and 64 blocks of mma work cover most of it); 8 warps as 4 (rows) x 2 (columns), each
 // 32 x 64 (2 x 8 mma tiles, 64 f32 accumulators). Shared memory (dynamic: abi.cuh's sage_sla_mask_gemm_shared_bytes):

@@ -122,6 +122,16 @@ __device__ __forceinline__ void mma_tile_split_a(float (&c)[4], SharedF16 a_hi, 
 
 // Where a lane's accumulators sit in its 16 x 8 tile: c[0], c[1] at (row, col), (row, col + 1); c[2], c[3] 8 rows
 // further down.
+// cp.async (sm_80+), 16 bytes global -> shared, bypassing L1; `valid` false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void copy16_async(void *shared, const void *global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_all_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
 // Zeroes an M x N grid of 16 x 8 accumulator tiles (4 floats per lane each).
 template <int M, int N> __device__ __forceinline__ void clear_tiles(float (&c)[M][N][4]) {
 #pragma unroll
