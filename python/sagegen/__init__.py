@@ -50,6 +50,19 @@ class _Runner:
         self.handle = handle
         # Not __del__ (module globals may be None at interpreter shutdown): the finalizer holds the destroy function.
         self._finalizer = weakref.finalize(self, loaded.sage_attention_destroy, handle)
+        self._workspace_sizes = {}  # (layout, q shape, k shape) -> bytes: one library call per shape, not per call
+
+    def workspace_bytes(self, layout_value, q_desc, k_desc):
+        key = (layout_value, tuple(q_desc.shape), tuple(k_desc.shape))
+        needed = self._workspace_sizes.get(key)
+        if needed is None:
+            size = ctypes.c_size_t()
+            check(library().sage_attention_workspace_bytes(self.handle, layout_value, ctypes.byref(q_desc),
+                                                           ctypes.byref(k_desc), ctypes.byref(size)))
+            if len(self._workspace_sizes) >= 1024:  # many shapes (varying lengths): bounded, not a leak
+                self._workspace_sizes.clear()
+            needed = self._workspace_sizes[key] = size.value
+        return needed
 
 
 class Attention:
@@ -113,11 +126,7 @@ class Attention:
         q_desc, k_desc = describe(q, "q"), describe(k, "k")
         if q_desc.device < 0:
             raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
-        needed = ctypes.c_size_t()
-        check(library().sage_attention_workspace_bytes(self._runner(q_desc.device, q_desc.dtype).handle,
-                                                       layout_code(layout), ctypes.byref(q_desc),
-                                                       ctypes.byref(k_desc), ctypes.byref(needed)))
-        return needed.value
+        return self._runner(q_desc.device, q_desc.dtype).workspace_bytes(layout_code(layout), q_desc, k_desc)
 
     def __call__(self, q, k, v, layout="HND", phase=PHASE_ALL, out=None, lse=None, block_mask=None, stream=None,
                  workspace=None):
@@ -146,12 +155,10 @@ class Attention:
             runner = self._runner(device, q_desc.dtype)
             descs = {name: describe(tensor, name) for name, tensor in
                      (("k", k), ("v", v), ("o", out), ("lse", lse), ("block_mask", block_mask)) if tensor is not None}
-            needed = ctypes.c_size_t()
-            check(library().sage_attention_workspace_bytes(runner.handle, layout_value, ctypes.byref(q_desc),
-                                                           ctypes.byref(descs["k"]), ctypes.byref(needed)))
             if workspace is None:
-                workspace = self._workspace(stream, device, needed.value, torch)
-            else:
+                workspace = self._workspace(stream, device, runner.workspace_bytes(layout_value, q_desc, descs["k"]),
+                                            torch)
+            else:  # its size is the library's to check
                 ws = describe(workspace, "workspace")
                 if ws.device != device or ws.dtype != 4 or ws.ndim != 1:
                     raise SageArgumentError(f"workspace: expected a 1-D uint8 tensor on CUDA device {device}")

@@ -17,6 +17,7 @@ from typing import Tuple
 
 from ._library import SageArgumentError, TensorDesc, check, library
 from ._tensors import DTYPE_NAMES, describe
+from ._torch import dispatcher_free, run_attention
 
 try:
     import torch
@@ -67,6 +68,19 @@ class _BackwardRunner:
         # Not __del__: runners cached in _runners live until interpreter shutdown, when module globals may already
         # be None. weakref.finalize holds the destroy function itself and runs at exit before that teardown.
         self._finalizer = weakref.finalize(self, loaded.sage_backward_destroy, handle)
+        self._workspace_sizes = {}  # (q shape, k shape) -> bytes: one library call per shape, not per call
+
+    def workspace_bytes(self, q_desc, k_desc):
+        key = (tuple(q_desc.shape), tuple(k_desc.shape))
+        needed = self._workspace_sizes.get(key)
+        if needed is None:
+            size = ctypes.c_size_t()
+            check(_library().sage_backward_workspace_bytes(self.handle, ctypes.byref(q_desc), ctypes.byref(k_desc),
+                                                           ctypes.byref(size)))
+            if len(self._workspace_sizes) >= 1024:  # many shapes (varying lengths): bounded, not a leak
+                self._workspace_sizes.clear()
+            needed = self._workspace_sizes[key] = size.value
+        return needed
 
     def describe(self):
         buffer = ctypes.create_string_buffer(4096)
@@ -80,6 +94,9 @@ _runners_lock = threading.Lock()
 
 def backward_runner(preset, head_dim, causal, dtype, device):
     key = (preset, head_dim, bool(causal), dtype, device)
+    runner = _runners.get(key)  # the lock only where one may be made
+    if runner is not None:
+        return runner
     with _runners_lock:
         if key not in _runners:
             _runners[key] = _BackwardRunner(preset, head_dim, causal, dtype, device)
@@ -96,15 +113,32 @@ def run_backward(q, k, v, o, lse, d_o, d_q, d_k, d_v, causal, scale, workspace_a
     if descs["q"].dtype not in DTYPE_NAMES:
         raise SageArgumentError("q: expected dtype float16 or bfloat16")
     runner = backward_runner(preset, int(q.shape[-1]), causal, descs["q"].dtype, descs["q"].device)
-    needed = ctypes.c_size_t()
-    check(_library().sage_backward_workspace_bytes(runner.handle, ctypes.byref(descs["q"]), ctypes.byref(descs["k"]),
-                                                   ctypes.byref(needed)))
-    workspace = workspace_allocator(needed.value)
+    needed = runner.workspace_bytes(descs["q"], descs["k"])
+    workspace = workspace_allocator(needed)
     args = BackwardArgs(*[ctypes.pointer(descs[name]) for name in
                           ("q", "k", "v", "o", "d_o", "lse", "d_q", "d_k", "d_v")])
     args.softmax_scale = float(scale)
-    args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), needed.value, stream
+    args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), needed, stream
     check(_library().sage_backward_run(runner.handle, ctypes.byref(args)))
+
+
+def _backward_body(q, k, v, o, lse, d_o, causal, scale):
+    """The body of `sagegen::attention_backward`: (dQ, dK, dV)."""
+    q, k, v, o, lse, d_o = (t.contiguous() for t in (q, k, v, o, lse, d_o))
+    d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        # From the caching allocator on this stream: never reused under a running kernel.
+        allocate = lambda size: torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)  # noqa: E731
+        run_backward(q, k, v, o, lse, d_o.to(q.dtype), d_q, d_k, d_v, causal, scale, allocate, stream)
+    return d_q, d_k, d_v
+
+
+def _forward_body(q, k, v, causal, scale, forward_preset):
+    """The body of `sagegen::sagebwd_attention`: (O, LSE) from the forward preset's kernel."""
+    factor = scale * math.sqrt(q.shape[-1])  # the forward kernels scale by 1/sqrt(d): fold the rest into q
+    q_in = q.contiguous() if abs(factor - 1.0) <= 1e-6 else (q * factor).contiguous()
+    return run_attention(q_in, k.contiguous(), v.contiguous(), None, forward_preset, causal, False, "HND", True, "")
 
 
 if torch is not None:
@@ -112,14 +146,7 @@ if torch is not None:
     def attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                               d_o: torch.Tensor, causal: bool,
                               scale: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        q, k, v, o, lse, d_o = (t.contiguous() for t in (q, k, v, o, lse, d_o))
-        d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        with torch.cuda.device(q.device):
-            stream = torch.cuda.current_stream(q.device).cuda_stream
-            # From the caching allocator on this stream: never reused under a running kernel.
-            allocate = lambda size: torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)  # noqa: E731
-            run_backward(q, k, v, o, lse, d_o.to(q.dtype), d_q, d_k, d_v, causal, scale, allocate, stream)
-        return d_q, d_k, d_v
+        return _backward_body(q, k, v, o, lse, d_o, causal, scale)
 
     @attention_backward_op.register_fake
     def _attention_backward_fake(q, k, v, o, lse, d_o, causal, scale):
@@ -128,11 +155,7 @@ if torch is not None:
     @torch.library.custom_op("sagegen::sagebwd_attention", mutates_args=())
     def sagebwd_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                              forward_preset: str) -> Tuple[torch.Tensor, torch.Tensor]:
-        factor = scale * math.sqrt(q.shape[-1])  # the forward kernels scale by 1/sqrt(d): fold the rest into q
-        q_in = q.contiguous() if abs(factor - 1.0) <= 1e-6 else (q * factor).contiguous()
-        out, lse = torch.ops.sagegen.attention(q_in, k.contiguous(), v.contiguous(), None, forward_preset, causal,
-                                               False, "HND", True, "")
-        return out, lse
+        return _forward_body(q, k, v, causal, scale, forward_preset)
 
     @sagebwd_attention_op.register_fake
     def _sagebwd_attention_fake(q, k, v, causal, scale, forward_preset):
@@ -153,11 +176,15 @@ if torch is not None:
 
     class SageBwdFunction(torch.autograd.Function):
         """The same computation as a torch.autograd.Function: saves q, k, v, O and the LSE; backward returns dQ,
-        dK, dV from the SageBwd kernels."""
+        dK, dV from the SageBwd kernels. In eager mode on plain tensors it runs the ops' bodies without the
+        dispatcher (sagebwd_attention's eager route); otherwise it calls the ops."""
 
         @staticmethod
         def forward(ctx, q, k, v, causal, scale, forward_preset):
-            out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, causal, scale, forward_preset)
+            if dispatcher_free(q, k, v):
+                out, lse = _forward_body(q, k, v, causal, scale, forward_preset)
+            else:
+                out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, causal, scale, forward_preset)
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.causal, ctx.scale = causal, scale
             ctx.mark_non_differentiable(lse)
@@ -166,7 +193,11 @@ if torch is not None:
         @staticmethod
         def backward(ctx, grad_out, grad_lse):
             q, k, v, out, lse = ctx.saved_tensors
-            d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+            if dispatcher_free(q, k, v, out, lse, grad_out):
+                d_q, d_k, d_v = _backward_body(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+            else:
+                d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal,
+                                                                     ctx.scale)
             return d_q, d_k, d_v, None, None, None
 
 
@@ -181,5 +212,8 @@ def sagebwd_attention(q, k, v, is_causal=False, scale=None, forward_preset="sage
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if not math.isfinite(scale) or scale <= 0:
         raise SageArgumentError(f"scale: expected a positive finite number, got {scale!r}")
-    out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, bool(is_causal), scale, forward_preset)
+    if dispatcher_free(q, k, v):  # eager: the autograd.Function, without the dispatcher's host time
+        out, lse = SageBwdFunction.apply(q, k, v, bool(is_causal), scale, forward_preset)
+    else:
+        out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, bool(is_causal), scale, forward_preset)
     return (out, lse) if return_lse else out

@@ -39,25 +39,40 @@ def layout_code(layout):
     return LAYOUTS[layout]
 
 
+# dtype / device object -> its code: str(dtype) and the device's fields once per object seen, not on every call
+_CODES, _DEVICES = {}, {}
+
+
+def _cached(cache, key, compute):
+    try:
+        value = cache.get(key)
+    except TypeError:  # an unhashable stand-in for a dtype or device: no caching
+        return compute()
+    if value is None:
+        value = cache[key] = compute()  # only what was accepted: a refused one raises each time
+    return value
+
+
 def describe(tensor, name):
     """A TensorDesc of `tensor`: 1 to 4 dimensions, its strides in elements."""
     if tensor is None:
         raise SageArgumentError(f"{name}: expected a tensor, got None")
-    if not all(hasattr(tensor, field) for field in ("shape", "stride", "dtype", "device", "data_ptr")):
+    try:
+        shape, strides, dtype, data = tensor.shape, tensor.stride(), tensor.dtype, tensor.data_ptr()
+        device = tensor.device
+    except (AttributeError, TypeError):
         raise SageArgumentError(f"{name}: expected a tensor (shape, stride(), dtype, device, data_ptr()), "
-                                f"got {type(tensor).__name__}")
-    shape = tuple(int(size) for size in tensor.shape)
-    if not 1 <= len(shape) <= 4:
-        raise SageArgumentError(f"{name}: expected 1 to 4 dimensions, got shape {shape}")
-    strides = tuple(int(stride) for stride in tensor.stride())
+                                f"got {type(tensor).__name__}") from None
+    ndim = len(shape)
+    if not 1 <= ndim <= 4:
+        raise SageArgumentError(f"{name}: expected 1 to 4 dimensions, got shape {tuple(int(size) for size in shape)}")
     desc = TensorDesc()
-    desc.data = tensor.data_ptr() or None
-    desc.ndim = len(shape)
-    for i, (size, stride) in enumerate(zip(shape, strides)):
-        desc.shape[i] = size
-        desc.strides[i] = stride
-    desc.dtype = dtype_code(tensor.dtype, name)
-    desc.device = device_index(tensor, name)
+    desc.data = data or None
+    desc.ndim = ndim
+    desc.shape[:ndim] = [int(size) for size in shape]
+    desc.strides[:ndim] = [int(stride) for stride in strides]
+    desc.dtype = _cached(_CODES, dtype, lambda: dtype_code(dtype, name))
+    desc.device = _cached(_DEVICES, device, lambda: device_index(tensor, name))
     return desc
 
 

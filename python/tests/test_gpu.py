@@ -6,6 +6,7 @@ torch.compile(fullgraph=True) and CUDA-graph capture, sdpa() routing and its fal
     python3 python/tests/test_gpu.py [-k NAME]     (tools/gpu-check --run does this; pytest runs it too)
 """
 
+import math
 import os
 import re
 import sys
@@ -327,6 +328,36 @@ def test_sagebwd_function_compile_and_scale():
     grads_compiled = torch.autograd.grad(compiled(q, k, v), (q, k, v), grad)
     for a, b in zip(grads, grads_compiled):
         assert _cosine(a, b) >= 0.9999
+
+
+def test_eager_routes_skip_the_dispatcher_and_match_the_ops():
+    """The eager fast routes (the ops' bodies without PyTorch's dispatcher) compute exactly what the ops do, and
+    are taken only where they may be: a gradient-wanting sageattn call still goes through its op."""
+    from sagegen import _torch as routes
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 4, 300, 128, dtype=torch.bfloat16, device="cuda", requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, 4, 300, 128, dtype=torch.bfloat16, device="cuda")
+    assert routes.dispatcher_free(q, k, v)
+    out = sagegen.sagebwd_attention(q, k, v, is_causal=True)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    out_op, _ = torch.ops.sagegen.sagebwd_attention(q, k, v, True, 1 / math.sqrt(128), "sage-b")
+    grads_op = torch.autograd.grad(out_op, (q, k, v), grad)
+    assert torch.equal(out, out_op)
+    for a, b in zip(grads, grads_op):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        fast = sagegen.sageattn(q, k, v, is_causal=True, return_lse=True)
+        through_op = torch.ops.sagegen.attention(q, k, v, None, "sage-b", True, True, "HND", True, "")
+    assert torch.equal(fast[0], through_op[0]) and torch.equal(fast[1], through_op[1])
+    # Gradients wanted from sageattn (no autograd): through its op, whose output refuses backward, instead of a
+    # silently detached output from the body.
+    through_op = sagegen.sageattn(q, k, v)
+    assert through_op.requires_grad
+    with raises(RuntimeError):
+        through_op.sum().backward()
+    assert not routes.dispatcher_free(q.detach().to("meta")) and not routes.dispatcher_free(q.detach().cpu())
+    meta = sagegen.sagebwd_attention(*(t.detach().to("meta") for t in (q, k, v)))  # shapes only, via the fake
+    assert meta.shape == q.shape and meta.device.type == "meta"
 
 
 def main(argv):
