@@ -42,8 +42,9 @@ def _lse_shape(q, layout):
 def dispatcher_free(*tensors):
     """Whether a call may skip PyTorch's dispatcher and run the op's body directly: in eager mode on plain tensors.
     The custom ops' dispatch costs host time (measured on the H100 machine: a SageBwd training step at N = 256,
-    0.94 ms through the ops, 0.69-0.80 ms without; its kernels take less at small sizes); torch.compile, export, tensor subclasses (fake, functional), dispatch modes and
-    non-CUDA tensors (meta: the fake kernels; host: the library's refusal) still go through the ops."""
+    0.94 ms through the ops, 0.69-0.80 ms without; its kernels take less at small sizes). torch.compile, export,
+    tensor subclasses (fake, functional), dispatch modes and non-CUDA tensors (meta: the fake kernels; host: the
+    library's refusal) still go through the ops."""
     if torch.compiler.is_compiling() or _current_dispatch_mode() is not None:
         return False
     return all(type(tensor) is torch.Tensor and tensor.is_cuda for tensor in tensors)
