@@ -7,7 +7,9 @@
 
 The kernels return O^s (critical blocks, exact or quantized as the preset says) and O^l (the linear branch over the
 marginal blocks) apart; the module adds proj(O^l), so autograd differentiates Proj and hands the kernels dO^s and
-dO^l (Algorithm 2). The backward is that of the exact formula with the predicted classes held fixed.
+dO^l (Algorithm 2). The backward is that of the exact formula with the predicted classes held fixed; it is handed the
+forward's O^s, so that with an exact sparse part (sla-f16, sla-f16-elu) it reuses the L the forward saved in the
+workspace and forms D^s from O^s instead of recomputing the sparse part's statistics (sla-int8 recomputes them).
 """
 
 import ctypes
