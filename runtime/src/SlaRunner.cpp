@@ -220,10 +220,10 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
     throw std::invalid_argument("tensors: q, k, v and o are required");
   auto *base = static_cast<unsigned char *>(workspace);
   auto at = [base](size_t offset) { return base + offset; };
-  // L for the backward: where the sparse part is exact and the workspace has the backward's regions. The flag tells
-  // the backward whether this forward wrote it (a later forward with a smaller workspace or a quantized sparse part
-  // clears it).
-  const bool save_lse = state_->saves_lse && keep_rows && phase == RunPhase::all;
+  // L for the backward: where the sparse part is exact, the workspace has the backward's regions and O^s stays in `o`
+  // (no Proj in place: the backward can be handed it). The flag tells the backward whether this forward wrote it (a
+  // later forward with a smaller workspace, Proj in place or a quantized sparse part clears it).
+  const bool save_lse = state_->saves_lse && keep_rows && phase == RunPhase::all && tensors.proj_weight == nullptr;
   const SageSlaShape &size = layout.shape;
   const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
   const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};

@@ -55,7 +55,8 @@ struct SlaWorkspaceLayout {
   // dO^s in f16 (b x h_q x T x d): the sparse part's statistics kernel writes it, its fused kernel reads it.
   size_t d_sparse_f16 = 0;
   // A forward region (4 bytes): run() sets it to 1 where it has the sparse part write its L into `lse` (an exact
-  // sparse part, a backward-sized workspace), else 0; backward() reads it on the device (SageSlaSparseDeltaParams).
+  // sparse part, a backward-sized workspace, proj_weight null so that O^s stays in `o`), else 0; backward() reads it
+  // on the device (SageSlaSparseDeltaParams).
   size_t lse_saved = 0;
   SageSlaShape shape{};
   bool marginal_majority = false;

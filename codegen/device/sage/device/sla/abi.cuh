@@ -23,7 +23,7 @@ struct SageSlaPoolParams {
   float *pooled_q; // [batch, heads_q, q_blocks, d]
   float *pooled_k; // [batch, heads_kv, d, kv_blocks]: transposed, for the prediction's coalesced reads
   // The workspace's flag for the backward, or 0: CTA (0, 0, 0) stores lse_saved_value there, 1 where this forward has
-  // its sparse part write L into the backward's lse region (SageSlaSparseDeltaParams), else 0.
+  // its sparse part write L into the backward's lse region and leaves O^s unchanged (SageSlaSparseDeltaParams), else 0.
   int *lse_saved;
   int lse_saved_value;
 };
