@@ -162,12 +162,7 @@ TEST_CASE("the SLA forward matches the CPU reference") {
       b = static_cast<float>(normal(generator));
 
     runtime::AttentionRunnerOptions options;
-    options.ir_fingerprint = dsl::emitProgram([&] {
-                               AttentionVariant sparse = variant;
-                               sparse.sla = SlaSpec{};
-                               return sparse;
-                             }())
-                                 .fingerprint();
+    options.ir_fingerprint = dsl::emitProgram(runtime::slaSparsePart(variant)).fingerprint(); // as the runner's
     const runtime::SlaRunner runner(variant, options);
     const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape);
