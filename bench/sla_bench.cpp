@@ -1,6 +1,7 @@
 // SLA on the GPU for a sparsity curve: for each sparsity s, k_h = 100 - s (the critical blocks computed exactly) and
 // k_l = min(10, s)%; times the whole forward, the mask prediction alone (RunPhase::prologue), the sparse part alone
-// (the block-sparse attention with the predicted mask) and the backward (Algorithm 2, from dO^s and dO^l). Prints one
+// (the block-sparse attention with the predicted mask) and the backward (Algorithm 2, from dO^s and dO^l; with the
+// forward's O^s passed, and without: backward_recomputed_statistics_ms, the statistics kernel's way). Prints one
 // JSON object per line; bench/sla_bench.py runs it and compares with dense cuDNN SDPA in the same run.
 //
 //   sla_bench --preset sla-f16 --dim 128 --tokens 32768 --batch 1 --heads 16 --sparsities 50,75,90,95,97
@@ -170,8 +171,17 @@ int main(int argc, char **argv) {
       gradients.dq = reinterpret_cast<float *>(dq);
       gradients.dk = reinterpret_cast<float *>(dk);
       gradients.dv = reinterpret_cast<float *>(dv);
-      runner.run(shape, tensors, workspace_pointer, layout.total, nullptr); // the classes and states it reads
+      // The classes and states it reads, and O^s with the sparse part's L saved (Proj left to the caller, as the
+      // PyTorch module does): the backward forms D^s from O^s where the sparse part is exact.
+      tensors.proj_weight = nullptr;
+      runner.run(shape, tensors, workspace_pointer, layout.total, nullptr);
+      gradients.o_sparse = tensors.o;
+      gradients.o_sparse_strides = strides;
       const double backward =
+          medianMilliseconds([&] { runner.backward(shape, gradients, workspace_pointer, layout.total, nullptr); },
+                             std::max(3, options.repeats / 4));
+      gradients.o_sparse = nullptr; // the statistics kernel recomputes L and D^s
+      const double backward_recomputed =
           medianMilliseconds([&] { runner.backward(shape, gradients, workspace_pointer, layout.total, nullptr); },
                              std::max(3, options.repeats / 4));
       std::printf(
@@ -179,10 +189,10 @@ int main(int argc, char **argv) {
           "\"sparsity\": %.1f, \"critical_percent\": %.1f, \"negligible_percent\": %.1f, "
           "\"critical_blocks_per_row\": %d, \"kv_blocks\": %d, \"pre_aggregation\": %s, "
           "\"forward_ms\": %.4f, \"mask_prediction_ms\": %.4f, \"sparse_part_ms\": %.4f, \"backward_ms\": %.4f, "
-          "\"workspace_mib\": %.1f}\n",
+          "\"backward_recomputed_statistics_ms\": %.4f, \"workspace_mib\": %.1f}\n",
           options.preset.c_str(), options.dim, options.tokens, options.batch, options.heads, sparsity, critical,
           negligible, layout.shape.critical_per_row, layout.shape.kv_blocks,
-          layout.marginal_majority ? "true" : "false", forward, prediction, sparse, backward,
+          layout.marginal_majority ? "true" : "false", forward, prediction, sparse, backward, backward_recomputed,
           static_cast<double>(layout.total) / (1 << 20));
       std::fflush(stdout);
       driver.free(workspace);

@@ -69,7 +69,7 @@ def main():
     print(f"SLA forward vs dense cuDNN SDPA: {device}, {args.preset}, b={args.batch} h={args.heads} "
           f"N={args.tokens} d={args.dim}, fp16; cuDNN dense forward {dense:.3f} ms, backward {dense_backward:.3f} ms")
     header = (f"{'sparsity':>8} {'k_h%':>5} {'crit/row':>8} {'preagg':>6} {'SLA fwd ms':>10} {'speedup':>8} "
-              f"{'mask ms':>8} {'sparse ms':>9} {'sparse x':>8} {'rest ms':>8} {'bwd ms':>8} {'bwd x':>7}")
+              f"{'mask ms':>8} {'sparse ms':>9} {'sparse x':>8} {'rest ms':>8} {'bwd ms':>8} {'bwd x':>7} {'bwd-stats ms':>12}")
     print(header)
     for row in rows:
         row["cudnn_dense_ms"] = dense
@@ -81,9 +81,11 @@ def main():
         print(f"{row['sparsity']:>8.1f} {row['critical_percent']:>5.1f} {row['critical_blocks_per_row']:>8d} "
               f"{'yes' if row['pre_aggregation'] else 'no':>6} {row['forward_ms']:>10.3f} {row['speedup']:>7.2f}x "
               f"{row['mask_prediction_ms']:>8.3f} {row['sparse_part_ms']:>9.3f} {row['sparse_only_speedup']:>7.2f}x "
-              f"{rest:>8.3f} {row['backward_ms']:>8.3f} {row['backward_speedup']:>6.2f}x")
+              f"{rest:>8.3f} {row['backward_ms']:>8.3f} {row['backward_speedup']:>6.2f}x "
+              f"{row.get('backward_recomputed_statistics_ms', float('nan')):>12.3f}")
     print("rest = linear branch (h_j, z_j, the mask GEMM's H_i, O^l) + Proj + combine; "
-          "'sparse x': the block-sparse attention alone against dense cuDNN")
+          "'sparse x': the block-sparse attention alone against dense cuDNN; bwd ms: with the forward's O^s passed "
+          "(its saved L where the sparse part is exact), bwd-stats ms: without (the statistics kernel recomputes L)")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"device": device, "rows": rows}, out, indent=1)

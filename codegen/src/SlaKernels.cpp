@@ -107,6 +107,11 @@ extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSp
 extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_fused}(const SageSlaSparseBackwardParams p) {{
   sage::device::sla::sparse_fused_backward<kHeadDim, kBlockQ, kBlockKv>(p);
 }}
+
+// Lines 2-3 where the forward saved L (instead of sparse_stats): D^s = rowsum(dO^s o O^s), dO^s in f16
+extern "C" __global__ void __launch_bounds__(256) {sparse_delta}(const SageSlaSparseDeltaParams p) {{
+  sage::device::sla::sparse_row_delta<kHeadDim, kBlockQ>(p);
+}}
 )",
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
       fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("columns_gemm", kSlaColumnsMaskGemmKernel),
@@ -117,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_fused}(const 
       fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
       fmt::arg("totals", kSlaTotalsKernel), fmt::arg("mask_gemm", kSlaMaskGemmKernel),
       fmt::arg("output", kSlaOutputKernel), fmt::arg("critical", variant.sla.critical_percent),
-      fmt::arg("negligible", variant.sla.negligible_percent));
+      fmt::arg("negligible", variant.sla.negligible_percent), fmt::arg("sparse_delta", kSlaSparseDeltaKernel));
   return kernel;
 }
 

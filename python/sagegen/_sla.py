@@ -7,7 +7,9 @@
 
 The kernels return O^s (critical blocks, exact or quantized as the preset says) and O^l (the linear branch over the
 marginal blocks) apart; the module adds proj(O^l), so autograd differentiates Proj and hands the kernels dO^s and
-dO^l (Algorithm 2). The backward is that of the exact formula with the predicted classes held fixed.
+dO^l (Algorithm 2). The backward is that of the exact formula with the predicted classes held fixed; it is handed the
+forward's O^s, so that with an exact sparse part (sla-f16, sla-f16-elu) it reuses the L the forward saved in the
+workspace and forms D^s from O^s instead of recomputing the sparse part's statistics (sla-int8 recomputes them).
 """
 
 import ctypes
@@ -80,9 +82,13 @@ class SlaKernels:
         self._call(library().sage_sla_forward, dict(q=q, k=k, v=v, o_sparse=o_sparse, o_linear=o_linear), workspace,
                    stream)
 
-    def backward(self, q, k, v, d_sparse, d_linear, dq, dk, dv, workspace, stream):
-        self._call(library().sage_sla_backward,
-                   dict(q=q, k=k, v=v, d_sparse=d_sparse, d_linear=d_linear, dq=dq, dk=dk, dv=dv), workspace, stream)
+    def backward(self, q, k, v, d_sparse, d_linear, dq, dk, dv, workspace, stream, o_sparse=None):
+        """o_sparse: the forward's O^s, unchanged; with an exact preset the forward saved L in the workspace, and the
+        backward forms D^s from O^s instead of recomputing the sparse part's statistics. None: it recomputes them."""
+        tensors = dict(q=q, k=k, v=v, d_sparse=d_sparse, d_linear=d_linear, dq=dq, dk=dk, dv=dv)
+        if o_sparse is not None:
+            tensors["o_sparse"] = o_sparse
+        self._call(library().sage_sla_backward, tensors, workspace, stream)
 
 
 def _torch_parts():
@@ -100,7 +106,8 @@ def _torch_parts():
             o_linear = torch.empty(q.shape, dtype=torch.float32, device=q.device)
             stream = torch.cuda.current_stream(q.device).cuda_stream
             kernels.forward(q, k, v, o_sparse, o_linear, workspace, stream)
-            ctx.save_for_backward(q, k, v, workspace)
+            # O^s too (an output: autograd refuses the backward if the caller changed it in place).
+            ctx.save_for_backward(q, k, v, workspace, o_sparse)
             ctx.kernels = kernels
             ctx.classes = (offset, q_blocks, kv_blocks)
             ctx.mark_non_differentiable(workspace)
@@ -108,14 +115,14 @@ def _torch_parts():
 
         @staticmethod
         def backward(ctx, d_sparse, d_linear, _):
-            q, k, v, workspace = ctx.saved_tensors
+            q, k, v, workspace, o_sparse = ctx.saved_tensors
             d_sparse = torch.zeros_like(q, dtype=torch.float32) if d_sparse is None else d_sparse.float().contiguous()
             d_linear = torch.zeros_like(q, dtype=torch.float32) if d_linear is None else d_linear.float().contiguous()
             dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
             dk = torch.empty(k.shape, dtype=torch.float32, device=q.device)
             dv = torch.empty(v.shape, dtype=torch.float32, device=q.device)
             stream = torch.cuda.current_stream(q.device).cuda_stream
-            ctx.kernels.backward(q, k, v, d_sparse, d_linear, dq, dk, dv, workspace, stream)
+            ctx.kernels.backward(q, k, v, d_sparse, d_linear, dq, dk, dv, workspace, stream, o_sparse=o_sparse)
             return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
 
     class SparseLinearAttention(torch.nn.Module):

@@ -81,6 +81,47 @@ def test_sla_matches_dense_autograd():
     check_case("sla-int8", "softmax", 2, 2, 1024, 1024, 128)
 
 
+def test_sla_backward_with_saved_lse_matches_recomputed():
+    """The backward both ways on one forward: with O^s passed (an exact preset saved L in the forward: D^s from O^s)
+    and without (the statistics kernel recomputes L and D^s); sla-int8 recomputes either way. O^s given as float32 is
+    refused naming it."""
+    from sagegen import _sla
+    for preset in ("sla-f16", "sla-int8"):
+        torch.manual_seed(1)
+        q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
+        k = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
+        v = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
+        kernels = _sla.SlaKernels(preset, 128, 5.0, 10.0, None, torch.cuda.current_device())
+        workspace = torch.empty(kernels.workspace(q, k)[0], dtype=torch.uint8, device="cuda")
+        o_sparse = torch.empty_like(q)
+        o_linear = torch.empty(q.shape, dtype=torch.float32, device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        kernels.forward(q, k, v, o_sparse, o_linear, workspace, stream)
+        d_sparse = torch.randn(q.shape, dtype=torch.float32, device="cuda")
+        d_linear = torch.randn(q.shape, dtype=torch.float32, device="cuda")
+        results = {}
+        for passed in (True, False):  # the saved L first: the statistics kernel overwrites it (with the same L)
+            grads = [torch.full(t.shape, float("nan"), dtype=torch.float32, device="cuda") for t in (q, k, v)]
+            kernels.backward(q, k, v, d_sparse, d_linear, *grads, workspace, stream,
+                             o_sparse=o_sparse if passed else None)
+            results[passed] = grads
+        torch.cuda.synchronize()
+        line = []
+        for name, saved, recomputed in zip(("dQ", "dK", "dV"), results[True], results[False]):
+            c, r = cosine(recomputed, saved), relative_l1(recomputed, saved)
+            line.append(f"{name} cos {c:.7f} rel-L1 {r:.1e}")
+            assert bool(torch.isfinite(saved).all()), f"{name}: non-finite with O^s passed"
+            assert c > 0.99999 and r < 2e-3, f"{name}: saved-L and recomputed backwards differ: cos {c}, rel-L1 {r}"
+        print(f"test_sla_gpu: {preset} backward with O^s passed vs recomputed statistics: " + ", ".join(line))
+        grads = [torch.empty(t.shape, dtype=torch.float32, device="cuda") for t in (q, k, v)]
+        try:
+            kernels.backward(q, k, v, d_sparse, d_linear, *grads, workspace, stream, o_sparse=o_sparse.float())
+        except sagegen.SageArgumentError as error:
+            assert "o_sparse" in str(error), str(error)
+        else:
+            raise AssertionError("a float32 o_sparse was accepted")
+
+
 def test_sla_refuses_bad_input():
     sla = sagegen.SparseLinearAttention(128)
     q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.float32)

@@ -418,10 +418,8 @@ sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
     }
     builder->sla(spec);
     const sage::ir::Program program = builder->build(); // the verifier checks k_h and k_l
-    sage::AttentionVariant sparse = program.variant();
-    sparse.sla = sage::SlaSpec{};
     sage::runtime::AttentionRunnerOptions options;
-    options.ir_fingerprint = sage::dsl::emitProgram(sparse).fingerprint();
+    options.ir_fingerprint = sage::dsl::emitProgram(sage::runtime::slaSparsePart(program.variant())).fingerprint();
     options.device = config->device;
     auto handle = std::make_unique<sage_sla>();
     handle->runner = std::make_unique<sage::runtime::SlaRunner>(program.variant(), options);
@@ -491,6 +489,10 @@ sage_status sage_sla_backward(sage_sla_t sla, const sage_sla_args *args) {
     tensors.dq = static_cast<float *>(contiguousData(args->dq, "dq", SAGE_DTYPE_F32, problem.q_shape, device));
     tensors.dk = static_cast<float *>(contiguousData(args->dk, "dk", SAGE_DTYPE_F32, problem.kv_shape, device));
     tensors.dv = static_cast<float *>(contiguousData(args->dv, "dv", SAGE_DTYPE_F32, problem.kv_shape, device));
+    if (args->o_sparse) { // optional: the forward's O^s, so that a saved L spares the statistics kernel
+      tensors.o_sparse = contiguousData(args->o_sparse, "o_sparse", SAGE_DTYPE_F16, problem.q_shape, device);
+      tensors.o_sparse_strides = contiguousStrides(problem.q_shape);
+    }
     const size_t needed = runner.workspaceBytes(problem.shape, true);
     if (!args->workspace || args->workspace_bytes < needed)
       throw ArgumentError("workspace", std::to_string(needed) + " bytes needed (sage_sla_workspace)");

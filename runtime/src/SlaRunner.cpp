@@ -22,17 +22,35 @@ constexpr size_t kAlignment = 256;
 
 size_t alignUp(size_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
 
-AttentionVariant sparsePartOf(const AttentionVariant &variant) {
-  AttentionVariant sparse = variant;
-  sparse.sla = SlaSpec{};
-  return sparse;
-}
-
 driver::Dim3 grid(long long x, long long y, long long z) {
   return {static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
 }
 
 } // namespace
+
+bool slaSparsePartIsExact(const AttentionVariant &variant) {
+  const auto f16 = [](const QuantizerSpec &spec) { return spec.dtype == ElementType::f16 && !spec.quantized(); };
+  return f16(variant.q) && f16(variant.k) && f16(variant.p) && f16(variant.v) &&
+         variant.smooth_q == SmoothScope::none && variant.smooth_k == SmoothScope::none &&
+         variant.smooth_v == SmoothScope::none && variant.qk.accumulator == AccumulatorType::f32 &&
+         variant.pv.accumulator == AccumulatorType::f32 && variant.accumulation.kind == AccumulationKind::f32;
+}
+
+AttentionVariant slaSparsePart(const AttentionVariant &variant) {
+  AttentionVariant sparse = variant;
+  sparse.sla = SlaSpec{};
+  if (slaSparsePartIsExact(sparse))
+    sparse.epilogue.write_lse = true; // L for the backward (run() passes null where the workspace has no room)
+  return sparse;
+}
+
+void checkSlaSparseOutputStrides(const SageTensorStrides &strides, const schedules::ProblemShape &shape) {
+  if (strides.batch <= 0 || strides.head <= 0 || strides.token < shape.head_dim)
+    throw std::invalid_argument(
+        "tensors.o_sparse_strides: expected positive batch and head strides and a token stride of at least head_dim (" +
+        std::to_string(shape.head_dim) + "), in elements; got (" + std::to_string(strides.batch) + ", " +
+        std::to_string(strides.head) + ", " + std::to_string(strides.token) + ")");
+}
 
 struct SlaRunner::State {
   AttentionVariant variant;
@@ -45,6 +63,8 @@ struct SlaRunner::State {
       kv_backward;
   LoadedKernel sparse_stats, sparse_fused; // the sparse part's backward
   unsigned sparse_fused_shared = 0;        // with the stages of the module's arch
+  LoadedKernel sparse_delta;               // D^s and dO^s from a saved L and O^s, instead of sparse_stats
+  bool saves_lse = false;                  // the sparse part writes its L (slaSparsePartIsExact)
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -55,7 +75,8 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
     throw std::invalid_argument("options.input: the SLA kernels read f16 Q, K and V");
   state_->variant = variant;
   codegen::generateSlaKernels(variant); // checks the head dim before the sparse part is compiled
-  state_->sparse = std::make_unique<AttentionRunner>(sparsePartOf(variant), options);
+  state_->saves_lse = slaSparsePartIsExact(variant);
+  state_->sparse = std::make_unique<AttentionRunner>(slaSparsePart(variant), options);
 
   const CudaDriver &driver = CudaDriver::instance();
   state_->context = driver.primaryContext(state_->sparse->device());
@@ -93,6 +114,7 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->rows_backward.setMaxDynamicSharedMemory(
       codegen::slaRowsBackwardSharedBytes(variant.head_dim, variant.block_q));
   state_->kv_backward.setMaxDynamicSharedMemory(codegen::slaKvBackwardSharedBytes(variant.head_dim));
+  state_->sparse_delta = module->kernel(std::string(codegen::kSlaSparseDeltaKernel));
 }
 
 SlaRunner::~SlaRunner() = default;
@@ -158,6 +180,7 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
   take(layout.z_total, kv_heads * d * 4);
   take(layout.h_sums, rows * d * d * 4);
   take(layout.h_sum_fallback, rows * 4);
+  take(layout.lse_saved, 4);
   take(layout.attention, state_->sparse->workspaceBytes(shape));
   // The backward's regions after the forward's: a backward layout keeps every forward offset.
   if (backward) {
@@ -197,6 +220,10 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
     throw std::invalid_argument("tensors: q, k, v and o are required");
   auto *base = static_cast<unsigned char *>(workspace);
   auto at = [base](size_t offset) { return base + offset; };
+  // L for the backward: where the sparse part is exact, the workspace has the backward's regions and O^s stays in `o`
+  // (no Proj in place: the backward can be handed it). The flag tells the backward whether this forward wrote it (a
+  // later forward with a smaller workspace, Proj in place or a quantized sparse part clears it).
+  const bool save_lse = state_->saves_lse && keep_rows && phase == RunPhase::all && tensors.proj_weight == nullptr;
   const SageSlaShape &size = layout.shape;
   const SageSlaStrides q_strides{tensors.q_strides.batch, tensors.q_strides.head, tensors.q_strides.token};
   const SageSlaStrides k_strides{tensors.k_strides.batch, tensors.k_strides.head, tensors.k_strides.token};
@@ -213,7 +240,9 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                k_strides,
                                size,
                                reinterpret_cast<float *>(at(layout.pooled_q)),
-                               reinterpret_cast<float *>(at(layout.pooled_k))};
+                               reinterpret_cast<float *>(at(layout.pooled_k)),
+                               reinterpret_cast<int *>(at(layout.lse_saved)),
+                               save_lse ? 1 : 0};
   state_->pool.launch(pool, {grid(size.q_blocks + size.kv_blocks, size.heads_q, size.batch), block, 0, stream});
   const SageSlaPredictParams predict{reinterpret_cast<const float *>(at(layout.pooled_q)),
                                      reinterpret_cast<const float *>(at(layout.pooled_k)),
@@ -272,6 +301,7 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
   attention.o = tensors.o;
   attention.o_strides = tensors.o_strides;
   attention.block_mask = at(layout.critical_mask);
+  attention.lse = save_lse ? reinterpret_cast<float *>(at(backward_layout.lse)) : nullptr;
   state_->sparse->run(shape, attention, at(layout.attention), layout.total - layout.attention, stream);
 
   // O^l and O = O^s + Proj(O^l), in place over O^s.
@@ -310,6 +340,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
   if (!tensors.q || !tensors.k || !tensors.v || !tensors.d_sparse || !tensors.d_linear || !tensors.dq || !tensors.dk ||
       !tensors.dv)
     throw std::invalid_argument("tensors: q, k, v, d_sparse, d_linear, dq, dk and dv are required");
+  if (tensors.o_sparse)
+    checkSlaSparseOutputStrides(tensors.o_sparse_strides, shape);
   auto *base = static_cast<unsigned char *>(workspace);
   auto floats = [base](size_t offset) { return reinterpret_cast<float *>(base + offset); };
   auto ints = [base](size_t offset) { return reinterpret_cast<int *>(base + offset); };
@@ -353,7 +385,19 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        floats(layout.dh_scales),
                                        floats(layout.dz_rows)};
   state_->rows_backward.launch(rows, {grid(size.q_blocks, size.heads_q, size.batch), block, rows_shared, stream});
-  // The sparse part: L, D^s and dO^s in f16 per q block here; dQ, dK, dV in one kv-major pass at the end.
+  // The sparse part: L, D^s and dO^s in f16 per q block here; dQ, dK, dV in one kv-major pass at the end. Where the
+  // forward saved L (the workspace's flag, read on the device) and O^s is given, the delta kernel forms D^s from O^s
+  // and the statistics kernel returns at once; else the delta kernel returns and the statistics kernel recomputes.
+  const bool saved_lse = state_->saves_lse && tensors.o_sparse != nullptr;
+  const int *lse_saved = saved_lse ? ints(layout.lse_saved) : nullptr;
+  if (saved_lse) {
+    const SageSlaStrides o_sparse_strides{tensors.o_sparse_strides.batch, tensors.o_sparse_strides.head,
+                                          tensors.o_sparse_strides.token};
+    const SageSlaSparseDeltaParams delta{
+        tensors.d_sparse,     tensors.o_sparse,           o_sparse_strides, lse_saved, size,
+        floats(layout.delta), halves(layout.d_sparse_f16)};
+    state_->sparse_delta.launch(delta, {grid(size.q_blocks, size.heads_q, size.batch), block, 0, stream});
+  }
   const SageSlaSparseBackwardParams sparse{tensors.q,
                                            tensors.k,
                                            tensors.v,
@@ -371,7 +415,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                            floats(layout.delta),
                                            tensors.dq,
                                            tensors.dk,
-                                           tensors.dv};
+                                           tensors.dv,
+                                           lse_saved};
   const auto sparse_shared = static_cast<unsigned>(
       codegen::slaSparseBackwardSharedBytes(d, state_->variant.block_q, state_->variant.block_kv));
   state_->sparse_stats.launch(sparse, {grid(size.q_blocks, size.heads_q, size.batch),

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -161,12 +162,7 @@ TEST_CASE("the SLA forward matches the CPU reference") {
       b = static_cast<float>(normal(generator));
 
     runtime::AttentionRunnerOptions options;
-    options.ir_fingerprint = dsl::emitProgram([&] {
-                               AttentionVariant sparse = variant;
-                               sparse.sla = SlaSpec{};
-                               return sparse;
-                             }())
-                                 .fingerprint();
+    options.ir_fingerprint = dsl::emitProgram(runtime::slaSparsePart(variant)).fingerprint(); // as the runner's
     const runtime::SlaRunner runner(variant, options);
     const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape);
@@ -294,6 +290,9 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
       backward_cases.push_back(
           {magnitudes == BlockMagnitudes::spread ? "sla-f16 dO over 30 binades" : "sla-f16 dO over 48 binades",
            dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 1024, 768, magnitudes});
+    // A quantized sparse part: its forward's L is not the exact formula's, so the statistics kernel runs even with
+    // O^s given.
+    backward_cases.push_back({"sla-int8", dsl::preset("sla-int8", head_dim)->describe(), 2, 2, 640, 900});
   }
   for (const BackwardCase &item : backward_cases) {
     const AttentionVariant &variant = item.variant;
@@ -331,69 +330,105 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true);
     const auto q_device = upload(q), k_device = upload(k), v_device = upload(v);
     const auto weight = upload(projection.weight), d_sparse = upload(d_output), d_linear_device = upload(d_linear);
-    DeviceBuffer o(q_size * 2), workspace(layout.total), dq(q_size * 4), dk(kv_size * 4), dv(kv_size * 4);
-    runtime::SlaTensors tensors;
-    tensors.q = q_device->get();
-    tensors.k = k_device->get();
-    tensors.v = v_device->get();
-    tensors.q_strides = hndStrides(q);
-    tensors.k_strides = hndStrides(k);
-    tensors.v_strides = hndStrides(v);
-    tensors.o = o.get();
-    tensors.o_strides = hndStrides(q);
-    tensors.proj_weight = static_cast<const float *>(weight->get());
-    runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
-    runtime::SlaBackwardTensors gradients;
-    gradients.q = tensors.q;
-    gradients.k = tensors.k;
-    gradients.v = tensors.v;
-    gradients.q_strides = tensors.q_strides;
-    gradients.k_strides = tensors.k_strides;
-    gradients.v_strides = tensors.v_strides;
-    gradients.d_sparse = static_cast<const float *>(d_sparse->get());
-    gradients.d_linear = static_cast<const float *>(d_linear_device->get());
-    gradients.dq = static_cast<float *>(dq.get());
-    gradients.dk = static_cast<float *>(dk.get());
-    gradients.dv = static_cast<float *>(dv.get());
-    runner.backward(shape, gradients, workspace.get(), workspace.bytes, nullptr);
-    driver.synchronizeContext();
+    const bool exact = runtime::slaSparsePartIsExact(variant);
+    CHECK(exact == (item.name != "sla-int8"));
+    const size_t rows = q_size / static_cast<size_t>(d);
+    std::optional<BlockClasses> classes;
+    std::optional<SlaGradients> reference;
+    // Both ways to L and D^s: the statistics kernel (Proj applied in place, no O^s to pass), and the forward's saved L
+    // with D^s from its O^s (Proj left to the caller, O^s passed), which a quantized sparse part declines.
+    for (const bool pass_o_sparse : {false, true}) {
+      const bool saved = exact && pass_o_sparse;
+      CAPTURE(pass_o_sparse);
+      DeviceBuffer o(q_size * 2), workspace(layout.total), dq(q_size * 4), dk(kv_size * 4), dv(kv_size * 4);
+      runtime::SlaTensors tensors;
+      tensors.q = q_device->get();
+      tensors.k = k_device->get();
+      tensors.v = v_device->get();
+      tensors.q_strides = hndStrides(q);
+      tensors.k_strides = hndStrides(k);
+      tensors.v_strides = hndStrides(v);
+      tensors.o = o.get();
+      tensors.o_strides = hndStrides(q);
+      tensors.proj_weight = pass_o_sparse ? nullptr : static_cast<const float *>(weight->get());
+      if (pass_o_sparse) { // a forward without the backward's regions saves no L, and says so in the workspace
+        runner.run(shape, tensors, workspace.get(), runner.workspaceLayout(shape).total, nullptr);
+        CHECK(workspace.read<int>(layout.lse_saved, 1)[0] == 0);
+      }
+      runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
+      CHECK(workspace.read<int>(layout.lse_saved, 1)[0] == (saved ? 1 : 0)); // Proj in place: O^s is gone
+      const auto forward_lse = workspace.read<float>(layout.lse, rows);
+      runtime::SlaBackwardTensors gradients;
+      gradients.q = tensors.q;
+      gradients.k = tensors.k;
+      gradients.v = tensors.v;
+      gradients.q_strides = tensors.q_strides;
+      gradients.k_strides = tensors.k_strides;
+      gradients.v_strides = tensors.v_strides;
+      gradients.d_sparse = static_cast<const float *>(d_sparse->get());
+      gradients.d_linear = static_cast<const float *>(d_linear_device->get());
+      gradients.dq = static_cast<float *>(dq.get());
+      gradients.dk = static_cast<float *>(dk.get());
+      gradients.dv = static_cast<float *>(dv.get());
+      if (pass_o_sparse) {
+        gradients.o_sparse = o.get();
+        gradients.o_sparse_strides = hndStrides(q);
+      }
+      runner.backward(shape, gradients, workspace.get(), workspace.bytes, nullptr);
+      driver.synchronizeContext();
 
-    const size_t entries = static_cast<size_t>(item.heads_q) * layout.shape.q_blocks * layout.shape.kv_blocks;
-    const auto gpu_classes = workspace.read<signed char>(layout.classes, entries);
-    BlockClasses classes{1, item.heads_q, layout.shape.q_blocks, layout.shape.kv_blocks, {}};
-    for (signed char cls : gpu_classes)
-      classes.classes.push_back(static_cast<BlockClass>(cls));
-    const SlaGradients reference = runSlaBackward(variant, q, k, v, projection, classes, d_output);
-    // The backward's mask GEMM flags exactly the kv blocks with a marginal dH_i past its range.
-    const auto column_fallback = workspace.read<int>(
-        layout.dh_sum_fallback, static_cast<size_t>(item.heads_kv) * static_cast<size_t>(layout.shape.kv_blocks));
-    const auto flagged = std::count(column_fallback.begin(), column_fallback.end(), 1);
-    CHECK(std::count(column_fallback.begin(), column_fallback.end(), 0) + flagged ==
-          static_cast<std::ptrdiff_t>(column_fallback.size()));
-    if (item.d_output_magnitudes == BlockMagnitudes::beyond)
-      CHECK(flagged > 0);
-    else
-      CHECK(flagged == 0);
-    const auto gpu_lse = workspace.read<float>(layout.lse, q_size / static_cast<size_t>(d));
-    double worst_lse = 0.0;
-    for (size_t row = 0; row < gpu_lse.size(); ++row)
-      worst_lse = std::max(worst_lse, std::fabs(gpu_lse[row] - reference.sparse_lse[row]));
-    CHECK(worst_lse < 1e-3);
-    for (const auto &[name, buffer, expected] :
-         {std::tuple<const char *, const DeviceBuffer *, const std::vector<double> *>{"dq", &dq, &reference.dq},
-          {"dk", &dk, &reference.dk},
-          {"dv", &dv, &reference.dv}}) {
-      const auto values = buffer->read<float>(0, expected->size());
-      const AccuracyMetrics metrics = compareOutputs(*expected, std::vector<double>(values.begin(), values.end()));
-      CAPTURE(std::string(name));
-      // The sparse part runs on tensor cores with dO^s, P and dS rounded to f16 (relative 2^-12 each, as
-      // FlashAttention-2's backward) and dH_i is stored in f16 like h_j: ~1e-3 rel-L1 expected, under the bounds the
-      // f32 CUDA-core version had.
-      CHECK(metrics.cosine_similarity > 0.9999);
-      CHECK(metrics.relative_l1 < 5e-3);
-      std::printf("gpu_sla_test: backward %-26s d%-3lld %s cos %.7f rel-L1 %.2e (GEMM columns flagged %lld/%zu)\n",
-                  item.name.c_str(), static_cast<long long>(d), name, metrics.cosine_similarity, metrics.relative_l1,
-                  static_cast<long long>(flagged), column_fallback.size());
+      const size_t entries = static_cast<size_t>(item.heads_q) * layout.shape.q_blocks * layout.shape.kv_blocks;
+      const auto gpu_classes = workspace.read<signed char>(layout.classes, entries);
+      BlockClasses run_classes{1, item.heads_q, layout.shape.q_blocks, layout.shape.kv_blocks, {}};
+      for (signed char cls : gpu_classes)
+        run_classes.classes.push_back(static_cast<BlockClass>(cls));
+      if (!classes) {
+        classes = run_classes;
+        reference = runSlaBackward(variant, q, k, v, projection, *classes, d_output);
+      }
+      REQUIRE(run_classes.classes == classes->classes); // the same prediction both times: one reference
+      // The backward's mask GEMM flags exactly the kv blocks with a marginal dH_i past its range.
+      const auto column_fallback = workspace.read<int>(
+          layout.dh_sum_fallback, static_cast<size_t>(item.heads_kv) * static_cast<size_t>(layout.shape.kv_blocks));
+      const auto flagged = std::count(column_fallback.begin(), column_fallback.end(), 1);
+      CHECK(std::count(column_fallback.begin(), column_fallback.end(), 0) + flagged ==
+            static_cast<std::ptrdiff_t>(column_fallback.size()));
+      if (item.d_output_magnitudes == BlockMagnitudes::beyond)
+        CHECK(flagged > 0);
+      else
+        CHECK(flagged == 0);
+      // L as the fused kernel read it: the forward's where it was saved (the statistics kernel returned without
+      // writing), else the statistics kernel's. Both the exact sparse part's natural-log L of S / sqrt(d); the
+      // forward writes its L only where it can be used (saved).
+      const auto gpu_lse = workspace.read<float>(layout.lse, rows);
+      double worst_lse = 0.0, worst_forward_lse = 0.0;
+      for (size_t row = 0; row < rows; ++row) {
+        worst_lse = std::max(worst_lse, std::fabs(gpu_lse[row] - reference->sparse_lse[row]));
+        if (saved)
+          worst_forward_lse = std::max(worst_forward_lse, std::fabs(forward_lse[row] - reference->sparse_lse[row]));
+      }
+      CHECK(worst_lse < 1e-3);
+      CHECK(worst_forward_lse < 1e-3);
+      if (saved)
+        CHECK(std::equal(gpu_lse.begin(), gpu_lse.end(), forward_lse.begin()));
+      for (const auto &[name, buffer, expected] :
+           {std::tuple<const char *, const DeviceBuffer *, const std::vector<double> *>{"dq", &dq, &reference->dq},
+            {"dk", &dk, &reference->dk},
+            {"dv", &dv, &reference->dv}}) {
+        const auto values = buffer->read<float>(0, expected->size());
+        const AccuracyMetrics metrics = compareOutputs(*expected, std::vector<double>(values.begin(), values.end()));
+        CAPTURE(std::string(name));
+        // The sparse part runs on tensor cores with dO^s, P and dS rounded to f16 (relative 2^-12 each, as
+        // FlashAttention-2's backward; with a saved L, D^s comes from the f16 O^s) and dH_i is stored in f16 like h_j:
+        // ~1e-3 rel-L1 expected, under the bounds the f32 CUDA-core version had.
+        CHECK(metrics.cosine_similarity > 0.9999);
+        CHECK(metrics.relative_l1 < 5e-3);
+        std::printf("gpu_sla_test: backward %-26s d%-3lld L %-10s %s cos %.7f rel-L1 %.2e (GEMM columns flagged "
+                    "%lld/%zu)\n",
+                    item.name.c_str(), static_cast<long long>(d), saved ? "saved" : "recomputed", name,
+                    metrics.cosine_similarity, metrics.relative_l1, static_cast<long long>(flagged),
+                    column_fallback.size());
+      }
     }
   }
 }

@@ -208,10 +208,10 @@ void explain(const ExplainOptions &options) {
   if (variant.sla.enabled) {
     // No attention schedule runs an SLA variant whole: the SLA module predicts the mask and computes the linear
     // branch, and the runner hands the critical blocks to the variant without `sla` (block_sparse).
-    AttentionVariant sparse = variant;
-    sparse.sla = SlaSpec{};
+    const AttentionVariant sparse = runtime::slaSparsePart(variant); // as SlaRunner compiles it
     fmt::print("SLA variant '{}': mask prediction, the linear branch and the combine run in the SLA module; its "
-               "sparse part (the variant without `sla`, block_sparse over the critical blocks) is planned as:\n",
+               "sparse part (the variant without `sla`, block_sparse over the critical blocks, writing its LSE "
+               "where it is exact) is planned as:\n",
                variant.name);
     if (!explainVariant(dsl::emitProgram(sparse), sparse, arch, input)) {
       fmt::print("chosen: none (no schedule supports the sparse part on {})\n", schedules::archName(arch));

@@ -9,6 +9,7 @@
 #include "sage/ir/Program.h"
 #include "sage/runtime/AttentionKernelSet.h"
 #include "sage/runtime/AuxiliaryKernels.h"
+#include "sage/runtime/SlaRunner.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
 
@@ -131,11 +132,11 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
     return result;
   }
   if (preset.lse)
-    throw UserError("--lse: the SLA runner writes no LSE");
+    throw UserError("--lse: the SLA runner decides whether its sparse part writes the LSE (an exact one does)");
   if (input != schedules::InputType::f16)
     throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + result.input + "'");
-  AttentionVariant sparse = variant;
-  sparse.sla = SlaSpec{};
+  const AttentionVariant sparse = runtime::slaSparsePart(variant); // as SlaRunner compiles it
+  result.lse = sparse.epilogue.write_lse;
   runtime::AttentionKernelRequest request;
   request.input = input;
   request.arch = arch;

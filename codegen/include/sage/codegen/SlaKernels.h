@@ -45,10 +45,14 @@ inline constexpr int kSlaMaxHeadDim = 128;                             // the ou
 inline constexpr int kSlaMaskGemmRows = SAGE_SLA_MASK_GEMM_ROWS;       // output rows per CTA of the mask GEMMs
 inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state columns per CTA
 
+// Instead of the statistics kernel where the forward saved L (SageSlaSparseDeltaParams): D^s and dO^s in f16 from the
+// forward's O^s; 256 threads. Each of the two returns at once where the workspace's flag says the other runs.
+inline constexpr std::string_view kSlaSparseDeltaKernel = "sage_sla_bwd_sparse_delta"; // grid (q_blocks, h_q, b)
+
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
   std::string source; // #includes the device library's sla headers
-  std::array<std::string_view, 13> entry_points{kSlaPoolKernel,
+  std::array<std::string_view, 14> entry_points{kSlaPoolKernel,
                                                 kSlaPredictKernel,
                                                 kSlaStatesKernel,
                                                 kSlaTotalsKernel,
@@ -60,7 +64,8 @@ struct SlaKernelSource {
                                                 kSlaColumnsMaskGemmKernel,
                                                 kSlaKvBackwardKernel,
                                                 kSlaSparseStatisticsKernel,
-                                                kSlaSparseFusedBackwardKernel};
+                                                kSlaSparseFusedBackwardKernel,
+                                                kSlaSparseDeltaKernel};
 };
 
 // Throws std::invalid_argument naming the field when the variant is not SLA, its head dim is not 16..128 (a power

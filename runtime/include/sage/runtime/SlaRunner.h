@@ -31,6 +31,11 @@ struct SlaBackwardTensors {
   SageTensorStrides q_strides{}, k_strides{}, v_strides{};
   const float *d_sparse = nullptr, *d_linear = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  // The forward's O^s (f16, as run() wrote it to SlaTensors::o with proj_weight null), or null. Given, and where the
+  // forward saved the sparse part's L (an exact sparse part, a backward-sized workspace), D^s = rowsum(dO^s o O^s)
+  // comes from it (FlashAttention's way) instead of the statistics kernel recomputing the sparse part.
+  const void *o_sparse = nullptr;
+  SageTensorStrides o_sparse_strides{};
 };
 
 // Byte offsets of the SLA workspace's regions (each 256-byte aligned) and its total size. h_states holds f16 h_j / s_j
@@ -49,9 +54,23 @@ struct SlaWorkspaceLayout {
   size_t h_rows = 0, h_row_scales = 0, z_rows = 0;
   // dO^s in f16 (b x h_q x T x d): the sparse part's statistics kernel writes it, its fused kernel reads it.
   size_t d_sparse_f16 = 0;
+  // A forward region (4 bytes): run() sets it to 1 where it has the sparse part write its L into `lse` (an exact
+  // sparse part, a backward-sized workspace, proj_weight null so that O^s stays in `o`), else 0; backward() reads it
+  // on the device (SageSlaSparseDeltaParams).
+  size_t lse_saved = 0;
   SageSlaShape shape{};
   bool marginal_majority = false;
 };
+
+// Whether the variant's sparse part is the exact formula's in f16 (no quantizer, no smoothing): then its forward's L
+// is the backward's, and the runner compiles it to write its LSE (slaSparsePart).
+bool slaSparsePartIsExact(const AttentionVariant &variant);
+// The sparse part SlaRunner runs: `variant` without its SLA fields (block_sparse over the critical blocks), writing its
+// LSE where slaSparsePartIsExact. Tools that emit or warm its kernels (and their IR fingerprint) use the same.
+AttentionVariant slaSparsePart(const AttentionVariant &variant);
+// SlaBackwardTensors::o_sparse_strides (elements; the head-dim stride is 1): throws std::invalid_argument naming them
+// unless the batch and head strides are positive and the token stride is at least shape.head_dim.
+void checkSlaSparseOutputStrides(const SageTensorStrides &strides, const schedules::ProblemShape &shape);
 
 class SlaRunner {
 public:
@@ -76,7 +95,9 @@ public:
 
   // Algorithm 2 of the exact formula (the sparse part unquantized), after run() on the same workspace (a
   // backward layout, passed to run() with its full size) and inputs: it reads the forward's classes, lookup tables,
-  // h_j, z_j and the H_i, Z_i that run() keeps in such a workspace.
+  // h_j, z_j and the H_i, Z_i that run() keeps in such a workspace, and the sparse part's L where run() saved it and
+  // tensors.o_sparse is given (else a statistics kernel recomputes L and D^s). Throws std::invalid_argument naming
+  // tensors.o_sparse_strides where they cannot address O^s [b, h_q, n_q, d].
   void backward(const schedules::ProblemShape &shape, const SlaBackwardTensors &tensors, void *workspace,
                 size_t workspace_bytes, driver::Stream stream) const;
 

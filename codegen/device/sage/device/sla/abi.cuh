@@ -22,6 +22,10 @@ struct SageSlaPoolParams {
   struct SageSlaShape shape;
   float *pooled_q; // [batch, heads_q, q_blocks, d]
   float *pooled_k; // [batch, heads_kv, d, kv_blocks]: transposed, for the prediction's coalesced reads
+  // The workspace's flag for the backward, or 0: CTA (0, 0, 0) stores lse_saved_value there, 1 where this forward has
+  // its sparse part write L into the backward's lse region and leaves O^s unchanged (SageSlaSparseDeltaParams), else 0.
+  int *lse_saved;
+  int lse_saved_value;
 };
 
 // Launch 2: P_c, M_c and the lookup tables, sage_sla_predict_rows(kv_blocks) rows of P_c (consecutive q blocks of one
@@ -191,6 +195,22 @@ struct SageSlaSparseBackwardParams {
   float *delta;   // D^s, same
   float *dq;      // [batch, heads_q, tokens_q, d]: 4c adds
   float *dk, *dv; // [batch, heads_kv, tokens_kv, d]: 4c adds
+  // 2c returns at once where this is non-null and *lse_saved != 0: the forward saved L and launch 2d wrote D^s and
+  // dO^s in f16 instead. Null: 2c runs (the statistics recomputed).
+  const int *lse_saved;
+};
+
+// Backward launch 2d, where the forward saved the sparse part's L (FlashAttention's way): D^s = rowsum(dO^s o O^s)
+// from the forward's O^s, and dO^s as f16 for 4c; it returns at once where *lse_saved == 0 (then 2c computes L, D^s
+// and dO^s). Grid (q_blocks, heads_q, batch), 256 threads, no dynamic shared memory.
+struct SageSlaSparseDeltaParams {
+  const float *d_sparse; // dO^s [batch, heads_q, tokens_q, d] f32
+  const void *o_sparse;  // f16 O^s as the forward wrote it (SageSlaOutputParams.o_sparse)
+  struct SageSlaStrides o_sparse_strides;
+  const int *lse_saved; // SageSlaPoolParams.lse_saved
+  struct SageSlaShape shape;
+  float *delta;                 // D^s [batch, heads_q, tokens_q]
+  unsigned short *d_sparse_f16; // f16 bits of dO^s, as 2c writes them
 };
 
 #ifdef __CUDACC__

@@ -34,6 +34,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void pool_blocks(const Sa
   __shared__ float partial[kTokenLanes][D + 1];
   const int b = blockIdx.z, h = blockIdx.y;
   int block = blockIdx.x;
+  if (p.lse_saved != nullptr && block == 0 && h == 0 && b == 0 && threadIdx.x == 0)
+    *p.lse_saved = p.lse_saved_value; // the first launch of every forward: whether this one saves L
   const bool is_q = block < p.shape.q_blocks;
   if (!is_q) {
     block -= p.shape.q_blocks;

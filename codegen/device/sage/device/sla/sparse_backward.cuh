@@ -278,6 +278,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV>
 __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
   using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
   constexpr int kThreadsHere = BLOCK_Q * 2, kKeyTiles = BLOCK_KV / 8, kFeatureTiles = D / 8;
+  if (p.lse_saved != nullptr && *p.lse_saved != 0)
+    return; // the forward saved L: the delta kernel wrote D^s and dO^s
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   unsigned short *q_tile = reinterpret_cast<unsigned short *>(shared_bytes);
   unsigned short *do_tile = q_tile + L::kTileQ, *k_tile = do_tile + L::kTileQ, *v_tile = k_tile + L::kTileKv;
@@ -387,6 +389,72 @@ __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
   }
 
   wait_staged<0>(); // no copy outlives the CTA (a row with no critical block)
+}
+
+// Delta kernel (launch 2d, instead of 2c where the forward saved L): one q block of one q head, 256 threads.
+// D^s = rowsum(dO^s o O^s) with the forward's O^s (f16, as FlashAttention-2 forms D from the saved O) and dO^s in
+// f32; dO^s also goes out as f16 for the fused kernel. kLanes = D / 4 lanes per row, 4 columns each (16 bytes of dO^s,
+// 8 of O^s); a thread loads all its rows before it reduces, so that their loads are in flight together.
+template <int D, int BLOCK_Q> __device__ void sparse_row_delta(const SageSlaSparseDeltaParams &p) {
+  constexpr int kThreadsHere = 256, kLanes = D / 4, kRowsPerPass = kThreadsHere / kLanes;
+  constexpr int kPasses = (BLOCK_Q + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(D % 4 == 0 && kLanes <= 32 && 32 % kLanes == 0, "a row's lanes within one warp");
+  if (p.lse_saved == nullptr || *p.lse_saved == 0)
+    return; // no saved L: the statistics kernel computes D^s and dO^s
+  const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x;
+  const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+  const int begin = i * BLOCK_Q, valid_rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+  const int lane = threadIdx.x % kLanes, c0 = lane * 4, first = threadIdx.x / kLanes;
+  const float *d_out = p.d_sparse + (head * p.shape.tokens_q + begin) * D;
+  const unsigned short *o =
+      static_cast<const unsigned short *>(p.o_sparse) + element_index(p.o_sparse_strides, b, h, begin, 0);
+  unsigned short *d_out_f16 = p.d_sparse_f16 + (head * p.shape.tokens_q + begin) * D;
+  float4 gradient[kPasses];
+  unsigned short output[kPasses][4];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = first + pass * kRowsPerPass;
+    gradient[pass] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      output[pass][c] = 0;
+    if (row >= valid_rows)
+      continue;
+    const float *g = d_out + static_cast<long long>(row) * D + c0;
+    if (reinterpret_cast<unsigned long long>(g) % 16 == 0)
+      gradient[pass] = *reinterpret_cast<const float4 *>(g);
+    else
+      gradient[pass] = make_float4(g[0], g[1], g[2], g[3]);
+    const unsigned short *x = o + row * p.o_sparse_strides.token + c0;
+    if (reinterpret_cast<unsigned long long>(x) % 8 == 0) {
+      const uint2 bits = *reinterpret_cast<const uint2 *>(x);
+      output[pass][0] = static_cast<unsigned short>(bits.x & 0xffffu);
+      output[pass][1] = static_cast<unsigned short>(bits.x >> 16);
+      output[pass][2] = static_cast<unsigned short>(bits.y & 0xffffu);
+      output[pass][3] = static_cast<unsigned short>(bits.y >> 16);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        output[pass][c] = x[c];
+    }
+  }
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = first + pass * kRowsPerPass;
+    const float4 g = gradient[pass];
+    float dot = g.x * f16_value(output[pass][0]) + g.y * f16_value(output[pass][1]) + g.z * f16_value(output[pass][2]) +
+                g.w * f16_value(output[pass][3]);
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset /= 2) // the row's lanes: kLanes consecutive ones of a warp
+      dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    if (row < valid_rows) {
+      unsigned short *y = d_out_f16 + static_cast<long long>(row) * D + c0;
+      *reinterpret_cast<uint2 *>(y) =
+          make_uint2(pack_f16x2(f16_bits(g.x), f16_bits(g.y)), pack_f16x2(f16_bits(g.z), f16_bits(g.w)));
+      if (lane == 0)
+        p.delta[head * p.shape.tokens_q + begin + row] = dot;
+    }
+  }
 }
 
 // 4 bytes global -> shared without registers (the fused kernel's L and D^s rows), in the current group of copies.
