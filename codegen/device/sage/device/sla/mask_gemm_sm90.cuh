@@ -1,0 +1,293 @@
+// The mask GEMMs on sm_90a's warpgroup MMAs (sla/mask_gemm.cuh says what they compute and why A's entries are exact).
+// A CTA computes 128 output rows x 256 state columns: two warpgroups, each 64 rows x 256 columns (two m64n128k16
+// wgmma per 16 summed blocks, 128 f32 accumulators per thread), both operands from shared memory:
+//   A (the built mask tile, [row][summed block], 128 x 64 f16 per k-step): K-major, 128-byte swizzle; each warpgroup
+//     builds its own 64 rows (from the class bytes and the factor table) while its previous wgmma group runs, so A's
+//     two buffers need no CTA-wide hand-over;
+//   S (the states, [summed block][column], 64 x 256 f16 per k-step): MN-major (wgmma's transpose bit for 16-bit B),
+//     four 128-byte column chunks with the 128-byte swizzle, as the sm90 forward's V; cp.async, kStages buffers,
+//     kStages - 2 k-steps ahead.
+// One CTA barrier per k-step: S's tile landed and A's tile written (each thread fences the async proxy first), and
+// every warpgroup has retired the wgmma group of two steps back, whose S buffer the step's copies then overwrite.
+// The class bytes of a step are loaded into registers one step ahead, so their L2 latency hides behind a step's MMAs.
+#pragma once
+
+#include "sage/device/sla/mask_gemm_support.cuh"
+#include "sage/device/sm90/backward.cuh"
+#include "sage/device/sm90/warpgroup.cuh"
+
+// Whether this module's mask GEMM is the wgmma kernel (sm_90a) or mma.sync (every other arch).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SAGE_SLA_MASK_GEMM_SM90 1
+#else
+#define SAGE_SLA_MASK_GEMM_SM90 0
+#endif
+
+namespace sage::device::sla {
+
+// CTAs per SM the mask GEMMs' launch bounds ask for: one with wgmma (128 accumulators per thread, ~200 KB of shared
+// memory), two with mma.sync (128 registers, 80 KB).
+constexpr int kMaskGemmMinBlocks = SAGE_SLA_MASK_GEMM_SM90 ? 1 : 2;
+
+#if SAGE_SLA_MASK_GEMM_SM90
+
+// The runs of a thread's row of A for one k-step, or all critical (no marginal entries) for a row past the end.
+template <int kRuns> struct ClassRuns { ClassRun run[kRuns]; };
+
+template <int kRuns>
+__device__ __forceinline__ ClassRuns<kRuns> load_class_runs(const MaskGemmOperands &o, int row, int first) {
+  ClassRuns<kRuns> runs;
+  const bool valid = row < o.rows;
+#pragma unroll
+  for (int r = 0; r < kRuns; ++r) {
+    runs.run[r] = load_classes(o, valid ? row : 0, first + 16 * r);
+    if (!valid) {
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+        runs.run[r].word[w] = 0x01010101u; // critical: no marginal entries
+    }
+  }
+  return runs;
+}
+
+// The factors 2^(e_k - e_ref) of the summed blocks: from the shared table when depth <= the table's size, else
+// computed from s_k.
+struct MaskGemmFactors {
+  const unsigned short *table; // in shared memory
+  const float *scales;
+  float reference;
+  bool use_table; // depth <= the table's size
+  __device__ unsigned short operator()(int k) const {
+    return use_table ? table[k] : gemm_factor(__ldg(scales + k), reference);
+  }
+};
+
+// e_ref from the largest s_k (e_ref = e_max - 15; the factors are exact quotients of powers of two), the factor table
+// when depth <= kMaxTable, the tile's row flags cleared. Ends with a CTA barrier.
+template <int kMaxTable, int kRows>
+__device__ __forceinline__ MaskGemmFactors mask_gemm_factors(const MaskGemmOperands &o, unsigned short *table,
+                                                             int *row_fallback, float *scratch) {
+  float largest = 0.0f;
+  for (int k = threadIdx.x; k < o.depth; k += kThreads)
+    largest = fmaxf(largest, o.scales[k]);
+  if (threadIdx.x < kRows)
+    row_fallback[threadIdx.x] = 0;
+  largest = block_reduce<true>(largest, scratch);
+  MaskGemmFactors factors;
+  factors.reference = largest > 0.0f ? ldexpf(largest, -kMaskGemmMaxReference) : 1.0f;
+  factors.scales = o.scales;
+  factors.table = table;
+  factors.use_table = o.depth <= kMaxTable;
+  if (factors.use_table)
+    for (int k = threadIdx.x; k < o.depth; k += kThreads)
+      table[k] = gemm_factor(o.scales[k], factors.reference);
+  __syncthreads();
+  return factors;
+}
+
+// 16 entries of A (summed blocks first .. first + 15 of one row) as 8 f16x2 words; `out_of_range` is set where a
+// marginal entry's factor is below f16's range (the row is flagged).
+__device__ __forceinline__ void a_run_words(const ClassRun &run, int first, const MaskGemmFactors &factors,
+                                            unsigned (&words)[8], bool &out_of_range) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    unsigned short halves[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool marginal = run.marginal(2 * w + e);
+      halves[e] = marginal ? factors(first + 2 * w + e) : 0;
+      out_of_range |= marginal && halves[e] == 0;
+    }
+    words[w] = pack_f16x2(halves[0], halves[1]);
+  }
+}
+
+// D(f32) += A(f16, smem, K-major) B(f16, smem, MN-major), N = 128: sm90/wgmma_instructions.cuh's WgmmaF16SS with the
+// transpose bit of B set (the states are [summed block][column]).
+__device__ __forceinline__ void wgmma_f16_ss_transposed_b(float (&d)[64], unsigned long long desc_a,
+                                                          unsigned long long desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16\n"
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
+      "%64, %65, p, 1, 1, 0, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1)); // scale-d = 1: accumulate
+}
+
+struct MaskGemmWgmmaTile {
+  static constexpr int kM = SAGE_SLA_MASK_GEMM_ROWS, kN = SAGE_SLA_MASK_GEMM_WGMMA_COLUMNS;
+  static constexpr int kK = SAGE_SLA_MASK_GEMM_DEPTH, kStages = SAGE_SLA_MASK_GEMM_WGMMA_STAGES;
+  static constexpr int kAhead = kStages - 2; // k-steps of S in flight beyond the current one
+  static constexpr int kMaxTable = SAGE_SLA_MASK_GEMM_TABLE;
+  static constexpr int kWarpgroupRows = 64, kWgmmaColumns = 128;
+  static constexpr int kRuns = kK / 32; // 16-entry runs of A per thread and k-step (a thread: half a row)
+  using ATile = sm90::backward::SwizzledTile<kM, 2 * kK>; // one 128-byte chunk
+  using STile = sm90::backward::SwizzledTile<kK, 2 * kN>; // four 128-byte column chunks
+  static constexpr int kA = 0;                            // [2][ATile::kBytes]
+  static constexpr int kS = kA + 2 * ATile::kBytes;       // [kStages][STile::kBytes]
+  static constexpr int kTable = kS + kStages * STile::kBytes;
+  static constexpr int kFlags = kTable + 2 * kMaxTable;
+  static constexpr int kScratch = kFlags + 4 * kM;
+  static constexpr int kDynamicBytes = kScratch + 4 * kWarps + 1024; // the base is rounded up to 1024 in-kernel
+  static_assert(kM == 2 * kWarpgroupRows && kThreads == 2 * sm90::kWarpgroupThreads, "two warpgroups of 64 rows");
+  static_assert(2 * kK == 128, "A's rows are one 128-byte swizzle chunk: one k-step");
+  static_assert(kM * kK == kThreads * 16 * kRuns, "a thread builds kRuns runs of 16 entries of A per k-step");
+  static_assert((kK * 2 * kN / 16) % kThreads == 0, "whole 16-byte pieces of S per thread");
+  static_assert(ATile::kBytes % 1024 == 0 && STile::kBytes % 1024 == 0, "tiles at 1024-byte boundaries");
+  static_assert(kDynamicBytes == sage_sla_mask_gemm_shared_bytes(90),
+                "abi.cuh's size of the mask GEMM's shared memory");
+  static_assert(sage_sla_mask_gemm_columns(90) == kN, "abi.cuh's columns per CTA");
+};
+
+template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
+  using T = MaskGemmWgmmaTile;
+  static_assert((D * D) % T::kN == 0, "the columns split into whole tiles");
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  unsigned char *shared = reinterpret_cast<unsigned char *>(
+      (reinterpret_cast<unsigned long long>(shared_bytes) + 1023) / 1024 * 1024); // swizzle atoms need 1024
+  const unsigned shared_base = shared_address(shared);
+  unsigned short *table = reinterpret_cast<unsigned short *>(shared + T::kTable);
+  int *row_fallback = reinterpret_cast<int *>(shared + T::kFlags);
+  float *scratch = reinterpret_cast<float *>(shared + T::kScratch);
+  const int warpgroup = threadIdx.x / sm90::kWarpgroupThreads, depth = o.depth;
+  const int first_row = blockIdx.x * T::kM, first_column = blockIdx.y * T::kN;
+  const int steps = (depth + T::kK - 1) / T::kK;
+
+  // S's k-step `step` into its buffer: 16-byte pieces at their swizzled offsets; summed blocks past the end are zeros
+  // (0 * garbage could be NaN). Always one commit group, empty past the last step, so that the waits count steps.
+  const unsigned short *states = o.states + first_column;
+  auto copy_states = [&](int step) {
+    if (step < steps) {
+      unsigned char *tile = shared + T::kS + (step % T::kStages) * T::STile::kBytes;
+      constexpr int kPiecesPerRow = 2 * T::kN / 16;
+#pragma unroll
+      for (int i = 0; i < T::kK * kPiecesPerRow / kThreads; ++i) {
+        const int piece = static_cast<int>(threadIdx.x) + i * kThreads;
+        const int r = piece / kPiecesPerRow, byte = piece % kPiecesPerRow * 16, k = step * T::kK + r;
+        const bool valid = k < depth;
+        copy16_async(tile + T::STile::offset(r, byte),
+                     states + (valid ? k : 0) * static_cast<long long>(D * D) + byte / 2, valid);
+      }
+    }
+    commit_copies();
+  };
+
+  // A's entries of this thread: row a_row (its warpgroup's rows), summed blocks a_column + 16 r .. + 15 of a k-step.
+  const int a_row = threadIdx.x / 2, a_column = (threadIdx.x % 2) * (T::kK / 2);
+  auto load_row_classes = [&](int step) {
+    return load_class_runs<T::kRuns>(o, first_row + a_row, step * T::kK + a_column);
+  };
+
+#pragma unroll
+  for (int step = 0; step < T::kAhead; ++step)
+    copy_states(step);
+  ClassRuns<T::kRuns> next = load_row_classes(0);
+  const MaskGemmFactors factors = mask_gemm_factors<T::kMaxTable, T::kM>(o, table, row_fallback, scratch);
+  bool out_of_range = false;
+  auto store_a = [&](int step) {
+    unsigned char *tile = shared + T::kA + (step & 1) * T::ATile::kBytes;
+#pragma unroll
+    for (int r = 0; r < T::kRuns; ++r) {
+      unsigned words[8];
+      const int column = a_column + 16 * r;
+      a_run_words(next.run[r], step * T::kK + column, factors, words, out_of_range);
+      *reinterpret_cast<uint4 *>(tile + T::ATile::offset(a_row, 2 * column)) =
+          make_uint4(words[0], words[1], words[2], words[3]);
+      *reinterpret_cast<uint4 *>(tile + T::ATile::offset(a_row, 2 * column + 16)) =
+          make_uint4(words[4], words[5], words[6], words[7]);
+    }
+  };
+  store_a(0);
+  if (steps > 1)
+    next = load_row_classes(1);
+
+  float acc[2][64];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < 64; ++i)
+      acc[h][i] = 0.0f;
+
+  // The MN-major S operand of k step s (16 summed blocks) and column half h: chunks 2h, 2h + 1 (LBO apart), the next
+  // 8 summed blocks 8 rows x 128 bytes further (SBO).
+  constexpr unsigned long long kSFixed =
+      sm90::matrix_descriptor(0, T::STile::kChunkStride, 8 * T::STile::kChunkBytes, T::STile::kSwizzle);
+  for (int step = 0; step < steps; ++step) {
+    sm90::backward::wait_copies<T::kAhead - 1>(); // this thread's pieces of S's tile `step`
+    sm90::backward::fence_shared_for_wgmma();     // ... and its entries of A's tile, visible to wgmma
+    __syncthreads(); // every warpgroup has also retired step - 2's group: its S buffer is free
+    copy_states(step + T::kAhead);
+
+    const unsigned a_tile = shared_base + T::kA + (step & 1) * T::ATile::kBytes;
+    const unsigned s_tile = shared_base + T::kS + (step % T::kStages) * T::STile::kBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      sm90::warpgroup_fence_operands(acc[h]);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < T::kK / 16; ++s) {
+      const unsigned long long a = T::ATile::descriptor(a_tile, 32 * s, T::kWarpgroupRows * warpgroup);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned offset = 2 * h * T::STile::kChunkStride + s * 16 * T::STile::kChunkBytes;
+        wgmma_f16_ss_transposed_b(acc[h], a, kSFixed | static_cast<unsigned long long>((s_tile + offset) >> 4));
+      }
+    }
+    sm90::wgmma_commit_group();
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      sm90::warpgroup_fence_operands(acc[h]);
+
+    // While the group runs: A's next tile into the buffer of step - 1 (this warpgroup's rows, read only by its own
+    // wgmma: retired once at most one group is pending), then the class bytes of the step after.
+    if (step + 1 < steps) {
+      sm90::wgmma_wait_group<1>();
+      store_a(step + 1);
+      if (step + 2 < steps)
+        next = load_row_classes(step + 2);
+    }
+  }
+  sm90::wgmma_wait_group<0>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    sm90::warpgroup_fence_operands(acc[h]);
+  if (out_of_range)
+    row_fallback[a_row] = 1;
+
+  // out = acc 2^e_ref (exact). Accumulator element 4j + e of column half h: row 16 (warp % 4) + g + 8 (e / 2) of the
+  // warpgroup's 64, column 128 h + 8 j + 2 t + e % 2; two consecutive columns per 8-byte store.
+  const int lane = threadIdx.x % 32, warp_row = T::kWarpgroupRows * warpgroup + 16 * (threadIdx.x / 32 % 4);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = first_row + warp_row + lane / 4 + 8 * half;
+    if (row >= o.rows)
+      continue;
+    float *out = o.out + row * static_cast<long long>(D * D) + first_column + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        *reinterpret_cast<float2 *>(out + T::kWgmmaColumns * h + 8 * j) =
+            make_float2(acc[h][4 * j + 2 * half] * factors.reference, acc[h][4 * j + 2 * half + 1] * factors.reference);
+  }
+  __syncthreads(); // every thread's flag is in
+  if (blockIdx.y == 0 && threadIdx.x < T::kM && first_row + static_cast<int>(threadIdx.x) < o.rows)
+    o.fallback[first_row + threadIdx.x] = row_fallback[threadIdx.x];
+}
+
+#endif // SAGE_SLA_MASK_GEMM_SM90
+
+} // namespace sage::device::sla
