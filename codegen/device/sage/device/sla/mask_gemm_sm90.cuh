@@ -31,35 +31,27 @@ constexpr int kMaskGemmMinBlocks = SAGE_SLA_MASK_GEMM_SM90 ? 1 : 2;
 
 #if SAGE_SLA_MASK_GEMM_SM90
 
-// The runs of a thread's row of A for one k-step, or all critical (no marginal entries) for a row past the end.
+// The class runs of a thread's half row of A for one k-step. A row past the end reads row 0 (its entries are masked
+// when A is built): no select right after the loads, whose consumers are a k-step later.
 template <int kRuns> struct ClassRuns { ClassRun run[kRuns]; };
 
 template <int kRuns>
 __device__ __forceinline__ ClassRuns<kRuns> load_class_runs(const MaskGemmOperands &o, int row, int first) {
   ClassRuns<kRuns> runs;
-  const bool valid = row < o.rows;
 #pragma unroll
-  for (int r = 0; r < kRuns; ++r) {
-    runs.run[r] = load_classes(o, valid ? row : 0, first + 16 * r);
-    if (!valid) {
-#pragma unroll
-      for (int w = 0; w < 4; ++w)
-        runs.run[r].word[w] = 0x01010101u; // critical: no marginal entries
-    }
-  }
+  for (int r = 0; r < kRuns; ++r)
+    runs.run[r] = load_classes(o, row < o.rows ? row : 0, first + 16 * r);
   return runs;
 }
 
-// The factors 2^(e_k - e_ref) of the summed blocks: from the shared table when depth <= the table's size, else
-// computed from s_k.
+// The factors 2^(e_k - e_ref) of the summed blocks as f16 bits: from the shared table when depth <= the table's size,
+// else computed from s_k.
 struct MaskGemmFactors {
   const unsigned short *table; // in shared memory
   const float *scales;
   float reference;
+  int depth;
   bool use_table; // depth <= the table's size
-  __device__ unsigned short operator()(int k) const {
-    return use_table ? table[k] : gemm_factor(__ldg(scales + k), reference);
-  }
 };
 
 // e_ref from the largest s_k (e_ref = e_max - 15; the factors are exact quotients of powers of two), the factor table
@@ -77,6 +69,7 @@ __device__ __forceinline__ MaskGemmFactors mask_gemm_factors(const MaskGemmOpera
   factors.reference = largest > 0.0f ? ldexpf(largest, -kMaskGemmMaxReference) : 1.0f;
   factors.scales = o.scales;
   factors.table = table;
+  factors.depth = o.depth;
   factors.use_table = o.depth <= kMaxTable;
   if (factors.use_table)
     for (int k = threadIdx.x; k < o.depth; k += kThreads)
@@ -85,21 +78,36 @@ __device__ __forceinline__ MaskGemmFactors mask_gemm_factors(const MaskGemmOpera
   return factors;
 }
 
-// 16 entries of A (summed blocks first .. first + 15 of one row) as 8 f16x2 words; `out_of_range` is set where a
-// marginal entry's factor is below f16's range (the row is flagged).
-__device__ __forceinline__ void a_run_words(const ClassRun &run, int first, const MaskGemmFactors &factors,
-                                            unsigned (&words)[8], bool &out_of_range) {
+// 16 entries of A (summed blocks first .. first + 15 of one row, first a multiple of 16) as 8 f16x2 words, without
+// branches: the 16 factors (two 16-byte table reads; entries past the depth are garbage), each pair ANDed with the
+// mask of its marginal classes (bytes spread to 16-bit lanes, compared with 0) and `row_mask` (0 for a row past the
+// end). `out_of_range` is set where a marginal entry's factor is below f16's range (the row is flagged).
+__device__ __forceinline__ void a_run_words(const ClassRun &run, unsigned row_mask, int first,
+                                            const MaskGemmFactors &factors, unsigned (&words)[8], bool &out_of_range) {
+  unsigned factor[8];
+  if (factors.use_table) {
+    const uint4 low = *reinterpret_cast<const uint4 *>(factors.table + first);
+    const uint4 high = *reinterpret_cast<const uint4 *>(factors.table + first + 8);
+    factor[0] = low.x, factor[1] = low.y, factor[2] = low.z, factor[3] = low.w;
+    factor[4] = high.x, factor[5] = high.y, factor[6] = high.z, factor[7] = high.w;
+  } else {
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const int k = min(first + 2 * w, factors.depth - 1), next = min(first + 2 * w + 1, factors.depth - 1);
+      factor[w] = pack_f16x2(gemm_factor(__ldg(factors.scales + k), factors.reference),
+                             gemm_factor(__ldg(factors.scales + next), factors.reference));
+    }
+  }
+  unsigned zero_factors = 0;
 #pragma unroll
   for (int w = 0; w < 8; ++w) {
-    unsigned short halves[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const bool marginal = run.marginal(2 * w + e);
-      halves[e] = marginal ? factors(first + 2 * w + e) : 0;
-      out_of_range |= marginal && halves[e] == 0;
-    }
-    words[w] = pack_f16x2(halves[0], halves[1]);
+    // classes of entries 2w, 2w + 1 in the low bytes of two 16-bit lanes; marginal (0) lanes become 0xffff
+    const unsigned pair = __byte_perm(run.word[w / 2], 0, w % 2 ? 0x4342 : 0x4140);
+    const unsigned mask = __vcmpeq2(pair, 0) & row_mask;
+    words[w] = factor[w] & mask;
+    zero_factors |= __vcmpeq2(factor[w], 0) & mask;
   }
+  out_of_range |= zero_factors != 0;
 }
 
 // D(f32) += A(f16, smem, K-major) B(f16, smem, MN-major), N = 128: sm90/wgmma_instructions.cuh's WgmmaF16SS with the
@@ -156,8 +164,9 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   using T = MaskGemmWgmmaTile;
   static_assert((D * D) % T::kN == 0, "the columns split into whole tiles");
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  unsigned char *shared = reinterpret_cast<unsigned char *>(
-      (reinterpret_cast<unsigned long long>(shared_bytes) + 1023) / 1024 * 1024); // swizzle atoms need 1024
+  // Swizzle atoms need 1024-byte alignment: the base rounded up by an offset from the array itself, so that the
+  // compiler keeps every access below in the shared state space (st.shared / ld.shared, not generic).
+  unsigned char *shared = shared_bytes + ((1024 - (shared_address(shared_bytes) & 1023)) & 1023);
   const unsigned shared_base = shared_address(shared);
   unsigned short *table = reinterpret_cast<unsigned short *>(shared + T::kTable);
   int *row_fallback = reinterpret_cast<int *>(shared + T::kFlags);
@@ -166,20 +175,24 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   const int first_row = blockIdx.x * T::kM, first_column = blockIdx.y * T::kN;
   const int steps = (depth + T::kK - 1) / T::kK;
 
-  // S's k-step `step` into its buffer: 16-byte pieces at their swizzled offsets; summed blocks past the end are zeros
-  // (0 * garbage could be NaN). Always one commit group, empty past the last step, so that the waits count steps.
-  const unsigned short *states = o.states + first_column;
+  // S's k-step `step` into its buffer: 16-byte pieces at their swizzled offsets, a thread's pieces 8 rows apart (the
+  // same swizzle phase: offsets 1024 bytes apart); summed blocks past the end are zeros (0 * garbage could be NaN).
+  // Always one commit group, empty past the last step, so that the waits count steps.
+  constexpr int kPiecesPerRow = 2 * T::kN / 16, kCopyRows = kThreads / kPiecesPerRow;
+  static_assert(kCopyRows == 8 && T::kK % kCopyRows == 0, "a thread's pieces are 8 rows (1024 bytes) apart");
+  const int copy_row = threadIdx.x / kPiecesPerRow, copy_byte = threadIdx.x % kPiecesPerRow * 16;
+  unsigned char *const copy_target = shared + T::kS + T::STile::offset(copy_row, copy_byte);
+  const unsigned short *const copy_source =
+      o.states + first_column + copy_row * static_cast<long long>(D * D) + copy_byte / 2;
   auto copy_states = [&](int step) {
     if (step < steps) {
-      unsigned char *tile = shared + T::kS + (step % T::kStages) * T::STile::kBytes;
-      constexpr int kPiecesPerRow = 2 * T::kN / 16;
+      unsigned char *tile = copy_target + (step % T::kStages) * T::STile::kBytes;
+      const unsigned short *source = copy_source + step * static_cast<long long>(T::kK * D * D);
 #pragma unroll
-      for (int i = 0; i < T::kK * kPiecesPerRow / kThreads; ++i) {
-        const int piece = static_cast<int>(threadIdx.x) + i * kThreads;
-        const int r = piece / kPiecesPerRow, byte = piece % kPiecesPerRow * 16, k = step * T::kK + r;
-        const bool valid = k < depth;
-        copy16_async(tile + T::STile::offset(r, byte),
-                     states + (valid ? k : 0) * static_cast<long long>(D * D) + byte / 2, valid);
+      for (int i = 0; i < T::kK / kCopyRows; ++i) {
+        const bool valid = step * T::kK + copy_row + kCopyRows * i < depth;
+        copy16_async(tile + 8 * T::STile::kChunkBytes * i,
+                     valid ? source + kCopyRows * i * static_cast<long long>(D * D) : copy_source, valid);
       }
     }
     commit_copies();
@@ -187,6 +200,7 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
 
   // A's entries of this thread: row a_row (its warpgroup's rows), summed blocks a_column + 16 r .. + 15 of a k-step.
   const int a_row = threadIdx.x / 2, a_column = (threadIdx.x % 2) * (T::kK / 2);
+  const unsigned row_mask = first_row + a_row < o.rows ? 0xffffffffu : 0u;
   auto load_row_classes = [&](int step) {
     return load_class_runs<T::kRuns>(o, first_row + a_row, step * T::kK + a_column);
   };
@@ -203,7 +217,7 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
     for (int r = 0; r < T::kRuns; ++r) {
       unsigned words[8];
       const int column = a_column + 16 * r;
-      a_run_words(next.run[r], step * T::kK + column, factors, words, out_of_range);
+      a_run_words(next.run[r], row_mask, step * T::kK + column, factors, words, out_of_range);
       *reinterpret_cast<uint4 *>(tile + T::ATile::offset(a_row, 2 * column)) =
           make_uint4(words[0], words[1], words[2], words[3]);
       *reinterpret_cast<uint4 *>(tile + T::ATile::offset(a_row, 2 * column + 16)) =
