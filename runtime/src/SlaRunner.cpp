@@ -45,7 +45,7 @@ struct SlaRunner::State {
       kv_backward;
   LoadedKernel sparse_stats, sparse_fused; // the sparse part's backward
   unsigned sparse_fused_shared = 0;        // with the stages of the module's arch
-  int mask_gemm_columns = 0;               // the mask GEMMs' state columns per CTA (the module's arch: wgmma or not)
+  unsigned mask_gemm_column_ctas = 0;      // the mask GEMMs' grid along the state columns (the module's arch)
   unsigned mask_gemm_shared = 0;           // and their dynamic shared memory
 };
 
@@ -82,7 +82,8 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
   state_->columns_gemm = module->kernel(std::string(codegen::kSlaColumnsMaskGemmKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
-  state_->mask_gemm_columns = codegen::slaMaskGemmColumns(schedules::computeCapability(arch));
+  state_->mask_gemm_column_ctas =
+      static_cast<unsigned>(codegen::slaMaskGemmColumnCtas(schedules::computeCapability(arch), variant.head_dim));
   state_->mask_gemm_shared = static_cast<unsigned>(codegen::slaMaskGemmSharedBytes(schedules::computeCapability(arch)));
   state_->mask_gemm.setMaxDynamicSharedMemory(static_cast<int>(state_->mask_gemm_shared));
   state_->columns_gemm.setMaxDynamicSharedMemory(static_cast<int>(state_->mask_gemm_shared));
@@ -262,7 +263,7 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                         reinterpret_cast<int *>(at(layout.h_sum_fallback))};
   state_->mask_gemm.launch(mask_gemm,
                            {grid((size.q_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
-                                 d * d / state_->mask_gemm_columns, static_cast<long long>(size.batch) * size.heads_q),
+                                 state_->mask_gemm_column_ctas, static_cast<long long>(size.batch) * size.heads_q),
                             block, state_->mask_gemm_shared, stream});
 
   // O^s: the sparse part over the critical blocks.
@@ -392,10 +393,10 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                                   size,
                                                   floats(layout.dh_sums),
                                                   ints(layout.dh_sum_fallback)};
-  state_->columns_gemm.launch(
-      columns_gemm, {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
-                          d * d / state_->mask_gemm_columns, static_cast<long long>(size.batch) * size.heads_kv),
-                     block, state_->mask_gemm_shared, stream});
+  state_->columns_gemm.launch(columns_gemm,
+                              {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
+                                    state_->mask_gemm_column_ctas, static_cast<long long>(size.batch) * size.heads_kv),
+                               block, state_->mask_gemm_shared, stream});
   const SageSlaColumnsBackwardParams kv{tensors.q,
                                         tensors.k,
                                         tensors.v,

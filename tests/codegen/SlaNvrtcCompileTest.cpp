@@ -195,3 +195,19 @@ TEST_CASE("the backward's rows and kv kernels' shared memory fits sm_89 for ever
     }
   }
 }
+
+TEST_CASE("the mask GEMMs' grid and shared memory per arch") {
+  // sm_90a: wgmma over 256-column tiles, four per CTA (the last CTA may walk fewer); elsewhere one 128-column tile
+  // per CTA. Shared memory: five S buffers, two A buffers and the factor table on sm_90a; 80,416 bytes elsewhere.
+  CHECK(slaMaskGemmColumnCtas(90, 128) == 16);
+  CHECK(slaMaskGemmColumnCtas(90, 64) == 4);
+  CHECK(slaMaskGemmColumnCtas(90, 32) == 1);
+  CHECK(slaMaskGemmColumnCtas(90, 16) == 1);
+  CHECK(slaMaskGemmColumnCtas(80, 128) == 128);
+  CHECK(slaMaskGemmColumnCtas(89, 16) == 2);
+  CHECK(slaMaskGemmColumnCtas(100, 64) == 32);
+  CHECK(slaMaskGemmSharedBytes(90) == 2 * (2 * 128 * 64 + 5 * 64 * 256 + 4096) + 4 * (128 + 8) + 1024);
+  CHECK(slaMaskGemmSharedBytes(90) <= 227 * 1024);
+  for (int sm : {80, 86, 89, 100, 120})
+    CHECK(slaMaskGemmSharedBytes(sm) == 80416);
+}

@@ -243,9 +243,16 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_shared
 #define SAGE_SLA_MASK_GEMM_TABLE 4096
 #define SAGE_SLA_MASK_GEMM_WGMMA_COLUMNS 256
 #define SAGE_SLA_MASK_GEMM_WGMMA_STAGES 5
+#define SAGE_SLA_MASK_GEMM_WGMMA_TILES 4 /* column tiles per CTA, walked in turn */
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_wgmma(int sm) { return sm == 90; }
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_columns(int sm) {
   return sage_sla_mask_gemm_wgmma(sm) ? SAGE_SLA_MASK_GEMM_WGMMA_COLUMNS : SAGE_SLA_MASK_GEMM_COLUMNS;
+}
+// The grid's CTAs along the d * d columns: one per column tile, or with wgmma one per SAGE_SLA_MASK_GEMM_WGMMA_TILES.
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_column_ctas(int sm, int head_dim) {
+  const int tiles = head_dim * head_dim / sage_sla_mask_gemm_columns(sm);
+  return sage_sla_mask_gemm_wgmma(sm) ? (tiles + SAGE_SLA_MASK_GEMM_WGMMA_TILES - 1) / SAGE_SLA_MASK_GEMM_WGMMA_TILES
+                                      : tiles;
 }
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_shared_bytes(int sm) {
   return sage_sla_mask_gemm_wgmma(sm)

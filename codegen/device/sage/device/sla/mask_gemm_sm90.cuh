@@ -1,6 +1,7 @@
 // The mask GEMMs on sm_90a's warpgroup MMAs (sla/mask_gemm.cuh says what they compute and why A's entries are exact).
-// A CTA computes 128 output rows x 256 state columns: two warpgroups, each 64 rows x 256 columns (two m64n128k16
-// wgmma per 16 summed blocks, 128 f32 accumulators per thread), both operands from shared memory:
+// A CTA computes 128 output rows x 256 state columns at a time (several column tiles in turn): two warpgroups, each
+// 64 rows x 256 columns (two m64n128k16 wgmma per 16 summed blocks, 128 f32 accumulators per thread), both operands
+// from shared memory:
 //   A (the built mask tile, [row][summed block], 128 x 64 f16 per k-step): K-major, 128-byte swizzle; each warpgroup
 //     builds its own 64 rows (from the class bytes and the factor table) while its previous wgmma group runs, so A's
 //     two buffers need no CTA-wide hand-over;
@@ -160,9 +161,13 @@ struct MaskGemmWgmmaTile {
   static_assert(sage_sla_mask_gemm_columns(90) == kN, "abi.cuh's columns per CTA");
 };
 
+// blockIdx.x: the row tile; blockIdx.y: the first of the column tiles this CTA walks (gridDim.y apart: abi.cuh's
+// sage_sla_mask_gemm_column_ctas), so that a tile's f32 stores drain while the next tile's copies and first steps run
+// (a CTA's exit waits for its stores) and e_ref and the factor table are computed once per row tile.
 template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   using T = MaskGemmWgmmaTile;
   static_assert((D * D) % T::kN == 0, "the columns split into whole tiles");
+  constexpr int kColumnTiles = D * D / T::kN;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   // Swizzle atoms need 1024-byte alignment: the base rounded up by an offset from the array itself, so that the
   // compiler keeps every access below in the shared state space (st.shared / ld.shared, not generic).
@@ -172,8 +177,9 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   int *row_fallback = reinterpret_cast<int *>(shared + T::kFlags);
   float *scratch = reinterpret_cast<float *>(shared + T::kScratch);
   const int warpgroup = threadIdx.x / sm90::kWarpgroupThreads, depth = o.depth;
-  const int first_row = blockIdx.x * T::kM, first_column = blockIdx.y * T::kN;
+  const int first_row = blockIdx.x * T::kM;
   const int steps = (depth + T::kK - 1) / T::kK;
+  int column_tile = blockIdx.y;
 
   // S's k-step `step` into its buffer: 16-byte pieces at their swizzled offsets, a thread's pieces 8 rows apart (the
   // same swizzle phase: offsets 1024 bytes apart); summed blocks past the end are zeros (0 * garbage could be NaN).
@@ -182,8 +188,8 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   static_assert(kCopyRows == 8 && T::kK % kCopyRows == 0, "a thread's pieces are 8 rows (1024 bytes) apart");
   const int copy_row = threadIdx.x / kPiecesPerRow, copy_byte = threadIdx.x % kPiecesPerRow * 16;
   unsigned char *const copy_target = shared + T::kS + T::STile::offset(copy_row, copy_byte);
-  const unsigned short *const copy_source =
-      o.states + first_column + copy_row * static_cast<long long>(D * D) + copy_byte / 2;
+  const unsigned short *const thread_states = o.states + copy_row * static_cast<long long>(D * D) + copy_byte / 2;
+  const unsigned short *copy_source = thread_states + column_tile * T::kN; // of the current column tile
   auto copy_states = [&](int step) {
     if (step < steps) {
       unsigned char *tile = copy_target + (step % T::kStages) * T::STile::kBytes;
@@ -192,7 +198,7 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
       for (int i = 0; i < T::kK / kCopyRows; ++i) {
         const bool valid = step * T::kK + copy_row + kCopyRows * i < depth;
         copy16_async(tile + 8 * T::STile::kChunkBytes * i,
-                     valid ? source + kCopyRows * i * static_cast<long long>(D * D) : copy_source, valid);
+                     valid ? source + kCopyRows * i * static_cast<long long>(D * D) : thread_states, valid);
       }
     }
     commit_copies();
@@ -228,75 +234,97 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   if (steps > 1)
     next = load_row_classes(1);
 
-  float acc[2][64];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int i = 0; i < 64; ++i)
-      acc[h][i] = 0.0f;
-
   // The MN-major S operand of k step s (16 summed blocks) and column half h: chunks 2h, 2h + 1 (LBO apart), the next
   // 8 summed blocks 8 rows x 128 bytes further (SBO).
   constexpr unsigned long long kSFixed =
       sm90::matrix_descriptor(0, T::STile::kChunkStride, 8 * T::STile::kChunkBytes, T::STile::kSwizzle);
-  for (int step = 0; step < steps; ++step) {
-    sm90::backward::wait_copies<T::kAhead - 1>(); // this thread's pieces of S's tile `step`
-    sm90::backward::fence_shared_for_wgmma();     // ... and its entries of A's tile, visible to wgmma
-    __syncthreads(); // every warpgroup has also retired step - 2's group: its S buffer is free
-    copy_states(step + T::kAhead);
-
-    const unsigned a_tile = shared_base + T::kA + (step & 1) * T::ATile::kBytes;
-    const unsigned s_tile = shared_base + T::kS + (step % T::kStages) * T::STile::kBytes;
+  const int lane = threadIdx.x % 32, warp_row = T::kWarpgroupRows * warpgroup + 16 * (threadIdx.x / 32 % 4);
+  float acc[2][64];
+  while (column_tile < kColumnTiles) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      sm90::warpgroup_fence_operands(acc[h]);
-    sm90::wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < T::kK / 16; ++s) {
-      const unsigned long long a = T::ATile::descriptor(a_tile, 32 * s, T::kWarpgroupRows * warpgroup);
+      for (int i = 0; i < 64; ++i)
+        acc[h][i] = 0.0f;
+    for (int step = 0; step < steps; ++step) {
+      sm90::backward::wait_copies<T::kAhead - 1>(); // this thread's pieces of S's tile `step`
+      sm90::backward::fence_shared_for_wgmma();     // ... and its entries of A's tile, visible to wgmma
+      __syncthreads(); // every warpgroup has also retired step - 2's group: its S buffer is free
+      copy_states(step + T::kAhead);
+
+      const unsigned a_tile = shared_base + T::kA + (step & 1) * T::ATile::kBytes;
+      const unsigned s_tile = shared_base + T::kS + (step % T::kStages) * T::STile::kBytes;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned offset = 2 * h * T::STile::kChunkStride + s * 16 * T::STile::kChunkBytes;
-        wgmma_f16_ss_transposed_b(acc[h], a, kSFixed | static_cast<unsigned long long>((s_tile + offset) >> 4));
+      for (int h = 0; h < 2; ++h)
+        sm90::warpgroup_fence_operands(acc[h]);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < T::kK / 16; ++s) {
+        const unsigned long long a = T::ATile::descriptor(a_tile, 32 * s, T::kWarpgroupRows * warpgroup);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const unsigned offset = 2 * h * T::STile::kChunkStride + s * 16 * T::STile::kChunkBytes;
+          wgmma_f16_ss_transposed_b(acc[h], a, kSFixed | static_cast<unsigned long long>((s_tile + offset) >> 4));
+        }
+      }
+      sm90::wgmma_commit_group();
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        sm90::warpgroup_fence_operands(acc[h]);
+
+      // While the group runs: A's next tile into the buffer of step - 1 (this warpgroup's rows, read only by its own
+      // wgmma: retired once at most one group is pending), then the class bytes of the step after.
+      if (step + 1 < steps) {
+        sm90::wgmma_wait_group<1>();
+        store_a(step + 1);
+        if (step + 2 < steps)
+          next = load_row_classes(step + 2);
       }
     }
-    sm90::wgmma_commit_group();
+    sm90::wgmma_wait_group<0>();
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       sm90::warpgroup_fence_operands(acc[h]);
 
-    // While the group runs: A's next tile into the buffer of step - 1 (this warpgroup's rows, read only by its own
-    // wgmma: retired once at most one group is pending), then the class bytes of the step after.
-    if (step + 1 < steps) {
-      sm90::wgmma_wait_group<1>();
-      store_a(step + 1);
-      if (step + 2 < steps)
-        next = load_row_classes(step + 2);
+    // The next column tile's first copies before this tile's stores (the S buffers are free once both warpgroups have
+    // retired their last group), so that its fill overlaps them. (Its class bytes are loaded after the stores: the
+    // backward's strided byte loads would hold registers across them and spill.)
+    const int first_column = column_tile * T::kN;
+    column_tile += gridDim.y;
+    const bool more = column_tile < kColumnTiles;
+    __syncthreads();
+    if (more) {
+      copy_source = thread_states + column_tile * T::kN;
+#pragma unroll
+      for (int step = 0; step < T::kAhead; ++step)
+        copy_states(step);
+    }
+
+    // out = acc 2^e_ref (exact). Accumulator element 4j + e of column half h: row 16 (warp % 4) + g + 8 (e / 2) of
+    // the warpgroup's 64, column 128 h + 8 j + 2 t + e % 2; two consecutive columns per 8-byte store.
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = first_row + warp_row + lane / 4 + 8 * half;
+      if (row >= o.rows)
+        continue;
+      float *out = o.out + row * static_cast<long long>(D * D) + first_column + 2 * (lane % 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          *reinterpret_cast<float2 *>(out + T::kWgmmaColumns * h + 8 * j) = make_float2(
+              acc[h][4 * j + 2 * half] * factors.reference, acc[h][4 * j + 2 * half + 1] * factors.reference);
+    }
+    if (more) {
+      next = load_row_classes(0);
+      store_a(0);
+      if (steps > 1)
+        next = load_row_classes(1);
     }
   }
-  sm90::wgmma_wait_group<0>();
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    sm90::warpgroup_fence_operands(acc[h]);
+
   if (out_of_range)
     row_fallback[a_row] = 1;
-
-  // out = acc 2^e_ref (exact). Accumulator element 4j + e of column half h: row 16 (warp % 4) + g + 8 (e / 2) of the
-  // warpgroup's 64, column 128 h + 8 j + 2 t + e % 2; two consecutive columns per 8-byte store.
-  const int lane = threadIdx.x % 32, warp_row = T::kWarpgroupRows * warpgroup + 16 * (threadIdx.x / 32 % 4);
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = first_row + warp_row + lane / 4 + 8 * half;
-    if (row >= o.rows)
-      continue;
-    float *out = o.out + row * static_cast<long long>(D * D) + first_column + 2 * (lane % 4);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        *reinterpret_cast<float2 *>(out + T::kWgmmaColumns * h + 8 * j) =
-            make_float2(acc[h][4 * j + 2 * half] * factors.reference, acc[h][4 * j + 2 * half + 1] * factors.reference);
-  }
   __syncthreads(); // every thread's flag is in
   if (blockIdx.y == 0 && threadIdx.x < T::kM && first_row + static_cast<int>(threadIdx.x) < o.rows)
     o.fallback[first_row + threadIdx.x] = row_fallback[threadIdx.x];
