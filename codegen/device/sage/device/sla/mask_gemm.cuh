@@ -189,9 +189,10 @@ template <int D> __device__ void mask_gemm_mma(const MaskGemmOperands &o) {
 
 // The mask GEMM of the module's arch: warpgroup MMAs on sm_90a (256 columns per CTA), mma.sync elsewhere (128); both
 // run 256 threads over 128 rows, so only the grid's column tiles and the shared memory differ (abi.cuh).
-template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
+// kTransposed: the backward's (row_stride 1: the mask read transposed).
+template <int D, bool kTransposed> __device__ void mask_gemm(const MaskGemmOperands &o) {
 #if SAGE_SLA_MASK_GEMM_SM90
-  mask_gemm_wgmma<D>(o);
+  mask_gemm_wgmma<D, kTransposed>(o);
 #else
 #if defined(__CUDA_ARCH__)
   static_assert(!sage_sla_mask_gemm_wgmma(__CUDA_ARCH__ / 10), "abi.cuh sizes this arch's launch for wgmma");
@@ -217,7 +218,7 @@ template <int D> __device__ void forward_mask_gemm(const SageSlaMaskGemmParams &
   o.fallback = p.h_sum_fallback + head_q * q_blocks;
   o.rows = q_blocks;
   o.depth = kv_blocks;
-  mask_gemm<D>(o);
+  mask_gemm<D, false>(o);
 }
 
 // Backward launch 3c: dh_j = sum over the GQA group's q heads and their q blocks i where (i, j) is marginal of dH_i,
@@ -237,7 +238,7 @@ template <int D> __device__ void backward_mask_gemm(const SageSlaMaskGemmColumns
   o.fallback = p.dh_sum_fallback + head_kv * kv_blocks;
   o.rows = kv_blocks;
   o.depth = static_cast<int>(group * q_blocks);
-  mask_gemm<D>(o);
+  mask_gemm<D, true>(o);
 }
 
 } // namespace sage::device::sla

@@ -111,8 +111,9 @@ __device__ __forceinline__ void a_run_words(const ClassRun &run, unsigned row_ma
   out_of_range |= zero_factors != 0;
 }
 
-// D(f32) += A(f16, smem, K-major) B(f16, smem, MN-major), N = 128: sm90/wgmma_instructions.cuh's WgmmaF16SS with the
-// transpose bit of B set (the states are [summed block][column]).
+// D(f32) += A(f16, smem) B(f16, smem, MN-major), N = 128: sm90/wgmma_instructions.cuh's WgmmaF16SS with the
+// transpose bit of B set (the states are [summed block][column]); A K-major, or MN-major with kTransposeA.
+template <int kTransposeA>
 __device__ __forceinline__ void wgmma_f16_ss_transposed_b(float (&d)[64], unsigned long long desc_a,
                                                           unsigned long long desc_b) {
   asm volatile(
@@ -123,7 +124,7 @@ __device__ __forceinline__ void wgmma_f16_ss_transposed_b(float (&d)[64], unsign
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
       "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
       "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},\n"
-      "%64, %65, p, 1, 1, 0, 1;\n"
+      "%64, %65, p, 1, 1, %67, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
@@ -133,7 +134,7 @@ __device__ __forceinline__ void wgmma_f16_ss_transposed_b(float (&d)[64], unsign
         "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1)); // scale-d = 1: accumulate
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransposeA)); // scale-d = 1: accumulate
 }
 
 struct MaskGemmWgmmaTile {
@@ -143,10 +144,11 @@ struct MaskGemmWgmmaTile {
   static constexpr int kMaxTable = SAGE_SLA_MASK_GEMM_TABLE;
   static constexpr int kWarpgroupRows = 64, kWgmmaColumns = 128;
   static constexpr int kRuns = kK / 32; // 16-entry runs of A per thread and k-step (a thread: half a row)
-  using ATile = sm90::backward::SwizzledTile<kM, 2 * kK>; // one 128-byte chunk
-  using STile = sm90::backward::SwizzledTile<kK, 2 * kN>; // four 128-byte column chunks
-  static constexpr int kA = 0;                            // [2][ATile::kBytes]
-  static constexpr int kS = kA + 2 * ATile::kBytes;       // [kStages][STile::kBytes]
+  using ATile = sm90::backward::SwizzledTile<kM, 2 * kK>;           // [row][k], one 128-byte chunk (forward)
+  using ATransposedTile = sm90::backward::SwizzledTile<kK, 2 * kM>; // [k][row], a 128-byte chunk per warpgroup
+  using STile = sm90::backward::SwizzledTile<kK, 2 * kN>;           // four 128-byte column chunks
+  static constexpr int kA = 0;                                      // [2][ATile::kBytes]
+  static constexpr int kS = kA + 2 * ATile::kBytes;                 // [kStages][STile::kBytes]
   static constexpr int kTable = kS + kStages * STile::kBytes;
   static constexpr int kFlags = kTable + 2 * kMaxTable;
   static constexpr int kScratch = kFlags + 4 * kM;
@@ -156,6 +158,8 @@ struct MaskGemmWgmmaTile {
   static_assert(kM * kK == kThreads * 16 * kRuns, "a thread builds kRuns runs of 16 entries of A per k-step");
   static_assert((kK * 2 * kN / 16) % kThreads == 0, "whole 16-byte pieces of S per thread");
   static_assert(ATile::kBytes % 1024 == 0 && STile::kBytes % 1024 == 0, "tiles at 1024-byte boundaries");
+  static_assert(ATransposedTile::kBytes == ATile::kBytes && ATransposedTile::kChunkBytes == 2 * kWarpgroupRows,
+                "A's layouts take the same buffers; a warpgroup's rows are one chunk of the transposed one");
   static_assert(kDynamicBytes == sage_sla_mask_gemm_shared_bytes(90),
                 "abi.cuh's size of the mask GEMM's shared memory");
   static_assert(sage_sla_mask_gemm_columns(90) == kN, "abi.cuh's columns per CTA");
@@ -164,7 +168,10 @@ struct MaskGemmWgmmaTile {
 // blockIdx.x: the row tile; blockIdx.y: the first of the column tiles this CTA walks (gridDim.y apart: abi.cuh's
 // sage_sla_mask_gemm_column_ctas), so that a tile's f32 stores drain while the next tile's copies and first steps run
 // (a CTA's exit waits for its stores) and e_ref and the factor table are computed once per row tile.
-template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
+// kTransposedA (the backward: class(r, k) at r + k * depth_stride, rows contiguous): A is built and read MN-major
+// ([k][row], wgmma's transpose bit for A), so that a thread's run of 16 entries is 16 rows of one summed block, one
+// 16-byte load of class bytes and one factor, as the forward's runs along k are.
+template <int D, bool kTransposedA> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   using T = MaskGemmWgmmaTile;
   static_assert((D * D) % T::kN == 0, "the columns split into whole tiles");
   constexpr int kColumnTiles = D * D / T::kN;
@@ -204,11 +211,27 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
     commit_copies();
   };
 
-  // A's entries of this thread: row a_row (its warpgroup's rows), summed blocks a_column + 16 r .. + 15 of a k-step.
+  // A's entries of this thread per k-step: row a_row, summed blocks a_column + 16 r .. + 15 (forward); or summed block
+  // a_k, rows a_rows + 16 r .. + 15 (kTransposedA). Either way only its own warpgroup's rows.
   const int a_row = threadIdx.x / 2, a_column = (threadIdx.x % 2) * (T::kK / 2);
+  const int a_k = threadIdx.x % sm90::kWarpgroupThreads / 2,
+            a_rows = T::kWarpgroupRows * warpgroup + (threadIdx.x % 2) * (T::kWarpgroupRows / 2);
   const unsigned row_mask = first_row + a_row < o.rows ? 0xffffffffu : 0u;
+  MaskGemmOperands columns = o; // kTransposedA: M_c^T's view for load_classes (its rows: summed blocks)
+  columns.row_stride = o.depth_stride;
+  columns.depth_stride = o.row_stride;
+  columns.depth = o.rows;
   auto load_row_classes = [&](int step) {
-    return load_class_runs<T::kRuns>(o, first_row + a_row, step * T::kK + a_column);
+    if constexpr (kTransposedA) {
+      const int k = step * T::kK + a_k;
+      ClassRuns<T::kRuns> runs;
+#pragma unroll
+      for (int r = 0; r < T::kRuns; ++r) // rows past the end read as critical; a k past the end is masked
+        runs.run[r] = load_classes(columns, k < depth ? k : 0, first_row + a_rows + 16 * r);
+      return runs;
+    } else {
+      return load_class_runs<T::kRuns>(o, first_row + a_row, step * T::kK + a_column);
+    }
   };
 
 #pragma unroll
@@ -217,17 +240,35 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   ClassRuns<T::kRuns> next = load_row_classes(0);
   const MaskGemmFactors factors = mask_gemm_factors<T::kMaxTable, T::kM>(o, table, row_fallback, scratch);
   bool out_of_range = false;
+  unsigned flagged_rows[T::kRuns] = {}; // kTransposedA: rows a_rows + 16 r + n with a marginal entry out of range
   auto store_a = [&](int step) {
     unsigned char *tile = shared + T::kA + (step & 1) * T::ATile::kBytes;
 #pragma unroll
     for (int r = 0; r < T::kRuns; ++r) {
       unsigned words[8];
-      const int column = a_column + 16 * r;
-      a_run_words(next.run[r], row_mask, step * T::kK + column, factors, words, out_of_range);
-      *reinterpret_cast<uint4 *>(tile + T::ATile::offset(a_row, 2 * column)) =
-          make_uint4(words[0], words[1], words[2], words[3]);
-      *reinterpret_cast<uint4 *>(tile + T::ATile::offset(a_row, 2 * column + 16)) =
-          make_uint4(words[4], words[5], words[6], words[7]);
+      int at;
+      if constexpr (kTransposedA) {
+        const int k = step * T::kK + a_k;
+        const unsigned short factor =
+            k >= depth
+                ? 0
+                : (factors.use_table ? factors.table[k] : gemm_factor(__ldg(factors.scales + k), factors.reference));
+        const unsigned pair = k < depth ? factor * 0x10001u : 0u;
+#pragma unroll
+        for (int w = 0; w < 8; ++w)
+          words[w] = pair & __vcmpeq2(__byte_perm(next.run[r].word[w / 2], 0, w % 2 ? 0x4342 : 0x4140), 0);
+        if (factor == 0 && k < depth) // rare: a marginal block below f16's range flags its rows
+#pragma unroll
+          for (int n = 0; n < 16; ++n)
+            flagged_rows[r] |= next.run[r].marginal(n) ? 1u << n : 0u;
+        at = T::ATransposedTile::offset(a_k, 2 * (a_rows + 16 * r));
+      } else {
+        const int column = a_column + 16 * r;
+        a_run_words(next.run[r], row_mask, step * T::kK + column, factors, words, out_of_range);
+        at = T::ATile::offset(a_row, 2 * column);
+      }
+      *reinterpret_cast<uint4 *>(tile + at) = make_uint4(words[0], words[1], words[2], words[3]);
+      *reinterpret_cast<uint4 *>(tile + (at ^ 16)) = make_uint4(words[4], words[5], words[6], words[7]);
     }
   };
   store_a(0);
@@ -238,6 +279,8 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
   // 8 summed blocks 8 rows x 128 bytes further (SBO).
   constexpr unsigned long long kSFixed =
       sm90::matrix_descriptor(0, T::STile::kChunkStride, 8 * T::STile::kChunkBytes, T::STile::kSwizzle);
+  constexpr unsigned long long kATransposedFixed = sm90::matrix_descriptor(
+      0, T::ATransposedTile::kChunkStride, 8 * T::ATransposedTile::kChunkBytes, T::ATransposedTile::kSwizzle);
   const int lane = threadIdx.x % 32, warp_row = T::kWarpgroupRows * warpgroup + 16 * (threadIdx.x / 32 % 4);
   float acc[2][64];
   while (column_tile < kColumnTiles) {
@@ -260,11 +303,18 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
       sm90::wgmma_fence();
 #pragma unroll
       for (int s = 0; s < T::kK / 16; ++s) {
-        const unsigned long long a = T::ATile::descriptor(a_tile, 32 * s, T::kWarpgroupRows * warpgroup);
+        // K-major A: 32 bytes of each row further per k step; MN-major A: the warpgroup's chunk, 16 k rows further.
+        const unsigned long long a =
+            kTransposedA ? kATransposedFixed |
+                               static_cast<unsigned long long>((a_tile + warpgroup * T::ATransposedTile::kChunkStride +
+                                                                s * 16 * T::ATransposedTile::kChunkBytes) >>
+                                                               4)
+                         : T::ATile::descriptor(a_tile, 32 * s, T::kWarpgroupRows * warpgroup);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const unsigned offset = 2 * h * T::STile::kChunkStride + s * 16 * T::STile::kChunkBytes;
-          wgmma_f16_ss_transposed_b(acc[h], a, kSFixed | static_cast<unsigned long long>((s_tile + offset) >> 4));
+          wgmma_f16_ss_transposed_b<kTransposedA>(acc[h], a,
+                                                  kSFixed | static_cast<unsigned long long>((s_tile + offset) >> 4));
         }
       }
       sm90::wgmma_commit_group();
@@ -323,8 +373,15 @@ template <int D> __device__ void mask_gemm_wgmma(const MaskGemmOperands &o) {
     }
   }
 
-  if (out_of_range)
+  if constexpr (kTransposedA) {
+#pragma unroll
+    for (int r = 0; r < T::kRuns; ++r)
+      for (int n = 0; n < 16; ++n)
+        if (flagged_rows[r] >> n & 1)
+          row_fallback[a_rows + 16 * r + n] = 1;
+  } else if (out_of_range) {
     row_fallback[a_row] = 1;
+  }
   __syncthreads(); // every thread's flag is in
   if (blockIdx.y == 0 && threadIdx.x < T::kM && first_row + static_cast<int>(threadIdx.x) < o.rows)
     o.fallback[first_row + threadIdx.x] = row_fallback[threadIdx.x];
