@@ -40,9 +40,10 @@ inline constexpr std::string_view kSlaKvBackwardKernel = "sage_sla_bwd_kv"; // g
 inline constexpr std::string_view kSlaSparseStatisticsKernel = "sage_sla_bwd_sparse_stats"; // grid (q_blocks, h_q, b)
 inline constexpr std::string_view kSlaSparseFusedBackwardKernel = "sage_sla_bwd_sparse_fused"; // (kv_blocks, h_kv, b)
 inline constexpr int kSlaThreads = 256;                                                        // every kernel's CTA
-inline constexpr int kSlaMaxKvBlocks = 4096;                     // a row of P_c in shared memory
-inline constexpr int kSlaMaxHeadDim = 128;                       // the output kernel's shared memory
-inline constexpr int kSlaMaskGemmRows = SAGE_SLA_MASK_GEMM_ROWS; // output rows per CTA of the mask GEMMs
+inline constexpr int kSlaMaxKvBlocks = 4096;                           // a row of P_c in shared memory
+inline constexpr int kSlaMaxHeadDim = 128;                             // the output kernel's shared memory
+inline constexpr int kSlaMaskGemmRows = SAGE_SLA_MASK_GEMM_ROWS;       // output rows per CTA of the mask GEMMs
+inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state columns per CTA (mma.sync)
 
 struct SlaKernelSource {
   std::string name;   // sage_sla_d128_bq64_bkv64_softmax
