@@ -64,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(256) {totals}(const SageSlaTotalsPa
 }}
 
 // Line 13 for every q block at once: H = (M_c == marginal) [h_j] on tensor cores
-extern "C" __global__ void __launch_bounds__(256, 2) {mask_gemm}(const SageSlaMaskGemmParams p) {{
+extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kMaskGemmMinBlocks) {mask_gemm}(const SageSlaMaskGemmParams p) {{
   sage::device::sla::forward_mask_gemm<kHeadDim>(p);
 }}
 
@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(256) {row_totals}(const SageSlaRowT
 }}
 
 // dh_j = (M_c == marginal)^T [dH_i] over the GQA group, for every kv block at once, on tensor cores
-extern "C" __global__ void __launch_bounds__(256, 2) {columns_gemm}(const SageSlaMaskGemmColumnsParams p) {{
+extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kMaskGemmMinBlocks) {columns_gemm}(const SageSlaMaskGemmColumnsParams p) {{
   sage::device::sla::backward_mask_gemm<kHeadDim>(p);
 }}
 

@@ -65,6 +65,8 @@ struct SlaRunner::State {
   unsigned sparse_fused_shared = 0;        // with the stages of the module's arch
   LoadedKernel sparse_delta;               // D^s and dO^s from a saved L and O^s, instead of sparse_stats
   bool saves_lse = false;                  // the sparse part writes its L (slaSparsePartIsExact)
+  unsigned mask_gemm_column_ctas = 0;      // the mask GEMMs' grid along the state columns (the module's arch)
+  unsigned mask_gemm_shared = 0;           // and their dynamic shared memory
 };
 
 SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options)
@@ -101,8 +103,11 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->row_totals = module->kernel(std::string(codegen::kSlaRowTotalsKernel));
   state_->columns_gemm = module->kernel(std::string(codegen::kSlaColumnsMaskGemmKernel));
   state_->kv_backward = module->kernel(std::string(codegen::kSlaKvBackwardKernel));
-  state_->mask_gemm.setMaxDynamicSharedMemory(codegen::slaMaskGemmSharedBytes());
-  state_->columns_gemm.setMaxDynamicSharedMemory(codegen::slaMaskGemmSharedBytes());
+  state_->mask_gemm_column_ctas =
+      static_cast<unsigned>(codegen::slaMaskGemmColumnCtas(schedules::computeCapability(arch), variant.head_dim));
+  state_->mask_gemm_shared = static_cast<unsigned>(codegen::slaMaskGemmSharedBytes(schedules::computeCapability(arch)));
+  state_->mask_gemm.setMaxDynamicSharedMemory(static_cast<int>(state_->mask_gemm_shared));
+  state_->columns_gemm.setMaxDynamicSharedMemory(static_cast<int>(state_->mask_gemm_shared));
   state_->output.setMaxDynamicSharedMemory(codegen::slaOutputSharedBytes(variant.head_dim, variant.block_q));
   const int sparse_shared = codegen::slaSparseBackwardSharedBytes(variant.head_dim, variant.block_q, variant.block_kv);
   state_->sparse_stats = module->kernel(std::string(codegen::kSlaSparseStatisticsKernel));
@@ -285,10 +290,10 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                         size,
                                         reinterpret_cast<float *>(at(layout.h_sums)),
                                         reinterpret_cast<int *>(at(layout.h_sum_fallback))};
-  state_->mask_gemm.launch(
-      mask_gemm, {grid((size.q_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
-                       d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_q),
-                  block, static_cast<unsigned>(codegen::slaMaskGemmSharedBytes()), stream});
+  state_->mask_gemm.launch(mask_gemm,
+                           {grid((size.q_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
+                                 state_->mask_gemm_column_ctas, static_cast<long long>(size.batch) * size.heads_q),
+                            block, state_->mask_gemm_shared, stream});
 
   // O^s: the sparse part over the critical blocks.
   AttentionTensors attention;
@@ -433,10 +438,10 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                                   size,
                                                   floats(layout.dh_sums),
                                                   ints(layout.dh_sum_fallback)};
-  state_->columns_gemm.launch(
-      columns_gemm, {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
-                          d * d / codegen::kSlaMaskGemmColumns, static_cast<long long>(size.batch) * size.heads_kv),
-                     block, static_cast<unsigned>(codegen::slaMaskGemmSharedBytes()), stream});
+  state_->columns_gemm.launch(columns_gemm,
+                              {grid((size.kv_blocks + codegen::kSlaMaskGemmRows - 1) / codegen::kSlaMaskGemmRows,
+                                    state_->mask_gemm_column_ctas, static_cast<long long>(size.batch) * size.heads_kv),
+                               block, state_->mask_gemm_shared, stream});
   const SageSlaColumnsBackwardParams kv{tensors.q,
                                         tensors.k,
                                         tensors.v,

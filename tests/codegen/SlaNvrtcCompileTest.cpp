@@ -72,7 +72,7 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
           if (function == kSlaOutputKernel)
             return slaOutputSharedBytes(head_dim, variant.block_q);
           if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
-            return slaMaskGemmSharedBytes();
+            return slaMaskGemmSharedBytes(schedules::computeCapability(*schedules::parseArch(arch)));
           if (function == kSlaSparseStatisticsKernel)
             return slaSparseBackwardSharedBytes(head_dim, variant.block_q, variant.block_kv);
           if (function == kSlaSparseFusedBackwardKernel)
@@ -81,8 +81,12 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
           return 0;
         };
         // The fused sparse backward takes two stages where the arch's opt-in limit allows (sm_80: 163 KiB, sm_90:
-        // 227 KiB per block), one on sm_89; every other kernel fits 99 KiB everywhere.
+        // 227 KiB per block), one on sm_89; the mask GEMMs take 227 KiB on sm_90a (wgmma); every other kernel fits
+        // 99 KiB everywhere.
         const auto limit_bytes = [&](const std::string &function) {
+          const bool mask_gemm = function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel;
+          if (mask_gemm && std::string(arch) == "sm_90a")
+            return 227 * 1024;
           if (function != kSlaSparseFusedBackwardKernel || std::string(arch) == "sm_89")
             return 99 * 1024;
           return std::string(arch) == "sm_80" ? 163 * 1024 : 227 * 1024;
@@ -190,4 +194,20 @@ TEST_CASE("the backward's rows and kv kernels' shared memory fits sm_89 for ever
       CHECK(slaRowsBackwardSharedBytes(head_dim, block_q) <= 99 * 1024);
     }
   }
+}
+
+TEST_CASE("the mask GEMMs' grid and shared memory per arch") {
+  // sm_90a: wgmma over 256-column tiles, four per CTA (the last CTA may walk fewer); elsewhere one 128-column tile
+  // per CTA. Shared memory: five S buffers, two A buffers and the factor table on sm_90a; 80,416 bytes elsewhere.
+  CHECK(slaMaskGemmColumnCtas(90, 128) == 16);
+  CHECK(slaMaskGemmColumnCtas(90, 64) == 4);
+  CHECK(slaMaskGemmColumnCtas(90, 32) == 1);
+  CHECK(slaMaskGemmColumnCtas(90, 16) == 1);
+  CHECK(slaMaskGemmColumnCtas(80, 128) == 128);
+  CHECK(slaMaskGemmColumnCtas(89, 16) == 2);
+  CHECK(slaMaskGemmColumnCtas(100, 64) == 32);
+  CHECK(slaMaskGemmSharedBytes(90) == 2 * (2 * 128 * 64 + 5 * 64 * 256 + 4096) + 4 * (128 + 8) + 1024);
+  CHECK(slaMaskGemmSharedBytes(90) <= 227 * 1024);
+  for (int sm : {80, 86, 89, 100, 120})
+    CHECK(slaMaskGemmSharedBytes(sm) == 80416);
 }

@@ -21,8 +21,8 @@ inline constexpr std::string_view kSlaPoolKernel = "sage_sla_pool";       // gri
 inline constexpr std::string_view kSlaPredictKernel = "sage_sla_predict"; // grid (ceil(q_blocks / rows), h_q, b)
 inline constexpr std::string_view kSlaStatesKernel = "sage_sla_states";   // grid (kv_blocks, h_kv, b)
 inline constexpr std::string_view kSlaTotalsKernel = "sage_sla_totals";   // grid (1, h_kv, b)
-// H_i for every q block: grid (ceil(q_blocks / 128), d * d / 128, b * h_q); slaMaskGemmSharedBytes of dynamic shared
-// memory (as the backward's mask GEMM).
+// H_i for every q block: grid (ceil(q_blocks / 128), slaMaskGemmColumnCtas, b * h_q); slaMaskGemmSharedBytes of
+// dynamic shared memory (as the backward's mask GEMM; both depend on the module's arch: wgmma on sm_90a).
 inline constexpr std::string_view kSlaMaskGemmKernel = "sage_sla_mask_gemm";
 inline constexpr std::string_view kSlaOutputKernel = "sage_sla_output"; // grid (q_blocks, h_q, b)
 // The backward (Algorithm 2): column tables, then the rows (dQ, dH_i, dZ_i), sum_i dZ_i, the mask GEMM (dh_j), then
@@ -43,7 +43,7 @@ inline constexpr int kSlaThreads = 256;                                         
 inline constexpr int kSlaMaxKvBlocks = 4096;                           // a row of P_c in shared memory
 inline constexpr int kSlaMaxHeadDim = 128;                             // the output kernel's shared memory
 inline constexpr int kSlaMaskGemmRows = SAGE_SLA_MASK_GEMM_ROWS;       // output rows per CTA of the mask GEMMs
-inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state columns per CTA
+inline constexpr int kSlaMaskGemmColumns = SAGE_SLA_MASK_GEMM_COLUMNS; // state columns per CTA (mma.sync)
 
 // Instead of the statistics kernel where the forward saved L (SageSlaSparseDeltaParams): D^s and dO^s in f16 from the
 // forward's O^s; 256 threads. Each of the two returns at once where the workspace's flag says the other runs.
@@ -77,8 +77,15 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
 // its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
 inline int slaOutputSharedBytes(int head_dim, int block_q) { return sage_sla_output_shared_bytes(head_dim, block_q); }
 
-// Dynamic shared memory of the mask GEMMs (abi.cuh's formula): 80,416 bytes.
-inline int slaMaskGemmSharedBytes() { return sage_sla_mask_gemm_shared_bytes(); }
+// The mask GEMMs of a module built for `compute_capability` (abi.cuh): the grid's CTAs along the d * d state columns
+// (one per 128-column tile with mma.sync; with wgmma on sm_90a one per four 256-column tiles, walked in turn) and
+// their dynamic shared memory (80,416 and 206,328 bytes).
+inline int slaMaskGemmColumnCtas(int compute_capability, int head_dim) {
+  return sage_sla_mask_gemm_column_ctas(compute_capability, head_dim);
+}
+inline int slaMaskGemmSharedBytes(int compute_capability) {
+  return sage_sla_mask_gemm_shared_bytes(compute_capability);
+}
 
 // Dynamic shared memory of the sparse backward's kernels (abi.cuh's formula): 70,144 bytes at d = 128, blocks 64.
 inline int slaSparseBackwardSharedBytes(int head_dim, int block_q, int block_kv) {

@@ -254,14 +254,35 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_output_shared
 // The mask GEMMs' CTA tile (sla/mask_gemm.cuh's MaskGemmTile): output rows, state columns, summed blocks per k-step,
 // and the summed blocks whose factors fit its table. Their dynamic shared memory: A's tile (rows padded by 8 halves)
 // and S's (likewise), each twice, the f16 factor table, then the rows' flags and a reduction scratch (8 floats).
+// sm_90a runs the wgmma kernel (sla/mask_gemm_sm90.cuh) instead: 256 state columns per CTA, A's tile twice and S's
+// SAGE_SLA_MASK_GEMM_WGMMA_STAGES times in wgmma's swizzled layouts (1024-byte aligned), the factor table, the flags,
+// the scratch, and 1024 bytes to align the dynamic buffer. `sm`: 80, 86, 89, 90, ... as the module's target.
 #define SAGE_SLA_MASK_GEMM_ROWS 128
 #define SAGE_SLA_MASK_GEMM_COLUMNS 128
 #define SAGE_SLA_MASK_GEMM_DEPTH 64
 #define SAGE_SLA_MASK_GEMM_TABLE 4096
-static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_shared_bytes(void) {
-  return 2 * (2 * SAGE_SLA_MASK_GEMM_ROWS * (SAGE_SLA_MASK_GEMM_DEPTH + 8) +
-              2 * SAGE_SLA_MASK_GEMM_DEPTH * (SAGE_SLA_MASK_GEMM_COLUMNS + 8) + SAGE_SLA_MASK_GEMM_TABLE) +
-         4 * (SAGE_SLA_MASK_GEMM_ROWS + 8);
+#define SAGE_SLA_MASK_GEMM_WGMMA_COLUMNS 256
+#define SAGE_SLA_MASK_GEMM_WGMMA_STAGES 5
+#define SAGE_SLA_MASK_GEMM_WGMMA_TILES 4 /* column tiles per CTA, walked in turn */
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_wgmma(int sm) { return sm == 90; }
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_columns(int sm) {
+  return sage_sla_mask_gemm_wgmma(sm) ? SAGE_SLA_MASK_GEMM_WGMMA_COLUMNS : SAGE_SLA_MASK_GEMM_COLUMNS;
+}
+// The grid's CTAs along the d * d columns: one per column tile, or with wgmma one per SAGE_SLA_MASK_GEMM_WGMMA_TILES.
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_column_ctas(int sm, int head_dim) {
+  const int tiles = head_dim * head_dim / sage_sla_mask_gemm_columns(sm);
+  return sage_sla_mask_gemm_wgmma(sm) ? (tiles + SAGE_SLA_MASK_GEMM_WGMMA_TILES - 1) / SAGE_SLA_MASK_GEMM_WGMMA_TILES
+                                      : tiles;
+}
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_mask_gemm_shared_bytes(int sm) {
+  return sage_sla_mask_gemm_wgmma(sm)
+             ? 2 * (2 * SAGE_SLA_MASK_GEMM_ROWS * SAGE_SLA_MASK_GEMM_DEPTH +
+                    SAGE_SLA_MASK_GEMM_WGMMA_STAGES * SAGE_SLA_MASK_GEMM_DEPTH * SAGE_SLA_MASK_GEMM_WGMMA_COLUMNS +
+                    SAGE_SLA_MASK_GEMM_TABLE) +
+                   4 * (SAGE_SLA_MASK_GEMM_ROWS + 8) + 1024
+             : 2 * (2 * SAGE_SLA_MASK_GEMM_ROWS * (SAGE_SLA_MASK_GEMM_DEPTH + 8) +
+                    2 * SAGE_SLA_MASK_GEMM_DEPTH * (SAGE_SLA_MASK_GEMM_COLUMNS + 8) + SAGE_SLA_MASK_GEMM_TABLE) +
+                   4 * (SAGE_SLA_MASK_GEMM_ROWS + 8);
 }
 
 // The statistics kernel's dynamic shared memory: Q and dO^s (block_q rows), K and V (block_kv rows) in f16 with rows

@@ -1,4 +1,5 @@
-// SLA's linear-branch sums as GEMMs with the class mask on tensor cores (mma.sync m16n8k16, f16 in, f32 accumulate).
+// SLA's linear-branch sums as GEMMs with the class mask on tensor cores (f16 in, f32 accumulate): mma.sync m16n8k16
+// here, warpgroup MMAs on sm_90a (sla/mask_gemm_sm90.cuh).
 // Forward, per (batch, q head): H = A S with A[i][j] = m_ij 2^(e_j - e_ref) (m_ij = 1 where block (i, j) is marginal)
 // and S the stack of the f16 states h_j / s_j (s_j = 2^e_j, one row of d * d columns per kv block). Each 32 x 128
 // tile of S loaded once serves 128 q blocks, instead of every q block reading its ~77 listed 32 KB states from L2 (20
@@ -13,15 +14,16 @@
 // backward's kv kernel) sums that row from the lookup tables as before, so no row loses a block silently.
 #pragma once
 
-#include "sage/device/sla/common.cuh"
-#include "sage/device/sla/tensor_core.cuh"
+#include "sage/device/sla/mask_gemm_sm90.cuh"
+#include "sage/device/sla/mask_gemm_support.cuh"
 
 namespace sage::device::sla {
 
-// The CTA tile: 128 output rows x 128 state columns, 64 summed blocks per k-step (double-buffered: one L2 round trip
-// per k-step is exposed at most, and 64 blocks of mma work cover most of it); 8 warps as 4 (rows) x 2 (columns), each
-// 32 x 64 (2 x 8 mma tiles, 64 f32 accumulators). Shared memory (dynamic: abi.cuh's sage_sla_mask_gemm_shared_bytes):
-// A's and S's tiles twice, the factors of the summed blocks, the rows' flags, a reduction scratch.
+// The mma.sync CTA tile: 128 output rows x 128 state columns, 64 summed blocks per k-step (double-buffered: one L2
+// round trip per k-step is exposed at most, and 64 blocks of mma work cover most of it); 8 warps as 4 (rows) x 2
+// (columns), each 32 x 64 (2 x 8 mma tiles, 64 f32 accumulators). Shared memory (dynamic: abi.cuh's
+// sage_sla_mask_gemm_shared_bytes): A's and S's tiles twice, the factors of the summed blocks, the rows' flags, a
+// reduction scratch.
 struct MaskGemmTile {
   static constexpr int kM = SAGE_SLA_MASK_GEMM_ROWS, kN = SAGE_SLA_MASK_GEMM_COLUMNS, kK = SAGE_SLA_MASK_GEMM_DEPTH;
   static constexpr int kAStride = kK + 8, kBStride = kN + 8; // padded rows: ldmatrix without bank conflicts
@@ -30,64 +32,17 @@ struct MaskGemmTile {
   static constexpr int kMaxTable = SAGE_SLA_MASK_GEMM_TABLE; // summed blocks whose factors are kept in shared memory
   static constexpr int kRuns = kK / 32;                      // 16-entry runs of A per thread and k-step
   static constexpr int kATileHalves = kM * kAStride, kSTileHalves = kK * kBStride;
-  static constexpr int kMaxReference = 15; // the largest entry of A is 2^15
   static_assert((kM / kWarpRows) * (kN / kWarpColumns) == kWarps, "one warp tile per warp");
   static_assert(kM * kK == kThreads * 16 * kRuns, "a thread builds kRuns runs of 16 entries of A per k-step");
   static_assert((kK * kN / 8) % kThreads == 0, "whole 16-byte pieces of S per thread");
   static_assert(2 * (2 * kATileHalves + 2 * kSTileHalves + kMaxTable) + 4 * (kM + kWarps) ==
-                    sage_sla_mask_gemm_shared_bytes(),
+                    sage_sla_mask_gemm_shared_bytes(80),
                 "abi.cuh's size of the mask GEMM's shared memory");
 };
 
-// One mask GEMM: out[r] = sum over k < depth of [class(r, k) == marginal] s_k S_k, S_k the f16 matrix of summed
-// block k (d x d, with its power-of-two scale s_k). The forward's rows are q blocks and its summed blocks kv blocks
-// (h_j); the backward's rows are kv blocks and its summed blocks the q blocks of every q head of the GQA group (dH_i).
-struct MaskGemmOperands {
-  const signed char *classes; // class(r, k) at classes[r * row_stride + k * depth_stride]
-  long long row_stride, depth_stride;
-  const unsigned short *states; // S_k at states + k d^2
-  const float *scales;          // s_k at scales[k]
-  float *out;                   // out[r] at out + r d^2 (f32)
-  int *fallback;                // [rows]
-  int rows, depth;
-};
-
-// The classes of 16 consecutive summed blocks of one row (1: critical, 0: marginal, -1: negligible), one byte each in
-// four words (block first + n is byte n % 4 of word n / 4); past the end they read as critical (A = 0 there).
-struct ClassRun {
-  unsigned word[4];
-  __device__ bool marginal(int n) const { return ((word[n / 4] >> (8 * (n % 4))) & 0xffu) == 0; }
-};
-
-__device__ __forceinline__ ClassRun load_classes(const MaskGemmOperands &o, int row, int first) {
-  ClassRun run;
-  const signed char *at = o.classes + row * o.row_stride + first * o.depth_stride;
-  if (o.depth_stride == 1 && first + 16 <= o.depth && (reinterpret_cast<unsigned long long>(at) & 15) == 0) {
-    const uint4 bits = __ldg(reinterpret_cast<const uint4 *>(at));
-    run.word[0] = bits.x, run.word[1] = bits.y, run.word[2] = bits.z, run.word[3] = bits.w;
-  } else {
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      run.word[w] = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = 4 * w + e;
-        run.word[w] |= (first + n < o.depth ? static_cast<unsigned char>(at[n * o.depth_stride]) : 1u) << (8 * e);
-      }
-    }
-  }
-  return run;
-}
-
-// f16 bits of s_k / reference (powers of two: exact down to 2^-24), or 0 below that.
-__device__ __forceinline__ unsigned short gemm_factor(float scale, float reference) {
-  const float factor = scale / reference;
-  return factor >= 1.0f / 16777216.0f ? f16_bits(factor) : 0;
-}
-
 // 128 output rows x 128 of the d * d columns per CTA (blockIdx.x: the row tile, blockIdx.y: the column tile; row tiles
 // vary fastest, so the CTAs that share a tile of S run together and read it from L2 once).
-template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
+template <int D> __device__ void mask_gemm_mma(const MaskGemmOperands &o) {
   using T = MaskGemmTile;
   static_assert((D * D) % T::kN == 0, "the columns split into whole tiles");
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -107,7 +62,7 @@ template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
   if (threadIdx.x < T::kM)
     row_fallback[threadIdx.x] = 0;
   largest = block_reduce<true>(largest, scratch);
-  const float reference = largest > 0.0f ? ldexpf(largest, -T::kMaxReference) : 1.0f;
+  const float reference = largest > 0.0f ? ldexpf(largest, -kMaskGemmMaxReference) : 1.0f;
   if (table)
     for (int k = threadIdx.x; k < depth; k += kThreads)
       column_factor[k] = gemm_factor(o.scales[k], reference);
@@ -232,8 +187,22 @@ template <int D> __device__ void mask_gemm(const MaskGemmOperands &o) {
     o.fallback[first_row + threadIdx.x] = row_fallback[threadIdx.x];
 }
 
-// Launch 3c: H_i = sum over the marginal j of h_j for one q head. Grid (ceil(q_blocks / 128), d * d / 128,
-// batch * heads_q).
+// The mask GEMM of the module's arch: warpgroup MMAs on sm_90a (256 columns per CTA), mma.sync elsewhere (128); both
+// run 256 threads over 128 rows, so only the grid's column tiles and the shared memory differ (abi.cuh).
+// kTransposed: the backward's (row_stride 1: the mask read transposed).
+template <int D, bool kTransposed> __device__ void mask_gemm(const MaskGemmOperands &o) {
+#if SAGE_SLA_MASK_GEMM_SM90
+  mask_gemm_wgmma<D, kTransposed>(o);
+#else
+#if defined(__CUDA_ARCH__)
+  static_assert(!sage_sla_mask_gemm_wgmma(__CUDA_ARCH__ / 10), "abi.cuh sizes this arch's launch for wgmma");
+#endif
+  mask_gemm_mma<D>(o);
+#endif
+}
+
+// Launch 3c: H_i = sum over the marginal j of h_j for one q head. Grid (ceil(q_blocks / 128), d * d / columns
+// (abi.cuh's sage_sla_mask_gemm_columns), batch * heads_q).
 template <int D> __device__ void forward_mask_gemm(const SageSlaMaskGemmParams &p) {
   const long long head_q = blockIdx.z;
   const long long head_kv =
@@ -249,12 +218,12 @@ template <int D> __device__ void forward_mask_gemm(const SageSlaMaskGemmParams &
   o.fallback = p.h_sum_fallback + head_q * q_blocks;
   o.rows = q_blocks;
   o.depth = kv_blocks;
-  mask_gemm<D>(o);
+  mask_gemm<D, false>(o);
 }
 
 // Backward launch 3c: dh_j = sum over the GQA group's q heads and their q blocks i where (i, j) is marginal of dH_i,
 // for one kv head (the group's q heads are consecutive, so their dH_i are one stack). Grid (ceil(kv_blocks / 128),
-// d * d / 128, batch * heads_kv).
+// d * d / columns, batch * heads_kv).
 template <int D> __device__ void backward_mask_gemm(const SageSlaMaskGemmColumnsParams &p) {
   const long long head_kv = blockIdx.z, group = p.shape.heads_q / p.shape.heads_kv;
   const long long first_head_q = (head_kv / p.shape.heads_kv) * p.shape.heads_q + (head_kv % p.shape.heads_kv) * group;
@@ -269,7 +238,7 @@ template <int D> __device__ void backward_mask_gemm(const SageSlaMaskGemmColumns
   o.fallback = p.dh_sum_fallback + head_kv * kv_blocks;
   o.rows = kv_blocks;
   o.depth = static_cast<int>(group * q_blocks);
-  mask_gemm<D>(o);
+  mask_gemm<D, true>(o);
 }
 
 } // namespace sage::device::sla
