@@ -36,25 +36,16 @@
 // no check (their stats give P = 0 and their dQ rows are padding), and the dQ reductions are branch-free.
 #pragma once
 
-#include "sage/device/sm80/backward_params.cuh"
+#include "sage/device/sm80/backward_prepare.cuh"
 #include "sage/device/sm90/common.cuh"
 
 namespace sage::device::sm80::backward {
 
-using sm90::decode_input_element;
 using sm90::fast_exp2;
-using sm90::negative_infinity;
-using sm90::pack_bf16x2;
-using sm90::pack_f16x2;
-
-constexpr int kBlock = 64; // b_q = b_kv: the P/dS tile and the scale blocks of Q, K, dO
-constexpr int kWarps = 4;  // of the preprocess and write_dq kernels
-constexpr int kThreads = 32 * kWarps;
 
 // `main` owns Config::kKeys keys (64 or 128: one or two K blocks, as shared memory allows) with one warp per 16.
 template <class Config> constexpr int kMainWarps = Config::kKeys / 16;
 template <class Config> constexpr int kMainThreads = 32 * kMainWarps<Config>;
-constexpr float kLog2e = 1.4426950408889634f;
 
 constexpr int kPad = 16; // bytes after each shared-memory row (see the top of this file)
 
@@ -189,20 +180,6 @@ __device__ __forceinline__ void copy_tile_async(unsigned char *shared, const voi
 }
 
 // ---- helpers -----------------------------------------------------------------------------------------------------
-// The maximum of `value` over the CTA (`scratch`: kWarps floats). Synchronizes the CTA twice.
-__device__ __forceinline__ float block_max(float value, float *scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  if ((threadIdx.x & 31) == 0)
-    scratch[threadIdx.x >> 5] = value;
-  __syncthreads();
-  float result = scratch[0];
-  for (int w = 1; w < kWarps; ++w)
-    result = fmaxf(result, scratch[w]);
-  __syncthreads();
-  return result;
-}
-
 // The maxima of `first` and `second` over each group of 4 warps (a 64 x 64 tile of `main`: kWarpCount / 4 groups)
 // in one exchange and one barrier; maxima[group] = {first, second} of each group. `scratch`: 2 x kWarpCount floats,
 // which the caller must not pass again before another barrier has passed (it alternates two buffers).
@@ -229,211 +206,7 @@ __device__ __forceinline__ void tile_max_pairs(float first, float second, float 
   }
 }
 
-// psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
-__device__ __forceinline__ signed char int8_code(float x, float inverse) {
-  const int code = __float2int_rn(x * inverse);
-  return static_cast<signed char>(code > 127 ? 127 : (code < -127 ? -127 : code));
-}
-
-// numerics::symmetricScale(amax, 127): scale amax / 127 and inverse 127 / amax in f32, 0 and 0 for amax 0.
-__device__ __forceinline__ void int8_scale(float amax, float &scale, float &inverse) {
-  scale = amax / 127.0f;
-  inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-}
-
-template <bool kBf16> __device__ __forceinline__ unsigned pack_output(float low, float high) {
-  if constexpr (kBf16)
-    return pack_bf16x2(low, high);
-  else
-    return pack_f16x2(low, high);
-}
-
-// Eight consecutive elements of the caller's f16/bf16 tensor as f32, zeros where `valid` is false: one 16-byte load
-// where `aligned` (the tensor's base is 16-byte aligned, as the caching allocators give), eight 2-byte ones otherwise.
-template <bool kBf16>
-__device__ __forceinline__ void load_eight(const unsigned short *source, bool valid, bool aligned, float (&out)[8]) {
-  unsigned short bits[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (valid) {
-    if (aligned) {
-      const uint4 word = *reinterpret_cast<const uint4 *>(source);
-      const unsigned words[4] = {word.x, word.y, word.z, word.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        bits[2 * j] = static_cast<unsigned short>(words[j] & 0xffffu);
-        bits[2 * j + 1] = static_cast<unsigned short>(words[j] >> 16);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        bits[j] = source[j];
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-    out[j] = decode_input_element<kBf16>(bits[j]);
-}
-
-// Four int8 codes as one 32-bit word, `first` at the lowest address.
-__device__ __forceinline__ unsigned code_word(signed char first, signed char second, signed char third,
-                                              signed char fourth) {
-  return static_cast<unsigned>(static_cast<unsigned char>(first)) |
-         static_cast<unsigned>(static_cast<unsigned char>(second)) << 8 |
-         static_cast<unsigned>(static_cast<unsigned char>(third)) << 16 |
-         static_cast<unsigned>(static_cast<unsigned char>(fourth)) << 24;
-}
-
-// psi of one 64-token block of a head: one int8 scale for its 64 x head_dim values (zeros beyond `tokens`).
-// Writes the codes natural ([token][channel], when `codes` is given) and transposed ([channel][token] per block);
-// kWgmmaTokenOrder: the transposed rows hold each 32-token group in the order of an 8-bit wgmma A fragment packed
-// from accumulator columns (sm90/backward.cuh), position p holding token accumulator_token_of_k_position(p).
-// Each thread reads its 8-element pieces once, with 16-byte loads, and keeps them in registers from the maximum to
-// the codes (2-byte loads, each element read twice: preprocess_k took 115 us instead of 65 at N = 4k, b = 4, h = 16).
-template <class Config, bool kWgmmaTokenOrder>
-__device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
-                               signed char *codes_t, float *scales, float *scratch) {
-  constexpr int kHeadDim = Config::kHeadDim, kStagedRow = kHeadDim + 4;
-  constexpr int kPiecesPerRow = kHeadDim / 8, kPieces = kBlock * kPiecesPerRow / kThreads;
-  static_assert(kBlock * kPiecesPerRow % kThreads == 0, "every thread quantizes the same number of pieces");
-  // This block's codes [token][channel]. Shared by successive calls: block_max's barriers order a call's writes after
-  // the previous call's reads.
-  __shared__ __align__(16) signed char staged[kBlock * kStagedRow];
-  const int token0 = block * kBlock;
-  const bool aligned = reinterpret_cast<unsigned long long>(head) % 16 == 0;
-  float values[kPieces][8];
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPieces; ++i) {
-    const int piece = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int t = piece / kPiecesPerRow, c = piece % kPiecesPerRow * 8;
-    load_eight<Config::kBf16>(head + static_cast<long long>(token0 + t) * kHeadDim + c, token0 + t < tokens, aligned,
-                              values[i]);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      amax = fmaxf(amax, fabsf(values[i][j]));
-  }
-  amax = block_max(amax, scratch);
-  float scale, inverse;
-  int8_scale(amax, scale, inverse);
-#pragma unroll
-  for (int i = 0; i < kPieces; ++i) {
-    const int piece = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int t = piece / kPiecesPerRow, c = piece % kPiecesPerRow * 8;
-    signed char piece_codes[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      piece_codes[j] = int8_code(values[i][j], inverse);
-    const unsigned low = code_word(piece_codes[0], piece_codes[1], piece_codes[2], piece_codes[3]);
-    const unsigned high = code_word(piece_codes[4], piece_codes[5], piece_codes[6], piece_codes[7]);
-    if (codes) // whole blocks of the workspace: 8-byte aligned
-      *reinterpret_cast<uint2 *>(codes + static_cast<long long>(token0 + t) * kHeadDim + c) = make_uint2(low, high);
-    *reinterpret_cast<unsigned *>(staged + t * kStagedRow + c) = low; // rows of 4-byte multiples
-    *reinterpret_cast<unsigned *>(staged + t * kStagedRow + c + 4) = high;
-  }
-  __syncthreads();
-  // The transposed codes from shared memory, four tokens of one channel per 32-bit store, consecutive threads on
-  // consecutive words (written straight from the loop above, each byte went to its own 32-byte sector). Rows of
-  // kHeadDim + 4 bytes: the tokens a warp reads in one channel lie in different banks.
-  for (int e = static_cast<int>(threadIdx.x); e < kBlock * kHeadDim / 4; e += kThreads) {
-    const int c = e / (kBlock / 4), position = e % (kBlock / 4) * 4;
-    signed char four[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int p_j = position + j;
-      const int t = kWgmmaTokenOrder ? p_j / 32 * 32 + sm90::accumulator_token_of_k_position(p_j % 32) : p_j;
-      four[j] = staged[t * kStagedRow + c];
-    }
-    *reinterpret_cast<unsigned *>(codes_t + static_cast<long long>(block) * kBlock * kHeadDim + 4 * e) =
-        code_word(four[0], four[1], four[2], four[3]);
-  }
-  if (threadIdx.x == 0)
-    scales[block] = scale;
-}
-
-// ---- the four kernels --------------------------------------------------------------------------------------------
-template <class Config> __device__ void preprocess_q(const SageBackwardParams &p) {
-  constexpr int kHeadDim = Config::kHeadDim, kPerLane = kHeadDim / 32;
-  static_assert(kPerLane == 2 || kPerLane == 4, "a row is 32 lanes of 2 or 4 elements");
-  __shared__ float scratch[kWarps];
-  const int block = blockIdx.x, blocks = (p.tokens_q + kBlock - 1) / kBlock;
-  const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
-  const long long head_elements = head * p.tokens_q * kHeadDim, head_codes = head * blocks * kBlock * kHeadDim;
-  const auto *q = static_cast<const unsigned short *>(p.q) + head_elements;
-  const auto *d_o = static_cast<const unsigned short *>(p.d_o) + head_elements;
-  const auto *o = static_cast<const unsigned short *>(p.o) + head_elements;
-  // {s_Q, Q^_i} = psi(Q_i), {s_dO, dO^_i} = psi(dO_i) (Algorithm 3, line 6)
-  quantize_block<Config, Config::kWgmmaQueryOrder>(q, p.tokens_q, block, p.q_codes + head_codes,
-                                                   p.q_codes_t + head_codes, p.q_scales + head * blocks, scratch);
-  quantize_block<Config, Config::kWgmmaQueryOrder>(d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes,
-                                                   p.do_scales + head * blocks, scratch);
-  // The row stats: L log2(e) and D_i = rowsum(dO_i o O_i) (line 2), one warp per row, for the whole block (rows
-  // beyond the end and rows without a visible key get +inf, so that `main` computes P = 0 for them unchecked); dQ's
-  // f32 sum starts at zero. Lane l holds channels kPerLane l ..: one 4- or 8-byte load per tensor where aligned.
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool aligned = (reinterpret_cast<unsigned long long>(d_o) | reinterpret_cast<unsigned long long>(o)) % 8 == 0;
-  const float positive_infinity = __int_as_float(0x7f800000);
-  for (int row = warp; row < kBlock; row += kWarps) {
-    const int token = block * kBlock + row;
-    const long long padded_row = head * blocks * kBlock + token;
-    float sum = 0.0f, lse_log2 = positive_infinity;
-    if (token < p.tokens_q) {
-      const long long first = static_cast<long long>(token) * kHeadDim + kPerLane * lane;
-      unsigned short d_o_bits[kPerLane], o_bits[kPerLane];
-      if (aligned && kPerLane == 4) {
-        const uint2 a = *reinterpret_cast<const uint2 *>(d_o + first), b = *reinterpret_cast<const uint2 *>(o + first);
-        const unsigned a_words[2] = {a.x, a.y}, b_words[2] = {b.x, b.y};
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          d_o_bits[j] = static_cast<unsigned short>(a_words[j / 2] >> (16 * (j % 2)));
-          o_bits[j] = static_cast<unsigned short>(b_words[j / 2] >> (16 * (j % 2)));
-        }
-      } else if (aligned) {
-        const unsigned a = *reinterpret_cast<const unsigned *>(d_o + first);
-        const unsigned b = *reinterpret_cast<const unsigned *>(o + first);
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          d_o_bits[j] = static_cast<unsigned short>(a >> (16 * (j % 2)));
-          o_bits[j] = static_cast<unsigned short>(b >> (16 * (j % 2)));
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          d_o_bits[j] = d_o[first + j];
-          o_bits[j] = o[first + j];
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j)
-        sum += decode_input_element<Config::kBf16>(d_o_bits[j]) * decode_input_element<Config::kBf16>(o_bits[j]);
-      for (int offset = 16; offset > 0; offset >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      const float lse = p.lse[head * p.tokens_q + token];
-      if (lse != negative_infinity())
-        lse_log2 = lse * kLog2e;
-    }
-    if (lane == 0) {
-      p.row_stats[2 * padded_row] = lse_log2;
-      p.row_stats[2 * padded_row + 1] = sum;
-    }
-    float *dq_row = p.dq_accum + padded_row * kHeadDim + kPerLane * lane;
-    if constexpr (kPerLane == 4)
-      *reinterpret_cast<float4 *>(dq_row) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    else
-      *reinterpret_cast<float2 *>(dq_row) = make_float2(0.0f, 0.0f);
-  }
-}
-
-template <class Config> __device__ void preprocess_k(const SageBackwardParams &p) {
-  constexpr int kHeadDim = Config::kHeadDim;
-  __shared__ float scratch[kWarps];
-  const int blocks = (p.tokens_kv + kBlock - 1) / kBlock;
-  const long long head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
-  const long long head_codes = head * blocks * kBlock * kHeadDim;
-  const auto *k = static_cast<const unsigned short *>(p.k) + head * p.tokens_kv * kHeadDim;
-  // {s_K, K^_j} = psi(K_j)
-  quantize_block<Config, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
-                                p.k_scales + head * blocks, scratch);
-}
-
+// ---- the main kernel ------------------------------------------------------------------------------------------------
 // dQ's f32 sum in global memory (8-byte aligned `address`): one reduction per pair of channels on sm_90 (a vector
 // red halves the L2 atomic traffic), two atomics before it.
 __device__ __forceinline__ void add_pair(float *address, float low, float high) {
@@ -740,31 +513,6 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
           pack_output<Config::kBf16>(dk[nc][2 * half] * p.softmax_scale, dk[nc][2 * half + 1] * p.softmax_scale);
       d_v[pair] = pack_output<Config::kBf16>(dv[nc][2 * half], dv[nc][2 * half + 1]);
     }
-}
-
-// Where dq_accum keeps element (row, channel) of a head's rows: natural, or (Config::kSwizzledDqAccum, the wgmma
-// kernel's bulk reductions from a bank-conflict-free shared tile) with each row's 16-byte units XORed by row % 8.
-template <class Config> __device__ __forceinline__ int dq_accum_column(int row, int channel) {
-  if constexpr (Config::kSwizzledDqAccum)
-    return ((channel >> 2) ^ (row & 7)) << 2 | (channel & 3);
-  else
-    return channel;
-}
-
-template <class Config> __device__ void write_dq(const SageBackwardParams &p) {
-  constexpr int kHeadDim = Config::kHeadDim;
-  const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
-  const long long padded_q = static_cast<long long>((p.tokens_q + kBlock - 1) / kBlock) * kBlock;
-  const int token0 = blockIdx.x * kBlock;
-  auto *d_q = static_cast<unsigned *>(p.d_q);
-  for (int e = threadIdx.x; e < kBlock * kHeadDim / 2; e += kThreads) {
-    const int token = token0 + e / (kHeadDim / 2), channel = 2 * (e % (kHeadDim / 2));
-    if (token >= p.tokens_q)
-      break;
-    const long long index = (head * padded_q + token) * kHeadDim + dq_accum_column<Config>(token, channel);
-    d_q[((head * p.tokens_q + token) * kHeadDim + channel) / 2] =
-        pack_output<Config::kBf16>(p.dq_accum[index], p.dq_accum[index + 1]);
-  }
 }
 
 } // namespace sage::device::sm80::backward
