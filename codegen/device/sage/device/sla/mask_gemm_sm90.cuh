@@ -14,7 +14,7 @@
 #pragma once
 
 #include "sage/device/sla/mask_gemm_support.cuh"
-#include "sage/device/sm90/backward.cuh"
+#include "sage/device/sm90/shared_tiles.cuh"
 #include "sage/device/sm90/warpgroup.cuh"
 #include "sage/device/sm90/wgmma_instructions.cuh"
 
@@ -118,12 +118,12 @@ struct MaskGemmWgmmaTile {
   static constexpr int kAhead = kStages - 2; // k-steps of S in flight beyond the current one
   static constexpr int kMaxTable = SAGE_SLA_MASK_GEMM_TABLE;
   static constexpr int kWarpgroupRows = 64, kWgmmaColumns = 128;
-  static constexpr int kRuns = kK / 32; // 16-entry runs of A per thread and k-step (a thread: half a row)
-  using ATile = sm90::backward::SwizzledTile<kM, 2 * kK>;           // [row][k], one 128-byte chunk (forward)
-  using ATransposedTile = sm90::backward::SwizzledTile<kK, 2 * kM>; // [k][row], a 128-byte chunk per warpgroup
-  using STile = sm90::backward::SwizzledTile<kK, 2 * kN>;           // four 128-byte column chunks
-  static constexpr int kA = 0;                                      // [2][ATile::kBytes]
-  static constexpr int kS = kA + 2 * ATile::kBytes;                 // [kStages][STile::kBytes]
+  static constexpr int kRuns = kK / 32;         // 16-entry runs of A per thread and k-step (a thread: half a row)
+  using ATile = sm90::SwizzledTile<kM, 2 * kK>; // [row][k], one 128-byte chunk (forward)
+  using ATransposedTile = sm90::SwizzledTile<kK, 2 * kM>; // [k][row], a 128-byte chunk per warpgroup
+  using STile = sm90::SwizzledTile<kK, 2 * kN>;           // four 128-byte column chunks
+  static constexpr int kA = 0;                            // [2][ATile::kBytes]
+  static constexpr int kS = kA + 2 * ATile::kBytes;       // [kStages][STile::kBytes]
   static constexpr int kTable = kS + kStages * STile::kBytes;
   static constexpr int kFlags = kTable + 2 * kMaxTable;
   static constexpr int kScratch = kFlags + 4 * kM;
@@ -265,9 +265,9 @@ template <int D, bool kTransposedA> __device__ void mask_gemm_wgmma(const MaskGe
       for (int i = 0; i < 64; ++i)
         acc[h][i] = 0.0f;
     for (int step = 0; step < steps; ++step) {
-      sm90::backward::wait_copies<T::kAhead - 1>(); // this thread's pieces of S's tile `step`
-      sm90::backward::fence_shared_for_wgmma();     // ... and its entries of A's tile, visible to wgmma
-      __syncthreads(); // every warpgroup has also retired step - 2's group: its S buffer is free
+      wait_copies<T::kAhead - 1>();   // this thread's pieces of S's tile `step`
+      sm90::fence_shared_for_wgmma(); // ... and its entries of A's tile, visible to wgmma
+      __syncthreads();                // every warpgroup has also retired step - 2's group: its S buffer is free
       copy_states(step + T::kAhead);
 
       const unsigned a_tile = shared_base + T::kA + (step & 1) * T::ATile::kBytes;

@@ -120,8 +120,6 @@ __device__ __forceinline__ void mma_tile_split_a(float (&c)[4], SharedF16 a_hi, 
   }
 }
 
-// Where a lane's accumulators sit in its 16 x 8 tile: c[0], c[1] at (row, col), (row, col + 1); c[2], c[3] 8 rows
-// further down.
 // cp.async (sm_80+), 16 bytes global -> shared, bypassing L1; `valid` false writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void copy16_async(void *shared, const void *global, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
@@ -131,6 +129,10 @@ __device__ __forceinline__ void copy16_async(void *shared, const void *global, b
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits until at most the kPending most recent groups of this thread's copies are in flight.
+template <int kPending> __device__ __forceinline__ void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 // Zeroes an M x N grid of 16 x 8 accumulator tiles (4 floats per lane each).
 template <int M, int N> __device__ __forceinline__ void clear_tiles(float (&c)[M][N][4]) {

@@ -34,6 +34,7 @@
 
 #include "sage/device/sm80/backward.cuh"
 #include "sage/device/sm90/common.cuh"
+#include "sage/device/sm90/shared_tiles.cuh"
 #include "sage/device/sm90/warpgroup.cuh"
 #include "sage/device/sm90/wgmma_instructions.cuh"
 
@@ -49,31 +50,6 @@ using sm80::backward::wait_copies;
 
 constexpr int kKeys = 2 * kBlock; // per CTA: one K block per warpgroup
 constexpr int kMainThreads = 2 * kWarpgroupThreads;
-
-// A [kRows][kRowBytes] tile in wgmma's K-major layout: column chunks of at most 128 bytes, each [kRows][chunk bytes]
-// with the swizzle of that row length (the 16-byte unit index XOR address bits 7.. as the descriptor's mode does).
-// Tiles start at 1024-byte boundaries, so offsets within a tile have the address's swizzle bits.
-template <int kRows, int kRowBytes> struct SwizzledTile {
-  static constexpr int kChunkBytes = kRowBytes < 128 ? kRowBytes : 128;
-  static constexpr int kChunkStride = kRows * kChunkBytes;
-  static constexpr int kBytes = (kRowBytes / kChunkBytes) * kChunkStride;
-  static constexpr Swizzle kSwizzle = swizzle_of_rows<kChunkBytes>();
-  static constexpr int kUnitMask = kChunkBytes / 16 - 1;
-
-  static __device__ __forceinline__ int offset(int row, int column) {
-    const int linear = row * kChunkBytes + column % kChunkBytes;
-    return column / kChunkBytes * kChunkStride + (linear ^ (((linear >> 7) & kUnitMask) << 4));
-  }
-  // The K-major operand of rows row0.. (a multiple of 8) whose k step starts at byte `column` (a multiple of 32):
-  // matrix_descriptor's fields for LBO 16 bytes (unused) and SBO 8 rows, with the start address added in 16-byte
-  // units without masking (shared addresses stay below 2^18), so that a tile's descriptors share one base and differ
-  // by immediates.
-  static constexpr unsigned long long kFixedBits = matrix_descriptor(0, 16, 8 * kChunkBytes, kSwizzle);
-  static __device__ __forceinline__ unsigned long long descriptor(unsigned tile, int column, int row0 = 0) {
-    const unsigned offset = column / kChunkBytes * kChunkStride + row0 * kChunkBytes + column % kChunkBytes;
-    return kFixedBits | static_cast<unsigned long long>((tile >> 4) + (offset >> 4));
-  }
-};
 
 // Shared memory of `main`, every tile 1024-byte aligned: K^ [128][d] int8, K^^T [d][64] int8 per K block, V [128][d]
 // 16-bit; two stages of {Q^ [64][d] int8, dO [64][d] 16-bit, Q^^T and dO^^T [d][64] int8, row stats 64 x {L log2(e),
@@ -130,37 +106,6 @@ __device__ __forceinline__ void copy_rows_swizzled(unsigned char *tile, const vo
     copy16_async(tile + Tile::offset(row, column), valid ? bytes + unit * 16 : bytes, valid);
   }
 }
-
-// Makes this thread's generic-proxy shared-memory writes (cp.async, st.shared) visible to wgmma's async proxy; a
-// barrier after it publishes them to the warpgroup(s) that issue the wgmma.
-__device__ __forceinline__ void fence_shared_for_wgmma() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// The low byte of `value` at a shared-memory address (32-bit: no generic-to-shared conversion per store).
-__device__ __forceinline__ void store_shared_byte(unsigned address, unsigned value) {
-  asm volatile("st.shared.b8 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-
-__device__ __forceinline__ void store_shared_pair(unsigned address, float low, float high) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(low), "f"(high) : "memory");
-}
-
-// global[0 .. bytes) += shared tile (f32), by the bulk-copy engine (one thread issues it; cp.async.bulk groups).
-__device__ __forceinline__ void bulk_reduce_add_f32(float *global, unsigned shared, int bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global),
-               "r"(shared), "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-
-// Waits until the issuing thread's bulk operations have read their shared-memory source (it may be rewritten).
-__device__ __forceinline__ void bulk_wait_source_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-
-// Waits until the issuing thread's bulk operations are complete.
-__device__ __forceinline__ void bulk_wait_complete() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 template <bool kBf16, int N>
 __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[N / 2], unsigned long long a, unsigned long long b,
