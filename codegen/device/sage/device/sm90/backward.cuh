@@ -244,10 +244,24 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const int steps = walk.steps;
   const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
 
+  // The walk's (query head, Q tile) advanced step by step: StepWalk's division per step, twice per step, was ~3% of
+  // the kernel's instructions.
+  struct Cursor {
+    long long q_head;
+    int q_block;
+  };
+  auto advance = [&](Cursor c) {
+    if (++c.q_block == q_blocks) {
+      c.q_block = walk.first_q_block;
+      ++c.q_head;
+    }
+    return c;
+  };
+
   // One cp.async group: Q^, dO, Q^^T, dO^^T and the row stats of a step into its stage.
-  auto issue_stage = [&](int step) {
-    const long long q_head = walk.q_head(p, step);
-    const int q_block = walk.q_block(step);
+  auto issue_stage = [&](Cursor at, int step) {
+    const long long q_head = at.q_head;
+    const int q_block = at.q_block;
     const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
     unsigned char *stage = shared + Layout::kStages + (step & 1) * Layout::kStageBytes;
     copy_rows_swizzled<QTile, kBlock, kD>(stage + Layout::kQ, p.q_codes + q_codes, kBlock);
@@ -273,16 +287,19 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     copy_rows_swizzled<VTile, kKeys, 2 * kD>(
         shared + Layout::kV, static_cast<const unsigned short *>(p.v) + (kv_head * p.tokens_kv + key0) * kD,
         p.tokens_kv - key0);
-    issue_stage(0);
   }
+  Cursor current{static_cast<long long>(blockIdx.z) * p.heads_q + walk.first_head, walk.first_q_block}; // step 0
+  if (steps > 0)
+    issue_stage(current, 0);
 
   float dk[kD / 2] = {}, dv[kD / 2] = {};
   const unsigned k_tile = base + Layout::kK, v_tile = base + Layout::kV, ds_tile = base + Layout::kDs;
   const unsigned k_transposed = base + Layout::kKTransposed, dq_tile = base + Layout::kDq;
   float *previous_dq_tile = nullptr; // dq_accum's rows of the previous step's Q tile
   for (int step = 0; step < steps; ++step) {
-    const long long q_head = walk.q_head(p, step);
-    const int q_block = walk.q_block(step), query0 = q_block * kBlock;
+    const long long q_head = current.q_head;
+    const int q_block = current.q_block, query0 = q_block * kBlock;
+    const Cursor next = advance(current);
     const float q_scale = p.q_scales[q_head * q_blocks + q_block], do_scale = p.do_scales[q_head * q_blocks + q_block];
     const int stage_offset = Layout::kStages + (step & 1) * Layout::kStageBytes;
     const unsigned stage = base + stage_offset;
@@ -291,7 +308,7 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     fence_shared_for_wgmma();
     __syncthreads(); // ... is visible; every warpgroup is done with the previous step (its stage and the dS codes)
     if (step + 1 < steps)
-      issue_stage(step + 1);          // into the stage the previous step used: lands while this step runs
+      issue_stage(next, step + 1);    // into the stage the previous step used: lands while this step runs
     if (step > 0 && threadIdx.x == 0) // the previous step's dQ tile, written and fenced before the barrier
       bulk_reduce_add_f32(previous_dq_tile, dq_tile, Layout::kDqBytes);
 
@@ -360,30 +377,40 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
 
     // dV_w += P^^T dO^ and dK_w += dS^^T Q^: s32 products scaled into the f32 sums, at most 64 channels at a time
     // (a 32-register product: the 2 x d / 2 f32 sums already hold most of the register file). Element i of the
-    // product of channels [64h, 64h + 64) is element 32h + i of the sums.
-    constexpr int kProductChannels = kD < 64 ? kD : 64;
+    // product of channels [64h, 64h + 64) is element 32h + i of the sums. Two product buffers: product n + 1 runs on
+    // the tensor cores while product n is scaled into its sums (waiting for each product before the next was ~8% of
+    // the stall samples, ncu 2026-11-24).
+    constexpr int kProductChannels = kD < 64 ? kD : 64, kHalves = kD / kProductChannels, kProducts = 2 * kHalves;
+    int product[2][kProductChannels / 2];
+    auto issue_product = [&](int n) { // product n: operand n / kHalves (dV, dK), channels of half n % kHalves
+      const int operand = n / kHalves, h = n % kHalves;
+      const unsigned b_tile = stage + (operand == 0 ? Layout::kDoTransposed : Layout::kQTransposed);
+      warpgroup_fence_operands(product[n & 1]);
+      wgmma_fence();
 #pragma unroll
-    for (int operand = 0; operand < 2; ++operand)
+      for (int k = 0; k < 2; ++k)
+        WgmmaS8RS<kProductChannels>::run(product[n & 1], operand == 0 ? p_codes[k] : ds_codes[k],
+                                         TransposedTile::descriptor(b_tile, 32 * k, h * kProductChannels), k > 0);
+      wgmma_commit_group();
+    };
+    issue_product(0);
 #pragma unroll
-      for (int h = 0; h < kD / kProductChannels; ++h) {
-        int product[kProductChannels / 2];
-        const unsigned b_tile = stage + (operand == 0 ? Layout::kDoTransposed : Layout::kQTransposed);
-        warpgroup_fence_operands(product);
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-          WgmmaS8RS<kProductChannels>::run(product, operand == 0 ? p_codes[k] : ds_codes[k],
-                                           TransposedTile::descriptor(b_tile, 32 * k, h * kProductChannels), k > 0);
-        wgmma_commit_group();
+    for (int n = 0; n < kProducts; ++n) {
+      if (n + 1 < kProducts) {
+        issue_product(n + 1);
+        wgmma_wait_group<1>();
+      } else {
         wgmma_wait_group<0>();
-        warpgroup_fence_operands(product);
-        const float scale = operand == 0 ? p_scale * do_scale : ds_scale * q_scale;
-        float *sums = operand == 0 ? dv : dk;
-#pragma unroll
-        for (int i = 0; i < kProductChannels / 2; ++i)
-          sums[h * kProductChannels / 2 + i] =
-              fmaf(small_int_to_float(product[i]), scale, sums[h * kProductChannels / 2 + i]);
       }
+      warpgroup_fence_operands(product[n & 1]);
+      const int operand = n / kHalves, h = n % kHalves;
+      const float scale = operand == 0 ? p_scale * do_scale : ds_scale * q_scale;
+      float *sums = operand == 0 ? dv : dk;
+#pragma unroll
+      for (int i = 0; i < kProductChannels / 2; ++i)
+        sums[h * kProductChannels / 2 + i] =
+            fmaf(small_int_to_float(product[n & 1][i]), scale, sums[h * kProductChannels / 2 + i]);
+    }
 
     fence_shared_for_wgmma(); // the dS codes
     if (threadIdx.x == 0)
@@ -397,24 +424,34 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     constexpr int kHalf = kD / 2, kPieceChannels = 32;
     const float dq_scale0 = ds_block_scales[0] * k_scales[0] * p.softmax_scale;
     const float dq_scale1 = ds_block_scales[1] * k_scales[1] * p.softmax_scale;
+    // Every piece's products are issued first (one wgmma group each), so that later pieces compute while earlier ones
+    // are scaled and stored.
+    constexpr int kPieces = kHalf / kPieceChannels;
+    static_assert(kPieces >= 1 && kPieces <= 2, "the waits below assume one or two pieces");
+    int dq_products[kPieces][2][kPieceChannels / 2];
 #pragma unroll
-    for (int piece = 0; piece < kHalf / kPieceChannels; ++piece) {
-      int dq_products[2][kPieceChannels / 2];
-      warpgroup_fence_operands(dq_products[0]);
-      warpgroup_fence_operands(dq_products[1]);
+    for (int piece = 0; piece < kPieces; ++piece) {
+      warpgroup_fence_operands(dq_products[piece][0]);
+      warpgroup_fence_operands(dq_products[piece][1]);
       wgmma_fence();
 #pragma unroll
       for (int b = 0; b < 2; ++b)
 #pragma unroll
         for (int k = 0; k < 2; ++k)
-          WgmmaS8SS<kPieceChannels>::run(dq_products[b], DsTile::descriptor(ds_tile, b * kBlock + 32 * k),
+          WgmmaS8SS<kPieceChannels>::run(dq_products[piece][b], DsTile::descriptor(ds_tile, b * kBlock + 32 * k),
                                          KTransposedTile::descriptor(k_transposed + b * KTransposedTile::kBytes, 32 * k,
                                                                      warpgroup * kHalf + piece * kPieceChannels),
                                          k > 0);
       wgmma_commit_group();
-      wgmma_wait_group<0>();
-      warpgroup_fence_operands(dq_products[0]);
-      warpgroup_fence_operands(dq_products[1]);
+    }
+#pragma unroll
+    for (int piece = 0; piece < kPieces; ++piece) {
+      if (piece + 1 < kPieces)
+        wgmma_wait_group<kPieces - 1>(); // kPieces <= 2: the later piece may still run
+      else
+        wgmma_wait_group<0>();
+      warpgroup_fence_operands(dq_products[piece][0]);
+      warpgroup_fence_operands(dq_products[piece][1]);
 #pragma unroll
       for (int j = 0; j < kPieceChannels / 8; ++j)
 #pragma unroll
@@ -422,13 +459,14 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
           const int e = 4 * j + 2 * half, row = 16 * warp + g + 8 * half;
           const int channel = warpgroup * kHalf + piece * kPieceChannels + 8 * j + 2 * t;
           store_shared_pair(dq_tile + (row * kD + sm80::backward::dq_accum_column<Config>(row, channel)) * 4,
-                            small_int_to_float(dq_products[0][e]) * dq_scale0 +
-                                small_int_to_float(dq_products[1][e]) * dq_scale1,
-                            small_int_to_float(dq_products[0][e + 1]) * dq_scale0 +
-                                small_int_to_float(dq_products[1][e + 1]) * dq_scale1);
+                            small_int_to_float(dq_products[piece][0][e]) * dq_scale0 +
+                                small_int_to_float(dq_products[piece][1][e]) * dq_scale1,
+                            small_int_to_float(dq_products[piece][0][e + 1]) * dq_scale0 +
+                                small_int_to_float(dq_products[piece][1][e + 1]) * dq_scale1);
         }
     }
     previous_dq_tile = p.dq_accum + (q_head * padded_q + query0) * kD;
+    current = next;
   }
   fence_shared_for_wgmma(); // the last step's dQ tile
   __syncthreads();
