@@ -97,4 +97,20 @@ int bitsOf(ElementType type) {
 bool isInteger(ElementType type) { return type == ElementType::int8 || type == ElementType::int4; }
 bool isFloat8(ElementType type) { return type == ElementType::e4m3 || type == ElementType::e5m2; }
 
+bool slaSparsePartIsExact(const AttentionVariant &variant) {
+  const auto f16 = [](const QuantizerSpec &spec) { return spec.dtype == ElementType::f16 && !spec.quantized(); };
+  return f16(variant.q) && f16(variant.k) && f16(variant.p) && f16(variant.v) &&
+         variant.smooth_q == SmoothScope::none && variant.smooth_k == SmoothScope::none &&
+         variant.smooth_v == SmoothScope::none && variant.qk.accumulator == AccumulatorType::f32 &&
+         variant.pv.accumulator == AccumulatorType::f32 && variant.accumulation.kind == AccumulationKind::f32;
+}
+
+AttentionVariant slaSparsePart(const AttentionVariant &variant) {
+  AttentionVariant sparse = variant;
+  sparse.sla = SlaSpec{};
+  if (slaSparsePartIsExact(sparse))
+    sparse.epilogue.write_lse = true; // L for the backward (SlaRunner passes null where the workspace has no room)
+  return sparse;
+}
+
 } // namespace sage

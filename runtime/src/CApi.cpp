@@ -419,7 +419,7 @@ sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
     builder->sla(spec);
     const sage::ir::Program program = builder->build(); // the verifier checks k_h and k_l
     sage::runtime::AttentionRunnerOptions options;
-    options.ir_fingerprint = sage::dsl::emitProgram(sage::runtime::slaSparsePart(program.variant())).fingerprint();
+    options.ir_fingerprint = sage::dsl::emitProgram(sage::slaSparsePart(program.variant())).fingerprint();
     options.device = config->device;
     auto handle = std::make_unique<sage_sla>();
     handle->runner = std::make_unique<sage::runtime::SlaRunner>(program.variant(), options);

@@ -28,22 +28,6 @@ driver::Dim3 grid(long long x, long long y, long long z) {
 
 } // namespace
 
-bool slaSparsePartIsExact(const AttentionVariant &variant) {
-  const auto f16 = [](const QuantizerSpec &spec) { return spec.dtype == ElementType::f16 && !spec.quantized(); };
-  return f16(variant.q) && f16(variant.k) && f16(variant.p) && f16(variant.v) &&
-         variant.smooth_q == SmoothScope::none && variant.smooth_k == SmoothScope::none &&
-         variant.smooth_v == SmoothScope::none && variant.qk.accumulator == AccumulatorType::f32 &&
-         variant.pv.accumulator == AccumulatorType::f32 && variant.accumulation.kind == AccumulationKind::f32;
-}
-
-AttentionVariant slaSparsePart(const AttentionVariant &variant) {
-  AttentionVariant sparse = variant;
-  sparse.sla = SlaSpec{};
-  if (slaSparsePartIsExact(sparse))
-    sparse.epilogue.write_lse = true; // L for the backward (run() passes null where the workspace has no room)
-  return sparse;
-}
-
 void checkSlaSparseOutputStrides(const SageTensorStrides &strides, const schedules::ProblemShape &shape) {
   if (strides.batch <= 0 || strides.head <= 0 || strides.token < shape.head_dim)
     throw std::invalid_argument(

@@ -130,7 +130,7 @@ TEST_CASE("the SLA mask prediction matches the CPU reference, ties included") {
             ? patternedKeys(item.heads_kv, item.tokens_kv, d, variant.block_kv, item.k_patterns)
             : randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {2, 0.0, 1.0, 1.0});
     runtime::AttentionRunnerOptions options;
-    options.ir_fingerprint = dsl::emitProgram(runtime::slaSparsePart(variant)).fingerprint(); // as the runner's
+    options.ir_fingerprint = dsl::emitProgram(slaSparsePart(variant)).fingerprint(); // as the runner's
     const runtime::SlaRunner runner(variant, options);
     const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape);

@@ -48,6 +48,35 @@ SageTensorStrides hndStrides(const HostTensor &tensor) {
   return {tensor.heads() * tensor.tokens() * tensor.dim(), tensor.tokens() * tensor.dim(), tensor.dim()};
 }
 
+// Proj's d x d weights (then d biases with `bias`) ~ N(0, 1/d) from `generator`, rounded to f32 as the device holds
+// them.
+Projection randomProjection(int64_t d, std::mt19937_64 &generator, bool bias) {
+  Projection projection{d, std::vector<double>(static_cast<size_t>(d * d)),
+                        std::vector<double>(bias ? static_cast<size_t>(d) : 0)};
+  std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
+  for (double &w : projection.weight)
+    w = static_cast<float>(normal(generator));
+  for (double &b : projection.bias)
+    b = static_cast<float>(normal(generator));
+  return projection;
+}
+
+// The runner's inputs: q, k, v (HND, on the device at q_device ...) and O in `o`, HND like q.
+runtime::SlaTensors hndInputs(const HostTensor &q, const HostTensor &k, const HostTensor &v,
+                              const DeviceBuffer &q_device, const DeviceBuffer &k_device, const DeviceBuffer &v_device,
+                              void *o) {
+  runtime::SlaTensors tensors;
+  tensors.q = q_device.get();
+  tensors.k = k_device.get();
+  tensors.v = v_device.get();
+  tensors.q_strides = hndStrides(q);
+  tensors.k_strides = hndStrides(k);
+  tensors.v_strides = hndStrides(v);
+  tensors.o = o;
+  tensors.o_strides = hndStrides(q);
+  return tensors;
+}
+
 // Per-kv-block magnitudes of K and V (so of the states h_j), for the mask GEMM's scaled entries.
 enum class BlockMagnitudes {
   uniform, // as drawn
@@ -152,17 +181,11 @@ TEST_CASE("the SLA forward matches the CPU reference") {
     HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.k_options);
     HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.v_options);
     scaleBlocks(k, v, variant.block_kv, item.magnitudes);
-    Projection projection{d, std::vector<double>(static_cast<size_t>(d * d)),
-                          std::vector<double>(static_cast<size_t>(d))};
     std::mt19937_64 generator(4);
-    std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
-    for (double &w : projection.weight)
-      w = static_cast<float>(normal(generator)); // as the device holds it
-    for (double &b : projection.bias)
-      b = static_cast<float>(normal(generator));
+    const Projection projection = randomProjection(d, generator, true);
 
     runtime::AttentionRunnerOptions options;
-    options.ir_fingerprint = dsl::emitProgram(runtime::slaSparsePart(variant)).fingerprint(); // as the runner's
+    options.ir_fingerprint = dsl::emitProgram(slaSparsePart(variant)).fingerprint(); // as the runner's
     const runtime::SlaRunner runner(variant, options);
     const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape);
@@ -170,15 +193,7 @@ TEST_CASE("the SLA forward matches the CPU reference") {
     const auto weight = upload(projection.weight), bias = upload(projection.bias);
     const size_t outputs = static_cast<size_t>(item.heads_q * item.tokens_q * d);
     DeviceBuffer o(outputs * 2), o_linear(outputs * 4), workspace(layout.total);
-    runtime::SlaTensors tensors;
-    tensors.q = q_device->get();
-    tensors.k = k_device->get();
-    tensors.v = v_device->get();
-    tensors.q_strides = hndStrides(q);
-    tensors.k_strides = hndStrides(k);
-    tensors.v_strides = hndStrides(v);
-    tensors.o = o.get();
-    tensors.o_strides = hndStrides(q);
+    runtime::SlaTensors tensors = hndInputs(q, k, v, *q_device, *k_device, *v_device, o.get());
     tensors.proj_weight = static_cast<const float *>(weight->get());
     tensors.proj_bias = static_cast<const float *>(bias->get());
     tensors.o_linear = static_cast<float *>(o_linear.get());
@@ -302,11 +317,8 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, StorageType::f16, Layout::hnd, {5});
     const HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {6});
     const HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {7});
-    Projection projection{d, std::vector<double>(static_cast<size_t>(d * d)), {}};
-    std::mt19937_64 generator(8);
-    std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
-    for (double &w : projection.weight)
-      w = static_cast<float>(normal(generator));
+    std::mt19937_64 generator(8); // Proj, then dO
+    const Projection projection = randomProjection(d, generator, false);
     const size_t q_size = static_cast<size_t>(item.heads_q * item.tokens_q * d);
     const size_t kv_size = static_cast<size_t>(item.heads_kv * item.tokens_kv * d);
     std::vector<double> d_output(q_size), d_linear(q_size, 0.0);
@@ -330,7 +342,7 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true);
     const auto q_device = upload(q), k_device = upload(k), v_device = upload(v);
     const auto weight = upload(projection.weight), d_sparse = upload(d_output), d_linear_device = upload(d_linear);
-    const bool exact = runtime::slaSparsePartIsExact(variant);
+    const bool exact = slaSparsePartIsExact(variant);
     CHECK(exact == (item.name != "sla-int8"));
     const size_t rows = q_size / static_cast<size_t>(d);
     std::optional<BlockClasses> classes;
@@ -341,15 +353,7 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
       const bool saved = exact && pass_o_sparse;
       CAPTURE(pass_o_sparse);
       DeviceBuffer o(q_size * 2), workspace(layout.total), dq(q_size * 4), dk(kv_size * 4), dv(kv_size * 4);
-      runtime::SlaTensors tensors;
-      tensors.q = q_device->get();
-      tensors.k = k_device->get();
-      tensors.v = v_device->get();
-      tensors.q_strides = hndStrides(q);
-      tensors.k_strides = hndStrides(k);
-      tensors.v_strides = hndStrides(v);
-      tensors.o = o.get();
-      tensors.o_strides = hndStrides(q);
+      runtime::SlaTensors tensors = hndInputs(q, k, v, *q_device, *k_device, *v_device, o.get());
       tensors.proj_weight = pass_o_sparse ? nullptr : static_cast<const float *>(weight->get());
       if (pass_o_sparse) { // a forward without the backward's regions saves no L, and says so in the workspace
         runner.run(shape, tensors, workspace.get(), runner.workspaceLayout(shape).total, nullptr);

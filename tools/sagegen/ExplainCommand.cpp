@@ -208,7 +208,7 @@ void explain(const ExplainOptions &options) {
   if (variant.sla.enabled) {
     // No attention schedule runs an SLA variant whole: the SLA module predicts the mask and computes the linear
     // branch, and the runner hands the critical blocks to the variant without `sla` (block_sparse).
-    const AttentionVariant sparse = runtime::slaSparsePart(variant); // as SlaRunner compiles it
+    const AttentionVariant sparse = slaSparsePart(variant); // as SlaRunner compiles it
     fmt::print("SLA variant '{}': mask prediction, the linear branch and the combine run in the SLA module; its "
                "sparse part (the variant without `sla`, block_sparse over the critical blocks, writing its LSE "
                "where it is exact) is planned as:\n",

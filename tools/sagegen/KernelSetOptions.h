@@ -135,7 +135,7 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
     throw UserError("--lse: the SLA runner decides whether its sparse part writes the LSE (an exact one does)");
   if (input != schedules::InputType::f16)
     throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + result.input + "'");
-  const AttentionVariant sparse = runtime::slaSparsePart(variant); // as SlaRunner compiles it
+  const AttentionVariant sparse = slaSparsePart(variant); // as SlaRunner compiles it
   result.lse = sparse.epilogue.write_lse;
   runtime::AttentionKernelRequest request;
   request.input = input;

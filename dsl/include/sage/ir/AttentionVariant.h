@@ -163,4 +163,12 @@ int bitsOf(ElementType type);
 bool isInteger(ElementType type);
 bool isFloat8(ElementType type);
 
+// SLA (issue 13). Whether the variant's sparse part is the exact formula's in f16 (no quantizer, no smoothing, f32
+// accumulation): then its forward's L is the backward's, and the sparse part is compiled to write it (slaSparsePart).
+bool slaSparsePartIsExact(const AttentionVariant &variant);
+// The sparse part as a variant of its own (the block-sparse attention over the critical blocks that SlaRunner runs):
+// `variant` without its SLA fields, writing its LSE where slaSparsePartIsExact. Tools that emit or warm its kernels
+// (and their IR fingerprint) use the same.
+AttentionVariant slaSparsePart(const AttentionVariant &variant);
+
 } // namespace sage

@@ -62,12 +62,6 @@ struct SlaWorkspaceLayout {
   bool marginal_majority = false;
 };
 
-// Whether the variant's sparse part is the exact formula's in f16 (no quantizer, no smoothing): then its forward's L
-// is the backward's, and the runner compiles it to write its LSE (slaSparsePart).
-bool slaSparsePartIsExact(const AttentionVariant &variant);
-// The sparse part SlaRunner runs: `variant` without its SLA fields (block_sparse over the critical blocks), writing its
-// LSE where slaSparsePartIsExact. Tools that emit or warm its kernels (and their IR fingerprint) use the same.
-AttentionVariant slaSparsePart(const AttentionVariant &variant);
 // SlaBackwardTensors::o_sparse_strides (elements; the head-dim stride is 1): throws std::invalid_argument naming them
 // unless the batch and head strides are positive and the token stride is at least shape.head_dim.
 void checkSlaSparseOutputStrides(const SageTensorStrides &strides, const schedules::ProblemShape &shape);
