@@ -1,0 +1,361 @@
+// SLA's fused sparse backward (launch 4c; sla/sparse_backward.cuh says what it computes) on sm_90a's warpgroup MMAs:
+// FlashAttention-3's backward loop over the critical (q block, kv block) pairs of one kv block. One warpgroup (128
+// threads) owns the kv block's 64 keys; K and V are staged once; per critical q block (two stages, the next one's
+// cp.async copies in flight while this one computes):
+//   S^T  = K Q^T, dP^T = V dO^s^T        m64n64k16 f16 SS wgmma, two groups: P^T = 2^(S^T scale log2 e - L log2 e)
+//                                        is computed while dP^T's group still runs
+//   dS^T = P^T o (dP^T - D^s)            in the accumulator registers, then P^T and dS^T rounded to f16 A fragments
+//   dV += P^T dO^s, dK += dS^T Q         f16 RS wgmma, B = dO^s / Q as stored ([query][channel]: MN-major, wgmma's
+//                                        transpose bit); dK and dV stay in the accumulators for the whole walk
+//   dQ = dS K                            dS^T to shared memory ([key][query] f16), then m64n64k16 SS wgmma with A = dS
+//                                        (MN-major from the [key][query] tile) and B = K (MN-major), 64 channels at a
+//                                        time, added to dQ by red.global.add.v4.f32
+// The accumulator of an m64 wgmma gives each warp 16 rows in mma.sync's m16n8 layout (element 4j + e: row g + 8 (e / 2)
+// of the warp's 16, column 8j + 2t + e % 2), which is also the layout of a 16-bit A fragment's k step (columns 16s ..
+// 16s + 15 are tiles 2s, 2s + 1): P^T and dS^T become A operands without moving data.
+// Every tile is [row][channel] f16 in wgmma's 128-byte-swizzled layout (sm90::SwizzledTile), written by cp.async at
+// swizzled offsets; each thread fences the async proxy before the CTA barrier that hands a stage to wgmma. Rows past
+// the q block's end are zeros with L = +inf (P = 0, so dS = 0); keys past the kv block's end are zeros (their dK and
+// dV rows are not written, their dQ terms are 0 times K's zero rows).
+#pragma once
+
+#include "sage/device/sla/common.cuh"
+#include "sage/device/sla/tensor_core.cuh"
+#include "sage/device/sm90/shared_tiles.cuh"
+#include "sage/device/sm90/warpgroup.cuh"
+#include "sage/device/sm90/wgmma_instructions.cuh"
+
+// Whether this module's fused sparse backward may be the wgmma kernel (sm_90a; abi.cuh's
+// sage_sla_sparse_fused_wgmma says for which shapes) or is mma.sync (every other arch).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SAGE_SLA_SPARSE_FUSED_SM90 1
+#else
+#define SAGE_SLA_SPARSE_FUSED_SM90 0
+#endif
+
+namespace sage::device::sla {
+
+#if SAGE_SLA_SPARSE_FUSED_SM90
+
+// Shared memory (abi.cuh's sage_sla_sparse_fused_shared_bytes_sm90): K, V, dS^T, two stages of {Q, dO^s}, then the
+// stages' L and D^s rows; every tile 1024-byte aligned.
+template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedWgmmaLayout {
+  static_assert(BLOCK_Q == 64 && BLOCK_KV == 64 && (D == 64 || D == 128), "abi.cuh's sage_sla_sparse_fused_wgmma");
+  using RowTile = sm90::SwizzledTile<64, 2 * D>;            // K, V, Q, dO^s: [token][channel]
+  using DsTile = sm90::SwizzledTile<BLOCK_KV, 2 * BLOCK_Q>; // dS^T: [key][query], one 128-byte chunk
+  static constexpr int kK = 0, kV = RowTile::kBytes, kDs = 2 * RowTile::kBytes;
+  static constexpr int kStages = kDs + DsTile::kBytes;         // stage s: Q at kStages + 2 s RowTile::kBytes, then dO^s
+  static constexpr int kStats = kStages + 4 * RowTile::kBytes; // [stage][L, D^s][BLOCK_Q] f32
+  static constexpr int kDynamicBytes = kStats + 2 * 2 * BLOCK_Q * 4 + 1024; // the base is rounded up to 1024 in-kernel
+  static_assert(RowTile::kBytes % 1024 == 0 && DsTile::kBytes % 1024 == 0, "tiles at 1024-byte boundaries");
+  static_assert(kDynamicBytes == sage_sla_sparse_fused_shared_bytes_sm90(D, BLOCK_Q, BLOCK_KV),
+                "abi.cuh's size of the wgmma fused backward's shared memory");
+  // MN-major operands (B = dO^s, Q, K; A = dS): LBO the next 64 columns (the next chunk), SBO the next 8 rows along k.
+  static constexpr unsigned long long kRowsMnFixed =
+      sm90::matrix_descriptor(0, RowTile::kChunkStride, 8 * RowTile::kChunkBytes, RowTile::kSwizzle);
+  static constexpr unsigned long long kDsMnFixed =
+      sm90::matrix_descriptor(0, DsTile::kChunkStride, 8 * DsTile::kChunkBytes, DsTile::kSwizzle);
+};
+
+// The MN-major operand of 16 k rows from k0 (a multiple of 16) and the 64-column chunk `chunk` of a tile.
+template <class Tile>
+__device__ __forceinline__ unsigned long long mn_major_descriptor(unsigned long long fixed, unsigned tile, int k0,
+                                                                  int chunk = 0) {
+  return fixed | static_cast<unsigned long long>((tile + chunk * Tile::kChunkStride + k0 * Tile::kChunkBytes) >> 4);
+}
+
+// kRows x D of an f16 [.., tokens, D] tensor (rows from `first`, `valid` of them) into a swizzled tile, as 16-byte
+// cp.async units at their swizzled offsets in the current group of copies; rows past `valid` become zeros without
+// being read. Rows that are not 16-byte aligned go through registers (2-byte loads, 16-byte stores).
+template <class Tile, int kRows, int D>
+__device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, const void *source,
+                                                       const SageSlaStrides &strides, int b, int h, int first,
+                                                       int valid) {
+  constexpr int kUnitsPerRow = D / 8, kUnits = kRows * kUnitsPerRow;
+  static_assert(kUnits % sm90::kWarpgroupThreads == 0, "every thread copies the same number of units");
+  const unsigned short *rows = static_cast<const unsigned short *>(source) + element_index(strides, b, h, first, 0);
+  if (strides.token % 8 == 0 && reinterpret_cast<unsigned long long>(rows) % 16 == 0) {
+#pragma unroll
+    for (int i = 0; i < kUnits / sm90::kWarpgroupThreads; ++i) {
+      const int unit = static_cast<int>(threadIdx.x) + i * sm90::kWarpgroupThreads;
+      const int row = unit / kUnitsPerRow, column = unit % kUnitsPerRow * 8;
+      const bool inside = row < valid;
+      copy16_async(tile + Tile::offset(row, 2 * column), inside ? rows + row * strides.token + column : rows, inside);
+    }
+  } else {
+    for (int unit = threadIdx.x; unit < kUnits; unit += sm90::kWarpgroupThreads) {
+      const int row = unit / kUnitsPerRow, column = unit % kUnitsPerRow * 8;
+      unsigned words[4] = {0, 0, 0, 0};
+      if (row < valid) {
+        const unsigned short *at = rows + row * strides.token + column;
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          words[w] = pack_f16x2(at[2 * w], at[2 * w + 1]);
+      }
+      *reinterpret_cast<uint4 *>(tile + Tile::offset(row, 2 * column)) =
+          make_uint4(words[0], words[1], words[2], words[3]);
+    }
+  }
+}
+
+// dQ[rows of the q block][64 channels from `channel0`] += scale x this warpgroup's m64n64 accumulator. Lanes t and
+// t ^ 1 swap a pair so that each holds four consecutive channels of one row (t even: row g, odd: row g + 8): one
+// 16-byte reduction instead of two 8-byte ones where dQ is 16-byte aligned.
+template <int D>
+__device__ __forceinline__ void reduce_dq_chunk(float *dq, const float (&acc)[32], float scale, int rows, int channel0,
+                                                bool vector) {
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const bool odd = t & 1;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float *v = acc + 4 * j;
+    if (vector) {
+      const float send_x = odd ? v[0] : v[2], send_y = odd ? v[1] : v[3];
+      const float got_x = __shfl_xor_sync(0xffffffffu, send_x, 1), got_y = __shfl_xor_sync(0xffffffffu, send_y, 1);
+      const int row = 16 * warp + g + (odd ? 8 : 0), column = channel0 + 8 * j + 2 * t - (odd ? 2 : 0);
+      const float x0 = odd ? got_x : v[0], x1 = odd ? got_y : v[1];
+      const float x2 = odd ? v[2] : got_x, x3 = odd ? v[3] : got_y;
+      if (row < rows)
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dq + row * D + column), "f"(x0 * scale),
+                     "f"(x1 * scale), "f"(x2 * scale), "f"(x3 * scale)
+                     : "memory");
+    } else {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * warp + g + 8 * half, column = channel0 + 8 * j + 2 * t;
+        if (row < rows)
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dq + row * D + column), "f"(v[2 * half] * scale),
+                       "f"(v[2 * half + 1] * scale)
+                       : "memory");
+      }
+    }
+  }
+}
+
+// 16-bit A fragments (k steps of 16 columns) of an m64 accumulator: k step s is tiles 2s and 2s + 1.
+template <int kColumns>
+__device__ __forceinline__ void accumulator_fragments(unsigned (&a)[kColumns / 16][4], const float (&x)[kColumns / 2]) {
+#pragma unroll
+  for (int s = 0; s < kColumns / 16; ++s)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      a[s][i] = sm90::pack_f16x2(x[8 * s + 2 * i], x[8 * s + 2 * i + 1]);
+}
+
+template <int D, int BLOCK_Q, int BLOCK_KV>
+__device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p) {
+  using L = SparseFusedWgmmaLayout<D, BLOCK_Q, BLOCK_KV>;
+  using RowTile = typename L::RowTile;
+  using DsTile = typename L::DsTile;
+  constexpr int kThreadsHere = sm90::kWarpgroupThreads, kQuerySteps = BLOCK_Q / 16, kKeySteps = BLOCK_KV / 16;
+  constexpr float kLog2eHere = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  // Swizzle atoms need 1024-byte alignment: the base rounded up by an offset from the array itself (shared state
+  // space accesses, as mask_gemm_sm90.cuh does).
+  unsigned char *shared = shared_bytes + ((1024 - (shared_address(shared_bytes) & 1023)) & 1023);
+  const unsigned base = shared_address(shared);
+  float *stage_stats = reinterpret_cast<float *>(shared + L::kStats);
+  const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int group = p.shape.heads_q / p.shape.heads_kv, q_blocks = p.shape.q_blocks;
+  const int h_begin = h_kv * group, h_end = h_begin + group;
+  const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
+  const int key_begin = j * BLOCK_KV, valid_keys = min(p.shape.tokens_kv, key_begin + BLOCK_KV) - key_begin;
+  const long long tokens_q = p.shape.tokens_q;
+  const SageSlaStrides do_strides{p.shape.heads_q * tokens_q * D, tokens_q * D, D}; // the f16 copy: contiguous
+
+  // The work list, as the mma.sync kernel's: (q head h, n-th critical q block of the column), heads in order.
+  auto count_of = [&](int h) {
+    return p.column_counts[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * 3];
+  };
+  auto block_of = [&](int h, int n) {
+    return p
+        .critical_columns[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * q_blocks + n];
+  };
+  auto skip_empty = [&](int &h, int &n) { // to the next existing item from (h, n), or h == h_end
+    while (h < h_end && n >= count_of(h)) {
+      ++h;
+      n = 0;
+    }
+  };
+  // Q, dO^s, L and D^s of item (h, n) into stage s: one group of copies. L past the q block is +inf (P = 0 there).
+  auto issue = [&](int h, int n, int s) {
+    if (h >= h_end)
+      return;
+    const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    const int begin = block_of(h, n) * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+    float *stats = stage_stats + s * 2 * BLOCK_Q;
+    for (int r = threadIdx.x; r < 2 * BLOCK_Q; r += kThreadsHere) {
+      const int row = r % BLOCK_Q;
+      if (row < rows)
+        copy_4_async(stats + r, (r < BLOCK_Q ? p.lse : p.delta) + head * tokens_q + begin + row);
+      else
+        stats[r] = r < BLOCK_Q ? __int_as_float(0x7f800000) : 0.0f;
+    }
+    unsigned char *q_tile = shared + L::kStages + 2 * s * RowTile::kBytes;
+    copy_rows_swizzled_f16<RowTile, BLOCK_Q, D>(q_tile, p.q, p.q_strides, b, h, begin, rows);
+    copy_rows_swizzled_f16<RowTile, BLOCK_Q, D>(q_tile + RowTile::kBytes, p.d_sparse_f16, do_strides, b, h, begin,
+                                                rows);
+    commit_copies();
+  };
+
+  copy_rows_swizzled_f16<RowTile, BLOCK_KV, D>(shared + L::kK, p.k, p.k_strides, b, h_kv, key_begin, valid_keys);
+  copy_rows_swizzled_f16<RowTile, BLOCK_KV, D>(shared + L::kV, p.v, p.v_strides, b, h_kv, key_begin, valid_keys);
+  commit_copies();
+  int h = h_begin, n = 0, stage = 0;
+  skip_empty(h, n);
+  issue(h, n, 0);
+
+  const unsigned k_tile = base + L::kK, v_tile = base + L::kV, ds_tile = base + L::kDs;
+  const float scale_log2 = p.scale * kLog2eHere;
+  const bool dq_vector = reinterpret_cast<unsigned long long>(p.dq) % 16 == 0;
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) {
+    dk[i] = 0.0f;
+    dv[i] = 0.0f;
+  }
+  while (h < h_end) {
+    int next_h = h, next_n = n + 1;
+    skip_empty(next_h, next_n);
+    wait_copies<0>();               // this item's stage (and, the first time, K and V)
+    sm90::fence_shared_for_wgmma(); // ... visible to wgmma
+    __syncthreads();                // ... and to every warp; the previous item's wgmma (stage, dS^T) all retired
+    issue(next_h, next_n, stage ^ 1);
+    const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
+    const int begin = block_of(h, n) * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+    const unsigned q_tile = base + L::kStages + 2 * stage * RowTile::kBytes, do_tile = q_tile + RowTile::kBytes;
+    const float *lse = stage_stats + stage * 2 * BLOCK_Q, *delta = lse + BLOCK_Q;
+
+    // S^T = K Q^T and dP^T = V dO^s^T as two groups
+    float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
+    sm90::warpgroup_fence_operands(s);
+    sm90::warpgroup_fence_operands(dp);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+      sm90::WgmmaF16SS<BLOCK_Q>::run(s, RowTile::descriptor(k_tile, 32 * k), RowTile::descriptor(q_tile, 32 * k),
+                                     k > 0);
+    sm90::wgmma_commit_group();
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k)
+      sm90::WgmmaF16SS<BLOCK_Q>::run(dp, RowTile::descriptor(v_tile, 32 * k), RowTile::descriptor(do_tile, 32 * k),
+                                     k > 0);
+    sm90::wgmma_commit_group();
+    sm90::wgmma_wait_group<1>();
+    sm90::warpgroup_fence_operands(s);
+
+    // P^T (element 4q + e: key 16 warp + g + 8 (e / 2), query 8q + 2t + e % 2), while dP^T's group runs
+#pragma unroll
+    for (int q = 0; q < BLOCK_Q / 8; ++q) {
+      const float2 l = *reinterpret_cast<const float2 *>(lse + 8 * q + 2 * t);
+      const float offset0 = -l.x * kLog2eHere, offset1 = -l.y * kLog2eHere;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[4 * q + e] = sm90::fast_exp2(fmaf(s[4 * q + e], scale_log2, e & 1 ? offset1 : offset0));
+    }
+    unsigned p_fragments[kQuerySteps][4], ds_fragments[kQuerySteps][4];
+    accumulator_fragments<BLOCK_Q>(p_fragments, s);
+    sm90::wgmma_wait_group<0>();
+    sm90::warpgroup_fence_operands(dp);
+    // dS^T = P^T o (dP^T - D^s), in place of dP^T
+#pragma unroll
+    for (int q = 0; q < BLOCK_Q / 8; ++q) {
+      const float2 d = *reinterpret_cast<const float2 *>(delta + 8 * q + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dp[4 * q + e] = s[4 * q + e] * (dp[4 * q + e] - (e & 1 ? d.y : d.x));
+    }
+    accumulator_fragments<BLOCK_Q>(ds_fragments, dp);
+
+    // dS^T into shared memory ([key][query]) for dQ, before the fragments go to wgmma (a register an in-flight wgmma
+    // reads may not be accessed): word i of k step s is key 16 warp + g + 8 (i % 2), queries 16s + 8 (i / 2) + 2t, + 1.
+#pragma unroll
+    for (int ks = 0; ks < kQuerySteps; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = 16 * warp + g + 8 * (i % 2), query = 16 * ks + 8 * (i / 2) + 2 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_tile + DsTile::offset(key, 2 * query)),
+                     "r"(ds_fragments[ks][i])
+                     : "memory");
+      }
+    sm90::fence_shared_for_wgmma();
+
+    // dV += P^T dO^s and dK += dS^T Q: one group, left running
+    sm90::warpgroup_fence_operands(dv);
+    sm90::warpgroup_fence_operands(dk);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kQuerySteps; ++ks)
+      sm90::WgmmaF16RSF32<D>::run(dv, p_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, do_tile, 16 * ks),
+                                  1);
+#pragma unroll
+    for (int ks = 0; ks < kQuerySteps; ++ks)
+      sm90::WgmmaF16RSF32<D>::run(dk, ds_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, q_tile, 16 * ks),
+                                  1);
+    sm90::wgmma_commit_group();
+    sm90::warpgroup_fence_operands(dv);
+    sm90::warpgroup_fence_operands(dk);
+    __syncthreads(); // every warp's rows of dS^T written (and fenced)
+
+    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's, the second (d =
+    // 128) is issued once they have retired (their A fragments then free: the register budget).
+    float *dq = p.dq + (head * tokens_q + begin) * D;
+    auto issue_dq = [&](float(&acc)[32], int chunk) {
+      sm90::warpgroup_fence_operands(acc);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kKeySteps; ++ks)
+        sm90::WgmmaF16SSTransposedB<64, 1>::run(acc, mn_major_descriptor<DsTile>(L::kDsMnFixed, ds_tile, 16 * ks),
+                                                mn_major_descriptor<RowTile>(L::kRowsMnFixed, k_tile, 16 * ks, chunk),
+                                                ks > 0);
+      sm90::wgmma_commit_group();
+      sm90::warpgroup_fence_operands(acc);
+    };
+    float dq_first[32];
+    issue_dq(dq_first, 0);
+    sm90::wgmma_wait_group<1>(); // dV's and dK's group
+    sm90::warpgroup_fence_operands(dv);
+    sm90::warpgroup_fence_operands(dk);
+#pragma unroll
+    for (int ks = 0; ks < kQuerySteps; ++ks) {
+      sm90::warpgroup_fence_operands(p_fragments[ks]);
+      sm90::warpgroup_fence_operands(ds_fragments[ks]);
+    }
+    if constexpr (D == 128) {
+      float dq_second[32];
+      issue_dq(dq_second, 1);
+      sm90::wgmma_wait_group<1>();
+      sm90::warpgroup_fence_operands(dq_first);
+      reduce_dq_chunk<D>(dq, dq_first, p.scale, rows, 0, dq_vector);
+      sm90::wgmma_wait_group<0>();
+      sm90::warpgroup_fence_operands(dq_second);
+      reduce_dq_chunk<D>(dq, dq_second, p.scale, rows, 64, dq_vector);
+    } else {
+      sm90::wgmma_wait_group<0>();
+      sm90::warpgroup_fence_operands(dq_first);
+      reduce_dq_chunk<D>(dq, dq_first, p.scale, rows, 0, dq_vector);
+    }
+    stage ^= 1;
+    h = next_h;
+    n = next_n;
+  }
+  wait_copies<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
+
+  // dK (x 1/sqrt(d)) and dV added; element 4c + e is key 16 warp + g + 8 (e / 2), channel 8c + 2t + e % 2
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = 16 * warp + g + 8 * (e / 2), channel = 8 * c + 2 * t + (e & 1);
+      if (key < valid_keys) {
+        const long long at = (head_kv * p.shape.tokens_kv + key_begin + key) * D + channel;
+        p.dk[at] += dk[4 * c + e] * p.scale;
+        p.dv[at] += dv[4 * c + e];
+      }
+    }
+}
+
+#endif // SAGE_SLA_SPARSE_FUSED_SM90
+
+} // namespace sage::device::sla
