@@ -181,7 +181,7 @@ struct SageSlaColumnsBackwardParams {
 // memory: sage_sla_sparse_backward_shared_bytes. 4c, one kv block of one kv head over the critical q blocks of the
 // q heads of its GQA group: dK, dV added (plain: the CTA owns its rows), dQ added by f32 reductions (the q head's dQ,
 // 16 MiB at N = 32k, d = 128, stays in L2 while the CTAs of one head run). Grid (kv_blocks, heads_kv, batch),
-// 2 * block_kv threads; dynamic shared memory: sage_sla_sparse_fused_shared_bytes with the arch's stages.
+// 2 * block_kv threads; dynamic shared memory: sage_sla_sparse_fused_module_shared_bytes (the arch's kernel).
 struct SageSlaSparseBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;

@@ -6,7 +6,8 @@
 //
 // Shared memory of the statistics kernel (dynamic, sage_sla_sparse_backward_shared_bytes): Q, dO^s (rows of the q
 // block) and K, V (rows of a kv block) as f16 with rows padded by 8 halves; of the fused kernel:
-// sage_sla_sparse_fused_shared_bytes.
+// sage_sla_sparse_fused_shared_bytes, or on sm_90a (the wgmma kernel, sla/sparse_backward_sm90.cuh)
+// sage_sla_sparse_fused_shared_bytes_sm90.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
