@@ -4,12 +4,15 @@
 // cp.async copies in flight while this one computes):
 //   S^T  = K Q^T, dP^T = V dO^s^T        m64n64k16 f16 SS wgmma, two groups: P^T = 2^(S^T scale log2 e - L log2 e)
 //                                        is computed while dP^T's group still runs
-//   dS^T = P^T o (dP^T - D^s)            in the accumulator registers, then P^T and dS^T rounded to f16 A fragments
-//   dV += P^T dO^s, dK += dS^T Q         f16 RS wgmma, B = dO^s / Q as stored ([query][channel]: MN-major, wgmma's
-//                                        transpose bit); dK and dV stay in the accumulators for the whole walk
+//   dV += P^T dO^s                       P^T rounded to f16 A fragments; f16 RS wgmma with B = dO^s as stored
+//                                        ([query][channel]: MN-major, wgmma's transpose bit), running while dS^T is
+//                                        computed
+//   dS^T = P^T o (dP^T - D^s)            in the accumulator registers, then f16 A fragments
+//   dK += dS^T Q                         as dV; dK and dV stay in the accumulators for the whole walk
 //   dQ = dS K                            dS^T to shared memory ([key][query] f16), then m64n64k16 SS wgmma with A = dS
 //                                        (MN-major from the [key][query] tile) and B = K (MN-major), 64 channels at a
-//                                        time, added to dQ by red.global.add.v4.f32
+//                                        time, through an f32 tile in shared memory (over the stage's Q and dO^s)
+//                                        and added to dQ a row per red.global.add.v4.f32 (whole 128-byte lines)
 // The accumulator of an m64 wgmma gives each warp 16 rows in mma.sync's m16n8 layout (element 4j + e: row g + 8 (e / 2)
 // of the warp's 16, column 8j + 2t + e % 2), which is also the layout of a 16-bit A fragment's k step (columns 16s ..
 // 16s + 15 are tiles 2s, 2s + 1): P^T and dS^T become A operands without moving data.
@@ -98,35 +101,52 @@ __device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, cons
   }
 }
 
-// dQ[rows of the q block][64 channels from `channel0`] += scale x this warpgroup's m64n64 accumulator. Lanes t and
-// t ^ 1 swap a pair so that each holds four consecutive channels of one row (t even: row g, odd: row g + 8): one
-// 16-byte reduction instead of two 8-byte ones where dQ is 16-byte aligned.
+// The dQ tile: [64 queries][D] f32 in shared memory with each row's 16-byte units XORed by row % 8, so that both the
+// accumulator's pairs (8 rows x 4 lanes per store) and whole rows (a warp's loads) are free of bank conflicts. It
+// takes the current stage's Q and dO^s (4 D bytes per row either way) once dK's and dV's wgmma have read them.
+template <int D> __device__ __forceinline__ unsigned dq_tile_offset(int row, int column) {
+  return row * 4 * D + ((column / 4) ^ (row % 8)) * 16 + column % 4 * 4;
+}
+
+// scale x an m64n64 accumulator (channels channel0 .. channel0 + 63) into the dQ tile.
 template <int D>
-__device__ __forceinline__ void reduce_dq_chunk(float *dq, const float (&acc)[32], float scale, int rows, int channel0,
-                                                bool vector) {
+__device__ __forceinline__ void store_dq_chunk(unsigned tile, const float (&acc)[32], float scale, int channel0) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const bool odd = t & 1;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float *v = acc + 4 * j;
-    if (vector) {
-      const float send_x = odd ? v[0] : v[2], send_y = odd ? v[1] : v[3];
-      const float got_x = __shfl_xor_sync(0xffffffffu, send_x, 1), got_y = __shfl_xor_sync(0xffffffffu, send_y, 1);
-      const int row = 16 * warp + g + (odd ? 8 : 0), column = channel0 + 8 * j + 2 * t - (odd ? 2 : 0);
-      const float x0 = odd ? got_x : v[0], x1 = odd ? got_y : v[1];
-      const float x2 = odd ? v[2] : got_x, x3 = odd ? v[3] : got_y;
-      if (row < rows)
-        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dq + row * D + column), "f"(x0 * scale),
-                     "f"(x1 * scale), "f"(x2 * scale), "f"(x3 * scale)
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 16 * warp + g + 8 * half;
+      sm90::store_shared_pair(tile + dq_tile_offset<D>(row, channel0 + 8 * j + 2 * t), acc[4 * j + 2 * half] * scale,
+                              acc[4 * j + 2 * half + 1] * scale);
+    }
+}
+
+// dQ[rows of the q block] += this warp's 16 rows of the dQ tile (written by this warp): 16 bytes per lane, a whole
+// row (d = 128) or two (d = 64) per instruction, so that each reduction covers whole 128-byte lines
+// (red.global.add.v4.f32 where dQ is 16-byte aligned, scalar atomics otherwise).
+template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsigned tile, int rows, bool vector) {
+  constexpr int kUnits = D / 4, kRowsPerStep = 32 / kUnits;
+  static_assert(32 % kUnits == 0 && kUnits >= 8, "a row's units within one warp, at least one swizzle phase");
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, unit = lane % kUnits;
+#pragma unroll 4
+  for (int r0 = 0; r0 < 16; r0 += kRowsPerStep) {
+    const int row = 16 * warp + r0 + lane / kUnits;
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(tile + dq_tile_offset<D>(row, 4 * unit))
+                 : "memory");
+    if (row < rows) {
+      float *at = dq + row * D + 4 * unit;
+      if (vector) {
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                      : "memory");
-    } else {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 16 * warp + g + 8 * half, column = channel0 + 8 * j + 2 * t;
-        if (row < rows)
-          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dq + row * D + column), "f"(v[2 * half] * scale),
-                       "f"(v[2 * half + 1] * scale)
-                       : "memory");
+      } else {
+        atomicAdd(at, v.x);
+        atomicAdd(at + 1, v.y);
+        atomicAdd(at + 2, v.z);
+        atomicAdd(at + 3, v.w);
       }
     }
   }
@@ -256,7 +276,17 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     }
     unsigned p_fragments[kQuerySteps][4], ds_fragments[kQuerySteps][4];
     accumulator_fragments<BLOCK_Q>(p_fragments, s);
-    sm90::wgmma_wait_group<0>();
+
+    // dV += P^T dO^s (RS, B MN-major): its group runs while dS^T is computed
+    sm90::warpgroup_fence_operands(dv);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kQuerySteps; ++ks)
+      sm90::WgmmaF16RSF32<D>::run(dv, p_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, do_tile, 16 * ks),
+                                  1);
+    sm90::wgmma_commit_group();
+    sm90::warpgroup_fence_operands(dv);
+    sm90::wgmma_wait_group<1>(); // dP^T's group
     sm90::warpgroup_fence_operands(dp);
     // dS^T = P^T o (dP^T - D^s), in place of dP^T
 #pragma unroll
@@ -281,26 +311,19 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
       }
     sm90::fence_shared_for_wgmma();
 
-    // dV += P^T dO^s and dK += dS^T Q: one group, left running
-    sm90::warpgroup_fence_operands(dv);
+    // dK += dS^T Q (RS, B MN-major), left running
     sm90::warpgroup_fence_operands(dk);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kQuerySteps; ++ks)
-      sm90::WgmmaF16RSF32<D>::run(dv, p_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, do_tile, 16 * ks),
-                                  1);
 #pragma unroll
     for (int ks = 0; ks < kQuerySteps; ++ks)
       sm90::WgmmaF16RSF32<D>::run(dk, ds_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, q_tile, 16 * ks),
                                   1);
     sm90::wgmma_commit_group();
-    sm90::warpgroup_fence_operands(dv);
     sm90::warpgroup_fence_operands(dk);
     __syncthreads(); // every warp's rows of dS^T written (and fenced)
 
     // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's, the second (d =
     // 128) is issued once they have retired (their A fragments then free: the register budget).
-    float *dq = p.dq + (head * tokens_q + begin) * D;
     auto issue_dq = [&](float(&acc)[32], int chunk) {
       sm90::warpgroup_fence_operands(acc);
       sm90::wgmma_fence();
@@ -314,7 +337,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     };
     float dq_first[32];
     issue_dq(dq_first, 0);
-    sm90::wgmma_wait_group<1>(); // dV's and dK's group
+    sm90::wgmma_wait_group<1>(); // dV's and dK's groups
     sm90::warpgroup_fence_operands(dv);
     sm90::warpgroup_fence_operands(dk);
 #pragma unroll
@@ -322,20 +345,23 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
       sm90::warpgroup_fence_operands(p_fragments[ks]);
       sm90::warpgroup_fence_operands(ds_fragments[ks]);
     }
+    __syncthreads(); // every warp past dV and dK: the stage's Q and dO^s are free for the dQ tile
     if constexpr (D == 128) {
       float dq_second[32];
       issue_dq(dq_second, 1);
       sm90::wgmma_wait_group<1>();
       sm90::warpgroup_fence_operands(dq_first);
-      reduce_dq_chunk<D>(dq, dq_first, p.scale, rows, 0, dq_vector);
+      store_dq_chunk<D>(q_tile, dq_first, p.scale, 0);
       sm90::wgmma_wait_group<0>();
       sm90::warpgroup_fence_operands(dq_second);
-      reduce_dq_chunk<D>(dq, dq_second, p.scale, rows, 64, dq_vector);
+      store_dq_chunk<D>(q_tile, dq_second, p.scale, 64);
     } else {
       sm90::wgmma_wait_group<0>();
       sm90::warpgroup_fence_operands(dq_first);
-      reduce_dq_chunk<D>(dq, dq_first, p.scale, rows, 0, dq_vector);
+      store_dq_chunk<D>(q_tile, dq_first, p.scale, 0);
     }
+    __syncwarp(); // a warp reduces the rows it wrote
+    reduce_dq_rows<D>(p.dq + (head * tokens_q + begin) * D, q_tile, rows, dq_vector);
     stage ^= 1;
     h = next_h;
     n = next_n;
