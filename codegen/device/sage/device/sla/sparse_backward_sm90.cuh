@@ -199,9 +199,10 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     }
   };
   // Q, dO^s, L and D^s of item (h, n) into stage s: one group of copies. L past the q block is +inf (P = 0 there).
+  // Returns the q block's first row (0 past the end of the list).
   auto issue = [&](int h, int n, int s) {
     if (h >= h_end)
-      return;
+      return 0;
     const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
     const int begin = block_of(h, n) * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
     float *stats = stage_stats + s * 2 * BLOCK_Q;
@@ -217,6 +218,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     copy_rows_swizzled_f16<RowTile, BLOCK_Q, D>(q_tile + RowTile::kBytes, p.d_sparse_f16, do_strides, b, h, begin,
                                                 rows);
     commit_copies();
+    return begin;
   };
 
   copy_rows_swizzled_f16<RowTile, BLOCK_KV, D>(shared + L::kK, p.k, p.k_strides, b, h_kv, key_begin, valid_keys);
@@ -224,7 +226,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
   commit_copies();
   int h = h_begin, n = 0, stage = 0;
   skip_empty(h, n);
-  issue(h, n, 0);
+  int begin = issue(h, n, 0);
 
   const unsigned k_tile = base + L::kK, v_tile = base + L::kV, ds_tile = base + L::kDs;
   const float scale_log2 = p.scale * kLog2eHere;
@@ -236,14 +238,11 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     dv[i] = 0.0f;
   }
   while (h < h_end) {
-    int next_h = h, next_n = n + 1;
-    skip_empty(next_h, next_n);
     wait_copies<0>();               // this item's stage (and, the first time, K and V)
     sm90::fence_shared_for_wgmma(); // ... visible to wgmma
     __syncthreads();                // ... and to every warp; the previous item's wgmma (stage, dS^T) all retired
-    issue(next_h, next_n, stage ^ 1);
     const long long head = static_cast<long long>(b) * p.shape.heads_q + h;
-    const int begin = block_of(h, n) * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
+    const int rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
     const unsigned q_tile = base + L::kStages + 2 * stage * RowTile::kBytes, do_tile = q_tile + RowTile::kBytes;
     const float *lse = stage_stats + stage * 2 * BLOCK_Q, *delta = lse + BLOCK_Q;
 
@@ -262,6 +261,11 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
       sm90::WgmmaF16SS<BLOCK_Q>::run(dp, RowTile::descriptor(v_tile, 32 * k), RowTile::descriptor(do_tile, 32 * k),
                                      k > 0);
     sm90::wgmma_commit_group();
+    // The next item's copies into the other stage (free since the barrier) while the groups run: its list entry's
+    // loads do not delay this item's wgmma.
+    int next_h = h, next_n = n + 1;
+    skip_empty(next_h, next_n);
+    const int next_begin = issue(next_h, next_n, stage ^ 1);
     sm90::wgmma_wait_group<1>();
     sm90::warpgroup_fence_operands(s);
 
@@ -365,6 +369,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     stage ^= 1;
     h = next_h;
     n = next_n;
+    begin = next_begin;
   }
   wait_copies<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
 
