@@ -78,12 +78,18 @@ __device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, cons
   static_assert(kUnits % sm90::kWarpgroupThreads == 0, "every thread copies the same number of units");
   const unsigned short *rows = static_cast<const unsigned short *>(source) + element_index(strides, b, h, first, 0);
   if (strides.token % 8 == 0 && reinterpret_cast<unsigned long long>(rows) % 16 == 0) {
+    // A thread's units are kRowsPerPass rows apart: a multiple of 8, so one swizzle phase, a fixed shared stride.
+    constexpr int kRowsPerPass = sm90::kWarpgroupThreads / kUnitsPerRow;
+    static_assert(kRowsPerPass % 8 == 0, "a thread's rows share their swizzle phase");
+    const int row0 = static_cast<int>(threadIdx.x) / kUnitsPerRow,
+              column = static_cast<int>(threadIdx.x) % kUnitsPerRow * 8;
+    const unsigned short *from = rows + row0 * strides.token + column;
+    const long long pass_stride = kRowsPerPass * strides.token;
+    unsigned char *to = tile + Tile::offset(row0, 2 * column);
 #pragma unroll
     for (int i = 0; i < kUnits / sm90::kWarpgroupThreads; ++i) {
-      const int unit = static_cast<int>(threadIdx.x) + i * sm90::kWarpgroupThreads;
-      const int row = unit / kUnitsPerRow, column = unit % kUnitsPerRow * 8;
-      const bool inside = row < valid;
-      copy16_async(tile + Tile::offset(row, 2 * column), inside ? rows + row * strides.token + column : rows, inside);
+      const bool inside = row0 + i * kRowsPerPass < valid;
+      copy16_async(to + i * kRowsPerPass * Tile::kChunkBytes, inside ? from + i * pass_stride : rows, inside);
     }
   } else {
     for (int unit = threadIdx.x; unit < kUnits; unit += sm90::kWarpgroupThreads) {
