@@ -131,9 +131,10 @@ __device__ __forceinline__ void store_dq_chunk(unsigned tile, const float (&acc)
 // dQ[rows of the q block] += this warp's 16 rows of the dQ tile (written by this warp): 16 bytes per lane, a whole
 // row (d = 128) or two (d = 64) per instruction, so that each reduction covers whole 128-byte lines
 // (red.global.add.v4.f32 where dQ is 16-byte aligned, scalar atomics otherwise). Shared loads go in batches ahead of
-// their reductions (the first version waited on each load: ncu, 26% of the stall samples in this loop); a warp whose
-// rows are all inside the q block tests none.
-template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsigned tile, int rows, bool vector) {
+// their reductions (the first version waited on each load: ncu, 26% of the stall samples in this loop). kChecked:
+// each row tested against the q block's end, and the alignment.
+template <int D, bool kChecked>
+__device__ __forceinline__ void reduce_dq_rows_as(float *dq, unsigned tile, int rows, bool vector) {
   constexpr int kUnits = D / 4, kRowsPerStep = 32 / kUnits, kSteps = 16 / kRowsPerStep, kBatch = 4;
   static_assert(32 % kUnits == 0 && kUnits >= 8 && kSteps % kBatch == 0, "a row's units within one warp");
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, unit = lane % kUnits, sub = lane / kUnits;
@@ -142,7 +143,6 @@ template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsig
   const unsigned source = tile + first_row * 4 * D;
   const unsigned swizzled = static_cast<unsigned>(unit ^ sub) << 4;
   float *target = dq + first_row * D + 4 * unit;
-  const bool all_rows = 16 * warp + 16 <= rows;
 #pragma unroll
   for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
     float4 v[kBatch];
@@ -157,21 +157,33 @@ template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsig
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int r = (s0 + i) * kRowsPerStep;
-      if (!all_rows && first_row + r >= rows)
-        continue;
       float *at = target + r * D;
-      if (vector) {
+      if (!kChecked) {
         asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at), "f"(v[i].x), "f"(v[i].y), "f"(v[i].z),
                      "f"(v[i].w)
                      : "memory");
-      } else {
-        atomicAdd(at, v[i].x);
-        atomicAdd(at + 1, v[i].y);
-        atomicAdd(at + 2, v[i].z);
-        atomicAdd(at + 3, v[i].w);
+      } else if (first_row + r < rows) {
+        if (vector) {
+          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at), "f"(v[i].x), "f"(v[i].y), "f"(v[i].z),
+                       "f"(v[i].w)
+                       : "memory");
+        } else {
+          atomicAdd(at, v[i].x);
+          atomicAdd(at + 1, v[i].y);
+          atomicAdd(at + 2, v[i].z);
+          atomicAdd(at + 3, v[i].w);
+        }
       }
     }
   }
+}
+// The common case (every row of the warp inside the q block, dQ 16-byte aligned: a warp-uniform test) without a
+// test per reduction (ncu of f3c8f6a: the tests made ~20 instructions of each reduction).
+template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsigned tile, int rows, bool vector) {
+  if (vector && 16 * (threadIdx.x / 32 % 4) + 16 <= rows)
+    reduce_dq_rows_as<D, false>(dq, tile, rows, vector);
+  else
+    reduce_dq_rows_as<D, true>(dq, tile, rows, vector);
 }
 
 // rows[0 .. valid_keys) of an f32 [key][D] block += scale x an m64nD accumulator (element 4c + e: key 16 warp + g +
