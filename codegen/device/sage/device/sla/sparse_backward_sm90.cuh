@@ -11,8 +11,8 @@
 //   dK += dS^T Q                         as dV; dK and dV stay in the accumulators for the whole walk
 //   dQ = dS K                            dS^T to shared memory ([key][query] f16), then m64n64k16 SS wgmma with A = dS
 //                                        (MN-major from the [key][query] tile) and B = K (MN-major), 64 channels at a
-//                                        time, through an f32 tile in shared memory (over the stage's Q and dO^s)
-//                                        and added to dQ a row per red.global.add.v4.f32 (whole 128-byte lines)
+//                                        time, through an f32 tile in shared memory (over the stage's Q and dO^s,
+//                                        rows padded) and added to dQ by one bulk reduction per row (the copy engine)
 // The accumulator of an m64 wgmma gives each warp 16 rows in mma.sync's m16n8 layout (element 4j + e: row g + 8 (e / 2)
 // of the warp's 16, column 8j + 2t + e % 2), which is also the layout of a 16-bit A fragment's k step (columns 16s ..
 // 16s + 15 are tiles 2s, 2s + 1): P^T and dS^T become A operands without moving data.
@@ -47,10 +47,16 @@ template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedWgmmaLayout {
   using RowTile = sm90::SwizzledTile<64, 2 * D>;            // K, V, Q, dO^s: [token][channel]
   using DsTile = sm90::SwizzledTile<BLOCK_KV, 2 * BLOCK_Q>; // dS^T: [key][query], one 128-byte chunk
   static constexpr int kK = 0, kV = RowTile::kBytes, kDs = 2 * RowTile::kBytes;
-  static constexpr int kStages = kDs + DsTile::kBytes;         // stage s: Q at kStages + 2 s RowTile::kBytes, then dO^s
-  static constexpr int kStats = kStages + 4 * RowTile::kBytes; // [stage][L, D^s][BLOCK_Q] f32
+  // Stage s at kStages + s kStageBytes: Q, dO^s, then padding: the dQ tile (f32 rows of 4 D + kDqPad bytes) takes the
+  // stage once dK and dV have read it.
+  static constexpr int kDqPad = 32, kDqRowBytes = 4 * D + kDqPad;
+  static constexpr int kStageBytes = 2 * RowTile::kBytes + BLOCK_Q * kDqPad;
+  static constexpr int kStages = kDs + DsTile::kBytes;
+  static constexpr int kStats = kStages + 2 * kStageBytes;                  // [stage][L, D^s][BLOCK_Q] f32
   static constexpr int kDynamicBytes = kStats + 2 * 2 * BLOCK_Q * 4 + 1024; // the base is rounded up to 1024 in-kernel
-  static_assert(RowTile::kBytes % 1024 == 0 && DsTile::kBytes % 1024 == 0, "tiles at 1024-byte boundaries");
+  static_assert(RowTile::kBytes % 1024 == 0 && DsTile::kBytes % 1024 == 0 && kStageBytes % 1024 == 0,
+                "tiles at 1024-byte boundaries");
+  static_assert(BLOCK_Q * kDqRowBytes == kStageBytes, "the dQ tile fills a stage");
   static_assert(kDynamicBytes == sage_sla_sparse_fused_shared_bytes_sm90(D, BLOCK_Q, BLOCK_KV),
                 "abi.cuh's size of the wgmma fused backward's shared memory");
   // MN-major operands (B = dO^s, Q, K; A = dS): LBO the next 64 columns (the next chunk), SBO the next 8 rows along k.
@@ -107,11 +113,11 @@ __device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, cons
   }
 }
 
-// The dQ tile: [64 queries][D] f32 in shared memory with each row's 16-byte units XORed by row % 8, so that both the
-// accumulator's pairs (8 rows x 4 lanes per store) and whole rows (a warp's loads) are free of bank conflicts. It
-// takes the current stage's Q and dO^s (4 D bytes per row either way) once dK's and dV's wgmma have read them.
+// The dQ tile: [64 queries][D] f32 in shared memory, rows padded by 32 bytes (8 banks: the accumulator's pairs, 4 rows
+// x 4 lanes per half warp, are free of bank conflicts) so that each row stays contiguous for one bulk reduction. It
+// takes the current stage (Q, dO^s and their padding) once dK's and dV's wgmma have read it.
 template <int D> __device__ __forceinline__ unsigned dq_tile_offset(int row, int column) {
-  return row * 4 * D + ((column / 4) ^ (row % 8)) * 16 + column % 4 * 4;
+  return row * (4 * D + 32) + column * 4;
 }
 
 // scale x an m64n64 accumulator (channels channel0 .. channel0 + 63) into the dQ tile.
@@ -128,62 +134,29 @@ __device__ __forceinline__ void store_dq_chunk(unsigned tile, const float (&acc)
     }
 }
 
-// dQ[rows of the q block] += this warp's 16 rows of the dQ tile (written by this warp): 16 bytes per lane, a whole
-// row (d = 128) or two (d = 64) per instruction, so that each reduction covers whole 128-byte lines
-// (red.global.add.v4.f32 where dQ is 16-byte aligned, scalar atomics otherwise). Shared loads go in batches ahead of
-// their reductions (the first version waited on each load: ncu, 26% of the stall samples in this loop). kChecked:
-// each row tested against the q block's end, and the alignment.
-template <int D, bool kChecked>
-__device__ __forceinline__ void reduce_dq_rows_as(float *dq, unsigned tile, int rows, bool vector) {
-  constexpr int kUnits = D / 4, kRowsPerStep = 32 / kUnits, kSteps = 16 / kRowsPerStep, kBatch = 4;
-  static_assert(32 % kUnits == 0 && kUnits >= 8 && kSteps % kBatch == 0, "a row's units within one warp");
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, unit = lane % kUnits, sub = lane / kUnits;
-  const int first_row = 16 * warp + sub;
-  // row first_row + r (r a multiple of kRowsPerStep, sub < kRowsPerStep): its unit `unit` sits at unit ^ sub ^ (r % 8)
-  const unsigned source = tile + first_row * 4 * D;
-  const unsigned swizzled = static_cast<unsigned>(unit ^ sub) << 4;
-  float *target = dq + first_row * D + 4 * unit;
-#pragma unroll
-  for (int s0 = 0; s0 < kSteps; s0 += kBatch) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int r = (s0 + i) * kRowsPerStep;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(v[i].x), "=f"(v[i].y), "=f"(v[i].z), "=f"(v[i].w)
-                   : "r"(source + r * 4 * D + (swizzled ^ ((r % 8) << 4)))
-                   : "memory");
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int r = (s0 + i) * kRowsPerStep;
-      float *at = target + r * D;
-      if (!kChecked) {
-        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at), "f"(v[i].x), "f"(v[i].y), "f"(v[i].z),
-                     "f"(v[i].w)
-                     : "memory");
-      } else if (first_row + r < rows) {
-        if (vector) {
-          asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(at), "f"(v[i].x), "f"(v[i].y), "f"(v[i].z),
-                       "f"(v[i].w)
-                       : "memory");
-        } else {
-          atomicAdd(at, v[i].x);
-          atomicAdd(at + 1, v[i].y);
-          atomicAdd(at + 2, v[i].z);
-          atomicAdd(at + 3, v[i].w);
-        }
-      }
+// dQ[rows of the q block] += this warp's 16 rows of the dQ tile (written by this warp, fenced for the async proxy and
+// synchronized within the warp): lane i < 16 reduces row 16 warp + i by one bulk reduction (cp.reduce.async.bulk
+// .add.f32, 4 D bytes), so that the copy engine, not the threads, moves dQ (the element-wise reductions were a
+// quarter of the stall samples); the lane later waits for its reads (sm90::bulk_wait_source_read) before the stage is
+// rewritten. Without 16-byte alignment of dQ: scalar atomics from the tile, by every lane.
+template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsigned tile, int rows, bool vector) {
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  if (vector) {
+    const int row = 16 * warp + lane;
+    if (lane < 16 && row < rows)
+      sm90::bulk_reduce_add_f32(dq + row * D, tile + dq_tile_offset<D>(row, 0), 4 * D);
+    return;
+  }
+  for (int r = 0; r < 16; ++r) {
+    const int row = 16 * warp + r;
+    if (row >= rows)
+      break;
+    for (int c = lane; c < D; c += 32) {
+      float value;
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(value) : "r"(tile + dq_tile_offset<D>(row, c)) : "memory");
+      atomicAdd(dq + row * D + c, value);
     }
   }
-}
-// The common case (every row of the warp inside the q block, dQ 16-byte aligned: a warp-uniform test) without a
-// test per reduction (ncu of f3c8f6a: the tests made ~20 instructions of each reduction).
-template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsigned tile, int rows, bool vector) {
-  if (vector && 16 * (threadIdx.x / 32 % 4) + 16 <= rows)
-    reduce_dq_rows_as<D, false>(dq, tile, rows, vector);
-  else
-    reduce_dq_rows_as<D, true>(dq, tile, rows, vector);
 }
 
 // rows[0 .. valid_keys) of an f32 [key][D] block += scale x an m64nD accumulator (element 4c + e: key 16 warp + g +
@@ -292,7 +265,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
       else
         stats[r] = r < BLOCK_Q ? __int_as_float(0x7f800000) : 0.0f;
     }
-    unsigned char *q_tile = shared + L::kStages + 2 * s * RowTile::kBytes;
+    unsigned char *q_tile = shared + L::kStages + s * L::kStageBytes;
     copy_rows_swizzled_f16<RowTile, BLOCK_Q, D>(q_tile, p.q, p.q_strides, b, h, begin, rows);
     copy_rows_swizzled_f16<RowTile, BLOCK_Q, D>(q_tile + RowTile::kBytes, p.d_sparse_f16, do_strides, b, h, begin,
                                                 rows);
@@ -324,7 +297,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     __syncthreads();                // ... and to every warp; the previous item's wgmma (stage, dS^T) all retired
     const long long head = static_cast<long long>(b) * p.shape.heads_q + item.h;
     const int begin = item.block * BLOCK_Q, rows = min(p.shape.tokens_q, begin + BLOCK_Q) - begin;
-    const unsigned q_tile = base + L::kStages + 2 * stage * RowTile::kBytes, do_tile = q_tile + RowTile::kBytes;
+    const unsigned q_tile = base + L::kStages + stage * L::kStageBytes, do_tile = q_tile + RowTile::kBytes;
     const float *lse = stage_stats + stage * 2 * BLOCK_Q, *delta = lse + BLOCK_Q;
 
     // S^T = K Q^T and dP^T = V dO^s^T as two groups
@@ -342,9 +315,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
       sm90::WgmmaF16SS<BLOCK_Q>::run(dp, RowTile::descriptor(v_tile, 32 * k), RowTile::descriptor(do_tile, 32 * k),
                                      k > 0);
     sm90::wgmma_commit_group();
-    // The next item's copies into the other stage (free since the barrier) while the groups run, and the lookups of
-    // the item after it
-    issue(next, stage ^ 1);
+    // The lookups of the item after the next one, while the groups run
     Item after = next;
     advance(after);
     sm90::wgmma_wait_group<1>();
@@ -405,7 +376,10 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
                                   1);
     sm90::wgmma_commit_group();
     sm90::warpgroup_fence_operands(dk);
-    __syncthreads(); // every warp's rows of dS^T written (and fenced)
+    sm90::bulk_wait_source_read(); // the previous item's dQ rows (this lane's bulk reduction) read from the other stage
+    __syncthreads();               // every warp's rows of dS^T written (and fenced); the other stage free
+    // The next item's copies into the other stage: they land during the rest of this item
+    issue(next, stage ^ 1);
 
     // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's, the second (d =
     // 128) is issued once they have retired (their A fragments then free: the register budget).
@@ -445,13 +419,15 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
       sm90::warpgroup_fence_operands(dq_first);
       store_dq_chunk<D>(q_tile, dq_first, p.scale, 0);
     }
-    __syncwarp(); // a warp reduces the rows it wrote
+    sm90::fence_shared_for_wgmma(); // the dQ tile's rows, visible to the bulk copies (the async proxy)
+    __syncwarp();                   // a warp reduces the rows it wrote
     reduce_dq_rows<D>(p.dq + (head * tokens_q + begin) * D, q_tile, rows, dq_vector);
     stage ^= 1;
     item = next;
     next = after;
   }
-  wait_copies<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
+  wait_copies<0>();           // no copy outlives the CTA (a column with no critical block never waited for K and V)
+  sm90::bulk_wait_complete(); // nor a bulk reduction
 
   // dK (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV added to the kv block's rows
   const long long block_rows = (head_kv * p.shape.tokens_kv + key_begin) * D;
