@@ -46,7 +46,7 @@ struct SlaRunner::State {
   LoadedKernel pool, predict, states, totals, mask_gemm, output, columns, rows_backward, row_totals, columns_gemm,
       kv_backward;
   LoadedKernel sparse_stats, sparse_fused; // the sparse part's backward
-  unsigned sparse_fused_shared = 0;        // with the stages of the module's arch
+  unsigned sparse_fused_shared = 0;        // for the module arch's kernel (wgmma on sm_90a)
   LoadedKernel sparse_delta;               // D^s and dO^s from a saved L and O^s, instead of sparse_stats
   bool saves_lse = false;                  // the sparse part writes its L (slaSparsePartIsExact)
   unsigned mask_gemm_column_ctas = 0;      // the mask GEMMs' grid along the state columns (the module's arch)

@@ -98,11 +98,11 @@ inline int slaRowsBackwardSharedBytes(int head_dim, int block_q) {
   return sage_sla_rows_backward_shared_bytes(head_dim, block_q);
 }
 inline int slaKvBackwardSharedBytes(int head_dim) { return sage_sla_kv_backward_shared_bytes(head_dim); }
-// Dynamic shared memory of the fused sparse backward for a module built for `arch` (abi.cuh's formula with the arch's
-// stages): 114,688 bytes at d = 128, blocks 64 with two stages (sm_80, sm_90a, sm_100f), 79,360 with one.
+// Dynamic shared memory of the fused sparse backward for a module built for `arch` (abi.cuh's formulas: the kernel the
+// arch runs, with its stages): 114,688 bytes at d = 128, blocks 64 with two stages (sm_80, sm_100f), 79,360 with one;
+// 112,640 for sm_90a's wgmma kernel.
 inline int slaSparseFusedSharedBytes(int head_dim, int block_q, int block_kv, int compute_capability) {
-  return sage_sla_sparse_fused_shared_bytes(head_dim, block_q, block_kv,
-                                            sage_sla_sparse_fused_stages(compute_capability));
+  return sage_sla_sparse_fused_module_shared_bytes(compute_capability, head_dim, block_q, block_kv);
 }
 
 // Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.

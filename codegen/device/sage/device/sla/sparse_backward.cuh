@@ -6,10 +6,12 @@
 //
 // Shared memory of the statistics kernel (dynamic, sage_sla_sparse_backward_shared_bytes): Q, dO^s (rows of the q
 // block) and K, V (rows of a kv block) as f16 with rows padded by 8 halves; of the fused kernel:
-// sage_sla_sparse_fused_shared_bytes.
+// sage_sla_sparse_fused_shared_bytes, or on sm_90a (the wgmma kernel, sla/sparse_backward_sm90.cuh)
+// sage_sla_sparse_fused_shared_bytes_sm90.
 #pragma once
 
 #include "sage/device/sla/common.cuh"
+#include "sage/device/sla/sparse_backward_sm90.cuh"
 #include "sage/device/sla/tensor_core.cuh"
 
 namespace sage::device::sla {
@@ -457,11 +459,6 @@ template <int D, int BLOCK_Q> __device__ void sparse_row_delta(const SageSlaSpar
   }
 }
 
-// 4 bytes global -> shared without registers (the fused kernel's L and D^s rows), in the current group of copies.
-__device__ __forceinline__ void copy_4_async(void *shared, const void *global) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(shared)), "l"(global));
-}
-
 // dQ's f32 reductions: two neighbouring columns in one vector reduction on sm_90 and later, two scalar ones before.
 __device__ __forceinline__ void reduce_add_pair(float *at, float first, float second) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -494,7 +491,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedLayout {
 // S and exp are computed once per pair (the rows and kv kernels computed them three times). Q, dO^s (the statistics
 // kernel's f16 copy), L and D^s of the next q block load during this one's products where there are two stages.
 template <int D, int BLOCK_Q, int BLOCK_KV>
-__device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
+__device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams &p) {
   using L = SparseFusedLayout<D, BLOCK_Q, BLOCK_KV>;
   constexpr int kThreadsHere = BLOCK_KV * 2, kWarps = BLOCK_KV / 16, kQueryTiles = BLOCK_Q / 8;
   constexpr int kFeatureTiles = D / 8, kChunk = D < 64 ? D : 64; // dQ's columns per pass (its accumulators)
@@ -664,6 +661,18 @@ __device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
         p.dv[at] += dv[t][e];
       }
     }
+}
+
+// The fused kernel's entry: the wgmma kernel (sla/sparse_backward_sm90.cuh) on sm_90a for the shapes abi.cuh's
+// sage_sla_sparse_fused_wgmma names (the host sizes shared memory by the same function), mma.sync elsewhere.
+template <int D, int BLOCK_Q, int BLOCK_KV>
+__device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
+#if SAGE_SLA_SPARSE_FUSED_SM90
+  if constexpr (sage_sla_sparse_fused_wgmma(90, D, BLOCK_Q, BLOCK_KV))
+    sparse_fused_backward_wgmma<D, BLOCK_Q, BLOCK_KV>(p);
+  else
+#endif
+    sparse_fused_backward_mma_sync<D, BLOCK_Q, BLOCK_KV>(p);
 }
 
 } // namespace sage::device::sla

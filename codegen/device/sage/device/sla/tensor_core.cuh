@@ -127,6 +127,11 @@ __device__ __forceinline__ void copy16_async(void *shared, const void *global, b
                : "memory");
 }
 
+// 4 bytes global -> shared without registers (the fused backward's L and D^s rows), in the current group of copies.
+__device__ __forceinline__ void copy_4_async(void *shared, const void *global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_address(shared)), "l"(global));
+}
+
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all_copies() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Waits until at most the kPending most recent groups of this thread's copies are in flight.

@@ -129,6 +129,28 @@ template <> struct WgmmaF16SS<128> {
 
 template <int N, int kTransposeA> struct WgmmaF16SSTransposedB;
 
+// D(f32) += A(f16, smem) B(f16, smem, MN-major), N = 64; A K-major, or MN-major with kTransposeA (SLA's fused sparse
+// backward: dQ = dS K from dS^T [key][query] and K [key][channel], 64 channels at a time)
+template <int kTransposeA> struct WgmmaF16SSTransposedB<64, kTransposeA> {
+  static __device__ __forceinline__ void run(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b,
+                                             int scale_d) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16\n"
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+                 "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31},\n"
+                 "%32, %33, p, 1, 1, %35, 1;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransposeA));
+  }
+};
+
 // D(f32) += A(f16, smem) B(f16, smem, MN-major), N = 128; A K-major, or MN-major with kTransposeA (the SLA mask
 // GEMMs: their states are [summed block][column], the backward's mask tile [summed block][row])
 template <int kTransposeA> struct WgmmaF16SSTransposedB<128, kTransposeA> {
