@@ -371,8 +371,8 @@ std::string pvStep(const KernelContext &context) {
            "  quantize_probabilities(p_fragment, p_row_scale, scores);\n"
            "  multiply_p_v(state.o_accumulator, p_fragment, p_row_scale, position.shared_base + kVDecodedOffset, "
            "position.lane);\n";
-  return "  pack_probabilities(p_fragment, scores);\n"
-         "  multiply_p_v(state.o_accumulator, p_fragment, stage_base + kVTileOffset, position.lane);\n";
+  return "  ValueSteps::pack_probabilities(p_fragment, scores);\n"
+         "  ValueSteps::multiply_p_v(state.o_accumulator, p_fragment, stage_base + kVTileOffset, position.lane);\n";
 }
 
 std::string qSource(const KernelContext &context) {

@@ -1,5 +1,6 @@
 // The attention kernel generator: what the text contains for each family of variants, and its launch facts.
 #include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/schedules/Sm80Schedule.h"
 
 #include "TestVariants.h"
@@ -22,6 +23,9 @@ KernelSource generate(const AttentionVariant &variant, GpuArch arch = GpuArch::s
 }
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// The text NVRTC compiles: the device library's headers expanded in place.
+std::string expanded(const KernelSource &kernel) { return expandDeviceIncludes(kernel.source); }
 
 } // namespace
 
@@ -50,16 +54,22 @@ TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's ste
     CHECK(contains(source, step));
   for (const char *name :
        {"q_fragment", "k_fragment", "score_accumulator", "p_fragment", "v_fragment", "o_accumulator"})
-    CHECK(contains(source, name));
+    CHECK(contains(expanded(kernel), name)); // v_fragment: in sage/device/sm80/value_steps_f16.cuh
   CHECK(contains(source, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
   CHECK(contains(source, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16"));
-  CHECK(contains(source, "ldmatrix_x4_trans(v_fragment"));
+  // P.V's steps are the device library's, on the mma wrapper the kernel emitted.
+  CHECK(kernel.uses_device_library);
+  CHECK(contains(source, "#include \"sage/device/sm80/value_steps_f16.cuh\"\n"
+                         "using ValueSteps = sage::device::sm80::F16ValueSteps<mma_m16n8k16_f16_f16>;"));
+  CHECK(contains(source, "ValueSteps::multiply_p_v(state.o_accumulator, p_fragment"));
+  CHECK(contains(expanded(kernel), "ldmatrix_x4_trans(v_fragment"));
   CHECK(contains(source, "cp.async.cg.shared.global"));
   CHECK(contains(source, "ex2.approx.ftz.f32"));
   CHECK(contains(source, "process_kv_block<false>"));
   CHECK(contains(source, "process_kv_block<true>"));
-  CHECK_FALSE(contains(source, "@"));        // every template placeholder was filled
-  CHECK_FALSE(contains(source, "#include")); // self-contained for NVRTC
+  CHECK_FALSE(contains(source, "@"));                  // every template placeholder was filled
+  CHECK_FALSE(contains(source, "two_level.cuh"));      // one accumulator
+  CHECK_FALSE(contains(expanded(kernel), "#include")); // every include is the device library's
   CHECK(std::count(source.begin(), source.end(), '{') == std::count(source.begin(), source.end(), '}'));
   CHECK_FALSE(contains(source, "write_lse(")); // no LSE unless the variant asks
 }
@@ -76,15 +86,21 @@ TEST_CASE("causal kernels skip blocks after the diagonal and start with the long
 }
 
 TEST_CASE("8-bit P.V: interleaved S columns, transposed V codes, dequantized per channel at the end") {
-  const std::string vb = generate(test::presetVariant("sage-vb", 128)).source;
-  CHECK(contains(vb, "pack_s8x4("));
+  const KernelSource vb_kernel = generate(test::presetVariant("sage-vb", 128));
+  const std::string &vb = vb_kernel.source;
+  CHECK(contains(vb, "#include \"sage/device/sm80/value_steps_codes.cuh\"\n"
+                     "using ValueSteps = sage::device::sm80::CodeValueSteps<sage::device::sm80::CodeProduct::"
+                     "s32_per_block, pack_s8x4, mma_m16n8k32_s8_s32>;"));
+  CHECK(contains(vb, "unsigned pack_s8x4(float x0"));
   CHECK(contains(vb, "constexpr float kProbabilityCodeScale = 127.0f;"));
   CHECK(contains(vb, "16h + 4c + 2s + b"));
   CHECK(contains(vb, "v_scales[channel] * kProbabilityScale"));
-  CHECK_FALSE(contains(vb, "ldmatrix_x4_trans"));
+  CHECK_FALSE(contains(expanded(vb_kernel), "ldmatrix_x4_trans"));
 
   const std::string fp8 = generate(test::presetVariant("sage2-fp8", 128), GpuArch::sm89).source;
-  CHECK(contains(fp8, "pack_e4m3x4("));
+  CHECK(contains(fp8, "using ValueSteps = sage::device::sm80::CodeValueSteps<sage::device::sm80::CodeProduct::f32, "
+                      "pack_e4m3x4, mma_m16n8k32_e4m3_f32>;"));
+  CHECK(contains(fp8, "#include \"sage/device/sm80/two_level.cuh\"\nusing sage::device::sm80::flush_accumulator;"));
   CHECK(contains(fp8, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
   CHECK(contains(fp8, "constexpr int kFlushPeriod = 4;"));
   CHECK(contains(fp8, "flush_accumulator(state.o_flushed, state.o_accumulator)"));
