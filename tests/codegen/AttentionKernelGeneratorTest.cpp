@@ -168,31 +168,40 @@ TEST_CASE("FP4 by emulation: staged codes decoded to f16/bf16 tiles, P microscal
   struct Expected {
     const char *preset;
     const char *mma;
-    const char *pack;
+    const char *steps; // the device library's FP4 steps on the kernel's 16-bit pack and mma wrappers
     int group;
     bool two_level;
   };
-  for (const Expected &expected :
-       {Expected{"sage3-fp4", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "pack_f16x2", 16, true},
-        Expected{"sage3-fp4-direct-p", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "pack_f16x2", 16, false},
-        Expected{"sage3-mxfp4", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "pack_bf16x2", 32, false}}) {
+  for (const Expected &expected : {Expected{"sage3-fp4", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                                            "Fp4Steps<pack_f16x2, mma_m16n8k16_f16_f32>", 16, true},
+                                   Expected{"sage3-fp4-direct-p", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                                            "Fp4Steps<pack_f16x2, mma_m16n8k16_f16_f32>", 16, false},
+                                   Expected{"sage3-mxfp4", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                            "Fp4Steps<pack_bf16x2, mma_m16n8k16_bf16_f32>", 32, false}}) {
     CAPTURE(expected.preset);
     const AttentionVariant variant = test::presetVariant(expected.preset, 64, MaskKind::causal, true);
     const KernelPlan plan = Sm80Schedule::full().plan(variant, GpuArch::sm90a, InputType::f16);
-    const std::string source = AttentionKernelGenerator::generate(variant, plan).source;
+    const KernelSource kernel = AttentionKernelGenerator::generate(variant, plan);
+    const std::string &source = kernel.source;
     CHECK(contains(source, "//   S = Q.K^T: FP4 by emulation: e2m1 x "));
     CHECK(contains(source, expected.mma));
     CHECK_FALSE(contains(source, ".s8.s8.s32"));
-    CHECK(contains(source, std::string("unsigned pack_decoded(float low, float high) { return ") + expected.pack));
+    CHECK(contains(source, std::string("#include \"sage/device/sm80/fp4_steps.cuh\"\nusing Fp4Steps = "
+                                       "sage::device::sm80::") +
+                               expected.steps + ";"));
+    CHECK(contains(source, "using ValueSteps = Fp4Steps;"));
     CHECK(contains(source, "constexpr int kFp4Group = " + std::to_string(expected.group) + ";"));
     CHECK(contains(source, std::string("constexpr bool kTwoLevelP = ") + (expected.two_level ? "true" : "false")));
-    // The device library's microscaling is pasted, not #included (NVRTC compiles the text as it is).
-    CHECK(contains(source, "namespace sage::device::fp4 {"));
-    CHECK_FALSE(contains(source, "#include"));
+    // fp4_steps.cuh brings the device library's microscaling; every include is the device library's.
+    CHECK(kernel.uses_device_library);
+    CHECK(contains(expanded(kernel), "namespace sage::device::fp4 {"));
+    CHECK_FALSE(contains(expanded(kernel), "#include"));
     // Q_i decoded once; K_j and V_j^T decoded per stage, behind a barrier, before the Q.K^T mma reads them.
     CHECK(contains(source, "decode_fp4_tile<kBlockQ, kHeadDim>(position.shared_base + kQTileOffset"));
-    const size_t decode_k = source.find("  decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset");
-    const size_t decode_v = source.find("  decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset");
+    const size_t decode_k =
+        source.find("  Fp4Steps::decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset");
+    const size_t decode_v =
+        source.find("  Fp4Steps::decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset");
     const size_t multiply =
         source.find("  multiply_q_k(score_accumulator, state.q_fragment, position.shared_base + kKDecodedOffset");
     REQUIRE(decode_k != std::string::npos);
@@ -204,13 +213,17 @@ TEST_CASE("FP4 by emulation: staged codes decoded to f16/bf16 tiles, P microscal
     CHECK(contains(source, "dequantize_scores(scores, score_accumulator, state.row_factor);"));
     CHECK(contains(source, "add_q_mean_correction(scores, kv.delta_s + kv_begin"));
     const size_t softmax = source.find("  online_softmax(scores, state.row_max");
-    const size_t quantize = source.find("  quantize_probabilities(p_fragment, p_row_scale, scores);");
-    const size_t pv = source.find("  multiply_p_v(state.o_accumulator, p_fragment, p_row_scale");
+    const size_t quantize = source.find("  ValueSteps::quantize_probabilities(p_fragment, p_row_scale, scores);");
+    const size_t pv = source.find("  ValueSteps::multiply_p_v(state.o_accumulator, p_fragment, p_row_scale");
     REQUIRE(quantize != std::string::npos);
     CHECK(softmax < quantize);
     CHECK(quantize < pv);
-    CHECK(contains(source, expected.two_level ? "p_row_scale[row_tile][i / 2] * block_product[row_tile][i]"
-                                              : "o_accumulator[row_tile][tile][i] += block_product[row_tile][i];"));
+    // The header scales the block's product by s_P1 when kTwoLevelP (checked above) says so.
+    CHECK(contains(source, expected.two_level ? "// ---- Steps of O_i^j += s_P1 P^_i^j V^_j"
+                                              : "// ---- Steps of O_i^j += P^_i^j V^_j"));
+    CHECK(contains(expanded(kernel), "if constexpr (kTwoLevelP)\n"
+                                     "            o_accumulator[row_tile][tile][i] += p_row_scale[row_tile][i / 2] * "
+                                     "block_product[row_tile][i];"));
     // The epilogue divides by l only: the microscales were applied by the decodes.
     CHECK(contains(source, "position.quad_lane, nullptr, nullptr);"));
     CHECK_FALSE(contains(source, "v_scales[channel]"));
