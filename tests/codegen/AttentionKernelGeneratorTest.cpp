@@ -67,8 +67,9 @@ TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's ste
   CHECK(contains(source, "ex2.approx.ftz.f32"));
   CHECK(contains(source, "process_kv_block<false>"));
   CHECK(contains(source, "process_kv_block<true>"));
-  CHECK_FALSE(contains(source, "@"));                  // every template placeholder was filled
-  CHECK_FALSE(contains(source, "two_level.cuh"));      // one accumulator
+  CHECK_FALSE(contains(source, "@"));             // every template placeholder was filled
+  CHECK_FALSE(contains(source, "two_level.cuh")); // one accumulator
+  CHECK(contains(source, "using ScoreColumns = sage::device::sm80::ScoreColumns<false>;")); // tokens in order
   CHECK_FALSE(contains(expanded(kernel), "#include")); // every include is the device library's
   CHECK(std::count(source.begin(), source.end(), '{') == std::count(source.begin(), source.end(), '}'));
   CHECK_FALSE(contains(source, "write_lse(")); // no LSE unless the variant asks
@@ -93,7 +94,8 @@ TEST_CASE("8-bit P.V: interleaved S columns, transposed V codes, dequantized per
                      "s32_per_block, pack_s8x4, mma_m16n8k32_s8_s32>;"));
   CHECK(contains(vb, "unsigned pack_s8x4(float x0"));
   CHECK(contains(vb, "constexpr float kProbabilityCodeScale = 127.0f;"));
-  CHECK(contains(vb, "16h + 4c + 2s + b"));
+  CHECK(contains(vb, "using ScoreColumns = sage::device::sm80::ScoreColumns<true>;")); // sm80/tile_helpers.cuh
+  CHECK(contains(expanded(vb_kernel), "16h + 4c + 2s + b"));
   CHECK(contains(vb, "v_scales[channel] * kProbabilityScale"));
   CHECK_FALSE(contains(expanded(vb_kernel), "ldmatrix_x4_trans"));
 
