@@ -356,23 +356,22 @@ std::string decodeStage(const KernelContext &context) {
   return "  // K_j and V_j^T: e2m1 codes x microscales decoded to 16-bit tiles (exact); the barrier at the top of "
          "this\n"
          "  // step has seen every warp finish reading the previous tiles\n"
-         "  decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset, stage_base + kKCodesOffset,\n"
-         "                                      shared_memory + (stage_base - position.shared_base) + "
-         "kKScalesOffset,\n"
-         "                                      kKScaleRowBytes);\n"
-         "  decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset, stage_base + kVCodesOffset,\n"
-         "                                      kv.v_scales + kv_begin / kFp4Group, kv.padded_kv / kFp4Group);\n"
+         "  Fp4Steps::decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset,\n"
+         "      stage_base + kKCodesOffset,\n"
+         "      shared_memory + (stage_base - position.shared_base) + kKScalesOffset, kKScaleRowBytes);\n"
+         "  Fp4Steps::decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset,\n"
+         "      stage_base + kVCodesOffset, kv.v_scales + kv_begin / kFp4Group, kv.padded_kv / kFp4Group);\n"
          "  __syncthreads();\n";
 }
 
 std::string pvStep(const KernelContext &context) {
   if (context.fp4)
     return "  float p_row_scale[kRowTiles][2]; // s_P1 (two-level P), else 1\n"
-           "  quantize_probabilities(p_fragment, p_row_scale, scores);\n"
-           "  multiply_p_v(state.o_accumulator, p_fragment, p_row_scale, position.shared_base + kVDecodedOffset, "
-           "position.lane);\n";
-  return "  pack_probabilities(p_fragment, scores);\n"
-         "  multiply_p_v(state.o_accumulator, p_fragment, stage_base + kVTileOffset, position.lane);\n";
+           "  ValueSteps::quantize_probabilities(p_fragment, p_row_scale, scores);\n"
+           "  ValueSteps::multiply_p_v(state.o_accumulator, p_fragment, p_row_scale,\n"
+           "                           position.shared_base + kVDecodedOffset, position.lane);\n";
+  return "  ValueSteps::pack_probabilities(p_fragment, scores);\n"
+         "  ValueSteps::multiply_p_v(state.o_accumulator, p_fragment, stage_base + kVTileOffset, position.lane);\n";
 }
 
 std::string qSource(const KernelContext &context) {
@@ -403,9 +402,9 @@ std::string decodeQ(const KernelContext &context) {
     return "";
   return "  // FP4: Q_i's codes x microscales decoded once into the Q tile; its staging bytes are K_j's decoded tile "
          "next\n"
-         "  decode_fp4_tile<kBlockQ, kHeadDim>(position.shared_base + kQTileOffset, position.shared_base + "
-         "kQCodesOffset,\n"
-         "                                     shared_memory + kQScalesOffset, kQScaleRowBytes);\n"
+         "  Fp4Steps::decode_fp4_tile<kBlockQ, kHeadDim>(position.shared_base + kQTileOffset,\n"
+         "                                               position.shared_base + kQCodesOffset,\n"
+         "                                               shared_memory + kQScalesOffset, kQScaleRowBytes);\n"
          "  __syncthreads();\n";
 }
 

@@ -52,7 +52,7 @@ __device__ __forceinline__ void multiply_q_k(ScoreAccumulator (&score_accumulato
   const int matrix = lane / kLdmatrixRows;
   // Token of this lane's ldmatrix row in tile pair 0; pair p adds p * 16 tokens (kv_token_of_column keeps that).
   const unsigned lane_offset =
-      swizzled_offset<kRowChunks>(kv_token_of_column(matrix / 2, lane % kLdmatrixRows), matrix % 2);
+      swizzled_offset<kRowChunks>(ScoreColumns::kv_token_of_column(matrix / 2, lane % kLdmatrixRows), matrix % 2);
 #pragma unroll
   for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
@@ -111,7 +111,7 @@ __device__ __forceinline__ void dequantize_scores(float (&scores)[kRowTiles][kSc
   for (int tile = 0; tile < kScoreTiles; ++tile)
 #pragma unroll
     for (int column = 0; column < 2; ++column) {
-      const int token = kv_begin + kv_token_of_column(tile, quad_lane * 2 + column);
+      const int token = kv_begin + ScoreColumns::kv_token_of_column(tile, quad_lane * 2 + column);
       const float k_scale =
           k_block_scales[scale_group<kKScaleTokensPerGroup, kKScaleInterleave>(token) - first_group];
 #pragma unroll
@@ -151,7 +151,7 @@ __device__ __forceinline__ void add_q_mean_correction(float (&scores)[kRowTiles]
   for (int tile = 0; tile < kScoreTiles; ++tile)
 #pragma unroll
     for (int column = 0; column < 2; ++column) {
-      const float delta = delta_s[kv_token_of_column(tile, quad_lane * 2 + column)] * factor;
+      const float delta = delta_s[ScoreColumns::kv_token_of_column(tile, quad_lane * 2 + column)] * factor;
 #pragma unroll
       for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
@@ -173,7 +173,7 @@ __device__ __forceinline__ void mask_scores(float (&scores)[kRowTiles][kScoreTil
     for (int tile = 0; tile < kScoreTiles; ++tile)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int token = kv_begin + kv_token_of_column(tile, quad_lane * 2 + i % 2);
+        const int token = kv_begin + ScoreColumns::kv_token_of_column(tile, quad_lane * 2 + i % 2);
         const int row = first_row + row_tile * kMmaRows + (i / 2) * kRowHalf;
         bool visible = token < tokens_kv;
         if (kCausal)

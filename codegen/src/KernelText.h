@@ -47,8 +47,8 @@ std::string emitValueSteps(const KernelContext &context);
 std::string emitEpilogueSteps(const KernelContext &context);
 std::string emitKernelEntry(const KernelContext &context);
 
-// FP4 by emulation (KernelFp4Steps.cpp): its constants, the decode of staged tiles (with the device library's
-// microscaling), and P~'s microscaling plus the P.V product.
+// FP4 by emulation (KernelFp4Steps.cpp): its constants, the #include of sage/device/sm80/fp4_steps.cuh with
+// `using Fp4Steps` (the decode of staged tiles, P~'s microscaling, the P.V product), and `using ValueSteps`.
 std::string fp4Constants(const KernelContext &context);
 std::string emitFp4DecodeSteps(const KernelContext &context);
 std::string emitFp4ValueSteps(const KernelContext &context);

@@ -1,5 +1,7 @@
 // The device helpers the prologue's role functions call (tile loads, statistics, Q smoothing's GEMV, FP4 tiles,
 // V codes), emitted only for the roles a kernel has (PrologueRoleSources.cpp emits the role functions themselves).
+// The K tile, Q smoothing's GEMV and the FP4 tiles are the device library's (sage/device/prologue/*.cuh), pasted.
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
@@ -70,109 +72,28 @@ std::string qBlockSupport(const PrologueConfig &config) {
   return text;
 }
 
-std::string kBlockSupport(const PrologueConfig &config) {
-  std::string text = "\n// kKBlocksPerTile KV blocks of K in registers, and the x that psi_K quantizes";
-  if (!config.smooth_k)
-    return text + R"cuda( (K itself; rows past the sequence are
-// 0).
-struct KTile {
-  TokenTile<kKTileTokens> tile;
-  __device__ __forceinline__ float operator()(int pass, int j) const { return tile.element(pass, j); }
-};
-)cuda";
-  return text + R"cuda(: gamma(K) = K - mean(K), the
-// smoothing of paper 4.2 (one f32 subtraction, mean(K) over the whole sequence, combined from launch 1's
-// slices). Rows past the sequence are 0.
-struct KTile {
-  TokenTile<kKTileTokens> tile;
-  int valid_rows;              // tokens of this tile inside the sequence
-  float mean[kVectorElements]; // mean(K) of this thread's channels
+// The device library's header `name` with its includes, pasted: a prologue kernel is one self-contained translation
+// unit (NVRTC receives no headers for it).
+std::string pastedHeader(const std::string &name) { return "\n" + expandDeviceIncludes("#include \"" + name + "\"\n"); }
 
-  __device__ __forceinline__ float operator()(int pass, int j) const {
-    return TokenTile<kKTileTokens>::row(pass) < valid_rows ? __fsub_rn(tile.element(pass, j), mean[j]) : 0.0f;
-  }
-};
-)cuda";
+// kKBlocksPerTile KV blocks of K in registers, and the x that psi_K quantizes (K, or gamma(K) when K is smoothed).
+std::string kBlockSupport(const PrologueConfig &config) {
+  return pastedHeader("sage/device/prologue/k_tile.cuh") + "using KTile = sage::device::prologue::KTileOf<" +
+         (config.smooth_k ? "true" : "false") + ">; // " + (config.smooth_k ? "gamma(K) = K - mean(K)" : "K itself") +
+         "\n";
 }
 
 // Q smoothing's correction, written by the K tiles (launch 2, after launch 1's q_mean): the GEMV of
 // sage.q_mean_correction.
 std::string qMeanCorrectionSupport() {
-  return R"cuda(
-// delta_s [b, h_q, q_blocks, padded_kv] = q_mean[Q block] . x_K[token] for every Q head of this KV head (GQA) and
-// every Q block, where x_K is what psi_K quantizes (K, or gamma(K) when K is smoothed): f32 products summed over
-// this thread's 8 channels, then over the kVectorsPerRow lanes of the row. Padded tokens get 0.
-__device__ __forceinline__ float rowSum(float value) {
-#pragma unroll
-  for (int offset = kVectorsPerRow / 2; offset > 0; offset /= 2)
-    value = __fadd_rn(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
-
-__device__ __forceinline__ void writeQMeanCorrection(const KTile &k, const SagePrologueParams &params, long long head,
-                                                     int first, int stored_rows) {
-  using Tile = TokenTile<kKTileTokens>;
-  const int group = params.size.heads_q / params.size.heads_kv;
-  const long long first_q_head =
-      head / params.size.heads_kv * params.size.heads_q + head % params.size.heads_kv * group;
-  const int q_blocks = params.size.padded_q / kBlockQ;
-  const float *q_mean = workspaceFloats(params, params.offsets.q_mean);
-  float *delta_s = workspaceFloats(params, params.offsets.delta_s);
-  for (long long block = first_q_head * q_blocks; block < (first_q_head + group) * q_blocks; ++block) {
-    float mean[kVectorElements];
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j)
-      mean[j] = q_mean[block * kHeadDim + Tile::channel() + j];
-    float *delta = delta_s + block * params.size.padded_kv + first;
-#pragma unroll
-    for (int pass = 0; pass < Tile::kPasses; ++pass) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kVectorElements; ++j)
-        sum = __fmaf_rn(mean[j], k(pass, j), sum);
-      sum = rowSum(sum); // every lane takes part in the shuffles
-      if (Tile::inTile(pass) && Tile::row(pass) < stored_rows && (int)threadIdx.x % kVectorsPerRow == 0)
-        delta[Tile::row(pass)] = sum;
-    }
-  }
-}
-)cuda";
+  return pastedHeader("sage/device/prologue/q_mean_correction.cuh") +
+         "using sage::device::prologue::writeQMeanCorrection;\n";
 }
 
 // Microscaled (FP4) Q and K: the codes and scales of a tile's rows.
 std::string microscaledTileSupport() {
-  return R"cuda(
-// FP4 along the channels of each token: a thread holds 8 channels of a row, so a group of Quantizer::kGroupChannels
-// channels is kGroupChannels / 8 neighbouring lanes; its amax is their max (shuffles), its scale byte is stored by
-// the group's first lane. Codes: 4 bytes (8 nibbles) per thread and row; rows past `stored_rows` are not stored.
-template <class Quantizer, class Values>
-__device__ __forceinline__ void storeMicroscaledTile(const Values &values, unsigned char *codes, unsigned char *scales,
-                                                     int stored_rows) {
-  using Tile = TokenTile<Quantizer::kTileTokens>;
-#pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass) {
-    float x[kVectorElements];
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j) {
-      x[j] = values(pass, j);
-      amax = sage::device::fp4::max_magnitude(amax, x[j]);
-    }
-#pragma unroll
-    for (int offset = 1; offset < Quantizer::kGroupChannels / kVectorElements; offset *= 2)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset)); // every lane takes part
-    const unsigned scale = Quantizer::scaleCode(amax);
-    const int row = Tile::row(pass), channel = Tile::channel();
-    if (!Tile::inTile(pass) || row >= stored_rows)
-      continue;
-    *(unsigned *)(codes + (long long)row * (kHeadDim / 2) + channel / 2) =
-        sage::device::fp4::pack_e2m1x8(x, Quantizer::inverse(scale));
-    if (channel % Quantizer::kGroupChannels == 0)
-      scales[(long long)row * (kHeadDim / Quantizer::kGroupChannels) + channel / Quantizer::kGroupChannels] =
-          (unsigned char)scale;
-  }
-}
-)cuda";
+  return pastedHeader("sage/device/prologue/microscaled_tile.cuh") +
+         "using sage::device::prologue::storeMicroscaledTile;\n";
 }
 
 std::string kStatisticsSupport(const PrologueConfig &config) {

@@ -24,6 +24,7 @@ KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const sche
   kernel.grid_description = plan.grid.description();
   kernel.dynamic_shared_bytes = plan.shared.total_bytes;
   kernel.arch = plan.arch;
+  kernel.uses_device_library = true; // the steps of sage/device/sm80/*.cuh
 
   std::string &source = kernel.source;
   source += detail::emitHeaderComment(context);

@@ -1,5 +1,6 @@
 // The attention kernel generator: what the text contains for each family of variants, and its launch facts.
 #include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/schedules/Sm80Schedule.h"
 
 #include "TestVariants.h"
@@ -22,6 +23,9 @@ KernelSource generate(const AttentionVariant &variant, GpuArch arch = GpuArch::s
 }
 
 bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// The text NVRTC compiles: the device library's headers expanded in place.
+std::string expanded(const KernelSource &kernel) { return expandDeviceIncludes(kernel.source); }
 
 } // namespace
 
@@ -50,16 +54,23 @@ TEST_CASE("sage-b d128: name, launch facts, tunables at the top, the paper's ste
     CHECK(contains(source, step));
   for (const char *name :
        {"q_fragment", "k_fragment", "score_accumulator", "p_fragment", "v_fragment", "o_accumulator"})
-    CHECK(contains(source, name));
+    CHECK(contains(expanded(kernel), name)); // v_fragment: in sage/device/sm80/value_steps_f16.cuh
   CHECK(contains(source, "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
   CHECK(contains(source, "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16"));
-  CHECK(contains(source, "ldmatrix_x4_trans(v_fragment"));
+  // P.V's steps are the device library's, on the mma wrapper the kernel emitted.
+  CHECK(kernel.uses_device_library);
+  CHECK(contains(source, "#include \"sage/device/sm80/value_steps_f16.cuh\"\n"
+                         "using ValueSteps = sage::device::sm80::F16ValueSteps<mma_m16n8k16_f16_f16>;"));
+  CHECK(contains(source, "ValueSteps::multiply_p_v(state.o_accumulator, p_fragment"));
+  CHECK(contains(expanded(kernel), "ldmatrix_x4_trans(v_fragment"));
   CHECK(contains(source, "cp.async.cg.shared.global"));
   CHECK(contains(source, "ex2.approx.ftz.f32"));
   CHECK(contains(source, "process_kv_block<false>"));
   CHECK(contains(source, "process_kv_block<true>"));
-  CHECK_FALSE(contains(source, "@"));        // every template placeholder was filled
-  CHECK_FALSE(contains(source, "#include")); // self-contained for NVRTC
+  CHECK_FALSE(contains(source, "@"));             // every template placeholder was filled
+  CHECK_FALSE(contains(source, "two_level.cuh")); // one accumulator
+  CHECK(contains(source, "using ScoreColumns = sage::device::sm80::ScoreColumns<false>;")); // tokens in order
+  CHECK_FALSE(contains(expanded(kernel), "#include")); // every include is the device library's
   CHECK(std::count(source.begin(), source.end(), '{') == std::count(source.begin(), source.end(), '}'));
   CHECK_FALSE(contains(source, "write_lse(")); // no LSE unless the variant asks
 }
@@ -76,15 +87,22 @@ TEST_CASE("causal kernels skip blocks after the diagonal and start with the long
 }
 
 TEST_CASE("8-bit P.V: interleaved S columns, transposed V codes, dequantized per channel at the end") {
-  const std::string vb = generate(test::presetVariant("sage-vb", 128)).source;
-  CHECK(contains(vb, "pack_s8x4("));
+  const KernelSource vb_kernel = generate(test::presetVariant("sage-vb", 128));
+  const std::string &vb = vb_kernel.source;
+  CHECK(contains(vb, "#include \"sage/device/sm80/value_steps_codes.cuh\"\n"
+                     "using ValueSteps = sage::device::sm80::CodeValueSteps<sage::device::sm80::CodeProduct::"
+                     "s32_per_block, pack_s8x4, mma_m16n8k32_s8_s32>;"));
+  CHECK(contains(vb, "unsigned pack_s8x4(float x0"));
   CHECK(contains(vb, "constexpr float kProbabilityCodeScale = 127.0f;"));
-  CHECK(contains(vb, "16h + 4c + 2s + b"));
+  CHECK(contains(vb, "using ScoreColumns = sage::device::sm80::ScoreColumns<true>;")); // sm80/tile_helpers.cuh
+  CHECK(contains(expanded(vb_kernel), "16h + 4c + 2s + b"));
   CHECK(contains(vb, "v_scales[channel] * kProbabilityScale"));
-  CHECK_FALSE(contains(vb, "ldmatrix_x4_trans"));
+  CHECK_FALSE(contains(expanded(vb_kernel), "ldmatrix_x4_trans"));
 
   const std::string fp8 = generate(test::presetVariant("sage2-fp8", 128), GpuArch::sm89).source;
-  CHECK(contains(fp8, "pack_e4m3x4("));
+  CHECK(contains(fp8, "using ValueSteps = sage::device::sm80::CodeValueSteps<sage::device::sm80::CodeProduct::f32, "
+                      "pack_e4m3x4, mma_m16n8k32_e4m3_f32>;"));
+  CHECK(contains(fp8, "#include \"sage/device/sm80/two_level.cuh\"\nusing sage::device::sm80::flush_accumulator;"));
   CHECK(contains(fp8, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
   CHECK(contains(fp8, "constexpr int kFlushPeriod = 4;"));
   CHECK(contains(fp8, "flush_accumulator(state.o_flushed, state.o_accumulator)"));
@@ -152,31 +170,40 @@ TEST_CASE("FP4 by emulation: staged codes decoded to f16/bf16 tiles, P microscal
   struct Expected {
     const char *preset;
     const char *mma;
-    const char *pack;
+    const char *steps; // the device library's FP4 steps on the kernel's 16-bit pack and mma wrappers
     int group;
     bool two_level;
   };
-  for (const Expected &expected :
-       {Expected{"sage3-fp4", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "pack_f16x2", 16, true},
-        Expected{"sage3-fp4-direct-p", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "pack_f16x2", 16, false},
-        Expected{"sage3-mxfp4", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "pack_bf16x2", 32, false}}) {
+  for (const Expected &expected : {Expected{"sage3-fp4", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                                            "Fp4Steps<pack_f16x2, mma_m16n8k16_f16_f32>", 16, true},
+                                   Expected{"sage3-fp4-direct-p", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                                            "Fp4Steps<pack_f16x2, mma_m16n8k16_f16_f32>", 16, false},
+                                   Expected{"sage3-mxfp4", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                            "Fp4Steps<pack_bf16x2, mma_m16n8k16_bf16_f32>", 32, false}}) {
     CAPTURE(expected.preset);
     const AttentionVariant variant = test::presetVariant(expected.preset, 64, MaskKind::causal, true);
     const KernelPlan plan = Sm80Schedule::full().plan(variant, GpuArch::sm90a, InputType::f16);
-    const std::string source = AttentionKernelGenerator::generate(variant, plan).source;
+    const KernelSource kernel = AttentionKernelGenerator::generate(variant, plan);
+    const std::string &source = kernel.source;
     CHECK(contains(source, "//   S = Q.K^T: FP4 by emulation: e2m1 x "));
     CHECK(contains(source, expected.mma));
     CHECK_FALSE(contains(source, ".s8.s8.s32"));
-    CHECK(contains(source, std::string("unsigned pack_decoded(float low, float high) { return ") + expected.pack));
+    CHECK(contains(source, std::string("#include \"sage/device/sm80/fp4_steps.cuh\"\nusing Fp4Steps = "
+                                       "sage::device::sm80::") +
+                               expected.steps + ";"));
+    CHECK(contains(source, "using ValueSteps = Fp4Steps;"));
     CHECK(contains(source, "constexpr int kFp4Group = " + std::to_string(expected.group) + ";"));
     CHECK(contains(source, std::string("constexpr bool kTwoLevelP = ") + (expected.two_level ? "true" : "false")));
-    // The device library's microscaling is pasted, not #included (NVRTC compiles the text as it is).
-    CHECK(contains(source, "namespace sage::device::fp4 {"));
-    CHECK_FALSE(contains(source, "#include"));
+    // fp4_steps.cuh brings the device library's microscaling; every include is the device library's.
+    CHECK(kernel.uses_device_library);
+    CHECK(contains(expanded(kernel), "namespace sage::device::fp4 {"));
+    CHECK_FALSE(contains(expanded(kernel), "#include"));
     // Q_i decoded once; K_j and V_j^T decoded per stage, behind a barrier, before the Q.K^T mma reads them.
     CHECK(contains(source, "decode_fp4_tile<kBlockQ, kHeadDim>(position.shared_base + kQTileOffset"));
-    const size_t decode_k = source.find("  decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset");
-    const size_t decode_v = source.find("  decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset");
+    const size_t decode_k =
+        source.find("  Fp4Steps::decode_fp4_tile<kBlockKv, kHeadDim>(position.shared_base + kKDecodedOffset");
+    const size_t decode_v =
+        source.find("  Fp4Steps::decode_fp4_tile<kHeadDim, kBlockKv>(position.shared_base + kVDecodedOffset");
     const size_t multiply =
         source.find("  multiply_q_k(score_accumulator, state.q_fragment, position.shared_base + kKDecodedOffset");
     REQUIRE(decode_k != std::string::npos);
@@ -188,13 +215,17 @@ TEST_CASE("FP4 by emulation: staged codes decoded to f16/bf16 tiles, P microscal
     CHECK(contains(source, "dequantize_scores(scores, score_accumulator, state.row_factor);"));
     CHECK(contains(source, "add_q_mean_correction(scores, kv.delta_s + kv_begin"));
     const size_t softmax = source.find("  online_softmax(scores, state.row_max");
-    const size_t quantize = source.find("  quantize_probabilities(p_fragment, p_row_scale, scores);");
-    const size_t pv = source.find("  multiply_p_v(state.o_accumulator, p_fragment, p_row_scale");
+    const size_t quantize = source.find("  ValueSteps::quantize_probabilities(p_fragment, p_row_scale, scores);");
+    const size_t pv = source.find("  ValueSteps::multiply_p_v(state.o_accumulator, p_fragment, p_row_scale");
     REQUIRE(quantize != std::string::npos);
     CHECK(softmax < quantize);
     CHECK(quantize < pv);
-    CHECK(contains(source, expected.two_level ? "p_row_scale[row_tile][i / 2] * block_product[row_tile][i]"
-                                              : "o_accumulator[row_tile][tile][i] += block_product[row_tile][i];"));
+    // The header scales the block's product by s_P1 when kTwoLevelP (checked above) says so.
+    CHECK(contains(source, expected.two_level ? "// ---- Steps of O_i^j += s_P1 P^_i^j V^_j"
+                                              : "// ---- Steps of O_i^j += P^_i^j V^_j"));
+    CHECK(contains(expanded(kernel), "if constexpr (kTwoLevelP)\n"
+                                     "            o_accumulator[row_tile][tile][i] += p_row_scale[row_tile][i / 2] * "
+                                     "block_product[row_tile][i];"));
     // The epilogue divides by l only: the microscales were applied by the decodes.
     CHECK(contains(source, "position.quad_lane, nullptr, nullptr);"));
     CHECK_FALSE(contains(source, "v_scales[channel]"));

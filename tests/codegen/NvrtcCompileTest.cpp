@@ -2,6 +2,7 @@
 // sm_120f} is generated and compiled to a cubin with NVRTC (libnvrtc directly: no GPU or driver needed). ptxas' report
 // (--ptxas-options=-v, in the NVRTC log) gives the registers and spills of each kernel.
 #include "sage/codegen/AttentionKernelGenerator.h"
+#include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/Presets.h"
 #include "sage/schedules/Sm80Schedule.h"
 
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -34,6 +36,7 @@ struct Case {
   MaskKind mask;
   InputType input;
   GpuArch arch;
+  std::optional<AccumulationSpec> accumulation = {}; // the preset's, unless given
 };
 
 struct Outcome {
@@ -46,13 +49,23 @@ struct Outcome {
 
 Outcome compile(const Case &item) {
   AttentionVariant variant = test::presetVariant(item.preset, item.head_dim, item.mask, true);
+  if (item.accumulation)
+    variant.accumulation = *item.accumulation;
   const KernelSource kernel =
       AttentionKernelGenerator::generate(variant, Sm80Schedule::full().plan(variant, item.arch, item.input));
   Outcome outcome;
   outcome.name = kernel.name;
+  // The kernel #includes the device library's sm80 steps: NVRTC receives the library as headers, as in the runtime.
+  std::vector<const char *> header_texts, header_names;
+  if (kernel.uses_device_library)
+    for (const DeviceHeader &header : deviceLibrary()) {
+      header_texts.push_back(header.text.data());
+      header_names.push_back(header.name.data());
+    }
   nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, kernel.source.c_str(), (kernel.name + ".cu").c_str(), 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
+  if (nvrtcCreateProgram(&program, kernel.source.c_str(), (kernel.name + ".cu").c_str(),
+                         static_cast<int>(header_texts.size()), header_texts.data(),
+                         header_names.data()) != NVRTC_SUCCESS) {
     outcome.log = "nvrtcCreateProgram failed";
     return outcome;
   }
@@ -172,4 +185,12 @@ TEST_CASE("issue 11's FP4 presets compile by emulation (decoded to f16/bf16, 16-
         }
   REQUIRE(cases.size() == 3 * 2 * 2 * 5);
   compileAndCheck(cases);
+}
+
+TEST_CASE("an f16 accumulator flushed into f32 every few KV blocks (f16_then_f32, no preset uses it) compiles") {
+  // sage/device/sm80/two_level.cuh's f16 branch (f16x2 words unpacked into the f32 sums); the presets cover its f32
+  // branch (sage2-fp8, the INT4 presets).
+  const AccumulationSpec two_level{AccumulationKind::f16_then_f32, 4};
+  compileAndCheck({{"sage-b", 128, MaskKind::causal, InputType::f16, GpuArch::sm80, two_level},
+                   {"sage-t", 64, MaskKind::none, InputType::bf16, GpuArch::sm89, two_level}});
 }

@@ -114,6 +114,11 @@ TEST_CASE("Q smoothing: the K tiles write delta_s after launch 1's q_mean; int4 
   CHECK(second.find("writeQMeanCorrection(k, params, head, first, stored_rows);") != std::string::npos);
   CHECK(second.find("params.offsets.delta_s") != std::string::npos);
   CHECK(second.find("sum = __fmaf_rn(mean[j], k(pass, j), sum);") != std::string::npos);
+  // The K tile and the GEMV are the device library's headers, pasted (the prologue is one translation unit).
+  CHECK(second.find("// ---- begin sage/device/prologue/q_mean_correction.cuh ----") != std::string::npos);
+  CHECK(second.find("using sage::device::prologue::writeQMeanCorrection;") != std::string::npos);
+  CHECK(second.find("using KTile = sage::device::prologue::KTileOf<true>;") != std::string::npos); // K smoothed
+  CHECK(second.find("#include") == std::string::npos);
   for (const std::string *source : {&first, &second}) {
     CHECK(source->find("static constexpr float kCodeMax = 7.0f;") != std::string::npos);
     CHECK(source->find("return packInt4Codes(scaled);") != std::string::npos);
@@ -160,6 +165,10 @@ TEST_CASE("FP4: microscaled Q and K along the channels, V^T along the tokens, wi
     CHECK(first.find("sage::device::fp4::" + scale + "(amax)") != std::string::npos);
     CHECK(first.find("codes + row * (params.size.padded_kv / 2) + (first + token) / 2") != std::string::npos);
     CHECK(second.find("storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);") != std::string::npos);
+    for (const std::string *source : {&first, &second}) {
+      CHECK(source->find("// ---- begin sage/device/prologue/microscaled_tile.cuh ----") != std::string::npos);
+      CHECK(source->find("using sage::device::prologue::storeMicroscaledTile;") != std::string::npos);
+    }
     CHECK(second.find("writeQMeanCorrection") != std::string::npos);
   }
   // What FP4 the prologue refuses, naming the field.
