@@ -129,4 +129,16 @@ __device__ void feature_map_backward_row(const float *x, const float *y, const f
   __syncwarp();
 }
 
+// The fused sparse backward's work list for kv block j of batch b (both kernels, mma.sync and wgmma): per q head h,
+// how many critical q blocks its column has (column_counts' first entry) and the n-th of them.
+struct CriticalColumnList {
+  const int *counts, *blocks;
+  int b, heads_q, kv_blocks, j, q_blocks;
+  __device__ __forceinline__ long long column(int h) const {
+    return (static_cast<long long>(b) * heads_q + h) * kv_blocks + j;
+  }
+  __device__ __forceinline__ int count(int h) const { return counts[column(h) * 3]; }
+  __device__ __forceinline__ int block(int h, int n) const { return blocks[column(h) * q_blocks + n]; }
+};
+
 } // namespace sage::device::sla

@@ -515,13 +515,10 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
   const float scale_log2 = p.scale * kLog2e;
 
   // The work list: (q head h, n-th critical q block of the column), heads in order; `count` is the column's.
-  auto count_of = [&](int h) {
-    return p.column_counts[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * 3];
-  };
-  auto block_of = [&](int h, int n) {
-    return p
-        .critical_columns[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * q_blocks + n];
-  };
+  const CriticalColumnList list{p.column_counts, p.critical_columns, b, p.shape.heads_q, p.shape.kv_blocks, j,
+                                q_blocks};
+  auto count_of = [&](int h) { return list.count(h); };
+  auto block_of = [&](int h, int n) { return list.block(h, n); };
   auto skip_empty = [&](int &h, int &n) { // to the next existing item from (h, n), or h == h_end
     while (h < h_end && n >= count_of(h)) {
       ++h;

@@ -229,13 +229,10 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
   const SageSlaStrides do_strides{p.shape.heads_q * tokens_q * D, tokens_q * D, D}; // the f16 copy: contiguous
 
   // The work list, as the mma.sync kernel's: (q head h, n-th critical q block of the column), heads in order.
-  auto count_of = [&](int h) {
-    return p.column_counts[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * 3];
-  };
-  auto block_of = [&](int h, int n) {
-    return p
-        .critical_columns[((static_cast<long long>(b) * p.shape.heads_q + h) * p.shape.kv_blocks + j) * q_blocks + n];
-  };
+  const CriticalColumnList list{p.column_counts, p.critical_columns, b, p.shape.heads_q, p.shape.kv_blocks, j,
+                                q_blocks};
+  auto count_of = [&](int h) { return list.count(h); };
+  auto block_of = [&](int h, int n) { return list.block(h, n); };
   // An item with its head's count and its q block, looked up one item ahead of its use (the lookups' latency then
   // hides behind an item's work instead of stalling the copies that need them).
   struct Item {
