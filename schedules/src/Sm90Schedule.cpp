@@ -52,7 +52,7 @@ SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
                                                   (plan.head_dim / 2) * static_cast<int>(sizeof(float))
                                             : 0;
   const int kept_block_bytes = plan.block_sparse ? kKeptBlockBytes : 0;
-  const int barrier_bytes = (2 * stages + 1) * 8;
+  const int barrier_bytes = (4 * stages + 1) * 8; // full and empty, for K and for V, per stage; Q's
   layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes + layout.flush_bytes + kept_block_bytes +
                        barrier_bytes + kAlignmentSlack;
   return layout;

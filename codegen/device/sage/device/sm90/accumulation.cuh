@@ -33,6 +33,10 @@ template <class Config> __device__ __forceinline__ float flush_factor(const Cons
 // O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator(s) this P.V path keeps.
 template <class Config>
 __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, const float (&rescale)[2]) {
+  // Multiplying by 1 changes nothing (bit for bit): once its rows' maxima stop growing, which is most blocks of a long
+  // row, a warp skips the O x rescale it would issue for every accumulator register.
+  if (!__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f))
+    return;
   if constexpr (Config::kPv != PvOperands::int8) {
     if constexpr (ConsumerState<Config>::kF16Accumulator)
       rescale_f16x2(state.output, rescale);

@@ -36,18 +36,18 @@ template <class Config, class Accumulator>
 __device__ __forceinline__ void issue_q_k(Accumulator (&accumulator)[Config::kBlockKv / 2], unsigned q_tile,
                                           unsigned k_tile) {
   using Layout = SharedLayout<Config>;
-  constexpr Swizzle kSwizzle = swizzle_of_rows<Layout::kQkChunkBytes>();
   constexpr unsigned kCoreGroupBytes = 8 * Layout::kQkChunkBytes; // 8 rows: the next core matrices along M/N
+  constexpr unsigned long long kFixed =
+      matrix_descriptor(0, 16, kCoreGroupBytes, swizzle_of_rows<Layout::kQkChunkBytes>());
   constexpr int kSteps = Layout::kQkRowBytes / 32;
+  const unsigned long long q_descriptor = descriptor_at(kFixed, q_tile), k_descriptor = descriptor_at(kFixed, k_tile);
   warpgroup_fence_operands(accumulator);
   wgmma_fence();
 #pragma unroll
   for (int step = 0; step < kSteps; ++step) {
     const int chunk = step * 32 / Layout::kQkChunkBytes, within = step * 32 % Layout::kQkChunkBytes;
-    const unsigned long long a =
-        matrix_descriptor(q_tile + chunk * Layout::kQChunkStride + within, 16, kCoreGroupBytes, kSwizzle);
-    const unsigned long long b =
-        matrix_descriptor(k_tile + chunk * Layout::kKChunkStride + within, 16, kCoreGroupBytes, kSwizzle);
+    const unsigned long long a = q_descriptor + (chunk * Layout::kQChunkStride + within) / 16;
+    const unsigned long long b = k_descriptor + (chunk * Layout::kKChunkStride + within) / 16;
     if constexpr (Config::kQk == QkOperands::int8)
       WgmmaS8SS<Config::kBlockKv>::run(accumulator, a, b, step > 0);
     else if constexpr (Config::kQk == QkOperands::f16)
@@ -72,19 +72,19 @@ __device__ __forceinline__ void issue_p_v(Accumulator (&output)[kCount], const P
     const int scale_d = accumulate || step > 0;
     if constexpr (Layout::kTransposedV) {
       // V^T [channels][tokens], K-major: step s reads tokens 32s .. 32s + 31 of every channel row.
-      constexpr Swizzle kSwizzle = swizzle_of_rows<Layout::kVChunkBytes>();
+      constexpr unsigned long long kFixed =
+          matrix_descriptor(0, 16, 8 * Layout::kVChunkBytes, swizzle_of_rows<Layout::kVChunkBytes>());
       const int chunk = step * 32 / Layout::kVChunkBytes, within = step * 32 % Layout::kVChunkBytes;
-      const unsigned long long b =
-          matrix_descriptor(v_tile + chunk * Layout::kVChunkStride + within, 16, 8 * Layout::kVChunkBytes, kSwizzle);
+      const unsigned long long b = descriptor_at(kFixed, v_tile) + (chunk * Layout::kVChunkStride + within) / 16;
       if constexpr (Config::kPv == PvOperands::e4m3)
         WgmmaE4m3RS<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
       else
         WgmmaS8RS<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
     } else {
       // V [tokens][channels], MN-major: step s starts 16 token rows further; channel chunks are LBO apart.
-      constexpr Swizzle kSwizzle = swizzle_of_rows<Layout::kVChunkBytes>();
-      const unsigned long long b = matrix_descriptor(v_tile + step * 16 * Layout::kVChunkBytes, Layout::kVChunkStride,
-                                                     8 * Layout::kVChunkBytes, kSwizzle);
+      constexpr unsigned long long kFixed = matrix_descriptor(0, Layout::kVChunkStride, 8 * Layout::kVChunkBytes,
+                                                              swizzle_of_rows<Layout::kVChunkBytes>());
+      const unsigned long long b = descriptor_at(kFixed, v_tile) + step * 16 * Layout::kVChunkBytes / 16;
       if constexpr (Config::kPv == PvOperands::f16_accumulate_f16)
         WgmmaF16RSF16<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
       else
@@ -108,46 +108,56 @@ template <class Config> struct VisitedBlocks {
   }
 };
 
-// The producer: Q_i once, then K_j and V_j for every visited block j into stage (iteration % kStages).
+// Q_i's TMA load, issued by one thread as soon as the barriers exist (before a block-sparse CTA reads its mask row).
 template <class Config>
-__device__ __forceinline__ void produce(const SageSm90AttentionParams &params, const TileCoordinates &tile,
-                                        const VisitedBlocks<Config> &visits, unsigned shared_base, unsigned barriers) {
+__device__ __forceinline__ void load_q(const SageSm90AttentionParams &params, const TileCoordinates &tile,
+                                       unsigned shared_base, const StageBarriers<Config> &barriers) {
   using Layout = SharedLayout<Config>;
-  const SageProblemSize &size = params.base.size;
-  const unsigned q_full = barriers + 2 * Config::kStages * 8;
   tma_prefetch_descriptor(&params.q_map);
   tma_prefetch_descriptor(&params.k_map);
   tma_prefetch_descriptor(&params.v_map);
-  mbarrier_arrive_expect_tx(q_full, Layout::kQBytes);
-  const int q_row = static_cast<int>(tile.q_head_index * size.padded_q + tile.q_begin);
+  mbarrier_arrive_expect_tx(barriers.q_full(), Layout::kQBytes);
+  const int q_row = static_cast<int>(tile.q_head_index * params.base.size.padded_q + tile.q_begin);
 #pragma unroll
   for (int chunk = 0; chunk < Layout::kQkChunks; ++chunk)
-    tma_load_2d(shared_base + Layout::kQOffset + chunk * Layout::kQChunkStride, &params.q_map, q_full,
+    tma_load_2d(shared_base + Layout::kQOffset + chunk * Layout::kQChunkStride, &params.q_map, barriers.q_full(),
                 chunk * Layout::kQkChunkBytes, q_row);
-  for (int block = visits.next(0), iteration = 0; block < visits.block_end;
-       block = visits.next(block + 1), ++iteration) {
-    const int stage = iteration % Config::kStages;
-    const unsigned phase = (iteration / Config::kStages) & 1u;
-    const unsigned full = barriers + stage * 8, empty = barriers + (Config::kStages + stage) * 8;
-    mbarrier_wait(empty, phase ^ 1u); // a fresh barrier passes parity 1: the first kStages loads go straight out
-    mbarrier_arrive_expect_tx(full, Layout::kStageTransactionBytes);
-    const unsigned stage_base = shared_base + Layout::kStageOffset + stage * Layout::kStageBytes;
+}
+
+// The producer: K_j and V_j for every visited block j into stage (position % kStages), each as soon as the consumers
+// released that stage's K or V.
+template <class Config>
+__device__ __forceinline__ void produce(const SageSm90AttentionParams &params, const TileCoordinates &tile,
+                                        const VisitedBlocks<Config> &visits, unsigned shared_base,
+                                        const StageBarriers<Config> &barriers) {
+  using Layout = SharedLayout<Config>;
+  const SageProblemSize &size = params.base.size;
+  for (int block = visits.next(0), position = 0; block < visits.block_end; block = visits.next(block + 1), ++position) {
+    // A fresh barrier passes parity 1: the first kStages loads go straight out.
+    const unsigned released = StageBarriers<Config>::phase(position) ^ 1u;
+    const unsigned stage_base = shared_base + Layout::kStageOffset + (position % Config::kStages) * Layout::kStageBytes;
     const int kv_begin = block * Config::kBlockKv;
     const int k_row = static_cast<int>(tile.kv_head_index * size.padded_kv + kv_begin);
+    const unsigned full_k = barriers.full_k(position), full_v = barriers.full_v(position);
+    mbarrier_wait_suspended(barriers.empty_k(position), released);
+    mbarrier_arrive_expect_tx(full_k, Layout::kKBytes);
 #pragma unroll
     for (int chunk = 0; chunk < Layout::kQkChunks; ++chunk)
-      tma_load_2d(stage_base + Layout::kKOffset + chunk * Layout::kKChunkStride, &params.k_map, full,
+      tma_load_2d(stage_base + Layout::kKOffset + chunk * Layout::kKChunkStride, &params.k_map, full_k,
                   chunk * Layout::kQkChunkBytes, k_row);
+    mbarrier_wait_suspended(barriers.empty_v(position), released);
+    mbarrier_arrive_expect_tx(full_v, Layout::kVBytes);
 #pragma unroll
     for (int chunk = 0; chunk < Layout::kVChunks; ++chunk) {
       const unsigned destination = stage_base + Layout::kVOffset + chunk * Layout::kVChunkStride;
       if constexpr (Config::kValues == ValueTiles::workspace_codes) // [b * h_kv * d rows][padded_kv bytes]
-        tma_load_2d(destination, &params.v_map, full, kv_begin + chunk * Layout::kVChunkBytes,
+        tma_load_2d(destination, &params.v_map, full_v, kv_begin + chunk * Layout::kVChunkBytes,
                     static_cast<int>(tile.kv_head_index * Config::kHeadDim));
       else if constexpr (Config::kValues == ValueTiles::workspace_values) // [b * h_kv * padded_kv rows][2d bytes]
-        tma_load_2d(destination, &params.v_map, full, chunk * Layout::kVChunkBytes, k_row);
+        tma_load_2d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, k_row);
       else // the caller's V: [b][h_kv][tokens_kv][2d bytes], any strides TMA accepts
-        tma_load_4d(destination, &params.v_map, full, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head, tile.batch);
+        tma_load_4d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head,
+                    tile.batch);
     }
   }
 }
@@ -182,8 +192,8 @@ template <class Config> struct TurnTaking {
 // counts visited blocks (it picks the stage and the phase); `block` is the KV block at that position.
 template <class Config>
 __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, const TileCoordinates &tile,
-                                        const VisitedBlocks<Config> &visits, unsigned shared_base, unsigned barriers,
-                                        int consumer) {
+                                        const VisitedBlocks<Config> &visits, unsigned shared_base,
+                                        const StageBarriers<Config> &barriers, int consumer) {
   using Layout = SharedLayout<Config>;
   using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
   const SageAttentionParams &base = params.base;
@@ -244,9 +254,6 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   }
   const unsigned q_tile = shared_base + Layout::kQOffset + consumer * 64 * Layout::kQkChunkBytes;
   const TurnTaking<Config> turns{consumer};
-  auto full_barrier = [&](int position) { return barriers + (position % Config::kStages) * 8; };
-  auto empty_barrier = [&](int position) { return barriers + (Config::kStages + position % Config::kStages) * 8; };
-  auto phase_of = [&](int position) { return static_cast<unsigned>((position / Config::kStages) & 1); };
   auto stage_base = [&](int position) {
     return shared_base + Layout::kStageOffset + (position % Config::kStages) * Layout::kStageBytes;
   };
@@ -260,7 +267,7 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   };
 
   turns.start();
-  mbarrier_wait(barriers + 2 * Config::kStages * 8, 0); // Q_i
+  mbarrier_wait(barriers.q_full(), 0); // Q_i
   const int block_end = visits.block_end;
   Accumulator accumulator[Config::kBlockKv / 2];
   float scores[Config::kBlockKv / 2];
@@ -296,7 +303,7 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
       issue_p_v<Config>(state.output, p, v_tile, true);
   };
   // After the P.V of block j completed: P~'s registers were read by the asynchronous wgmma until now (the asm
-  // statement that issued it was their last visible use), so fence them; release the stage; fold the product.
+  // statement that issued it was their last visible use), so fence them; release V_j's stage; fold the product.
   auto fence_product = [&] {
 #pragma unroll
     for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
@@ -307,7 +314,7 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
       warpgroup_fence_operands(state.output);
   };
   auto finish_product = [&](int position) {
-    mbarrier_arrive(empty_barrier(position)); // K_j, V_j are no longer read
+    mbarrier_arrive(barriers.empty_v(position)); // V_j is no longer read
     finish_block(state, block_product);
   };
 
@@ -316,12 +323,13 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   const int first_block = next_block(0);
   if (first_block < block_end) {
     const BlockScales block_scales = load_scales(first_block);
-    mbarrier_wait(full_barrier(0), 0);
+    mbarrier_wait(barriers.full_k(0), 0);
     turns.wait_turn();
     issue_q_k<Config>(accumulator, q_tile, stage_base(0) + Layout::kKOffset);
     turns.pass_turn(false);
     wgmma_wait_group<0>();
     warpgroup_fence_operands(accumulator);
+    mbarrier_arrive(barriers.empty_k(0)); // K_0 is no longer read
     score(first_block, block_scales);
     pack_probabilities<Config>(p, scores);
   }
@@ -329,19 +337,23 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   for (int block = next_block(first_block + 1); block < block_end; block = next_block(block + 1), ++position) {
     // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
     const BlockScales block_scales = load_scales(block);
-    mbarrier_wait(full_barrier(position), phase_of(position));
+    mbarrier_wait(barriers.full_k(position), StageBarriers<Config>::phase(position));
+    mbarrier_wait(barriers.full_v(position - 1), StageBarriers<Config>::phase(position - 1));
     turns.wait_turn();
     issue_q_k<Config>(accumulator, q_tile, stage_base(position) + Layout::kKOffset);
     issue_product(position - 1);
     turns.pass_turn(false);
     wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
     warpgroup_fence_operands(accumulator);
+    mbarrier_arrive(barriers.empty_k(position)); // K_j is no longer read
     score(block, block_scales);
     wgmma_wait_group<0>();
     fence_product();
     finish_product(position - 1);
     pack_probabilities<Config>(p, scores);
   }
+  if (first_block < block_end)
+    mbarrier_wait(barriers.full_v(position - 1), StageBarriers<Config>::phase(position - 1));
   turns.wait_turn();
   if (first_block < block_end)
     issue_product(position - 1);
@@ -361,23 +373,26 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   // Swizzled TMA boxes and wgmma descriptors need 1024-byte aligned tiles.
   const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(shared_memory));
   const unsigned shared_base = (raw_base + 1023u) & ~1023u;
-  const unsigned barriers = shared_base + Layout::kBarrierOffset;
+  const StageBarriers<Config> barriers{shared_base + Layout::kBarrierOffset};
   const TileCoordinates tile = tile_coordinates<Config>(params.base.size, params.base.causal_offset);
 
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < Config::kStages; ++stage) {
+      mbarrier_init(barriers.full_k(stage), 1); // the producer's expect_tx
+      mbarrier_init(barriers.full_v(stage), 1);
+      mbarrier_init(barriers.empty_k(stage), Config::kConsumers * kWarpgroupThreads);
+      mbarrier_init(barriers.empty_v(stage), Config::kConsumers * kWarpgroupThreads);
+    }
+    mbarrier_init(barriers.q_full(), 1);
+    mbarrier_init_fence();
+    load_q<Config>(params, tile, shared_base, barriers); // its own thread's barrier: no CTA barrier needed first
+  }
   VisitedBlocks<Config> visits{};
   visits.block_end = tile.block_end;
   if constexpr (Config::kBlockSparse) // read before the roles split: the producer and the consumers walk it alike
     visits.kept = collect_kept_blocks<Config>(
         params.base, tile,
         reinterpret_cast<unsigned *>(shared_memory + (shared_base - raw_base) + Layout::kKeptOffset));
-  if (threadIdx.x == 0) {
-    for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(barriers + stage * 8, 1); // full: the producer
-      mbarrier_init(barriers + (Config::kStages + stage) * 8, Config::kConsumers * kWarpgroupThreads); // empty
-    }
-    mbarrier_init(barriers + 2 * Config::kStages * 8, 1); // Q_i
-    mbarrier_init_fence();
-  }
   __syncthreads();
 
   // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers

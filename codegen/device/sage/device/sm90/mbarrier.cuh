@@ -38,4 +38,22 @@ __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned phase) 
   } while (!done);
 }
 
+// The same for a thread that has nothing else to do (a producer waiting for a stage to be released): each try
+// suspends the thread until the phase completes or `kSuspendNanoseconds` pass, instead of the short system default
+// after which it retries, so that its retries do not take issue slots from the consumer warps of its SM sub-partition.
+__device__ __forceinline__ void mbarrier_wait_suspended(unsigned barrier, unsigned phase) {
+  constexpr unsigned kSuspendNanoseconds = 1000000;
+  unsigned done = 0;
+  do {
+    asm volatile("{\n"
+                 "  .reg .pred complete;\n"
+                 "  mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2, %3;\n"
+                 "  selp.u32 %0, 1, 0, complete;\n"
+                 "}\n"
+                 : "=r"(done)
+                 : "r"(barrier), "r"(phase), "n"(kSuspendNanoseconds)
+                 : "memory");
+  } while (!done);
+}
+
 } // namespace sage::device::sm90

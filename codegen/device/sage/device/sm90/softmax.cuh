@@ -14,30 +14,25 @@ __device__ __forceinline__ float k_column_scale(const float *k_scales, int k_sca
   return __ldg(k_scales + group);
 }
 
-// S (s32 or f32 accumulator) -> f32 scores in the base-2 domain: score = S x row_factor x delta_K(column).
-template <class Config, class Accumulator>
+// int8 S (s32 accumulator) -> f32 scores in the base-2 domain: score = S x row_factor x delta_K(column), for K scales
+// that vary inside an 8-column tile (per-thread groups); CodesSoftmax handles the rest.
+template <class Config>
 __device__ __forceinline__ void
-dequantize_scores(float (&scores)[Config::kBlockKv / 2], const Accumulator (&accumulator)[Config::kBlockKv / 2],
+dequantize_scores(float (&scores)[Config::kBlockKv / 2], const int (&accumulator)[Config::kBlockKv / 2],
                   const float (&row_factor)[2], const float *k_scales, int k_scale_count, int kv_begin, int quad_lane) {
   constexpr int kTiles = Config::kBlockKv / 8;
   static_assert(Config::kHeadDim * 127 * 127 < (1 << 22), "s32 scores too large for small_int_to_float");
-  if constexpr (Config::kQk != QkOperands::int8) {
 #pragma unroll
-    for (int i = 0; i < Config::kBlockKv / 2; ++i)
-      scores[i] = accumulator[i] * row_factor[(i / 2) % 2];
-  } else { // int8 codes with K scales that vary inside an 8-column tile (per-thread groups): CodesSoftmax does the rest
+  for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile)
+    for (int column = 0; column < 2; ++column) {
+      const float k_scale =
+          k_column_scale<Config>(k_scales, k_scale_count, kv_begin + tile * 8 + quad_lane * 2 + column);
 #pragma unroll
-      for (int column = 0; column < 2; ++column) {
-        const float k_scale =
-            k_column_scale<Config>(k_scales, k_scale_count, kv_begin + tile * 8 + quad_lane * 2 + column);
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          scores[tile * 4 + half * 2 + column] =
-              small_int_to_float(accumulator[tile * 4 + half * 2 + column]) * (row_factor[half] * k_scale);
-      }
-  }
+      for (int half = 0; half < 2; ++half)
+        scores[tile * 4 + half * 2 + column] =
+            small_int_to_float(accumulator[tile * 4 + half * 2 + column]) * (row_factor[half] * k_scale);
+    }
 }
 
 // Tokens past the end of the sequence, and when causal the tokens after a row's diagonal (token j is visible to row
@@ -83,6 +78,38 @@ __device__ __forceinline__ void online_softmax(float (&scores)[Config::kBlockKv 
       for (int column = 0; column < 2; ++column) {
         float &score = scores[tile * 4 + half * 2 + column];
         score = fast_exp2(score - (subtrahend - Config::kProbabilityCodeLog2));
+        block_sum += score;
+      }
+    row_sum[half] = row_sum[half] * rescale[half] + block_sum;
+  }
+}
+
+// The online softmax straight from f16/bf16 Q.K^T's f32 accumulators: the row factor (> 0: the softmax scale is
+// checked positive) commutes with the max, so the max is taken on S and the factor goes into the exponent's FFMA,
+// P~ = exp2(S f - (m - log2 of P's code scale)): one multiply per score fewer than scaling S first.
+template <class Config>
+__device__ __forceinline__ void online_softmax_scaled(float (&scores)[Config::kBlockKv / 2],
+                                                      const float (&row_factor)[2], float (&row_max)[2],
+                                                      float (&row_sum)[2], float (&rescale)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float score_max = negative_infinity();
+#pragma unroll
+    for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
+      score_max = fmaxf(score_max, fmaxf(scores[tile * 4 + half * 2], scores[tile * 4 + half * 2 + 1]));
+    const float block_max = fmaxf(row_max[half], quad_max(score_max) * row_factor[half]);
+    // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so P~ = 0 instead of NaN.
+    const float subtrahend = block_max == negative_infinity() ? 0.0f : block_max;
+    rescale[half] = fast_exp2(row_max[half] - subtrahend);
+    row_max[half] = block_max;
+    const float shift = subtrahend - Config::kProbabilityCodeLog2;
+    float block_sum = 0.0f;
+#pragma unroll
+    for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
+#pragma unroll
+      for (int column = 0; column < 2; ++column) {
+        float &score = scores[tile * 4 + half * 2 + column];
+        score = fast_exp2(fmaf(score, row_factor[half], -shift));
         block_sum += score;
       }
     row_sum[half] = row_sum[half] * rescale[half] + block_sum;
@@ -220,6 +247,13 @@ __device__ __forceinline__ void score_block(ConsumerState<Config> &state, float 
   if constexpr (CodesSoftmax<Config>::kApplies) {
     CodesSoftmax<Config>::template run<kMasked>(state, scores, accumulator, size, tile, block_scales, rows, kv_begin,
                                                 quad_lane, rescale);
+  } else if constexpr (Config::kQk != QkOperands::int8) {
+#pragma unroll
+    for (int i = 0; i < Config::kBlockKv / 2; ++i)
+      scores[i] = accumulator[i];
+    if constexpr (kMasked) // -inf stays -inf through the FFMA (the factor is positive)
+      mask_scores<Config>(scores, rows, kv_begin, size.tokens_kv, tile.causal_offset, quad_lane);
+    online_softmax_scaled<Config>(scores, state.row_factor, state.row_max, state.row_sum, rescale);
   } else {
     dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, size.k_scale_count, kv_begin, quad_lane);
     if constexpr (kMasked)

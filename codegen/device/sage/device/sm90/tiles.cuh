@@ -49,13 +49,32 @@ template <class Config> struct SharedLayout {
   static constexpr int kKeptOffset = kFlushOffset + kFlushBytes;
   static constexpr int kKeptBytes = Config::kBlockSparse ? kKeptBlockCapacity / 8 : 0;
   static constexpr int kBarrierOffset = kKeptOffset + kKeptBytes;
-  // full[kStages], empty[kStages], q_full: 8 bytes each
-  static constexpr int kBarrierBytes = (2 * Config::kStages + 1) * 8;
+  // full_k, full_v, empty_k, empty_v [kStages] each, q_full: 8 bytes each (StageBarriers)
+  static constexpr int kBarrierBytes = (4 * Config::kStages + 1) * 8;
   static constexpr int kTotalBytes = kBarrierOffset + kBarrierBytes;
   // The dynamic buffer is only guaranteed 16-byte alignment: the kernel rounds its base up to 1024.
   static constexpr int kDynamicBytes = kTotalBytes + 1024;
+};
 
-  static constexpr int kStageTransactionBytes = kKBytes + kVBytes;
+// The pipeline's mbarriers. K_j and V_j have their own: a stage's K is released as soon as S_j = Q K_j^T has landed,
+// a pipeline position earlier than its V (released after O += P~_j V_j), so that with two stages (the block-sparse
+// kernels' two CTAs per SM) K_(j+2) is already on its way while the consumers still work on block j.
+template <class Config> struct StageBarriers {
+  unsigned base; // shared-window address of full_k[0]
+  __device__ __forceinline__ unsigned full_k(int position) const { return at(0, position); }
+  __device__ __forceinline__ unsigned full_v(int position) const { return at(1, position); }
+  __device__ __forceinline__ unsigned empty_k(int position) const { return at(2, position); }
+  __device__ __forceinline__ unsigned empty_v(int position) const { return at(3, position); }
+  __device__ __forceinline__ unsigned q_full() const { return base + 4 * Config::kStages * 8; }
+  // The parity of position's use of its stage (positions kStages apart alternate).
+  __device__ __forceinline__ static unsigned phase(int position) {
+    return static_cast<unsigned>((position / Config::kStages) & 1);
+  }
+
+private:
+  __device__ __forceinline__ unsigned at(int kind, int position) const {
+    return base + (kind * Config::kStages + position % Config::kStages) * 8;
+  }
 };
 
 template <int kTokensPerGroup, int kInterleave> __device__ __forceinline__ int scale_group(int token) {

@@ -64,6 +64,13 @@ matrix_descriptor(unsigned address, unsigned leading_bytes, unsigned stride_byte
   return descriptor;
 }
 
+// A tile's descriptor from matrix_descriptor's fixed fields (`fixed_bits`: address 0) and a shared-window address
+// below 2^18, added in 16-byte units without masking: the descriptors of one tile's steps then differ by immediates
+// instead of each being masked and shifted again.
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned long long fixed_bits, unsigned address) {
+  return fixed_bits + (address >> 4);
+}
+
 // Register budget hand-over (sm_90a): the producer warpgroup gives registers back, the consumers take them.
 template <int kRegisters> __device__ __forceinline__ void warpgroup_release_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
