@@ -334,7 +334,7 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     pack_probabilities<Config>(p, scores);
   }
   int position = 1; // after the loop: the number of visited blocks (when there was one)
-  for (int block = next_block(first_block + 1); block < block_end; block = next_block(block + 1), ++position) {
+  for (int block = next_block(first_block + 1), following; block < block_end; block = following, ++position) {
     // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
     const BlockScales block_scales = load_scales(block);
     mbarrier_wait(barriers.full_k(position), StageBarriers<Config>::phase(position));
@@ -343,7 +343,8 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     issue_q_k<Config>(accumulator, q_tile, stage_base(position) + Layout::kKOffset);
     issue_product(position - 1);
     turns.pass_turn(false);
-    wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
+    following = next_block(block + 1); // the walk's shared-memory reads wait while the GEMMs run, not between steps
+    wgmma_wait_group<1>();             // S_j has landed; the P.V may still run
     warpgroup_fence_operands(accumulator);
     mbarrier_arrive(barriers.empty_k(position)); // K_j is no longer read
     score(block, block_scales);
