@@ -92,6 +92,12 @@ __device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, cons
     const unsigned short *from = rows + row0 * strides.token + column;
     const long long pass_stride = kRowsPerPass * strides.token;
     unsigned char *to = tile + Tile::offset(row0, 2 * column);
+    if (valid >= kRows) { // every row (the usual case): no per-row tests and selects
+#pragma unroll
+      for (int i = 0; i < kUnits / sm90::kWarpgroupThreads; ++i)
+        copy16_async(to + i * kRowsPerPass * Tile::kChunkBytes, from + i * pass_stride, true);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kUnits / sm90::kWarpgroupThreads; ++i) {
       const bool inside = row0 + i * kRowsPerPass < valid;
@@ -398,11 +404,10 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     sm90::warpgroup_fence_operands(dk);
     sm90::bulk_wait_source_read(); // the previous item's dQ rows (this lane's bulk reduction) read from the other stage
     __syncthreads();               // every warp's rows of dS^T written (and fenced); the other stage free
-    // The next item's copies into the other stage: they land during the rest of this item
-    issue(next, stage ^ 1);
 
-    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's, the second (d =
-    // 128) is issued once they have retired (their A fragments then free: the register budget).
+    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's (and is issued before
+    // the next item's copies, so that the tensor cores have it meanwhile), the second (d = 128) is issued once they
+    // have retired (their A fragments then free: the register budget).
     auto issue_dq = [&](float(&acc)[32], int chunk) {
       sm90::warpgroup_fence_operands(acc);
       sm90::wgmma_fence();
@@ -416,6 +421,8 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     };
     float dq_first[32];
     issue_dq(dq_first, 0);
+    // The next item's copies into the other stage: they land during the rest of this item
+    issue(next, stage ^ 1);
     sm90::wgmma_wait_group<1>(); // dV's and dK's groups
     sm90::warpgroup_fence_operands(dv);
     sm90::warpgroup_fence_operands(dk);
