@@ -225,6 +225,14 @@ __device__ __forceinline__ void add_accumulator_rows(float *out, const float (&a
     }
 }
 
+// Four 8 x 8 matrices of 16-bit elements from their mma fragments (register i: matrix i, row lane / 4, columns
+// 2 (lane % 4), + 1) to shared memory, lane l giving the address of row l % 8 of matrix l / 8 (16 bytes each).
+__device__ __forceinline__ void store_matrix_x4(unsigned address, const unsigned (&fragments)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(fragments[0]),
+               "r"(fragments[1]), "r"(fragments[2]), "r"(fragments[3])
+               : "memory");
+}
+
 // 16-bit A fragments (k steps of 16 columns) of an m64 accumulator: k step s is tiles 2s and 2s + 1.
 template <int kColumns>
 __device__ __forceinline__ void accumulator_fragments(unsigned (&a)[kColumns / 16][4], const float (&x)[kColumns / 2]) {
@@ -381,16 +389,15 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     accumulator_fragments<BLOCK_Q>(ds_fragments, dp);
 
     // dS^T into shared memory ([key][query]) for dQ, before the fragments go to wgmma (a register an in-flight wgmma
-    // reads may not be accessed): word i of k step s is key 16 warp + g + 8 (i % 2), queries 16s + 8 (i / 2) + 2t, + 1.
+    // reads may not be accessed): word i of k step s is key 16 warp + g + 8 (i % 2), queries 16s + 8 (i / 2) + 2t, + 1,
+    // i.e. element (g, 2t) of the 8 x 8 matrix i of stmatrix .x4, whose rows lane l addresses: matrix l / 8, row l % 8
+    // (key 16 warp + l % 8 + 8 (l / 8 % 2), queries from 16s + 8 (l / 16), one 16-byte unit of the swizzled tile).
+    {
+      const int key = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), query = 8 * (lane / 16);
 #pragma unroll
-    for (int ks = 0; ks < kQuerySteps; ++ks)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = 16 * warp + g + 8 * (i % 2), query = 16 * ks + 8 * (i / 2) + 2 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_tile + DsTile::offset(key, 2 * query)),
-                     "r"(ds_fragments[ks][i])
-                     : "memory");
-      }
+      for (int ks = 0; ks < kQuerySteps; ++ks)
+        store_matrix_x4(ds_tile + DsTile::offset(key, 2 * (query + 16 * ks)), ds_fragments[ks]);
+    }
     sm90::fence_shared_for_wgmma();
 
     // dK += dS^T Q (RS, B MN-major), left running
