@@ -289,8 +289,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   unsigned short *phi_hi = h_bits + L::kStateHalves, *phi_lo = phi_hi + L::kChunkHalves; // phi(Q) [chunk][kStride]
   unsigned short *w_hi = phi_lo + L::kChunkHalves, *w_lo = w_hi + L::kChunkHalves;       // W [chunk][kStride]
   float *z_state = reinterpret_cast<float *>(w_lo + L::kChunkHalves);
-  // D floats after Z_i are unused (dZ_i's partial sums live in registers: dz_partial)
-  float *inverse_denominator = z_state + 2 * D;         // the chunk's 1 / den_r (0 where den_r = 0)
+  float *dz_state = z_state + D;                        // dZ_i's running sum, one thread per feature
+  float *inverse_denominator = dz_state + D;            // the chunk's 1 / den_r (0 where den_r = 0)
   float *ratio_partial = inverse_denominator + BLOCK_Q; // <W_r, N_r> per column warp
   float *inner_partial = ratio_partial + L::kPartials;  // softmax's <d phi, phi> per column warp
   float *scratch = inner_partial + L::kPartials;
@@ -312,13 +312,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
 
   float dh[T::kStateM][T::kStateN][4];
   clear_tiles(dh);
-  // dZ_i's sums over a chunk's rows are split among the CTA's kDzGroups groups of D threads (each a row range, one
-  // thread per feature; before, the first D threads summed every row while the others waited at the next barrier),
-  // each thread's running sum in a register, the groups' sums added in order at the end.
-  constexpr int kDzGroups = kThreads / D, kDzRows = kBackwardChunk / kDzGroups;
-  static_assert(kThreads % D == 0 && kBackwardChunk % kDzGroups == 0, "dZ_i's rows split evenly among the groups");
-  const int dz_feature = static_cast<int>(threadIdx.x) % D, dz_row0 = static_cast<int>(threadIdx.x) / D * kDzRows;
-  float dz_partial = 0.0f;
+  if (threadIdx.x < D)
+    dz_state[threadIdx.x] = 0.0f; // read and written by its own thread only
   const bool chunk_warp = T::chunk_warp();
   const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
   const SharedF16 phi_hi_s{phi_hi, kStride}, phi_lo_s{phi_lo, kStride}, w_hi_s{w_hi, kStride}, w_lo_s{w_lo, kStride};
@@ -438,13 +433,12 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       return r < rows ? chunk_row_total<T::kChunkWarpsN>(ratio_partial, r) * (g_to_gradient * inverse_denominator[r])
                       : 0.0f;
     };
-    {
+    if (threadIdx.x < D) {
       float sum = 0.0f;
-      const int dz_end = min(rows, dz_row0 + kDzRows);
-#pragma unroll 4
-      for (int r = dz_row0; r < dz_end; ++r)
-        sum += split_value(phi_hi, phi_lo, r * kStride + dz_feature) * ratio(r);
-      dz_partial += sum;
+#pragma unroll 8
+      for (int r = 0; r < rows; ++r)
+        sum += split_value(phi_hi, phi_lo, r * kStride + threadIdx.x) * ratio(r);
+      dz_state[threadIdx.x] -= sum;
     }
     // d phi(q_r) = G_r s_i / f - u_r Z_i, then dQ through phi.
     const float row_ratio[2] = {ratio(chunk_row(m0, 0)), ratio(chunk_row(m0, 2))}; // the lane's two rows
@@ -473,10 +467,6 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   // Staged in H_i's buffer (free: block_reduce's barriers follow every read of it), then stored 16 bytes per thread
   // (the fragments' 4-byte pieces would write half of each 32-byte sector per store).
   const float factor = f16_range_factor(block_reduce<true>(top, scratch));
-  // The dZ_i sums of the groups past the first into phi(Q)'s buffer (free: block_reduce's barriers follow its reads)
-  float *dz_partials = reinterpret_cast<float *>(phi_hi);
-  if (threadIdx.x >= D)
-    dz_partials[threadIdx.x - D] = dz_partial;
   if (T::state_warp()) {
 #pragma unroll
     for (int mi = 0; mi < T::kStateM; ++mi)
@@ -495,13 +485,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     out[piece] = *reinterpret_cast<const uint4 *>(h_bits + (piece * 8 / D) * kStride + piece * 8 % D);
   if (threadIdx.x == 0)
     p.dh_scales[row_block] = 1.0f / (factor * dh_factor); // exact: powers of two
-  if (threadIdx.x < D) {                                  // the barrier above published the groups' sums
-    float total = dz_partial;
-#pragma unroll
-    for (int group = 1; group < kDzGroups; ++group)
-      total += dz_partials[(group - 1) * D + threadIdx.x];
-    p.dz_rows[row_block * D + threadIdx.x] = -total;
-  }
+  if (threadIdx.x < D)
+    p.dz_rows[row_block * D + threadIdx.x] = dz_state[threadIdx.x];
 }
 
 // Launch 3: sum_i dZ_i per q head, in block order.
