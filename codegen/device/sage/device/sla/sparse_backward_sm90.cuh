@@ -376,11 +376,6 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
                                   1);
     sm90::wgmma_commit_group();
     sm90::warpgroup_fence_operands(dv);
-    // The next item's copies into the other stage, while dP^T's and dV's groups run: they land during the rest of this
-    // item (issued later, after dK's group, the next item often waited for them: a sixth of the stall samples).
-    sm90::bulk_wait_source_read(); // the previous item's dQ rows (this lane's bulk reduction) read from the other stage
-    __syncthreads();               // ... by every warp: the other stage is free
-    issue(next, stage ^ 1);
     sm90::wgmma_wait_group<1>(); // dP^T's group
     sm90::warpgroup_fence_operands(dp);
     // dS^T = P^T o (dP^T - D^s), in place of dP^T
@@ -414,10 +409,12 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
                                   1);
     sm90::wgmma_commit_group();
     sm90::warpgroup_fence_operands(dk);
-    __syncthreads(); // every warp's rows of dS^T written (and fenced)
+    sm90::bulk_wait_source_read(); // the previous item's dQ rows (this lane's bulk reduction) read from the other stage
+    __syncthreads();               // every warp's rows of dS^T written (and fenced); the other stage free
 
-    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's, the second (d =
-    // 128) is issued once they have retired (their A fragments then free: the register budget).
+    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's (and is issued before
+    // the next item's copies, so that the tensor cores have it meanwhile), the second (d = 128) is issued once they
+    // have retired (their A fragments then free: the register budget).
     auto issue_dq = [&](float(&acc)[32], int chunk) {
       sm90::warpgroup_fence_operands(acc);
       sm90::wgmma_fence();
@@ -431,6 +428,8 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     };
     float dq_first[32];
     issue_dq(dq_first, 0);
+    // The next item's copies into the other stage: they land during the rest of this item
+    issue(next, stage ^ 1);
     sm90::wgmma_wait_group<1>(); // dV's and dK's groups
     sm90::warpgroup_fence_operands(dv);
     sm90::warpgroup_fence_operands(dk);
