@@ -79,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(256) {columns}(const SageSlaColumns
 }}
 
 // Lines 4-6 per q block, linear branch: dQ, dH_i, dZ_i
-extern "C" __global__ void __launch_bounds__(256, 1) {rows}(const SageSlaRowsBackwardParams p) {{
+extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kRowsBackwardMinBlocks) {rows}(const SageSlaRowsBackwardParams p) {{
   sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
 }}
 

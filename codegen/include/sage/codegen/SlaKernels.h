@@ -100,7 +100,7 @@ inline int slaRowsBackwardSharedBytes(int head_dim, int block_q) {
 inline int slaKvBackwardSharedBytes(int head_dim) { return sage_sla_kv_backward_shared_bytes(head_dim); }
 // Dynamic shared memory of the fused sparse backward for a module built for `arch` (abi.cuh's formulas: the kernel the
 // arch runs, with its stages): 114,688 bytes at d = 128, blocks 64 with two stages (sm_80, sm_100f), 79,360 with one;
-// 112,640 for sm_90a's wgmma kernel.
+// 108,544 for sm_90a's wgmma kernel.
 inline int slaSparseFusedSharedBytes(int head_dim, int block_q, int block_kv, int compute_capability) {
   return sage_sla_sparse_fused_module_shared_bytes(compute_capability, head_dim, block_q, block_kv);
 }

@@ -324,17 +324,16 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_sparse_fused_
 // sm_90a runs the fused kernel on warpgroup MMAs (sla/sparse_backward_sm90.cuh) where its tiles fit: blocks of 64
 // (one warpgroup owns the kv block's 64 keys) and d = 64 or 128 (rows of whole 128-byte swizzle chunks); elsewhere,
 // and for other shapes, the mma.sync kernel above. Its dynamic shared memory: K, V [block_kv][d] and dS^T
-// [block_kv][block_q] in f16, two stages of Q and dO^s [block_q][d] f16 and 32 bytes per q row (a stage then holds
-// dQ's f32 tile with padded rows), then per stage L and D^s (f32), every tile in wgmma's 128-byte-swizzled layout
-// (1024-byte aligned), and 1024 bytes to align the dynamic buffer.
+// [block_kv][block_q] in f16, two stages of Q and dO^s [block_q][d] f16 (a stage then holds dQ's f32 tile), then per
+// stage L and D^s (f32), every tile in wgmma's 128-byte-swizzled layout (1024-byte aligned), and 1024 bytes to align
+// the dynamic buffer.
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_sparse_fused_wgmma(int sm, int head_dim, int block_q,
                                                                                       int block_kv) {
   return sm == 90 && block_q == 64 && block_kv == 64 && (head_dim == 64 || head_dim == 128);
 }
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int
 sage_sla_sparse_fused_shared_bytes_sm90(int head_dim, int block_q, int block_kv) {
-  return 2 * (2 * block_kv * head_dim + block_kv * block_q + 2 * 2 * block_q * head_dim) + 2 * 32 * block_q +
-         2 * 8 * block_q + 1024;
+  return 2 * (2 * block_kv * head_dim + block_kv * block_q + 2 * 2 * block_q * head_dim) + 2 * 8 * block_q + 1024;
 }
 // The fused kernel's dynamic shared memory in a module built for `sm` (the kernel that module runs).
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int

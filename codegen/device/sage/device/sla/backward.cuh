@@ -24,12 +24,21 @@ static_assert(kBackwardChunk == 32, "the chunk's outputs are two 16-row tiles (B
 
 // The kv kernel runs two CTAs per SM where shared memory holds two (sm_90, sm_100: 227 KiB, 96,800 bytes each at
 // d = 128; 128 registers, no spills), one elsewhere (sm_89, sm_120: ~100 KiB; sm_80 would spill at 128 registers).
-// While one CTA waits for its rows from memory, the other's products keep the tensor cores busy. (The rows kernel
-// stays at one: its 64 dH_i accumulators per thread spill at 128 registers under NVRTC.)
+// While one CTA waits for its rows from memory, the other's products keep the tensor cores busy.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
 constexpr int kKvBackwardMinBlocks = 2;
 #else
 constexpr int kKvBackwardMinBlocks = 1;
+#endif
+// The rows kernel likewise runs two CTAs per SM there (71,968 bytes of shared memory each at d = 128; 128 registers,
+// no spills under NVRTC) where it ran one at 240 registers (12.5% occupancy): it loads a chunk's raw rows when the
+// chunk starts instead of one chunk ahead (the other CTA's products cover their latency), unrolls its products' k-steps
+// partly and stores dQ 8 bytes per lane, so that dH_i's 64 accumulators per thread fit. One CTA elsewhere, with the
+// next chunk's loads in flight during the products.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
+constexpr int kRowsBackwardMinBlocks = 2;
+#else
+constexpr int kRowsBackwardMinBlocks = 1;
 #endif
 
 // The warps' tiles (16 x 8 each) of the two output shapes. A chunk's rows x D (N, G, d phi(K), dV): 2 warps along the
@@ -56,12 +65,13 @@ template <int D> struct BackwardTiles {
 
 // c += A B for a warp's MW x NW tiles of 16 x 8 at (m0, n0), over K (a multiple of 16). kSplitA / kSplitB: that
 // operand is split in hi + lo (three products when both are, the lo x lo term dropped); otherwise its hi part is the
-// exact f16 matrix. A's fragments are loaded once per k-step for all NW tiles, B's once for all MW.
-template <int K, int MW, int NW, bool kAKMajor, bool kBKMajor, bool kSplitA, bool kSplitB>
+// exact f16 matrix. A's fragments are loaded once per k-step for all NW tiles, B's once for all MW. kUnroll: k-steps
+// unrolled (all by default; fewer bound the fragments the compiler loads ahead, i.e. the registers).
+template <int K, int MW, int NW, bool kAKMajor, bool kBKMajor, bool kSplitA, bool kSplitB, int kUnroll = K / 16>
 __device__ __forceinline__ void warp_tiles_mma(float (&c)[MW][NW][4], SharedF16 a_hi, SharedF16 a_lo, SharedF16 b_hi,
                                                SharedF16 b_lo, int m0, int n0) {
   static_assert(K % 16 == 0, "the reduction runs in steps of 16");
-#pragma unroll
+#pragma unroll(kUnroll)
   for (int k0 = 0; k0 < K; k0 += 16) {
     unsigned ah[MW][4], al[MW][4];
 #pragma unroll
@@ -308,7 +318,11 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
   const int m0 = T::chunk_m0(), n0 = T::chunk_n0();
   const SharedF16 phi_hi_s{phi_hi, kStride}, phi_lo_s{phi_lo, kStride}, w_hi_s{w_hi, kStride}, w_lo_s{w_lo, kStride};
   const SharedF16 h_s{h_bits, kStride};
-  // A warp's rows of a chunk (raw Q and dO^l), loaded one chunk ahead.
+  // A warp's rows of a chunk (raw Q and dO^l), loaded one chunk ahead where one CTA runs per SM.
+  constexpr bool kAhead = kRowsBackwardMinBlocks == 1;
+  // The k-steps unrolled in N's and G's products and in dH_i's: all of them where one CTA runs per SM, else few (the
+  // fragments loaded ahead of the unrolled steps would spill dH_i's accumulators at 128 registers).
+  constexpr int kSteps = kAhead ? D / 16 : 2, kDhSteps = kAhead ? kBackwardChunk / 16 : 1;
   float x_next[kWarpRows][kPerLane], g_next[kWarpRows][kPerLane];
   auto load_chunk_rows = [&](int chunk) {
 #pragma unroll
@@ -323,14 +337,17 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       }
     }
   };
-  load_chunk_rows(0);
+  if (kAhead)
+    load_chunk_rows(0);
   float dh_factor = 0.0f; // the f of dH_i's accumulators (0: nothing accumulated yet)
   for (int chunk = 0; chunk < BLOCK_Q && begin + chunk < end; chunk += kBackwardChunk) {
     const int rows = min(kBackwardChunk, end - begin - chunk); // valid rows of the chunk
-    wait_all_copies();                                         // H_i (the first time): the barriers below publish it
-    __syncthreads(); // the previous chunk's reads of phi(Q), W, 1 / den and the partial sums are done
+    if (!kAhead)
+      load_chunk_rows(chunk);
+    wait_all_copies(); // H_i (the first time): the barriers below publish it
+    __syncthreads();   // the previous chunk's reads of phi(Q), W, 1 / den and the partial sums are done
     // phi(Q), den = phi(Q) Z_i and max |dO^l_r| / den_r over the chunk. Rows past the block's end stay 0 in phi(Q) and
-    // W (phi(0) is not 0 for elu + 1); their raw values were loaded while the previous chunk's products ran.
+    // W (phi(0) is not 0 for elu + 1).
     float inverse[kWarpRows], largest = 0.0f;
 #pragma unroll
     for (int m = 0; m < kWarpRows; ++m) {
@@ -384,13 +401,13 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
       dh_factor = w_factor;
     }
     const float g_to_gradient = h_scale / w_factor;
-    if (chunk + kBackwardChunk < BLOCK_Q && begin + chunk + kBackwardChunk < end)
+    if (kAhead && chunk + kBackwardChunk < BLOCK_Q && begin + chunk + kBackwardChunk < end)
       load_chunk_rows(chunk + kBackwardChunk); // in flight during the products below
 
     // dH_i += phi(Q)^T W: phi(Q) is [row][feature], A stored k-major; W [row][channel], B k-major. First, so that its
     // 64 accumulators are the only ones live with its fragments.
     if (T::state_warp())
-      warp_tiles_mma<kBackwardChunk, T::kStateM, T::kStateN, true, true, true, true>(
+      warp_tiles_mma<kBackwardChunk, T::kStateM, T::kStateN, true, true, true, true, kDhSteps>(
           dh, phi_hi_s, phi_lo_s, w_hi_s, w_lo_s, T::state_m0(), T::state_n0());
     // N = phi(Q) H_i / s_i (H_i is [feature][channel]: k-major B), reduced to <W_r, N_r> at once; then
     // G = W (H_i / s_i)^T ([n][k]).
@@ -399,14 +416,15 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     if (chunk_warp) {
       float numerator[1][T::kChunkN][4];
       clear_tiles(numerator);
-      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, false>(numerator, phi_hi_s, phi_lo_s, h_s, h_s, m0, n0);
+      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, false, kSteps>(numerator, phi_hi_s, phi_lo_s, h_s, h_s, m0,
+                                                                         n0);
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           numerator[0][ni][e] *= split_value(w_hi, w_lo, chunk_row(m0, e) * kStride + chunk_column(n0, ni, e));
       chunk_row_partials<T::kChunkN>(numerator[0], m0, T::chunk_column_warp(), ratio_partial);
-      warp_tiles_mma<D, 1, T::kChunkN, false, false, true, false>(gradient, w_hi_s, w_lo_s, h_s, h_s, m0, n0);
+      warp_tiles_mma<D, 1, T::kChunkN, false, false, true, false, kSteps>(gradient, w_hi_s, w_lo_s, h_s, h_s, m0, n0);
     }
     __syncthreads(); // the partial sums are written
 
@@ -434,7 +452,7 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
                            : 0.0f;
     chunk_feature_map_backward<D, PHI, T::kChunkN>(d_phi, phi_hi, phi_lo, chunk_warp, inner_partial);
     if (chunk_warp)
-      store_chunk_rows<D, T::kChunkN>(d_phi, p.dq + (head * p.shape.tokens_q + begin + chunk) * D, rows);
+      store_chunk_rows<D, T::kChunkN, kAhead>(d_phi, p.dq + (head * p.shape.tokens_q + begin + chunk) * D, rows);
   }
 
   // dH_i in f16 with a power-of-two scale (as the states): half the bytes the mask GEMM sums per q block.

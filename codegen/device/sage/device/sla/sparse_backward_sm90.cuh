@@ -11,8 +11,8 @@
 //   dK += dS^T Q                         as dV; dK and dV stay in the accumulators for the whole walk
 //   dQ = dS K                            dS^T to shared memory ([key][query] f16), then m64n64k16 SS wgmma with A = dS
 //                                        (MN-major from the [key][query] tile) and B = K (MN-major), 64 channels at a
-//                                        time, through an f32 tile in shared memory (over the stage's Q and dO^s,
-//                                        rows padded) and added to dQ by one bulk reduction per row (the copy engine)
+//                                        time, through an f32 tile in shared memory (over the stage's Q and dO^s)
+//                                        and added to dQ by one bulk reduction per warp (the copy engine)
 // The accumulator of an m64 wgmma gives each warp 16 rows in mma.sync's m16n8 layout (element 4j + e: row g + 8 (e / 2)
 // of the warp's 16, column 8j + 2t + e % 2), which is also the layout of a 16-bit A fragment's k step (columns 16s ..
 // 16s + 15 are tiles 2s, 2s + 1): P^T and dS^T become A operands without moving data.
@@ -47,10 +47,10 @@ template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedWgmmaLayout {
   using RowTile = sm90::SwizzledTile<64, 2 * D>;            // K, V, Q, dO^s: [token][channel]
   using DsTile = sm90::SwizzledTile<BLOCK_KV, 2 * BLOCK_Q>; // dS^T: [key][query], one 128-byte chunk
   static constexpr int kK = 0, kV = RowTile::kBytes, kDs = 2 * RowTile::kBytes;
-  // Stage s at kStages + s kStageBytes: Q, dO^s, then padding: the dQ tile (f32 rows of 4 D + kDqPad bytes) takes the
-  // stage once dK and dV have read it.
-  static constexpr int kDqPad = 32, kDqRowBytes = 4 * D + kDqPad;
-  static constexpr int kStageBytes = 2 * RowTile::kBytes + BLOCK_Q * kDqPad;
+  // Stage s at kStages + s kStageBytes: Q, dO^s; the dQ tile (f32 rows of 4 D bytes, unpadded: a warp's 16 rows are
+  // one contiguous span, as in dQ) takes the stage once dK and dV have read it.
+  static constexpr int kDqRowBytes = 4 * D;
+  static constexpr int kStageBytes = 2 * RowTile::kBytes;
   static constexpr int kStages = kDs + DsTile::kBytes;
   static constexpr int kStats = kStages + 2 * kStageBytes;                  // [stage][L, D^s][BLOCK_Q] f32
   static constexpr int kDynamicBytes = kStats + 2 * 2 * BLOCK_Q * 4 + 1024; // the base is rounded up to 1024 in-kernel
@@ -92,6 +92,12 @@ __device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, cons
     const unsigned short *from = rows + row0 * strides.token + column;
     const long long pass_stride = kRowsPerPass * strides.token;
     unsigned char *to = tile + Tile::offset(row0, 2 * column);
+    if (valid >= kRows) { // every row (the usual case): no per-row tests and selects
+#pragma unroll
+      for (int i = 0; i < kUnits / sm90::kWarpgroupThreads; ++i)
+        copy16_async(to + i * kRowsPerPass * Tile::kChunkBytes, from + i * pass_stride, true);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kUnits / sm90::kWarpgroupThreads; ++i) {
       const bool inside = row0 + i * kRowsPerPass < valid;
@@ -113,38 +119,61 @@ __device__ __forceinline__ void copy_rows_swizzled_f16(unsigned char *tile, cons
   }
 }
 
-// The dQ tile: [64 queries][D] f32 in shared memory, rows padded by 32 bytes (8 banks: the accumulator's pairs, 4 rows
-// x 4 lanes per half warp, are free of bank conflicts) so that each row stays contiguous for one bulk reduction. It
-// takes the current stage (Q, dO^s and their padding) once dK's and dV's wgmma have read it.
+// The dQ tile: [64 queries][D] f32 in shared memory with unpadded rows, so that a warp's 16 rows are one contiguous
+// span, as they are in dQ (one bulk reduction per warp instead of one per row: the per-row reductions' serial issue
+// loop was a fifth of the stall samples). It takes the current stage (Q and dO^s) once dK's and dV's wgmma have read
+// it.
 template <int D> __device__ __forceinline__ unsigned dq_tile_offset(int row, int column) {
-  return row * (4 * D + 32) + column * 4;
+  return row * (4 * D) + column * 4;
 }
 
-// scale x an m64n64 accumulator (channels channel0 .. channel0 + 63) into the dQ tile.
+// scale x an m64n64 accumulator (channels channel0 .. channel0 + 63) into the dQ tile. Every row starts at bank 0 (4 D
+// bytes, a multiple of 128), so a half warp's 64-bit stores of 4 rows at the same columns would hit the same 8 banks
+// four times: lane (g, t) stores its column group j ^ (g % 4) at step j instead (the 4 rows of a half warp then fall
+// into 4 distinct groups of 8 banks); the values move to match by two conditional swaps of register groups.
 template <int D>
 __device__ __forceinline__ void store_dq_chunk(unsigned tile, const float (&acc)[32], float scale, int channel0) {
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, x = g % 4;
+  float v[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i)
+    v[i] = acc[i] * scale;
+    // v's group j := acc's group j ^ x (groups of 4: the accumulator's 8 columns of rows g and g + 8)
+#pragma unroll
+  for (int bit = 1; bit <= 2; bit *= 2) {
+    const bool swap = (x & bit) != 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (j & bit)
+        continue;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float low = v[4 * j + e], high = v[4 * (j + bit) + e];
+        v[4 * j + e] = swap ? high : low;
+        v[4 * (j + bit) + e] = swap ? low : high;
+      }
+    }
+  }
+  const unsigned row0 = tile + dq_tile_offset<D>(16 * warp + g, channel0 + 2 * t);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = 16 * warp + g + 8 * half;
-      sm90::store_shared_pair(tile + dq_tile_offset<D>(row, channel0 + 8 * j + 2 * t), acc[4 * j + 2 * half] * scale,
-                              acc[4 * j + 2 * half + 1] * scale);
-    }
+    for (int half = 0; half < 2; ++half)
+      sm90::store_shared_pair(row0 + half * 8 * 4 * D + ((32 * j) ^ (32 * x)), v[4 * j + 2 * half],
+                              v[4 * j + 2 * half + 1]);
 }
 
 // dQ[rows of the q block] += this warp's 16 rows of the dQ tile (written by this warp, fenced for the async proxy and
-// synchronized within the warp): lane i < 16 reduces row 16 warp + i by one bulk reduction (cp.reduce.async.bulk
-// .add.f32, 4 D bytes), so that the copy engine, not the threads, moves dQ (the element-wise reductions were a
-// quarter of the stall samples); the lane later waits for its reads (sm90::bulk_wait_source_read) before the stage is
-// rewritten. Without 16-byte alignment of dQ: scalar atomics from the tile, by every lane.
+// synchronized within the warp): lane 0 reduces them, contiguous in dQ and in the tile, by one bulk reduction
+// (cp.reduce.async.bulk .add.f32, up to 64 D bytes), so that the copy engine, not the threads, moves dQ; lane 0 later
+// waits for its reads (sm90::bulk_wait_source_read) before the stage is rewritten. Without 16-byte alignment of dQ:
+// scalar atomics from the tile, by every lane.
 template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsigned tile, int rows, bool vector) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   if (vector) {
-    const int row = 16 * warp + lane;
-    if (lane < 16 && row < rows)
-      sm90::bulk_reduce_add_f32(dq + row * D, tile + dq_tile_offset<D>(row, 0), 4 * D);
+    const int first = 16 * warp, count = min(16, rows - first);
+    if (lane == 0 && count > 0)
+      sm90::bulk_reduce_add_f32(dq + first * D, tile + dq_tile_offset<D>(first, 0), count * 4 * D);
     return;
   }
   for (int r = 0; r < 16; ++r) {
@@ -194,6 +223,14 @@ __device__ __forceinline__ void add_accumulator_rows(float *out, const float (&a
         at[1] = sum.y;
       }
     }
+}
+
+// Four 8 x 8 matrices of 16-bit elements from their mma fragments (register i: matrix i, row lane / 4, columns
+// 2 (lane % 4), + 1) to shared memory, lane l giving the address of row l % 8 of matrix l / 8 (16 bytes each).
+__device__ __forceinline__ void store_matrix_x4(unsigned address, const unsigned (&fragments)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(fragments[0]),
+               "r"(fragments[1]), "r"(fragments[2]), "r"(fragments[3])
+               : "memory");
 }
 
 // 16-bit A fragments (k steps of 16 columns) of an m64 accumulator: k step s is tiles 2s and 2s + 1.
@@ -352,16 +389,15 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     accumulator_fragments<BLOCK_Q>(ds_fragments, dp);
 
     // dS^T into shared memory ([key][query]) for dQ, before the fragments go to wgmma (a register an in-flight wgmma
-    // reads may not be accessed): word i of k step s is key 16 warp + g + 8 (i % 2), queries 16s + 8 (i / 2) + 2t, + 1.
+    // reads may not be accessed): word i of k step s is key 16 warp + g + 8 (i % 2), queries 16s + 8 (i / 2) + 2t, + 1,
+    // i.e. element (g, 2t) of the 8 x 8 matrix i of stmatrix .x4, whose rows lane l addresses: matrix l / 8, row l % 8
+    // (key 16 warp + l % 8 + 8 (l / 8 % 2), queries from 16s + 8 (l / 16), one 16-byte unit of the swizzled tile).
+    {
+      const int key = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), query = 8 * (lane / 16);
 #pragma unroll
-    for (int ks = 0; ks < kQuerySteps; ++ks)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = 16 * warp + g + 8 * (i % 2), query = 16 * ks + 8 * (i / 2) + 2 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_tile + DsTile::offset(key, 2 * query)),
-                     "r"(ds_fragments[ks][i])
-                     : "memory");
-      }
+      for (int ks = 0; ks < kQuerySteps; ++ks)
+        store_matrix_x4(ds_tile + DsTile::offset(key, 2 * (query + 16 * ks)), ds_fragments[ks]);
+    }
     sm90::fence_shared_for_wgmma();
 
     // dK += dS^T Q (RS, B MN-major), left running
@@ -375,11 +411,10 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     sm90::warpgroup_fence_operands(dk);
     sm90::bulk_wait_source_read(); // the previous item's dQ rows (this lane's bulk reduction) read from the other stage
     __syncthreads();               // every warp's rows of dS^T written (and fenced); the other stage free
-    // The next item's copies into the other stage: they land during the rest of this item
-    issue(next, stage ^ 1);
 
-    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's, the second (d =
-    // 128) is issued once they have retired (their A fragments then free: the register budget).
+    // dQ = dS K / sqrt(d), 64 channels per group: the first chunk's group runs with dV's and dK's (and is issued before
+    // the next item's copies, so that the tensor cores have it meanwhile), the second (d = 128) is issued once they
+    // have retired (their A fragments then free: the register budget).
     auto issue_dq = [&](float(&acc)[32], int chunk) {
       sm90::warpgroup_fence_operands(acc);
       sm90::wgmma_fence();
@@ -393,6 +428,8 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     };
     float dq_first[32];
     issue_dq(dq_first, 0);
+    // The next item's copies into the other stage: they land during the rest of this item
+    issue(next, stage ^ 1);
     sm90::wgmma_wait_group<1>(); // dV's and dK's groups
     sm90::warpgroup_fence_operands(dv);
     sm90::warpgroup_fence_operands(dk);
