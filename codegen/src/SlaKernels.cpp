@@ -69,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kMaskGemmMi
 }}
 
 // Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
-extern "C" __global__ void __launch_bounds__(256, 2) {output}(const SageSlaOutputParams p) {{
+extern "C" __global__ void __launch_bounds__(256, sage::device::sla::output_min_blocks(kHeadDim, kBlockQ)) {output}(const SageSlaOutputParams p) {{
   sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi>(p);
 }}
 

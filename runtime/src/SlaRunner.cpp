@@ -302,7 +302,7 @@ void SlaRunner::run(const schedules::ProblemShape &shape, const SlaTensors &tens
                                    reinterpret_cast<const float *>(at(layout.z_total)),
                                    reinterpret_cast<const int *>(at(layout.linear_lut)),
                                    layout.marginal_majority ? 1 : 0,
-                                   reinterpret_cast<const float *>(at(layout.h_sums)),
+                                   reinterpret_cast<float *>(at(layout.h_sums)),
                                    reinterpret_cast<const int *>(at(layout.h_sum_fallback)),
                                    tensors.o,
                                    o_strides,

@@ -40,7 +40,8 @@ struct SlaBackwardTensors {
 
 // Byte offsets of the SLA workspace's regions (each 256-byte aligned) and its total size. h_states holds f16 h_j / s_j
 // with the powers of two s_j at h_scales (abi.cuh's SageSlaStateParams); z_total is f32. h_sums: the mask GEMM's
-// H_i (f32, b x h_q x T_m x d x d) and h_sum_fallback its flags per q block (SageSlaMaskGemmParams).
+// H_i (f32, b x h_q x T_m x d x d; the output kernel writes the flagged rows' sums there) and h_sum_fallback its
+// flags per q block (SageSlaMaskGemmParams).
 struct SlaWorkspaceLayout {
   size_t pooled_q = 0, pooled_k = 0, compressed = 0, classes = 0, critical_mask = 0, critical_lut = 0, linear_lut = 0,
          h_states = 0, h_scales = 0, z_states = 0, z_total = 0, h_sums = 0, h_sum_fallback = 0, attention = 0,

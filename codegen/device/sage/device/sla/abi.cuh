@@ -86,7 +86,7 @@ struct SageSlaOutputParams {
   const float *h_scales, *z_states, *z_total;
   const int *linear_lut;
   int marginal_majority;
-  const float *h_sums;       // the mask GEMM's H_i, or 0: every row sums its listed h_j
+  float *h_sums;             // the mask GEMM's H_i (required): the kernel writes the flagged rows' sums there
   const int *h_sum_fallback; // rows the GEMM flagged (SageSlaMaskGemmParams)
   const void *o_sparse;      // f16 O^s (the block-sparse attention's output)
   struct SageSlaStrides o_sparse_strides;

@@ -67,10 +67,62 @@ template <int D, int BLOCK_Q> struct OutputLayout {
                 "abi.cuh's size of the output kernel's shared memory");
 };
 
+// CTAs per SM the output kernel's launch bounds ask for: three on sm_90 where three fit its shared memory (227 KB
+// per SM; 72.5 KB each at d = 128, b_q = 64), which holds it to 80 registers per thread; else two (sm_100's ptxas
+// spills at 80).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+constexpr bool kOutputWideSharedMemory = true;
+#else
+constexpr bool kOutputWideSharedMemory = false;
+#endif
+constexpr SAGE_SLA_HOST_DEVICE int output_min_blocks(int head_dim, int block_q) {
+  return kOutputWideSharedMemory && 3 * (sage_sla_output_shared_bytes(head_dim, block_q) + 1024) <= 227 * 1024 ? 3 : 2;
+}
+
+// H_i's 16-byte pieces (8 consecutive elements of the row-major d x d matrix) in f32 in the mask GEMM's buffer, and
+// for a row it flagged their sums over the listed h_j (with pre-aggregation: every h_j minus the listed ones, in that
+// order), which the kernel writes over the GEMM's row.
+template <int D> struct OutputStateReader {
+  static constexpr int kVectors = D * D / 8;
+  float *row; // H_i in the mask GEMM's buffer
+  const uint4 *states;
+  const float *scales;
+  const int *lut;
+  long long first_block; // of this kv head
+  int listed, blocks;
+  bool majority;
+
+  // kCoherent: a plain load (a flagged row is written by its own CTA), else one through the read-only cache.
+  template <bool kCoherent> __device__ void load(int piece, float (&x)[8]) const {
+    const float4 *from = reinterpret_cast<const float4 *>(row + piece * 8);
+    const float4 left = kCoherent ? from[0] : __ldg(from), right = kCoherent ? from[1] : __ldg(from + 1);
+    x[0] = left.x, x[1] = left.y, x[2] = left.z, x[3] = left.w;
+    x[4] = right.x, x[5] = right.y, x[6] = right.z, x[7] = right.w;
+  }
+  __device__ void store(int piece, const float (&x)[8]) const {
+    float4 *to = reinterpret_cast<float4 *>(row + piece * 8);
+    to[0] = make_float4(x[0], x[1], x[2], x[3]);
+    to[1] = make_float4(x[4], x[5], x[6], x[7]);
+  }
+  __device__ void sum_listed(int piece, float (&x)[8]) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = 0.0f;
+    if (majority)
+      for (int j = 0; j < blocks; ++j)
+        accumulate_f16x8(x, __ldg(states + (first_block + j) * kVectors + piece), scales[first_block + j]);
+    const float sign = majority ? -1.0f : 1.0f;
+    for (int n = 0; n < listed; ++n) {
+      const long long block = first_block + lut[n];
+      accumulate_f16x8(x, __ldg(states + block * kVectors + piece), sign * scales[block]);
+    }
+  }
+};
+
 // Launch 4: one q block of one q head. H_i from the mask GEMM or, for the rows it flagged, the sum of the marginal
-// h_j (or with pre-aggregation the sum of all minus the non-marginal ones), in f32 registers (each thread owns
-// kVectorsPerThread runs of 8 elements, read 16 bytes at a time); O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where the
-// denominator is 0; O = O^s + O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the
+// h_j (or with pre-aggregation the sum of all minus the non-marginal ones), read twice (OutputStateReader): first for
+// its largest magnitude, then a column slice per pass of phi(Q_i) H_i; O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where
+// the denominator is 0; O = O^s + O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the
 // ratio does not change).
 template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
   using L = OutputLayout<D, BLOCK_Q>;
@@ -115,70 +167,56 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
 
   // Line 13. H_i comes from the mask GEMM (launch 3c) unless it flagged this row; then, and for Z_i (d floats per
   // listed block), the lookup table: the marginal blocks, or with pre-aggregation (marginal blocks the majority) the
-  // sum of all blocks minus the non-marginal ones (Z_i from z_total; a flagged row sums every h_j itself).
+  // sum of all blocks minus the non-marginal ones (Z_i from z_total; a flagged row sums every h_j itself). H_i is
+  // read twice (OutputStateReader): here for its largest magnitude only, later a slice per pass, so that it takes no
+  // registers in between (output_min_blocks CTAs per SM instead of two).
   const int marginal = p.shape.kv_blocks - p.shape.critical_per_row - p.shape.negligible_per_row;
   const bool majority = p.marginal_majority != 0;
-  const bool from_gemm = p.h_sums && p.h_sum_fallback[row] == 0; // the same for the whole CTA
   const int listed = majority ? p.shape.kv_blocks - marginal : marginal;
   const int *lut = p.linear_lut + row * listed;
-  float state[L::kVectorsPerThread][8];
+  const bool from_gemm = p.h_sum_fallback[row] == 0; // the same for the whole CTA
+  const OutputStateReader<D> reader{p.h_sums + row * D * D,
+                                    reinterpret_cast<const uint4 *>(p.h_states),
+                                    p.h_scales,
+                                    lut,
+                                    head_kv * p.shape.kv_blocks,
+                                    listed,
+                                    p.shape.kv_blocks,
+                                    majority};
+  // The mask GEMM's H_i: all of a thread's loads in flight at once; a flagged row's sums (rare), written over the
+  // GEMM's row (the same thread's pieces; the barriers below publish them to the CTA).
+  float x[L::kVectorsPerThread][8], largest = 0.0f;
+  if (from_gemm) {
 #pragma unroll
-  for (int v = 0; v < L::kVectorsPerThread; ++v) {
-    const int piece = v * kThreads + threadIdx.x;
-    if (from_gemm && piece < L::kVectors) {
-      const float4 *sum = reinterpret_cast<const float4 *>(p.h_sums + row * D * D + piece * 8);
-      const float4 left = __ldg(sum), right = __ldg(sum + 1);
-      state[v][0] = left.x, state[v][1] = left.y, state[v][2] = left.z, state[v][3] = left.w;
-      state[v][4] = right.x, state[v][5] = right.y, state[v][6] = right.z, state[v][7] = right.w;
-    } else {
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors)
+        reader.load<false>(v * kThreads + threadIdx.x, x[v]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        state[v][e] = 0.0f;
-    }
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          largest = fmaxf(largest, fabsf(x[v][e]));
+  } else {
+    for (int v = 0; v < L::kVectorsPerThread; ++v)
+      if (v * kThreads + threadIdx.x < L::kVectors) {
+        float sum[8];
+        reader.sum_listed(v * kThreads + threadIdx.x, sum);
+        reader.store(v * kThreads + threadIdx.x, sum);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          largest = fmaxf(largest, fabsf(sum[e]));
+      }
   }
-  if (!from_gemm && majority) // a flagged row (rare): every state, then minus the listed ones below
-    for (int j = 0; j < p.shape.kv_blocks; ++j)
-      ScaledStateSum<D>::add_one(state, p.h_states, p.h_scales, head_kv * p.shape.kv_blocks + j);
   const float sign = majority ? -1.0f : 1.0f;
   // Scratch: the operands' buffers, free until the first pass.
   const float z_listed = sum_listed_vectors_x4<D>(p.z_states, head_kv * p.shape.kv_blocks, lut, listed,
                                                   reinterpret_cast<float *>(operand_hi));
   const float z = threadIdx.x < D ? (majority ? p.z_total[head_kv * D + threadIdx.x] : 0.0f) + sign * z_listed : 0.0f;
-  const uint4 *states = reinterpret_cast<const uint4 *>(p.h_states);
-  for (int n = 0; n < (from_gemm ? 0 : listed); ++n) {
-    const long long block = head_kv * p.shape.kv_blocks + lut[n];
-    // All of a block's loads are issued before its adds; the other warps of the SM (2 CTAs) cover the latency.
-    uint4 bits[L::kVectorsPerThread];
-#pragma unroll
-    for (int v = 0; v < L::kVectorsPerThread; ++v)
-      if (v * kThreads + threadIdx.x < L::kVectors)
-        bits[v] = __ldg(states + block * L::kVectors + v * kThreads + threadIdx.x);
-    const float coefficient = sign * p.h_scales[block];
-#pragma unroll
-    for (int v = 0; v < L::kVectorsPerThread; ++v)
-      if (v * kThreads + threadIdx.x < L::kVectors)
-        accumulate_f16x8(state[v], bits[v], coefficient);
-  }
   if (threadIdx.x < D)
     z_state[threadIdx.x] = z;
-  float largest = 0.0f;
-#pragma unroll
-  for (int v = 0; v < L::kVectorsPerThread; ++v)
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      largest = fmaxf(largest, fabsf(state[v][e]));
   const float factor = f16_range_factor(block_reduce<true>(largest, scratch)); // also publishes z_state
-  if (p.h_rows) { // kept for the backward, in the states' format
-#pragma unroll
-    for (int v = 0; v < L::kVectorsPerThread; ++v)
-      if (v * kThreads + threadIdx.x < L::kVectors) {
-        unsigned words[4];
-#pragma unroll
-        for (int w = 0; w < 4; ++w)
-          words[w] = pack_f16x2_rn(state[v][2 * w] * factor, state[v][2 * w + 1] * factor);
-        reinterpret_cast<uint4 *>(p.h_rows)[row * L::kVectors + v * kThreads + threadIdx.x] =
-            make_uint4(words[0], words[1], words[2], words[3]);
-      }
+  if (p.h_rows) { // kept for the backward (H_i itself per pass, below)
     if (threadIdx.x == 0)
       p.h_row_scales[row] = 1.0f / factor;
     if (threadIdx.x < D)
@@ -188,7 +226,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
   // Line 16's rows: phi(q_r) split into f16 hi + lo, and the denominator phi(q_r) Z_i in f32 (scaled as H_i is). A row
   // is kLanes consecutive lanes with 8 features each; a thread's pieces are those it fetched above.
   wait_all_copies();
-#pragma unroll 1 // one piece at a time: H_i's registers are live meanwhile
+#pragma unroll 1 // one piece at a time (registers)
   for (int m = 0; m < kRowLoads; ++m) {
     const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
     if (piece >= kRowPieces) // the same for the whole warp (whole rows per warp)
@@ -215,13 +253,32 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
   float o_linear[L::kPasses][L::kTilesPerWarp][4];
 #pragma unroll
   for (int pass = 0; pass < L::kPasses; ++pass) {
+    // H_i's slice for this pass (rows a, columns pass kColumns ..), its loads before the barrier; kept for the
+    // backward in the states' format (h_rows: f16 of H_i times the factor, 16-byte pieces of 8 row-major elements).
+    constexpr int kSliceLanes = L::kColumns / 8, kSlicePieces = D * kSliceLanes;
+    constexpr int kSliceLoads = (kSlicePieces + kThreads - 1) / kThreads;
+    float slice[kSliceLoads][8];
+#pragma unroll
+    for (int u = 0; u < kSliceLoads; ++u) {
+      const int s = u * kThreads + threadIdx.x;
+      if (s < kSlicePieces)
+        reader.load<true>(s / kSliceLanes * (D / 8) + pass * kSliceLanes + s % kSliceLanes, slice[u]);
+    }
     __syncthreads(); // phi(Q_i) is written; the previous pass's reads of the slice are done
 #pragma unroll
-    for (int v = 0; v < L::kVectorsPerThread; ++v) {
-      const int piece = v * kThreads + threadIdx.x, a = piece * 8 / D, c = piece * 8 % D - pass * L::kColumns;
-      if (piece < L::kVectors && c >= 0 && c < L::kColumns)
-        store_split8_packed(state[v], factor, operand_hi + a * L::kStateStride + c,
-                            operand_lo + a * L::kStateStride + c);
+    for (int u = 0; u < kSliceLoads; ++u) {
+      const int s = u * kThreads + threadIdx.x, a = s / kSliceLanes, c = s % kSliceLanes * 8;
+      if (s >= kSlicePieces)
+        continue;
+      store_split8_packed(slice[u], factor, operand_hi + a * L::kStateStride + c, operand_lo + a * L::kStateStride + c);
+      if (p.h_rows) {
+        unsigned words[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          words[w] = pack_f16x2_rn(slice[u][2 * w] * factor, slice[u][2 * w + 1] * factor);
+        reinterpret_cast<uint4 *>(p.h_rows)[row * L::kVectors + a * (D / 8) + pass * kSliceLanes + s % kSliceLanes] =
+            make_uint4(words[0], words[1], words[2], words[3]);
+      }
     }
     __syncthreads();
     const SharedF16 h_hi{operand_hi, L::kStateStride}, h_lo{operand_lo, L::kStateStride};

@@ -40,9 +40,14 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   constexpr int kPieces = kStateChunk * kLanes, kLoads = (kPieces + kThreads - 1) / kThreads;
   constexpr int kChunks = (BLOCK_KV + kStateChunk - 1) / kStateChunk;
   static_assert(kPieces % 32 == 0 && kThreads % kLanes == 0, "a warp holds whole rows; a thread keeps its columns");
-  __shared__ __align__(16) unsigned short k_hi[kStateChunk * kStride], k_lo[kStateChunk * kStride];
-  __shared__ __align__(16) unsigned short k_rows[kStateChunk * kStride];    // K as loaded (each thread its own pieces)
-  __shared__ __align__(16) unsigned short v_rows[2][kStateChunk * kStride]; // double-buffered: copied asynchronously
+  // One buffer for the chunks' tiles, which h_j's f16 rows (kStride apart) take over at the end, so that they are
+  // stored 16 bytes per thread and coalesced instead of as the tiles' scattered 4-byte pairs.
+  constexpr int kTileHalves = kStateChunk * kStride;
+  static_assert(D * kStride <= 5 * kTileHalves, "h_j's staged rows fit the chunks' tiles");
+  __shared__ __align__(16) unsigned short tiles[5 * kTileHalves];
+  unsigned short *const k_hi = tiles, *const k_lo = tiles + kTileHalves;
+  unsigned short *const k_rows = tiles + 2 * kTileHalves; // K as loaded (each thread its own pieces)
+  unsigned short *const v_rows[2] = {tiles + 3 * kTileHalves, tiles + 4 * kTileHalves}; // copied asynchronously
   __shared__ float z_partial[kWarps][D / 8 * 9]; // lane l's 8 columns at 9 l: no bank conflicts
   __shared__ float scratch[kWarps];
   const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -165,14 +170,25 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
   }
   if (threadIdx.x == 0)
     p.h_scales[state] = 1.0f / factor; // exact: a power of two
-  if (!Tiles::active())
-    return;
-  unsigned *out = reinterpret_cast<unsigned *>(p.h_states + state * D * D);
+  // Every warp's products are done (block_reduce's first barrier): h_j / s_j in f16 into the staged rows, then out in
+  // 16-byte pieces, D / 8 threads per row.
+  if (Tiles::active())
 #pragma unroll
-  for (int t = 0; t < Tiles::kColumnTiles; ++t) {
-    const int row = Tiles::m0() + tile_row(), col = Tiles::first_column() + 8 * t + tile_col();
-    out[(row * D + col) / 2] = pack_f16x2_rn(acc[t][0] * factor, acc[t][1] * factor);
-    out[((row + 8) * D + col) / 2] = pack_f16x2_rn(acc[t][2] * factor, acc[t][3] * factor);
+    for (int t = 0; t < Tiles::kColumnTiles; ++t) {
+      const int row = Tiles::m0() + tile_row(), col = Tiles::first_column() + 8 * t + tile_col();
+      *reinterpret_cast<unsigned *>(tiles + row * kStride + col) =
+          pack_f16x2_rn(acc[t][0] * factor, acc[t][1] * factor);
+      *reinterpret_cast<unsigned *>(tiles + (row + 8) * kStride + col) =
+          pack_f16x2_rn(acc[t][2] * factor, acc[t][3] * factor);
+    }
+  __syncthreads();
+  uint4 *out = reinterpret_cast<uint4 *>(p.h_states + state * D * D);
+  constexpr int kOutPieces = D * D / 8;
+#pragma unroll
+  for (int m = 0; m < (kOutPieces + kThreads - 1) / kThreads; ++m) {
+    const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
+    if (piece < kOutPieces)
+      out[piece] = *reinterpret_cast<const uint4 *>(tiles + r * kStride + c);
   }
 }
 
