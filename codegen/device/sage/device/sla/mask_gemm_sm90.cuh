@@ -326,25 +326,20 @@ template <int D, bool kTransposedA> __device__ void mask_gemm_wgmma(const MaskGe
     }
 
     // out = acc 2^e_ref (exact). Accumulator element 4j + e of column half h: row 16 (warp % 4) + g + 8 (e / 2) of
-    // the warpgroup's 64, column 128 h + 8 j + 2 t + e % 2. Lanes t and t ^ 1 swap a pair, so that each stores four
-    // consecutive columns of one row in 16 bytes (t even: row g, columns 2t ..; t odd: row g + 8, columns 2t - 2 ..):
-    // half the store instructions of 8-byte pairs (the LSU queue throttled them).
-    const bool odd = lane % 2 != 0;
-    const int row = first_row + warp_row + lane / 4 + (odd ? 8 : 0);
-    float *out = o.out + row * static_cast<long long>(D * D) + first_column + 2 * (lane % 4) - (odd ? 2 : 0);
+    // the warpgroup's 64, column 128 h + 8 j + 2 t + e % 2; two consecutive columns per 8-byte store.
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int half = 0; half < 2; ++half) {
+      const int row = first_row + warp_row + lane / 4 + 8 * half;
+      if (row >= o.rows)
+        continue;
+      float *out = o.out + row * static_cast<long long>(D * D) + first_column + 2 * (lane % 4);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float *e = acc[h] + 4 * j;
-        const float sent_x = odd ? e[0] : e[2], sent_y = odd ? e[1] : e[3];
-        const float got_x = __shfl_xor_sync(0xffffffffu, sent_x, 1), got_y = __shfl_xor_sync(0xffffffffu, sent_y, 1);
-        const float4 value = odd ? make_float4(got_x, got_y, e[2], e[3]) : make_float4(e[0], e[1], got_x, got_y);
-        if (row < o.rows)
-          *reinterpret_cast<float4 *>(out + T::kWgmmaColumns * h + 8 * j) =
-              make_float4(value.x * factors.reference, value.y * factors.reference, value.z * factors.reference,
-                          value.w * factors.reference);
-      }
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          *reinterpret_cast<float2 *>(out + T::kWgmmaColumns * h + 8 * j) = make_float2(
+              acc[h][4 * j + 2 * half] * factors.reference, acc[h][4 * j + 2 * half + 1] * factors.reference);
+    }
     if (more) {
       next = load_row_classes(0);
       store_a(0);
