@@ -136,10 +136,9 @@ __device__ __forceinline__ void store_dq_chunk(unsigned tile, const float (&acc)
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, x = g % 4;
   float v[32];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 32; ++i)
     v[i] = acc[i] * scale;
-  }
-  // v's group j := acc's group j ^ x (groups of 4: the accumulator's 8 columns of rows g and g + 8)
+    // v's group j := acc's group j ^ x (groups of 4: the accumulator's 8 columns of rows g and g + 8)
 #pragma unroll
   for (int bit = 1; bit <= 2; bit *= 2) {
     const bool swap = (x & bit) != 0;
