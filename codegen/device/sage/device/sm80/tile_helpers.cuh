@@ -1,12 +1,16 @@
 // The tile helpers of the sm80 (mma.sync) attention kernel: swizzled shared-memory addressing, cp.async tile copies,
-// quad reductions, scale groups and the map from S's columns to KV tokens. The generated kernel includes this header
+// scale groups and the map from S's columns to KV tokens. The generated kernel includes this header
 // after its constants (kChunkBytes, kBankLineChunks, kThreads, kLdmatrixRows, kMmaColumns, kPvStepTokens) and PTX
 // wrappers (cp_async_16), whose names it uses.
 #pragma once
 
+#include "sage/device/lanes.cuh"
+
 namespace sage::device::sm80 {
 
-__device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000u); }
+using sage::device::negative_infinity;
+using sage::device::quad_max;
+using sage::device::quad_sum;
 
 // ---- Shared-memory tiles ----
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kRowChunks chunks per row. The chunk index is
@@ -51,17 +55,7 @@ __device__ __forceinline__ void copy_tile_async(unsigned shared_tile, const unsi
 // A compile-time flag passed to the main loop's generic lambda: Masked<true>{} selects the masked step.
 template <bool kValue> struct Masked { static constexpr bool value = kValue; };
 
-// ---- Reductions over the kLanesPerRow lanes that hold one accumulator row ----
-__device__ __forceinline__ float quad_max(float value) {
-  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
-  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float value) {
-  value += __shfl_xor_sync(0xffffffffu, value, 1);
-  return value + __shfl_xor_sync(0xffffffffu, value, 2);
-}
-
+// ---- Scale groups ----
 // Index of the scale of `token` (0-based in the sequence) for a quantizer with these groups
 template <int kTokensPerGroup, int kInterleave> __device__ __forceinline__ int scale_group(int token) {
   if constexpr (kTokensPerGroup == 0)

@@ -1,17 +1,21 @@
 // Scalar helpers of the sm90 attention kernels: special functions, the packing conversions between f32 and the mma
-// operand types, and reductions over the four lanes that share an accumulator row. The numerics are those of the
+// operand types (the quad reductions come from sage/device/lanes.cuh). The numerics are those of the
 // sm80 kernels (codegen/src/ConversionEmitter.cpp), so both schedules compute the same function.
 #pragma once
 
+#include "sage/device/lanes.cuh"
+
 namespace sage::device::sm90 {
+
+using sage::device::negative_infinity;
+using sage::device::quad_max;
+using sage::device::quad_sum;
 
 // NVRTC compiles without the standard library: the one type trait the kernels need.
 template <bool kCondition, class IfTrue, class IfFalse> struct SelectType { using type = IfTrue; };
 template <class IfTrue, class IfFalse> struct SelectType<false, IfTrue, IfFalse> { using type = IfFalse; };
 template <bool kCondition, class IfTrue, class IfFalse>
 using Select = typename SelectType<kCondition, IfTrue, IfFalse>::type;
-
-__device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000u); }
 
 // 2^x (ex2.approx.ftz: 2 ulp, flushes denormals; 2^-inf = +0)
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -117,16 +121,6 @@ __host__ __device__ constexpr int accumulator_token_of_k_position(int position) 
 }
 
 // ---- Reductions over the 4 lanes that hold one accumulator row (PTX: threadID_in_group) ----
-__device__ __forceinline__ float quad_max(float value) {
-  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
-  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float value) {
-  value += __shfl_xor_sync(0xffffffffu, value, 1);
-  return value + __shfl_xor_sync(0xffffffffu, value, 2);
-}
-
 // The LSE correction of a smoothed K for one row: every score of the row moved by q . mean(K) * softmax scale. Read
 // from the caller's Q (the quantization error of q times mean(K) would not be small); the quad's four lanes split
 // the channels and all get the sum. `q_row` may be out of range when !valid (it is not read then).
