@@ -22,24 +22,20 @@ constexpr int kBackwardChunk = SAGE_SLA_BACKWARD_CHUNK; // rows (tokens) of a bl
 constexpr int kWarpRows = kBackwardChunk / kWarps;      // rows of a chunk per warp where rows are staged
 static_assert(kBackwardChunk == 32, "the chunk's outputs are two 16-row tiles (BackwardTiles)");
 
-// The kv kernel runs two CTAs per SM where shared memory holds two (sm_90, sm_100: 227 KiB, 96,800 bytes each at
-// d = 128; 128 registers, no spills), one elsewhere (sm_89, sm_120: ~100 KiB; sm_80 would spill at 128 registers).
-// While one CTA waits for its rows from memory, the other's products keep the tensor cores busy.
+// The kv and rows kernels run two CTAs per SM where shared memory holds two (sm_90, sm_100: 227 KiB; 96,800 and
+// 71,968 bytes each at d = 128; 128 registers, no spills under NVRTC), one elsewhere (sm_89, sm_120: ~100 KiB; sm_80
+// would spill at 128 registers). While one CTA waits for its rows from memory, the other's products keep the tensor
+// cores busy. The rows kernel ran one at 240 registers before (12.5% occupancy): at two it loads a chunk's raw rows
+// when the chunk starts instead of one chunk ahead (the other CTA's products cover their latency), unrolls its
+// products' k-steps partly and stores dQ 8 bytes per lane, so that dH_i's 64 accumulators per thread fit; at one, the
+// next chunk's loads are in flight during the products.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
-constexpr int kKvBackwardMinBlocks = 2;
+constexpr int kBackwardMinBlocks = 2;
 #else
-constexpr int kKvBackwardMinBlocks = 1;
+constexpr int kBackwardMinBlocks = 1;
 #endif
-// The rows kernel likewise runs two CTAs per SM there (71,968 bytes of shared memory each at d = 128; 128 registers,
-// no spills under NVRTC) where it ran one at 240 registers (12.5% occupancy): it loads a chunk's raw rows when the
-// chunk starts instead of one chunk ahead (the other CTA's products cover their latency), unrolls its products' k-steps
-// partly and stores dQ 8 bytes per lane, so that dH_i's 64 accumulators per thread fit. One CTA elsewhere, with the
-// next chunk's loads in flight during the products.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
-constexpr int kRowsBackwardMinBlocks = 2;
-#else
-constexpr int kRowsBackwardMinBlocks = 1;
-#endif
+constexpr int kKvBackwardMinBlocks = kBackwardMinBlocks;
+constexpr int kRowsBackwardMinBlocks = kBackwardMinBlocks;
 
 // The warps' tiles (16 x 8 each) of the two output shapes. A chunk's rows x D (N, G, d phi(K), dV): 2 warps along the
 // rows, up to 4 along the columns, kChunkN column tiles each. The D x D state dH_i (reduced over a chunk's rows): up
