@@ -54,6 +54,7 @@ BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, in
   const int64_t padded_q_rows = batch * heads_q * blocksOf(tokens_q) * kBlock;
   sizes.row_stats = 2 * 4 * padded_q_rows;
   sizes.dq_accum = 4 * padded_q_rows * d;
+  sizes.do_tiles = plan.bulk_tiles ? 2 * padded_q_rows * d : 0;
   return sizes;
 }
 

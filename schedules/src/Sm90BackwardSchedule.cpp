@@ -13,8 +13,8 @@ int align1024(int bytes) { return (bytes + 1023) / 1024 * 1024; }
 
 // backward.cuh's MainLayout, byte for byte (the generated source static_asserts that both agree): K^ [128][d], two
 // K^^T [d][64] tiles, V [128][d] 16-bit; two stages of Q^ [64][d], dO [64][d] 16-bit, Q^^T and dO^^T [d][64] and 64
-// row stats; the dS codes [64][128]; the dQ tile [64][d] f32; 18 floats of scratch; every tile 1024-byte aligned, plus
-// 1024 bytes for aligning the dynamic buffer.
+// row stats; the dS codes [64][128]; the dQ tile [64][d] f32; 18 floats of scratch (80 bytes) and two mbarriers;
+// every tile 1024-byte aligned, plus 1024 bytes for aligning the dynamic buffer.
 int mainSharedBytes(int head_dim) {
   const int d = head_dim;
   const int v = align1024(align1024(kKeys * d) + 2 * d * kBlock);
@@ -22,15 +22,16 @@ int mainSharedBytes(int head_dim) {
   const int stats = align1024(align1024(align1024(align1024(kBlock * d) + kBlock * 2 * d) + d * kBlock) + d * kBlock);
   const int stage = align1024(stats + kBlock * 2 * 4);
   const int scratch = align1024(align1024(stages + 2 * stage + kBlock * kKeys) + kBlock * d * 4);
-  return scratch + (2 * 4 * 2 + 2) * 4 + 1024;
+  return scratch + 80 + 2 * 8 + 1024;
 }
 
 } // namespace
 
 std::string_view Sm90BackwardSchedule::summary() const {
   return "SageBwd on wgmma (sm_90a): per CTA 128 keys, one 64-key K block per warpgroup; S^T, dP^T and dQ from shared "
-         "memory, dV and dK with the P/dS codes as register A operands; cp.async into swizzled tiles, two Q-tile "
-         "stages; dQ by one bulk f32 reduction per tile from shared memory";
+         "memory, dV and dK with the P/dS codes as register A operands; K and V by cp.async, each Q tile's operands by "
+         "bulk copies of tiles the preprocess wrote in shared-memory order (two stages, mbarriers); dQ by one bulk f32 "
+         "reduction per tile from shared memory";
 }
 
 SupportResult Sm90BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
@@ -43,7 +44,9 @@ SupportResult Sm90BackwardSchedule::supports(const BackwardVariant &variant, Gpu
 BackwardKernelPlan Sm90BackwardSchedule::plan(const BackwardVariant &variant, GpuArch arch, InputType input) const {
   if (const SupportResult support = supports(variant, arch, input); !support)
     throw std::invalid_argument("backward variant '" + variant.name + "': " + support.reason);
-  return sageBwdPlan(name(), variant, arch, input, kKeys, 8, mainSharedBytes(variant.head_dim));
+  BackwardKernelPlan plan = sageBwdPlan(name(), variant, arch, input, kKeys, 8, mainSharedBytes(variant.head_dim));
+  plan.bulk_tiles = true;
+  return plan;
 }
 
 } // namespace sage::schedules

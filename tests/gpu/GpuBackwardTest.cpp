@@ -102,6 +102,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
   DeviceBuffer q_codes(sizes.q_codes), q_codes_t(sizes.q_codes), k_codes(sizes.k_codes), k_codes_t(sizes.k_codes);
   DeviceBuffer do_codes_t(sizes.do_codes), q_scales(sizes.q_scales), k_scales(sizes.k_scales);
   DeviceBuffer do_scales(sizes.do_scales), row_stats(sizes.row_stats), dq_accum(sizes.dq_accum);
+  DeviceBuffer do_tiles(sizes.do_tiles);
 
   SageBackwardParams params{};
   params.q = q_d->as<void>();
@@ -123,6 +124,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
   params.do_scales = do_scales.as<float>();
   params.row_stats = row_stats.as<float>();
   params.dq_accum = dq_accum.as<float>();
+  params.do_tiles = sizes.do_tiles > 0 ? do_tiles.as<unsigned short>() : nullptr;
   params.batch = 1;
   params.heads_q = static_cast<int>(c.heads_q);
   params.heads_kv = static_cast<int>(c.heads_kv);

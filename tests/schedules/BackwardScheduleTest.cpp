@@ -122,9 +122,14 @@ TEST_CASE("the sm90 wgmma backward schedule: sm_90a only, the mma.sync schedule'
     CHECK(main.threads == 256);
     CHECK(main.tile_tokens == 128);
     // 1024-aligned tiles: K^ 128d, K^^T 2 x 64d, V 256d; 2 stages of {Q^ 64d, dO 128d, Q^^T 64d, dO^^T 64d, 512 B of
-    // stats -> 1 KiB}; dS 8 KiB; the dQ tile 256d; 72 bytes of scratch; 1 KiB to align the dynamic buffer
+    // stats -> 1 KiB}; dS 8 KiB; the dQ tile 256d; 80 bytes of scratch and 2 mbarriers; 1 KiB to align the dynamic
+    // buffer
     const int d = head_dim;
-    CHECK(main.dynamic_shared_bytes == 128 * d + 128 * d + 256 * d + 2 * (320 * d + 1024) + 8192 + 256 * d + 72 + 1024);
+    CHECK(main.dynamic_shared_bytes ==
+          128 * d + 128 * d + 256 * d + 2 * (320 * d + 1024) + 8192 + 256 * d + 80 + 16 + 1024);
+    // the preprocess writes the Q-side tiles for bulk copies: the workspace holds a dO copy of whole 64-row blocks
+    CHECK(plan.bulk_tiles);
+    CHECK(backwardWorkspaceSizes(plan, 2, 8, 2, 1000, 3000).do_tiles == 2 * 2 * 8 * 1024 * head_dim);
     const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(
         sagebwd(head_dim), schedule.plan(sagebwd(head_dim), GpuArch::sm90a, InputType::f16));
     for (const std::string &text :

@@ -30,6 +30,7 @@ struct SageBackwardConfig {{
   static constexpr bool kBf16 = {bf16};
   static constexpr bool kWgmmaQueryOrder = false; // Q^^T, dO^^T codes in natural token order
   static constexpr bool kSwizzledDqAccum = false; // dq_accum rows in natural channel order (atomics)
+  static constexpr bool kBulkTiles = false;       // the preprocess writes the Q-side codes in natural order
 }};
 static_assert(sage::device::sm80::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
@@ -60,6 +61,7 @@ struct SageBackwardConfig {{
   static constexpr bool kBf16 = {bf16};
   static constexpr bool kWgmmaQueryOrder = true; // Q^^T, dO^^T codes in the register A fragments' token order
   static constexpr bool kSwizzledDqAccum = true;  // dq_accum rows as the main kernel's shared dQ tile (bulk reduce)
+  static constexpr bool kBulkTiles = true; // Q^, Q^^T, dO^^T and a dO copy as the main kernel's tiles (bulk copies)
 }};
 static_assert(sage::device::sm90::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");

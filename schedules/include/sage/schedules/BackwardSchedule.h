@@ -38,6 +38,9 @@ struct BackwardKernelPlan {
   int head_dim = 128;
   int block_q = 64, block_kv = 64, warps = 4; // the quantization blocks; warps of the main kernel
   int kv_tile = 64; // keys per CTA of the main kernel: one or two K blocks (as the arch's shared memory allows)
+  // The preprocess writes the Q-side tiles in the main kernel's shared-memory byte order, with a copy of dO, for bulk
+  // copies (the wgmma schedule); the workspace then holds do_tiles.
+  bool bulk_tiles = false;
   bool causal = false;
   std::vector<BackwardLaunch> launches; // in launch order, on one stream
   std::string describe() const;         // one line for logs
@@ -48,8 +51,9 @@ struct BackwardWorkspaceSizes {
   int64_t q_codes = 0, k_codes = 0, do_codes = 0; // each of the natural and the transposed copy
   int64_t q_scales = 0, k_scales = 0, do_scales = 0;
   int64_t row_stats = 0, dq_accum = 0;
+  int64_t do_tiles = 0; // plan.bulk_tiles only
   int64_t total() const {
-    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + row_stats + dq_accum;
+    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + row_stats + dq_accum + do_tiles;
   }
 };
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,

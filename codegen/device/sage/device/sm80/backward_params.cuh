@@ -12,6 +12,10 @@
 //   row_stats: f32 [batch, heads_q, blocks * 64, 2]: {L log2(e), D = rowsum(dO o O)} per query row; L log2(e) is
 //              +inf where the row has no visible key (L = -inf) and beyond tokens_q, so exp2(S log2(e) - it) is 0
 //   dq_accum: f32 [batch, heads_q, blocks * 64, head_dim], zeroed by the preprocess, summed into by atomics
+//   do_tiles: 16-bit [batch, heads_q, blocks, 64 x head_dim], a copy of dO (wgmma schedule only, else null)
+// The wgmma schedule's preprocess writes each 64-token block of q_codes, q_codes_t, do_codes_t and do_tiles in the
+// byte order of the main kernel's swizzled shared-memory tile (sm80/backward_prepare.cuh's BulkTiles), so that the
+// main kernel loads each with one bulk copy.
 struct SageBackwardParams {
   const void *q, *k, *v, *o, *d_o;
   const float *lse; // [batch, heads_q, tokens_q], natural log; -inf for a fully masked row
@@ -19,6 +23,7 @@ struct SageBackwardParams {
   signed char *q_codes, *q_codes_t, *k_codes, *k_codes_t, *do_codes_t;
   float *q_scales, *k_scales, *do_scales;
   float *row_stats, *dq_accum;
+  unsigned short *do_tiles;
   int batch, heads_q, heads_kv, tokens_q, tokens_kv;
   float softmax_scale; // 1 / sqrt(head_dim)
 };

@@ -9,6 +9,7 @@
 
 #include "sage/device/sm80/backward_params.cuh"
 #include "sage/device/sm90/common.cuh"
+#include "sage/device/sm90/shared_tiles.cuh"
 
 namespace sage::device::sm80::backward {
 
@@ -48,6 +49,14 @@ __device__ __forceinline__ void int8_scale(float amax, float &scale, float &inve
   inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
 }
 
+// The wgmma main kernel's shared-memory tiles of one 64-token block that the preprocess also writes to global memory
+// in their byte order (Config::kBulkTiles): Q^ [64][d] int8, dO [64][d] 16-bit, Q^^T and dO^^T [d][64] int8.
+template <int kHeadDim> struct BulkTiles {
+  using Q = sm90::SwizzledTile<kBlock, kHeadDim>;
+  using Do = sm90::SwizzledTile<kBlock, 2 * kHeadDim>;
+  using Transposed = sm90::SwizzledTile<kHeadDim, kBlock>;
+};
+
 template <bool kBf16> __device__ __forceinline__ unsigned pack_output(float low, float high) {
   if constexpr (kBf16)
     return pack_bf16x2(low, high);
@@ -55,29 +64,27 @@ template <bool kBf16> __device__ __forceinline__ unsigned pack_output(float low,
     return pack_f16x2(low, high);
 }
 
-// Eight consecutive elements of the caller's f16/bf16 tensor as f32, zeros where `valid` is false: one 16-byte load
-// where `aligned` (the tensor's base is 16-byte aligned, as the caching allocators give), eight 2-byte ones otherwise.
-template <bool kBf16>
-__device__ __forceinline__ void load_eight(const unsigned short *source, bool valid, bool aligned, float (&out)[8]) {
-  unsigned short bits[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (valid) {
-    if (aligned) {
-      const uint4 word = *reinterpret_cast<const uint4 *>(source);
-      const unsigned words[4] = {word.x, word.y, word.z, word.w};
+// Eight consecutive elements of the caller's f16/bf16 tensor, zeros where `valid` is false: one 16-byte load where
+// `aligned` (the tensor's base is 16-byte aligned, as the caching allocators give), eight 2-byte ones otherwise.
+__device__ __forceinline__ uint4 load_eight_bits(const unsigned short *source, bool valid, bool aligned) {
+  if (!valid)
+    return make_uint4(0u, 0u, 0u, 0u);
+  if (aligned)
+    return *reinterpret_cast<const uint4 *>(source);
+  unsigned words[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        bits[2 * j] = static_cast<unsigned short>(words[j] & 0xffffu);
-        bits[2 * j + 1] = static_cast<unsigned short>(words[j] >> 16);
-      }
-    } else {
+  for (int j = 0; j < 4; ++j)
+    words[j] = static_cast<unsigned>(source[2 * j]) | static_cast<unsigned>(source[2 * j + 1]) << 16;
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+template <bool kBf16> __device__ __forceinline__ void decode_eight(uint4 bits, float (&out)[8]) {
+  const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        bits[j] = source[j];
-    }
+  for (int j = 0; j < 4; ++j) {
+    out[2 * j] = decode_input_element<kBf16>(static_cast<unsigned short>(words[j] & 0xffffu));
+    out[2 * j + 1] = decode_input_element<kBf16>(static_cast<unsigned short>(words[j] >> 16));
   }
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-    out[j] = decode_input_element<kBf16>(bits[j]);
 }
 
 // Four int8 codes as one 32-bit word, `first` at the lowest address.
@@ -93,18 +100,22 @@ __device__ __forceinline__ unsigned code_word(signed char first, signed char sec
 // Writes the codes natural ([token][channel], when `codes` is given) and transposed ([channel][token] per block);
 // kWgmmaTokenOrder: the transposed rows hold each 32-token group in the order of an 8-bit wgmma A fragment packed
 // from accumulator columns (sm90/backward.cuh), position p holding token accumulator_token_of_k_position(p).
+// kBulkLayout: each block's codes in the byte order of BulkTiles' Q and Transposed tiles, and (when `raw` is
+// given) the block's input elements as they are into `raw` in BulkTiles' Do order.
 // Each thread reads its 8-element pieces once, with 16-byte loads, and keeps them in registers from the maximum to
 // the codes (2-byte loads, each element read twice: preprocess_k took 115 us instead of 65 at N = 4k, b = 4, h = 16).
-template <class Config, bool kWgmmaTokenOrder>
+template <class Config, bool kWgmmaTokenOrder, bool kBulkLayout>
 __device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
-                               signed char *codes_t, float *scales, float *scratch) {
+                               signed char *codes_t, unsigned short *raw, float *scales, float *scratch) {
   constexpr int kHeadDim = Config::kHeadDim, kStagedRow = kHeadDim + 4;
   constexpr int kPiecesPerRow = kHeadDim / 8, kPieces = kBlock * kPiecesPerRow / kThreads;
   static_assert(kBlock * kPiecesPerRow % kThreads == 0, "every thread quantizes the same number of pieces");
+  using Tiles = BulkTiles<kHeadDim>;
   // This block's codes [token][channel]. Shared by successive calls: block_max's barriers order a call's writes after
   // the previous call's reads.
   __shared__ __align__(16) signed char staged[kBlock * kStagedRow];
   const int token0 = block * kBlock;
+  const long long block_elements = static_cast<long long>(block) * kBlock * kHeadDim;
   const bool aligned = reinterpret_cast<unsigned long long>(head) % 16 == 0;
   float values[kPieces][8];
   float amax = 0.0f;
@@ -112,8 +123,12 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
   for (int i = 0; i < kPieces; ++i) {
     const int piece = static_cast<int>(threadIdx.x) + i * kThreads;
     const int t = piece / kPiecesPerRow, c = piece % kPiecesPerRow * 8;
-    load_eight<Config::kBf16>(head + static_cast<long long>(token0 + t) * kHeadDim + c, token0 + t < tokens, aligned,
-                              values[i]);
+    const uint4 bits =
+        load_eight_bits(head + static_cast<long long>(token0 + t) * kHeadDim + c, token0 + t < tokens, aligned);
+    if (kBulkLayout && raw) // whole blocks of the workspace, 16-byte aligned
+      *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(raw + block_elements) +
+                                 Tiles::Do::offset(t, 2 * c)) = bits;
+    decode_eight<Config::kBf16>(bits, values[i]);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       amax = fmaxf(amax, fabsf(values[i][j]));
@@ -131,8 +146,9 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
       piece_codes[j] = int8_code(values[i][j], inverse);
     const unsigned low = code_word(piece_codes[0], piece_codes[1], piece_codes[2], piece_codes[3]);
     const unsigned high = code_word(piece_codes[4], piece_codes[5], piece_codes[6], piece_codes[7]);
-    if (codes) // whole blocks of the workspace: 8-byte aligned
-      *reinterpret_cast<uint2 *>(codes + static_cast<long long>(token0 + t) * kHeadDim + c) = make_uint2(low, high);
+    if (codes) // whole blocks of the workspace: 8-byte aligned (8 bytes stay within one swizzled 16-byte unit)
+      *reinterpret_cast<uint2 *>(codes + block_elements + (kBulkLayout ? Tiles::Q::offset(t, c) : t * kHeadDim + c)) =
+          make_uint2(low, high);
     *reinterpret_cast<unsigned *>(staged + t * kStagedRow + c) = low; // rows of 4-byte multiples
     *reinterpret_cast<unsigned *>(staged + t * kStagedRow + c + 4) = high;
   }
@@ -149,7 +165,8 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
       const int t = kWgmmaTokenOrder ? p_j / 32 * 32 + sm90::accumulator_token_of_k_position(p_j % 32) : p_j;
       four[j] = staged[t * kStagedRow + c];
     }
-    *reinterpret_cast<unsigned *>(codes_t + static_cast<long long>(block) * kBlock * kHeadDim + 4 * e) =
+    *reinterpret_cast<unsigned *>(codes_t + block_elements +
+                                  (kBulkLayout ? Tiles::Transposed::offset(c, position) : 4 * e)) =
         code_word(four[0], four[1], four[2], four[3]);
   }
   if (threadIdx.x == 0)
@@ -167,10 +184,12 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
   const auto *d_o = static_cast<const unsigned short *>(p.d_o) + head_elements;
   const auto *o = static_cast<const unsigned short *>(p.o) + head_elements;
   // {s_Q, Q^_i} = psi(Q_i), {s_dO, dO^_i} = psi(dO_i) (Algorithm 3, line 6)
-  quantize_block<Config, Config::kWgmmaQueryOrder>(q, p.tokens_q, block, p.q_codes + head_codes,
-                                                   p.q_codes_t + head_codes, p.q_scales + head * blocks, scratch);
-  quantize_block<Config, Config::kWgmmaQueryOrder>(d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes,
-                                                   p.do_scales + head * blocks, scratch);
+  quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(q, p.tokens_q, block, p.q_codes + head_codes,
+                                                                       p.q_codes_t + head_codes, nullptr,
+                                                                       p.q_scales + head * blocks, scratch);
+  quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(
+      d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes,
+      Config::kBulkTiles ? p.do_tiles + head_codes : nullptr, p.do_scales + head * blocks, scratch);
   // The row stats: L log2(e) and D_i = rowsum(dO_i o O_i) (line 2), one warp per row, for the whole block (rows
   // beyond the end and rows without a visible key get +inf, so that `main` computes P = 0 for them unchecked); dQ's
   // f32 sum starts at zero. Lane l holds channels kPerLane l ..: one 4- or 8-byte load per tensor where aligned.
@@ -236,8 +255,8 @@ template <class Config> __device__ void preprocess_k(const SageBackwardParams &p
   const long long head_codes = head * blocks * kBlock * kHeadDim;
   const auto *k = static_cast<const unsigned short *>(p.k) + head * p.tokens_kv * kHeadDim;
   // {s_K, K^_j} = psi(K_j)
-  quantize_block<Config, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
-                                p.k_scales + head * blocks, scratch);
+  quantize_block<Config, false, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
+                                       nullptr, p.k_scales + head * blocks, scratch);
 }
 
 // Where dq_accum keeps element (row, channel) of a head's rows: natural, or (Config::kSwizzledDqAccum, the wgmma

@@ -25,21 +25,28 @@
 // same order (accumulator_token_of_k_position), so the products are unchanged.
 //
 // Shared-memory tiles are in wgmma's canonical K-major layout with the swizzle of their row length (128-, 64- or
-// 32-byte rows; rows of more than 128 bytes in 128-byte column chunks), written by cp.async (16-byte units at their
-// swizzled offsets) and by the threads (the dS codes); each thread fences the async proxy before the barrier that
-// hands them to wgmma. Loads of Q tile i + 1 (a second stage) fly while tile i is computed. Two CTA barriers per
-// step: the stage landed (which also ends the previous step, so its stage and dS codes may be rewritten), and both
-// warpgroups' dS codes written, before dQ (by then the bulk reduction has read the previous dQ tile).
+// 32-byte rows; rows of more than 128 bytes in 128-byte column chunks). K^, K^^T and V are written once by cp.async
+// (16-byte units at their swizzled offsets). A step's Q^, dO, Q^^T, dO^^T and row stats arrive by five bulk copies
+// that one thread issues, completing on the stage's mbarrier: the preprocess wrote those tiles to global memory in
+// their shared-memory byte order (BulkTiles), so that the 255 other threads spend no instructions on copies (their
+// cp.async address arithmetic was ~8% of the kernel's instructions, ncu 2026-11-24). The dS codes are written by the
+// threads, each fencing the async proxy before the barrier that hands them to wgmma. Loads of Q tile i + 1 (a second
+// stage) fly while tile i is computed. Two CTA barriers per step: after the stage's mbarrier, one that ends the
+// previous step (its stage and dS codes may be rewritten), and both warpgroups' dS codes written, before dQ (by then
+// the bulk reduction has read the previous dQ tile).
 #pragma once
 
 #include "sage/device/sm80/backward.cuh"
 #include "sage/device/sm90/common.cuh"
+#include "sage/device/sm90/mbarrier.cuh"
 #include "sage/device/sm90/shared_tiles.cuh"
+#include "sage/device/sm90/tma.cuh"
 #include "sage/device/sm90/warpgroup.cuh"
 #include "sage/device/sm90/wgmma_instructions.cuh"
 
 namespace sage::device::sm90::backward {
 
+using sm80::backward::BulkTiles;
 using sm80::backward::commit_copies;
 using sm80::backward::copy16_async;
 using sm80::backward::int8_scale;
@@ -59,9 +66,9 @@ template <class Config> struct MainLayout {
   using KTile = SwizzledTile<kKeys, kD>;
   using KTransposedTile = SwizzledTile<kD, kBlock>;
   using VTile = SwizzledTile<kKeys, 2 * kD>;
-  using QTile = SwizzledTile<kBlock, kD>;
-  using DoTile = SwizzledTile<kBlock, 2 * kD>;
-  using TransposedTile = SwizzledTile<kD, kBlock>; // Q^^T, dO^^T
+  using QTile = typename BulkTiles<kD>::Q;
+  using DoTile = typename BulkTiles<kD>::Do;
+  using TransposedTile = typename BulkTiles<kD>::Transposed; // Q^^T, dO^^T
   using DsTile = SwizzledTile<kBlock, kKeys>;
   static __host__ __device__ constexpr int align(int bytes) { return (bytes + 1023) / 1024 * 1024; }
   static constexpr int kStatsBytes = kBlock * 2 * 4;
@@ -77,15 +84,17 @@ template <class Config> struct MainLayout {
   static constexpr int kDoTransposed = align(kQTransposed + TransposedTile::kBytes);
   static constexpr int kStats = align(kDoTransposed + TransposedTile::kBytes);
   static constexpr int kStageBytes = align(kStats + kStatsBytes);
+  static constexpr int kStageCopyBytes = QTile::kBytes + DoTile::kBytes + 2 * TransposedTile::kBytes + kStatsBytes;
 
   static constexpr int kDs = kStages + 2 * kStageBytes;
   // dQ_i's f32 tile, [64][d] with dq_accum's swizzle (sm80::backward::dq_accum_column), for one bulk reduction
   static constexpr int kDq = align(kDs + DsTile::kBytes);
   static constexpr int kDqBytes = kBlock * kD * 4;
-  // 2 warpgroups x 4 warps x {P max, |dS| max}, then the dS scale of each K block
+  // 2 warpgroups x 4 warps x {P max, |dS| max}, then the dS scale of each K block; then each stage's mbarrier
   static constexpr int kScratch = align(kDq + kDqBytes);
   static constexpr int kScratchBytes = (2 * 4 * 2 + 2) * 4;
-  static constexpr int kTotal = kScratch + kScratchBytes;
+  static constexpr int kBarriers = kScratch + 80;
+  static constexpr int kTotal = kBarriers + 2 * 8;
   static constexpr int kDynamicBytes = kTotal + 1024; // the dynamic buffer is 16-byte aligned: rounded up in-kernel
 };
 
@@ -126,7 +135,9 @@ __device__ __forceinline__ void probabilities(const int (&s)[32], float (&p)[32]
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float2 lse_log2 = make_float2(row_stats[2 * (8 * j + 2 * t)], row_stats[2 * (8 * j + 2 * t) + 2]);
+    // {L log2(e), D} of columns 8j + 2t and 8j + 2t + 1: one 16-byte load
+    const float4 stats = *reinterpret_cast<const float4 *>(row_stats + 2 * (8 * j + 2 * t));
+    const float2 lse_log2 = make_float2(stats.x, stats.z);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float probability =
@@ -145,7 +156,8 @@ __device__ __forceinline__ void score_gradients(const float (&p)[32], float (&dp
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float2 delta = make_float2(row_stats[2 * (8 * j + 2 * t) + 1], row_stats[2 * (8 * j + 2 * t) + 3]);
+    const float4 stats = *reinterpret_cast<const float4 *>(row_stats + 2 * (8 * j + 2 * t));
+    const float2 delta = make_float2(stats.y, stats.w);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       dp[4 * j + e] = p[4 * j + e] * (dp[4 * j + e] - (e & 1 ? delta.y : delta.x));
@@ -207,6 +219,7 @@ __device__ __forceinline__ void add_scaled(float (&accumulator)[kCount], const i
 }
 
 template <class Config> __device__ void backward_main(const SageBackwardParams &p, unsigned char *raw_shared) {
+  static_assert(Config::kBulkTiles, "the Q-side tiles arrive by bulk copies of the preprocess's swizzled blocks");
   using Layout = MainLayout<Config>;
   constexpr int kD = Config::kHeadDim, kTileBytes = kBlock * kD;
   using KTile = typename Layout::KTile;
@@ -242,7 +255,6 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   const bool partial_kv_block = block_key0 + kBlock > p.tokens_kv;
   const sm80::backward::StepWalk walk = sm80::backward::step_walk<Config::kCausal>(p, key0, q_blocks);
   const int steps = walk.steps;
-  const auto *d_o_input = static_cast<const unsigned short *>(p.d_o);
 
   // The walk's (query head, Q tile) advanced step by step: StepWalk's division per step, twice per step, was ~3% of
   // the kernel's instructions.
@@ -258,24 +270,30 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     return c;
   };
 
-  // One cp.async group: Q^, dO, Q^^T, dO^^T and the row stats of a step into its stage.
+  // Q^, dO, Q^^T, dO^^T and the row stats of a step into its stage: five bulk copies (one thread) on its mbarrier.
+  const unsigned full_barrier0 = base + Layout::kBarriers;
   auto issue_stage = [&](Cursor at, int step) {
     const long long q_head = at.q_head;
     const int q_block = at.q_block;
     const long long q_codes = (q_head * q_blocks + q_block) * kTileBytes;
-    unsigned char *stage = shared + Layout::kStages + (step & 1) * Layout::kStageBytes;
-    copy_rows_swizzled<QTile, kBlock, kD>(stage + Layout::kQ, p.q_codes + q_codes, kBlock);
-    copy_rows_swizzled<DoTile, kBlock, 2 * kD>(
-        stage + Layout::kDo, d_o_input + (q_head * p.tokens_q + q_block * kBlock) * kD, p.tokens_q - q_block * kBlock);
-    copy_rows_swizzled<TransposedTile, kD, kBlock>(stage + Layout::kQTransposed, p.q_codes_t + q_codes, kD);
-    copy_rows_swizzled<TransposedTile, kD, kBlock>(stage + Layout::kDoTransposed, p.do_codes_t + q_codes, kD);
-    if (threadIdx.x < Layout::kStatsBytes / 16)
-      copy16_async(stage + Layout::kStats + 16 * threadIdx.x,
-                   p.row_stats + 2 * (q_head * padded_q + q_block * kBlock) + 4 * threadIdx.x, true);
-    commit_copies();
+    const unsigned stage = base + Layout::kStages + (step & 1) * Layout::kStageBytes;
+    const unsigned full = full_barrier0 + 8 * (step & 1);
+    mbarrier_arrive_expect_tx(full, Layout::kStageCopyBytes);
+    bulk_copy_to_shared(stage + Layout::kQ, p.q_codes + q_codes, QTile::kBytes, full);
+    bulk_copy_to_shared(stage + Layout::kDo, p.do_tiles + q_codes, DoTile::kBytes, full);
+    bulk_copy_to_shared(stage + Layout::kQTransposed, p.q_codes_t + q_codes, TransposedTile::kBytes, full);
+    bulk_copy_to_shared(stage + Layout::kDoTransposed, p.do_codes_t + q_codes, TransposedTile::kBytes, full);
+    bulk_copy_to_shared(stage + Layout::kStats, p.row_stats + 2 * (q_head * padded_q + q_block * kBlock),
+                        Layout::kStatsBytes, full);
   };
+  if (threadIdx.x == 0) {
+    mbarrier_init(full_barrier0, 1);
+    mbarrier_init(full_barrier0 + 8, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads(); // the barriers are initialised before anyone waits on them
 
-  if (steps > 0) { // K^, K^^T, V of this KV tile join step 0's group
+  if (steps > 0) { // K^, K^^T, V of this KV tile: one cp.async group
     const long long k_codes = (kv_head * kv_blocks + first_kv_block) * kTileBytes;
     copy_rows_swizzled<KTile, kKeys, kD>(shared + Layout::kK, p.k_codes + k_codes,
                                          static_cast<long long>(kv_blocks - first_kv_block) * kBlock);
@@ -289,8 +307,12 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         p.tokens_kv - key0);
   }
   Cursor current{static_cast<long long>(blockIdx.z) * p.heads_q + walk.first_head, walk.first_q_block}; // step 0
-  if (steps > 0)
-    issue_stage(current, 0);
+  if (steps > 0) {
+    commit_copies();
+    if (threadIdx.x == 0)
+      issue_stage(current, 0);
+    wait_copies<0>(); // K^, K^^T, V: published to wgmma by step 0's CTA barrier
+  }
 
   float dk[kD / 2] = {}, dv[kD / 2] = {};
   const unsigned k_tile = base + Layout::kK, v_tile = base + Layout::kV, ds_tile = base + Layout::kDs;
@@ -304,13 +326,15 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     const int stage_offset = Layout::kStages + (step & 1) * Layout::kStageBytes;
     const unsigned stage = base + stage_offset;
     const float *row_stats = reinterpret_cast<const float *>(shared + stage_offset + Layout::kStats);
-    wait_copies<0>(); // this step's stage
-    fence_shared_for_wgmma();
-    __syncthreads(); // ... is visible; every warpgroup is done with the previous step (its stage and the dS codes)
-    if (step + 1 < steps)
-      issue_stage(next, step + 1);    // into the stage the previous step used: lands while this step runs
-    if (step > 0 && threadIdx.x == 0) // the previous step's dQ tile, written and fenced before the barrier
-      bulk_reduce_add_f32(previous_dq_tile, dq_tile, Layout::kDqBytes);
+    fence_shared_for_wgmma(); // K^, K^^T, V (step 0) and the previous step's dQ tile, for the async proxy
+    mbarrier_wait(full_barrier0 + 8 * (step & 1), (step >> 1) & 1); // this step's stage has landed
+    __syncthreads(); // every warpgroup is done with the previous step (its stage and the dS codes)
+    if (threadIdx.x == 0) {
+      if (step + 1 < steps)
+        issue_stage(next, step + 1); // into the stage the previous step used: lands while this step runs
+      if (step > 0)                  // the previous step's dQ tile, written and fenced before the barrier
+        bulk_reduce_add_f32(previous_dq_tile, dq_tile, Layout::kDqBytes);
+    }
 
     // S^T = K^_w Q^^T and dP^T = V_w dO^T as two wgmma groups: P^T is computed while dP^T's group still runs
     int s[32];

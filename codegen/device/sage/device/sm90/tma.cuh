@@ -1,7 +1,7 @@
 // TMA (cp.async.bulk.tensor) loads of tiles described by a CUtensorMap that the runtime encoded with
 // cuTensorMapEncodeTiled and passed in the kernel's __grid_constant__ parameters. The copy engine writes the box
 // into shared memory (swizzled as the map says) and signals the mbarrier with the bytes it wrote; boxes that reach
-// past the tensor's bounds are zero-filled.
+// past the tensor's bounds are zero-filled. Also the plain bulk copy of contiguous bytes (no tensor map).
 #pragma once
 
 #include "sage/device/sm90/common.cuh"
@@ -32,6 +32,16 @@ __device__ __forceinline__ void tma_load_4d(unsigned destination, const void *ma
                "%5, %6}], [%2];\n" ::"r"(destination),
                "l"(tensor_map_address(map)), "r"(barrier), "r"(x0), "r"(x1), "r"(x2), "r"(x3)
                : "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory to `destination` as they are;
+// completion counted on `barrier`.
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void *source, unsigned bytes,
+                                                    unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(destination),
+      "l"(source), "r"(bytes), "r"(barrier)
+      : "memory");
 }
 
 } // namespace sage::device::sm90
