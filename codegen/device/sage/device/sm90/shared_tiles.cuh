@@ -24,12 +24,14 @@ template <int kRows, int kRowBytes> struct SwizzledTile {
   }
   // The K-major operand of rows row0.. (a multiple of 8) whose k step starts at byte `column` (a multiple of 32):
   // matrix_descriptor's fields for LBO 16 bytes (unused) and SBO 8 rows, with the start address added in 16-byte
-  // units without masking (shared addresses stay below 2^18), so that a tile's descriptors share one base and differ
-  // by immediates.
+  // units without masking (shared addresses stay below 2^18, so the 14-bit field never carries into LBO), so that a
+  // tile's descriptors share one base and differ by immediates. The low word is one 32-bit sum (base + immediate per
+  // wgmma; an OR after the add cost one more uniform instruction per wgmma in SageBwd's main kernel, ncu 2026-11-24).
   static constexpr unsigned long long kFixedBits = matrix_descriptor(0, 16, 8 * kChunkBytes, kSwizzle);
   static __device__ __forceinline__ unsigned long long descriptor(unsigned tile, int column, int row0 = 0) {
     const unsigned offset = column / kChunkBytes * kChunkStride + row0 * kChunkBytes + column % kChunkBytes;
-    return kFixedBits | static_cast<unsigned long long>((tile >> 4) + (offset >> 4));
+    const unsigned low = static_cast<unsigned>(kFixedBits) + (tile >> 4) + (offset >> 4);
+    return (kFixedBits & 0xffffffff00000000ull) | low;
   }
 };
 
