@@ -111,6 +111,9 @@ def _torch_parts():
             ctx.kernels = kernels
             ctx.classes = (offset, q_blocks, kv_blocks)
             ctx.mark_non_differentiable(workspace)
+            # The workspace's gradient is never used: without this the engine would fill a zero tensor of the
+            # workspace's size (the linear branch's states: hundreds of MB at N = 32k) on every backward.
+            ctx.set_materialize_grads(False)
             return o_sparse, o_linear, workspace
 
         @staticmethod
