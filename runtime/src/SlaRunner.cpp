@@ -436,7 +436,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        sparse_shared,
                                        stream});
   const SageSlaRowTotalsParams totals{floats(layout.dz_rows), size, floats(layout.dz_total)};
-  state_->row_totals.launch(totals, {grid(1, size.heads_q, size.batch), block, 0, stream});
+  state_->row_totals.launch(totals, {grid((d + 31) / 32, size.heads_q, size.batch), block, 0, stream});
   // dh_j of every kv block: the GEMM of the marginal mask's transpose and the dH_i (instead of the kv kernel summing
   // its column's listed dH_i from L2).
   const SageSlaMaskGemmColumnsParams columns_gemm{reinterpret_cast<const signed char *>(base + layout.classes),

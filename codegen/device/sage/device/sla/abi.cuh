@@ -138,8 +138,8 @@ struct SageSlaRowsBackwardParams {
   float *dz_rows;          // dZ_i [batch, heads_q, q_blocks, d]
 };
 
-// Backward launch 3: sum_i dZ_i per q head (for columns whose marginal blocks are the majority). Grid (1, heads_q,
-// batch).
+// Backward launch 3: sum_i dZ_i per q head (for columns whose marginal blocks are the majority). Grid (ceil(d / 32),
+// heads_q, batch).
 struct SageSlaRowTotalsParams {
   const float *dz_rows;
   struct SageSlaShape shape;
