@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,19 @@ namespace {
 constexpr size_t kAlignment = 256;
 
 size_t alignUp(size_t value) { return (value + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Critical pairs per work unit of the fused sparse backward (abi.cuh's sage_sla_sparse_unit_capacity): small enough
+// that a kv block critical for every q block splits into units that fill the SMs, large enough that a unit's K and V
+// copies and its dK and dV reductions are a small part of its work. SAGEGEN_SLA_SPARSE_UNIT_ITEMS overrides it (tests
+// and tuning: a small value splits every kv block).
+int sparseUnitItems() {
+  static const int items = [] {
+    const char *value = std::getenv("SAGEGEN_SLA_SPARSE_UNIT_ITEMS");
+    const int parsed = value && *value ? std::atoi(value) : 0;
+    return parsed > 0 ? parsed : 64;
+  }();
+  return items;
+}
 
 driver::Dim3 grid(long long x, long long y, long long z) {
   return {static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
@@ -191,6 +205,12 @@ SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &sha
     take(layout.h_row_scales, rows * 4);
     take(layout.z_rows, rows * d * 4);
     take(layout.d_sparse_f16, tokens * d * 2); // dO^s in f16: the sparse statistics kernel's copy for the fused one
+    layout.sparse_unit_items = sparseUnitItems();
+    layout.sparse_unit_capacity =
+        sage_sla_sparse_unit_capacity(static_cast<long long>(kv_heads) * kv_blocks,
+                                      static_cast<long long>(rows) * critical, layout.sparse_unit_items);
+    take(layout.sparse_units, static_cast<size_t>(layout.sparse_unit_capacity) * 16);
+    take(layout.sparse_unit_count, 4);
   }
   layout.total = offset;
   return layout;
@@ -351,7 +371,8 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                      ints(layout.critical_columns),
                                      ints(layout.marginal_columns),
                                      ints(layout.non_marginal_columns),
-                                     ints(layout.column_counts)};
+                                     ints(layout.column_counts),
+                                     ints(layout.sparse_unit_count)};
   state_->columns.launch(columns, {grid(size.kv_blocks, size.heads_q, size.batch), block, 0, stream});
   const SageSlaRowsBackwardParams rows{tensors.q,
                                        tensors.k,
@@ -405,7 +426,9 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                            tensors.dq,
                                            tensors.dk,
                                            tensors.dv,
-                                           lse_saved};
+                                           lse_saved,
+                                           ints(layout.sparse_units),
+                                           ints(layout.sparse_unit_count)};
   const auto sparse_shared = static_cast<unsigned>(
       codegen::slaSparseBackwardSharedBytes(d, state_->variant.block_q, state_->variant.block_kv));
   state_->sparse_stats.launch(sparse, {grid(size.q_blocks, size.heads_q, size.batch),
@@ -413,7 +436,7 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                        sparse_shared,
                                        stream});
   const SageSlaRowTotalsParams totals{floats(layout.dz_rows), size, floats(layout.dz_total)};
-  state_->row_totals.launch(totals, {grid(1, size.heads_q, size.batch), block, 0, stream});
+  state_->row_totals.launch(totals, {grid((d + 31) / 32, size.heads_q, size.batch), block, 0, stream});
   // dh_j of every kv block: the GEMM of the marginal mask's transpose and the dH_i (instead of the kv kernel summing
   // its column's listed dH_i from L2).
   const SageSlaMaskGemmColumnsParams columns_gemm{reinterpret_cast<const signed char *>(base + layout.classes),
@@ -448,10 +471,13 @@ void SlaRunner::backward(const schedules::ProblemShape &shape, const SlaBackward
                                         size,
                                         scale,
                                         tensors.dk,
-                                        tensors.dv};
+                                        tensors.dv,
+                                        ints(layout.sparse_units),
+                                        ints(layout.sparse_unit_count),
+                                        layout.sparse_unit_items};
   state_->kv_backward.launch(kv, {grid(size.kv_blocks, size.heads_kv, size.batch), block, kv_shared, stream});
-  // After the rows and kv kernels, which write dQ, dK and dV: it adds to them.
-  state_->sparse_fused.launch(sparse, {grid(size.kv_blocks, size.heads_kv, size.batch),
+  // After the rows and kv kernels, which write dQ, dK and dV (and the kv kernel its work units): it adds to them.
+  state_->sparse_fused.launch(sparse, {grid(layout.sparse_unit_capacity, 1, 1),
                                        {static_cast<unsigned>(2 * state_->variant.block_kv), 1, 1},
                                        state_->sparse_fused_shared,
                                        stream});

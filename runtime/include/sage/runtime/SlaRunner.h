@@ -55,6 +55,11 @@ struct SlaWorkspaceLayout {
   size_t h_rows = 0, h_row_scales = 0, z_rows = 0;
   // dO^s in f16 (b x h_q x T x d): the sparse part's statistics kernel writes it, its fused kernel reads it.
   size_t d_sparse_f16 = 0;
+  // The fused kernel's work units (16 bytes each, sparse_unit_capacity of them: its grid; at most sparse_unit_items
+  // critical pairs each) and their count.
+  size_t sparse_units = 0, sparse_unit_count = 0;
+  long long sparse_unit_capacity = 0;
+  int sparse_unit_items = 0;
   // A forward region (4 bytes): run() sets it to 1 where it has the sparse part write its L into `lse` (an exact
   // sparse part, a backward-sized workspace, proj_weight null so that O^s stays in `o`), else 0; backward() reads it
   // on the device (SageSlaSparseDeltaParams).

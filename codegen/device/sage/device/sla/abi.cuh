@@ -115,6 +115,7 @@ struct SageSlaColumnsParams {
   int *marginal_columns;     // same
   int *non_marginal_columns; // same
   int *column_counts;        // [batch, heads_q, kv_blocks, 3]: critical, marginal, non-marginal
+  int *sparse_unit_count;    // CTA (0, 0, 0) zeroes it: launch 4 counts the work units of 4c there
 };
 
 // Backward launch 2: one q block of one q head: the linear branch's dQ (written), dH_i, dZ_i. Grid (q_blocks,
@@ -137,8 +138,8 @@ struct SageSlaRowsBackwardParams {
   float *dz_rows;          // dZ_i [batch, heads_q, q_blocks, d]
 };
 
-// Backward launch 3: sum_i dZ_i per q head (for columns whose marginal blocks are the majority). Grid (1, heads_q,
-// batch).
+// Backward launch 3: sum_i dZ_i per q head (for columns whose marginal blocks are the majority). Grid (ceil(d / 32),
+// heads_q, batch).
 struct SageSlaRowTotalsParams {
   const float *dz_rows;
   struct SageSlaShape shape;
@@ -173,15 +174,19 @@ struct SageSlaColumnsBackwardParams {
   struct SageSlaShape shape;
   float scale;
   float *dk, *dv; // [batch, heads_kv, tokens_kv, d]
+  // 4c's work units (SageSlaSparseBackwardParams.sparse_units): each CTA appends its kv block's, counted in
+  // sparse_unit_count (zeroed by launch 1), of at most sparse_unit_items critical pairs each.
+  int *sparse_units, *sparse_unit_count;
+  int sparse_unit_items;
 };
 
 // Backward launches 2c and 4c, the sparse part (they replaced a rows and a kv kernel that computed P three times per
 // critical pair; here once). 2c, one q block of one q head: L and D^s over its critical blocks (written
 // to lse, delta) and dO^s as f16 (d_sparse_f16). Grid (q_blocks, heads_q, batch), 2 * block_q threads; dynamic shared
 // memory: sage_sla_sparse_backward_shared_bytes. 4c, one kv block of one kv head over the critical q blocks of the
-// q heads of its GQA group: dK, dV added (plain: the CTA owns its rows), dQ added by f32 reductions (the q head's dQ,
-// 16 MiB at N = 32k, d = 128, stays in L2 while the CTAs of one head run). Grid (kv_blocks, heads_kv, batch),
-// 2 * block_kv threads; dynamic shared memory: sage_sla_sparse_fused_module_shared_bytes (the arch's kernel).
+// q heads of its GQA group, in work units (sparse_units): dK, dV added (plain where the unit is the kv block's only
+// one, else by atomic adds), dQ added by f32 reductions. Grid (sage_sla_sparse_unit_capacity, 1, 1), 2 * block_kv
+// threads; dynamic shared memory: sage_sla_sparse_fused_module_shared_bytes (the arch's kernel).
 struct SageSlaSparseBackwardParams {
   const void *q, *k, *v; // f16
   struct SageSlaStrides q_strides, k_strides, v_strides;
@@ -198,6 +203,10 @@ struct SageSlaSparseBackwardParams {
   // 2c returns at once where this is non-null and *lse_saved != 0: the forward saved L and launch 2d wrote D^s and
   // dO^s in f16 instead. Null: 2c runs (the statistics recomputed).
   const int *lse_saved;
+  // 4c's work units, as launch 4 listed them (*sparse_unit_count of them; 4c's CTA u takes unit u): four ints each,
+  // kv column ((b heads_kv + h_kv) kv_blocks + j), first q head, first item of that head's column, item count
+  // (negated where the kv block has more than one unit: their dK and dV go by atomic adds).
+  const int *sparse_units, *sparse_unit_count;
 };
 
 // Backward launch 2d, where the forward saved the sparse part's L (FlashAttention's way): D^s = rowsum(dO^s o O^s)
@@ -319,6 +328,15 @@ static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_sparse_fused_
                                                                                              int block_kv, int stages) {
   return 2 * (2 * block_kv * (head_dim + 8) + block_kv * (block_q + 8) + stages * 2 * block_q * (head_dim + 8)) +
          stages * 8 * block_q;
+}
+
+// 4c's work units: a kv block's critical (q head, q block) pairs in ceil(pairs / unit_items) units of equal size
+// (within one), one CTA each, so that a kv block that is critical for most q blocks (attention sinks; the benchmark's
+// inputs) does not leave the other SMs idle at the end. The grid, sage_sla_sparse_unit_capacity, bounds their number
+// given every q block's critical_per_row pairs: at most one unit per kv block more than pairs / unit_items.
+static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE long long
+sage_sla_sparse_unit_capacity(long long kv_columns, long long pairs, int unit_items) {
+  return kv_columns + (pairs + unit_items - 1) / unit_items;
 }
 
 // sm_90a runs the fused kernel on warpgroup MMAs (sla/sparse_backward_sm90.cuh) where its tiles fit: blocks of 64

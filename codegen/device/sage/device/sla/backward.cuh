@@ -244,6 +244,8 @@ template <int D> struct KvBackwardLayout {
 
 // Launch 1: the column lookup tables, ascending in the q block, by warp-ballot compaction.
 __device__ inline void column_tables(const SageSlaColumnsParams &p) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
+    *p.sparse_unit_count = 0; // launch 4 counts from here
   if (threadIdx.x >= 32)
     return;
   const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x, lane = threadIdx.x;
@@ -485,22 +487,36 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
     p.dz_rows[row_block * D + threadIdx.x] = dz_state[threadIdx.x];
 }
 
-// Launch 3: sum_i dZ_i per q head, in block order.
+// Launch 3: sum_i dZ_i per q head, 32 channels per CTA: warp w sums the q blocks w, w + kWarps, ... (coalesced, 16
+// loads in flight per lane), then lane c adds the warps' sums in order (one CTA per head ran 27 us at N = 32k: a lane's
+// 512 dependent adds, 16 CTAs).
 template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
+  __shared__ float partial[kWarps][32];
   const long long head = static_cast<long long>(blockIdx.z) * p.shape.heads_q + blockIdx.y;
-  if (threadIdx.x < D) {
-    float sum = 0.0f;
-    for (int i = 0; i < p.shape.q_blocks; ++i)
-      sum += p.dz_rows[(head * p.shape.q_blocks + i) * D + threadIdx.x];
-    p.dz_total[head * D + threadIdx.x] = sum;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = blockIdx.x * 32 + lane;
+  float sum = 0.0f;
+  if (c < D) {
+#pragma unroll 16
+    for (int i = warp; i < p.shape.q_blocks; i += kWarps)
+      sum += p.dz_rows[(head * p.shape.q_blocks + i) * D + c];
+  }
+  partial[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && c < D) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      total += partial[w][lane];
+    p.dz_total[head * D + c] = total;
   }
 }
 
 // Launch 4: one kv block of one kv head. dh_j = sum of dH_i over the q blocks (of every q head of the GQA group)
 // where the block is marginal, from the mask GEMM (launch 3c; for a column it flagged, from the column tables, all
 // minus the others when marginal blocks are the column's majority), then d phi(K_t) = dh_j V_t + dz_j and dV_t =
-// phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them. On tensor cores: dh_j / s (s a power of
-// two into f16's range) split in hi + lo; V is exact in f16, phi(K) is split.
+// phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them, in the work units listed here (one
+// thread per CTA, from the column tables). On tensor cores: dh_j / s (s a power of two into f16's range) split in hi +
+// lo; V is exact in f16, phi(K) is split.
 template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   using T = BackwardTiles<D>;
@@ -517,6 +533,8 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   const int group = p.shape.heads_q / p.shape.heads_kv;
   const int q_blocks = p.shape.q_blocks;
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
+  if (threadIdx.x == 0) // the fused sparse backward's units of this kv block (launch 1 wrote the counts)
+    list_sparse_units(p.column_counts, p.sparse_units, p.sparse_unit_count, p.sparse_unit_items, p.shape, b, h_kv, j);
 
   float unscale = 1.0f; // dh_j = s (hi + lo)
   {

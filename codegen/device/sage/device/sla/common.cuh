@@ -141,4 +141,61 @@ struct CriticalColumnList {
   __device__ __forceinline__ int block(int h, int n) const { return blocks[column(h) * q_blocks + n]; }
 };
 
+// One work unit of the fused sparse backward (abi.cuh's SageSlaSparseBackwardParams.sparse_units): `items` items of
+// kv block j's work list (CriticalColumnList's order: q heads of the GQA group in turn) from item n_first of q head
+// h_first. `shared`: the kv block has other units, so its dK and dV rows take atomic adds.
+struct SparseUnit {
+  int b, h_kv, j, h_first, n_first, items;
+  bool shared;
+};
+
+__device__ __forceinline__ SparseUnit sparse_unit(const int *units, int index, const SageSlaShape &shape) {
+  const int4 raw = reinterpret_cast<const int4 *>(units)[index];
+  const int column = raw.x, head_kv = column / shape.kv_blocks;
+  return SparseUnit{head_kv / shape.heads_kv,
+                    head_kv % shape.heads_kv,
+                    column % shape.kv_blocks,
+                    raw.y,
+                    raw.z,
+                    raw.w < 0 ? -raw.w : raw.w,
+                    raw.w < 0};
+}
+
+// Appends kv block j's units (by one thread; launch 4, before 4c): its pairs over the GQA group's q heads split into
+// ceil(pairs / unit_items) units of equal size (within one), none where it has no critical pair.
+__device__ inline void list_sparse_units(const int *column_counts, int *units, int *unit_count, int unit_items,
+                                         const SageSlaShape &shape, int b, int h_kv, int j) {
+  const int group = shape.heads_q / shape.heads_kv, h_begin = h_kv * group;
+  const CriticalColumnList list{column_counts, nullptr, b, shape.heads_q, shape.kv_blocks, j, shape.q_blocks};
+  int pairs = 0;
+  for (int h = h_begin; h < h_begin + group; ++h)
+    pairs += list.count(h);
+  if (pairs == 0)
+    return;
+  const int count = (pairs + unit_items - 1) / unit_items;
+  const int first = atomicAdd(unit_count, count);
+  const int column = (b * shape.heads_kv + h_kv) * shape.kv_blocks + j;
+  int h = h_begin, n = 0, in_head = list.count(h); // the next unit's first item
+  for (int u = 0; u < count; ++u) {
+    const int begin = static_cast<int>(static_cast<long long>(u) * pairs / count);
+    const int end = static_cast<int>(static_cast<long long>(u + 1) * pairs / count);
+    while (n >= in_head) { // past this head's items: the next head's first
+      ++h;
+      n = 0;
+      in_head = list.count(h);
+    }
+    reinterpret_cast<int4 *>(units)[first + u] = make_int4(column, h, n, count > 1 ? begin - end : end - begin);
+    for (int left = end - begin; left > 0;) {
+      const int take = min(left, in_head - n);
+      n += take;
+      left -= take;
+      if (left > 0) {
+        ++h;
+        n = 0;
+        in_head = list.count(h);
+      }
+    }
+  }
+}
+
 } // namespace sage::device::sla

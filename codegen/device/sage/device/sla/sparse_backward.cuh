@@ -484,12 +484,13 @@ template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedLayout {
                 "abi.cuh's size of the fused sparse backward's shared memory");
 };
 
-// Fused kernel (launch 4c), FlashAttention-2's backward over the critical pairs of one kv block: one kv block of one
-// kv head, BLOCK_KV / 16 warps (one per 16 keys), K and V staged once; per critical q block of each q head of the GQA
-// group: P^T = exp(K Q^T / sqrt(d) - L), dV += P^T dO^s, dP^T = V dO^s^T, dS^T = P^T o (dP^T - D^s),
-// dK += dS^T Q / sqrt(d) (registers), and dQ += dS K / sqrt(d) through shared memory (dS^T, f16) and f32 reductions.
-// S and exp are computed once per pair (the rows and kv kernels computed them three times). Q, dO^s (the statistics
-// kernel's f16 copy), L and D^s of the next q block load during this one's products where there are two stages.
+// Fused kernel (launch 4c), FlashAttention-2's backward over the critical pairs of one work unit (a kv block's pairs,
+// or a share of them: abi.cuh's sage_sla_sparse_unit_capacity): one kv block of one kv head, BLOCK_KV / 16 warps (one
+// per 16 keys), K and V staged once; per critical q block of each q head of the GQA group: P^T = exp(K Q^T / sqrt(d) -
+// L), dV += P^T dO^s, dP^T = V dO^s^T, dS^T = P^T o (dP^T - D^s), dK += dS^T Q / sqrt(d) (registers), and dQ += dS K /
+// sqrt(d) through shared memory (dS^T, f16) and f32 reductions. S and exp are computed once per pair (the rows and kv
+// kernels computed them three times). Q, dO^s (the statistics kernel's f16 copy), L and D^s of the next q block load
+// during this one's products where there are two stages.
 template <int D, int BLOCK_Q, int BLOCK_KV>
 __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams &p) {
   using L = SparseFusedLayout<D, BLOCK_Q, BLOCK_KV>;
@@ -499,7 +500,10 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
   unsigned short *k_tile = reinterpret_cast<unsigned short *>(shared_bytes);
   unsigned short *v_tile = k_tile + L::kTileKv, *ds_tile = v_tile + L::kTileKv, *stage_tiles = ds_tile + L::kTileDs;
   float *stage_stats = reinterpret_cast<float *>(stage_tiles + L::kStages * 2 * L::kTileQ);
-  const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x, warp = threadIdx.x / 32;
+  if (static_cast<int>(blockIdx.x) >= *p.sparse_unit_count) // the grid bounds the units launch 4 listed
+    return;
+  const SparseUnit unit = sparse_unit(p.sparse_units, blockIdx.x, p.shape);
+  const int b = unit.b, h_kv = unit.h_kv, j = unit.j, warp = threadIdx.x / 32;
   const int group = p.shape.heads_q / p.shape.heads_kv, q_blocks = p.shape.q_blocks;
   const int h_begin = h_kv * group, h_end = h_begin + group;
   const long long head_kv = static_cast<long long>(b) * p.shape.heads_kv + h_kv;
@@ -514,7 +518,8 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
   const int m0 = warp * 16, key_top = m0 + tile_row(), key_bottom = key_top + 8;
   const float scale_log2 = p.scale * kLog2e;
 
-  // The work list: (q head h, n-th critical q block of the column), heads in order; `count` is the column's.
+  // The work list: (q head h, n-th critical q block of the column), heads in order; `count` is the column's. This CTA
+  // takes the unit's items.
   const CriticalColumnList list{p.column_counts, p.critical_columns, b, p.shape.heads_q, p.shape.kv_blocks, j,
                                 q_blocks};
   auto count_of = [&](int h) { return list.count(h); };
@@ -553,11 +558,10 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
       dk[n][e] = 0.0f;
       dv[n][e] = 0.0f;
     }
-  int h = h_begin, n = 0, stage = 0;
-  skip_empty(h, n);
+  int h = unit.h_first, n = unit.n_first, stage = 0, left = unit.items; // left: items from (h, n) on
   issue(h, n, 0);
   while (h < h_end) {
-    int next_h = h, next_n = n + 1;
+    int next_h = left > 1 ? h : h_end, next_n = n + 1;
     skip_empty(next_h, next_n);
     wait_staged<0>(); // this item's Q, dO^s, L, D^s (and, the first time, K and V) landed
     __syncthreads();  // ... for every warp; and every warp is done with the previous item (its stage, dS^T)
@@ -645,8 +649,9 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
     }
     h = next_h;
     n = next_n;
+    --left;
   }
-  wait_staged<0>(); // no copy outlives the CTA (a column with no critical block never waited for K and V)
+  wait_staged<0>(); // no copy outlives the CTA
 #pragma unroll
   for (int t = 0; t < kFeatureTiles; ++t)
 #pragma unroll
@@ -654,8 +659,13 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
       const int key = e < 2 ? key_top : key_bottom, col = t * 8 + tile_col() + (e & 1);
       if (key < valid_keys) {
         const long long at = (head_kv * p.shape.tokens_kv + key_begin + key) * D + col;
-        p.dk[at] += dk[t][e] * p.scale;
-        p.dv[at] += dv[t][e];
+        if (unit.shared) { // other CTAs add to these rows too
+          atomicAdd(p.dk + at, dk[t][e] * p.scale);
+          atomicAdd(p.dv + at, dv[t][e]);
+        } else {
+          p.dk[at] += dk[t][e] * p.scale;
+          p.dv[at] += dv[t][e];
+        }
       }
     }
 }

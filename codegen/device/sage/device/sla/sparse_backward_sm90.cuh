@@ -1,7 +1,8 @@
 // SLA's fused sparse backward (launch 4c; sla/sparse_backward.cuh says what it computes) on sm_90a's warpgroup MMAs:
-// FlashAttention-3's backward loop over the critical (q block, kv block) pairs of one kv block. One warpgroup (128
-// threads) owns the kv block's 64 keys; K and V are staged once; per critical q block (two stages, the next one's
-// cp.async copies in flight while this one computes):
+// FlashAttention-3's backward loop over the critical (q block, kv block) pairs of one work unit (a kv block's pairs,
+// or a share of them: abi.cuh's sage_sla_sparse_unit_capacity). One warpgroup (128 threads) owns the kv block's 64
+// keys; K and V are staged once; per critical q block (two stages, the next one's cp.async copies in flight while
+// this one computes):
 //   S^T  = K Q^T, dP^T = V dO^s^T        m64n64k16 f16 SS wgmma, two groups: P^T = 2^(S^T scale log2 e - L log2 e)
 //                                        is computed while dP^T's group still runs
 //   dV += P^T dO^s                       P^T rounded to f16 A fragments; f16 RS wgmma with B = dO^s as stored
@@ -191,13 +192,32 @@ template <int D> __device__ __forceinline__ void reduce_dq_rows(float *dq, unsig
 // rows[0 .. valid_keys) of an f32 [key][D] block += scale x an m64nD accumulator (element 4c + e: key 16 warp + g +
 // 8 (e / 2), channel 8c + 2t + e % 2). Every load before any store, so that their latencies overlap (the compiler
 // cannot move a load of dK past a store to dV, which may alias it: the first version's epilogue waited on each).
+// `atomic` (the kv block's work is split over CTAs): by f32 reductions instead.
 template <int D>
-__device__ __forceinline__ void add_accumulator_rows(float *out, const float (&acc)[D / 2], float scale,
-                                                     int valid_keys) {
+__device__ __forceinline__ void add_accumulator_rows(float *out, const float (&acc)[D / 2], float scale, int valid_keys,
+                                                     bool atomic) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const bool pairs = reinterpret_cast<unsigned long long>(out) % 8 == 0;
   float *row_out[2] = {out + (16 * warp + g) * D + 2 * t, out + (16 * warp + g + 8) * D + 2 * t};
   const bool inside[2] = {16 * warp + g < valid_keys, 16 * warp + g + 8 < valid_keys};
+  if (atomic) {
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (!inside[half])
+          continue;
+        float *at = row_out[half] + 8 * c;
+        const float first = acc[4 * c + 2 * half] * scale, second = acc[4 * c + 2 * half + 1] * scale;
+        if (pairs) {
+          asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(at), "f"(first), "f"(second) : "memory");
+        } else {
+          atomicAdd(at, first);
+          atomicAdd(at + 1, second);
+        }
+      }
+    return;
+  }
   float2 old[D / 8][2];
 #pragma unroll
   for (int c = 0; c < D / 8; ++c)
@@ -256,7 +276,10 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
   unsigned char *shared = shared_bytes + ((1024 - (shared_address(shared_bytes) & 1023)) & 1023);
   const unsigned base = shared_address(shared);
   float *stage_stats = reinterpret_cast<float *>(shared + L::kStats);
-  const int b = blockIdx.z, h_kv = blockIdx.y, j = blockIdx.x;
+  if (static_cast<int>(blockIdx.x) >= *p.sparse_unit_count) // the grid bounds the units launch 4 listed
+    return;
+  const SparseUnit unit = sparse_unit(p.sparse_units, blockIdx.x, p.shape);
+  const int b = unit.b, h_kv = unit.h_kv, j = unit.j;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int group = p.shape.heads_q / p.shape.heads_kv, q_blocks = p.shape.q_blocks;
   const int h_begin = h_kv * group, h_end = h_begin + group;
@@ -271,12 +294,17 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
   auto count_of = [&](int h) { return list.count(h); };
   auto block_of = [&](int h, int n) { return list.block(h, n); };
   // An item with its head's count and its q block, looked up one item ahead of its use (the lookups' latency then
-  // hides behind an item's work instead of stalling the copies that need them).
+  // hides behind an item's work instead of stalling the copies that need them); k: its ordinal in the unit.
   struct Item {
-    int h, n, count, block;
+    int h, n, count, block, k;
   };
-  auto advance = [&](Item &item) { // to the next existing item, or h == h_end
+  auto advance = [&](Item &item) { // to the unit's next item, or h == h_end
     ++item.n;
+    if (++item.k >= unit.items) {
+      item.h = h_end;
+      item.block = 0;
+      return;
+    }
     while (item.h < h_end && item.n >= item.count) {
       ++item.h;
       item.n = 0;
@@ -309,7 +337,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
   copy_rows_swizzled_f16<RowTile, BLOCK_KV, D>(shared + L::kK, p.k, p.k_strides, b, h_kv, key_begin, valid_keys);
   copy_rows_swizzled_f16<RowTile, BLOCK_KV, D>(shared + L::kV, p.v, p.v_strides, b, h_kv, key_begin, valid_keys);
   commit_copies();
-  Item item{h_begin, -1, count_of(h_begin), 0};
+  Item item{unit.h_first, unit.n_first - 1, count_of(unit.h_first), 0, -1};
   advance(item);
   issue(item, 0);
   Item next = item;
@@ -460,13 +488,13 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     item = next;
     next = after;
   }
-  wait_copies<0>();           // no copy outlives the CTA (a column with no critical block never waited for K and V)
+  wait_copies<0>();           // no copy outlives the CTA
   sm90::bulk_wait_complete(); // nor a bulk reduction
 
   // dK (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV added to the kv block's rows
   const long long block_rows = (head_kv * p.shape.tokens_kv + key_begin) * D;
-  add_accumulator_rows<D>(p.dk + block_rows, dk, p.scale, valid_keys);
-  add_accumulator_rows<D>(p.dv + block_rows, dv, 1.0f, valid_keys);
+  add_accumulator_rows<D>(p.dk + block_rows, dk, p.scale, valid_keys, unit.shared);
+  add_accumulator_rows<D>(p.dv + block_rows, dv, 1.0f, valid_keys, unit.shared);
 }
 
 #endif // SAGE_SLA_SPARSE_FUSED_SM90
