@@ -3,6 +3,7 @@
 #include "sage/runtime/SlaRunner.h"
 
 #include "sage/codegen/SlaKernels.h"
+#include "sage/runtime/ArgumentError.h"
 #include "sage/runtime/AuxiliaryKernels.h"
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/GeneratedKernelLoader.h"
@@ -11,8 +12,10 @@
 
 #include <fmt/core.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -26,13 +29,18 @@ size_t alignUp(size_t value) { return (value + kAlignment - 1) / kAlignment * kA
 // Critical pairs per work unit of the fused sparse backward (abi.cuh's sage_sla_sparse_unit_capacity): small enough
 // that a kv block critical for every q block splits into units that fill the SMs, large enough that a unit's K and V
 // copies and its dK and dV reductions are a small part of its work. SAGEGEN_SLA_SPARSE_UNIT_ITEMS overrides it (tests
-// and tuning: a small value splits every kv block).
+// and tuning: a small value splits every kv block); a value that is not a whole number in [1, 65536] is refused.
 int sparseUnitItems() {
-  static const int items = [] {
-    const char *value = std::getenv("SAGEGEN_SLA_SPARSE_UNIT_ITEMS");
-    const int parsed = value && *value ? std::atoi(value) : 0;
-    return parsed > 0 ? parsed : 64;
-  }();
+  constexpr int kDefault = 64, kMost = 65536;
+  const char *value = std::getenv("SAGEGEN_SLA_SPARSE_UNIT_ITEMS");
+  if (!value || !*value)
+    return kDefault;
+  int items = 0;
+  const char *end = value + std::strlen(value);
+  const auto [rest, error] = std::from_chars(value, end, items);
+  if (error != std::errc() || rest != end || items < 1 || items > kMost)
+    throw ArgumentError("SAGEGEN_SLA_SPARSE_UNIT_ITEMS",
+                        fmt::format("expected a whole number of critical pairs in [1, {}], got '{}'", kMost, value));
   return items;
 }
 
