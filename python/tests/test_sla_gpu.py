@@ -122,6 +122,57 @@ def test_sla_backward_with_saved_lse_matches_recomputed():
             raise AssertionError("a float32 o_sparse was accepted")
 
 
+def unaligned_view(tensor):
+    """The same values, contiguous, at an address one element past a 16-byte boundary (the API takes contiguous
+    tensors only)."""
+    storage = torch.empty(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
+    view = storage[1:].view(tensor.shape)
+    view.copy_(tensor)
+    assert view.is_contiguous() and view.data_ptr() % 16 != 0
+    return view
+
+
+def test_sla_backward_reads_unaligned_rows():
+    """The backward on q, k, v and dO^s / dO^l at unaligned addresses against the same values at aligned ones, after
+    one forward: the same gradients (the backward's kernels read unaligned rows through registers; only the order of
+    dK/dV's f32 reductions may differ). The forward refuses such q and v, naming them (its prologue and TMA read 16
+    bytes at a time)."""
+    from sagegen import _sla
+    for preset in ("sla-f16", "sla-int8"):
+        torch.manual_seed(2)
+        q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
+        k = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
+        v = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
+        d_sparse = torch.randn(q.shape, dtype=torch.float32, device="cuda")
+        d_linear = torch.randn(q.shape, dtype=torch.float32, device="cuda")
+        kernels = _sla.SlaKernels(preset, 128, 5.0, 10.0, None, torch.cuda.current_device())
+        stream = torch.cuda.current_stream().cuda_stream
+        workspace = torch.empty(kernels.workspace(q, k)[0], dtype=torch.uint8, device="cuda")
+        o_sparse = torch.empty_like(q)
+        o_linear = torch.empty(q.shape, dtype=torch.float32, device="cuda")
+        kernels.forward(q, k, v, o_sparse, o_linear, workspace, stream)
+        try:
+            kernels.forward(unaligned_view(q), k, v, o_sparse, o_linear, workspace, stream)
+        except sagegen.SageArgumentError as error:
+            assert "q: data must be 16-byte aligned" in str(error), str(error)
+        else:
+            raise AssertionError("the forward accepted an unaligned q")
+        results = {}
+        for unaligned in (False, True):
+            inputs = [unaligned_view(t) if unaligned else t for t in (q, k, v, d_sparse, d_linear)]
+            grads = [torch.full(t.shape, float("nan"), dtype=torch.float32, device="cuda") for t in (q, k, v)]
+            kernels.backward(*inputs, *grads, workspace, stream, o_sparse=o_sparse)
+            results[unaligned] = grads
+        torch.cuda.synchronize()
+        line = []
+        for name, aligned, unaligned in zip(("dQ", "dK", "dV"), results[False], results[True]):
+            c, r = cosine(aligned, unaligned), relative_l1(aligned, unaligned)
+            line.append(f"{name} cos {c:.8f} rel-L1 {r:.1e}")
+            assert bool(torch.isfinite(unaligned).all()), f"{name}: non-finite from unaligned inputs"
+            assert c > 0.999999 and r < 1e-4, f"{name}: unaligned and aligned inputs differ: cos {c}, rel-L1 {r}"
+        print(f"test_sla_gpu: {preset} backward on unaligned inputs vs aligned: " + ", ".join(line))
+
+
 def test_sla_refuses_bad_input():
     sla = sagegen.SparseLinearAttention(128)
     q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.float32)
@@ -131,6 +182,19 @@ def test_sla_refuses_bad_input():
         assert "q:" in str(error)
     else:
         raise AssertionError("float32 q was accepted")
+    # The kernels' API takes contiguous tensors (the module makes them so): a strided q is refused with the stride.
+    from sagegen import _sla
+    kernels = _sla.SlaKernels("sla-f16", 128, 5.0, 10.0, None, torch.cuda.current_device())
+    strided = torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.float16).transpose(1, 2)
+    k = strided.contiguous()
+    workspace = torch.empty(kernels.workspace(k, k)[0], dtype=torch.uint8, device="cuda")
+    outputs = (torch.empty_like(k), torch.empty(k.shape, dtype=torch.float32, device="cuda"))
+    try:
+        kernels.forward(strided, k, k, *outputs, workspace, torch.cuda.current_stream().cuda_stream)
+    except sagegen.SageArgumentError as error:
+        assert "q: must be contiguous: expected stride 128 (elements) in dimension 2, got 256" in str(error), str(error)
+    else:
+        raise AssertionError("a strided q was accepted")
 
 
 def main():

@@ -187,7 +187,9 @@ void *contiguousData(const sage_tensor_desc *tensor, const char *argument, int d
       throw ArgumentError(argument, "expected shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) +
                                         ", " + std::to_string(shape[2]) + ", " + std::to_string(shape[3]) + "]");
     if (t.strides[i] != stride)
-      throw ArgumentError(argument, "must be contiguous (strides in elements: innermost 1)");
+      throw ArgumentError(argument, "must be contiguous: expected stride " + std::to_string(stride) +
+                                        " (elements) in dimension " + std::to_string(i) + ", got " +
+                                        std::to_string(t.strides[i]));
     stride *= shape[i];
   }
   return t.data;
