@@ -2,6 +2,8 @@
 // role dispatch (PrologueKernelSource.cpp): change both together.
 #include "sage/codegen/PrologueLaunch.h"
 
+#include "sage/codegen/PrologueConfig.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -86,6 +88,24 @@ std::vector<LaunchGrid> prologueGrids(const PrologueSource &prologue, const sche
   for (size_t kernel = 0; kernel < prologue.kernels.size(); ++kernel)
     grids.push_back(prologueGrid(prologue, kernel, shape));
   return grids;
+}
+
+bool prologueOnlyCopiesQk(const AttentionVariant &variant, schedules::InputType input) {
+  PrologueConfig config;
+  try {
+    config = makePrologueConfig(variant, input, variant.head_dim, {}, {});
+  } catch (const std::invalid_argument &) {
+    return false; // no prologue for it at all
+  }
+  return config.q.cast() && config.k.cast() && !config.fold_q_scale && !config.smooth_q && !config.smooth_k &&
+         !config.smooth_v && config.v_output == VOutput::none;
+}
+
+bool PrologueTensor::inWorkspaceLayout(int64_t batch, int64_t heads, int64_t tokens, int64_t padded_tokens,
+                                       int head_dim) const {
+  return data && reinterpret_cast<uintptr_t>(data) % 16 == 0 && tokens == padded_tokens && strides.token == head_dim &&
+         (heads == 1 || strides.head == tokens * head_dim) &&
+         (batch == 1 || strides.batch == heads * tokens * head_dim);
 }
 
 float prologueQPrescale(const AttentionVariant &variant) {

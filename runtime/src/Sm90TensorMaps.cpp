@@ -86,7 +86,8 @@ std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedule
 
 SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
-                                                const SageAttentionParams &base, const ValueTensor &v) {
+                                                const SageAttentionParams &base, const ValueTensor &v,
+                                                const QkRows &qk_rows) {
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
   if (ws.consumer_warpgroups <= 0)
     throw std::invalid_argument("plan: not a warp-specialised (sm90) plan");
@@ -99,8 +100,10 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
   requireRows("K and V (batch x heads_kv x padded tokens_kv)", kv_rows);
   const unsigned char *workspace = base.workspace;
   driver::TensorMap q_map, k_map, v_map;
-  encodeRows(q_map, workspace + layout.q_codes.offset, qk_row_bytes, q_rows, ws.q_box);
-  encodeRows(k_map, workspace + layout.k_codes.offset, qk_row_bytes, kv_rows, ws.k_box);
+  encodeRows(q_map, qk_rows.q ? static_cast<const unsigned char *>(qk_rows.q) : workspace + layout.q_codes.offset,
+             qk_row_bytes, q_rows, ws.q_box);
+  encodeRows(k_map, qk_rows.k ? static_cast<const unsigned char *>(qk_rows.k) : workspace + layout.k_codes.offset,
+             qk_row_bytes, kv_rows, ws.k_box);
 
   switch (plan.v_source) {
   case schedules::ValueSource::workspace_codes: { // V^T: [b * h_kv * d rows][padded_kv bytes]

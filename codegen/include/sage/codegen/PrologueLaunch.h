@@ -29,11 +29,21 @@ std::vector<LaunchGrid> prologueGrids(const PrologueSource &prologue, const sche
 // the variant folds the softmax scale into Q, else 1. The CPU reference rounds the same double product.
 float prologueQPrescale(const AttentionVariant &variant);
 
+// Whether the prologue only copies Q and K into q_codes and k_codes: both unquantized (a cast to the input type, which
+// is a copy), unscaled and unsmoothed, and V read in place (nothing else to write). Then a caller's Q and K that are
+// already in that layout (PrologueTensor::inWorkspaceLayout) can be read where they are and the prologue skipped.
+bool prologueOnlyCopiesQk(const AttentionVariant &variant, schedules::InputType input);
+
 // The caller's Q, K and V: device pointers and strides in elements (the head dim is contiguous). The kernels
 // read 16 bytes at a time, so pointers must be 16-byte aligned and strides multiples of 8 elements.
 struct PrologueTensor {
   const void *data = nullptr;
   SageTensorStrides strides{};
+
+  // Whether its [batch][heads][tokens][head_dim] elements are laid out as q_codes / k_codes in the input type:
+  // compact head-major rows, tokens a whole number of blocks (`padded_tokens`: no padding rows), 16-byte aligned.
+  // The stride of a dimension of size 1 is not looked at.
+  bool inWorkspaceLayout(int64_t batch, int64_t heads, int64_t tokens, int64_t padded_tokens, int head_dim) const;
 };
 
 // Fills sizes and offsets from the layout; throws std::invalid_argument for misaligned tensors or a shape that

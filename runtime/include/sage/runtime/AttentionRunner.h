@@ -27,9 +27,9 @@ struct AttentionRunnerOptions {
   // The CUDA device whose primary context the kernels are loaded into and launched in. Default: the device of the
   // calling thread's current context (that context itself), else device 0.
   std::optional<int> device;
-  std::optional<schedules::GpuArch> arch;       // default: the device's
-  std::optional<schedules::Tunables> tunables;  // default: the tuning database's for this GPU, else the schedule's
-  std::string ir_fingerprint;                   // the IR part of the cache key (ir::Program::fingerprint)
+  std::optional<schedules::GpuArch> arch;      // default: the device's
+  std::optional<schedules::Tunables> tunables; // default: the tuning database's for this GPU, else the schedule's
+  std::string ir_fingerprint;                  // the IR part of the cache key (ir::Program::fingerprint)
   // A schedule by name (e.g. "sm80.mma_sync"); empty: $SAGEGEN_SCHEDULE if set, else the best one for the arch.
   std::string schedule;
   KernelCache *cache = nullptr;                 // default: a process-wide cache on $SAGEGEN_CACHE_DIR
@@ -74,7 +74,8 @@ public:
   // Schedule, arch, tunables (and whether they came from the caller, the tuning database or the schedule's
   // defaults) and every kernel with where it came from (aot/memory/disk/built) and its compile time.
   std::string describe() const;
-  // Kernel launches of one RunPhase::all call (the prologue's and the attention kernel).
+  // Kernel launches of one RunPhase::all call at most (the prologue's and the attention kernel; a prologue that only
+  // copies Q and K is skipped for tensors already in the workspace's layout).
   size_t launchCount() const;
 
 private:

@@ -22,8 +22,14 @@ std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedule
                                const ValueTensor &v);
 
 // `base` with the three tensor maps of this call. Throws std::invalid_argument (see above) or CudaError.
+// `qk_rows`: the caller's Q and K when they already are in q_codes' and k_codes' layout (the prologue skipped:
+// codegen::prologueOnlyCopiesQk), read in place; else both null (the workspace's codes).
+struct QkRows {
+  const void *q = nullptr, *k = nullptr;
+};
 SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
-                                                const SageAttentionParams &base, const ValueTensor &v);
+                                                const SageAttentionParams &base, const ValueTensor &v,
+                                                const QkRows &qk_rows = {});
 
 } // namespace sage::runtime

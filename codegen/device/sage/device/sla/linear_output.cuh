@@ -21,20 +21,40 @@ __device__ __forceinline__ void output_tiles_split(float (&c)[kTilesPerWarp][4],
     for (int e = 0; e < 4; ++e)
       c[t][e] = 0.0f;
   if constexpr (kTileColumns == kWarps && kTiles == kWarps * kTilesPerWarp) {
-    const int n0 = 8 * warp;
+    // Per k-step: B's fragments of the warp's column, A's of up to four tiles at a time, then each product over those
+    // tiles in turn (no product waits on the one before it; a tile's sum keeps its order: lo hi, hi lo, hi hi; the
+    // output kernel 955 -> 933 us at d = 128, N = 32k, h = 16 on an H100). ldmatrix addresses: the thread's offsets
+    // plus constants.
+    constexpr int kGroup = kTilesPerWarp % 4 == 0 ? 4 : kTilesPerWarp % 2 == 0 ? 2 : 1;
+    const int lane = threadIdx.x % 32, n0 = 8 * warp;
+    const int a_offset = ((lane & 8) + (lane & 7)) * a_hi.stride + (lane >> 4) * 8;
+    const unsigned a_hi0 = shared_address(a_hi.base + a_offset), a_lo0 = shared_address(a_lo.base + a_offset);
+    const int b_offset = kBKMajor ? (lane & 15) * b_hi.stride + n0 : (n0 + (lane & 7)) * b_hi.stride + (lane & 8);
+    const unsigned b_hi0 = shared_address(b_hi.base + b_offset), b_lo0 = shared_address(b_lo.base + b_offset);
 #pragma unroll 1
     for (int k0 = 0; k0 < K; k0 += 16) {
+      const unsigned b_step = 2 * (kBKMajor ? k0 * b_hi.stride : k0);
       unsigned bh[2], bl[2];
-      load_b<kBKMajor>(bh, b_hi, k0, n0);
-      load_b<kBKMajor>(bl, b_lo, k0, n0);
+      ldmatrix_x2<kBKMajor>(bh, b_hi0 + b_step);
+      ldmatrix_x2<kBKMajor>(bl, b_lo0 + b_step);
 #pragma unroll
-      for (int t = 0; t < kTilesPerWarp; ++t) {
-        unsigned ah[4], al[4];
-        load_a<false>(ah, a_hi, 16 * t, k0);
-        load_a<false>(al, a_lo, 16 * t, k0);
-        mma_f16(c[t], al, bh);
-        mma_f16(c[t], ah, bl);
-        mma_f16(c[t], ah, bh);
+      for (int g = 0; g < kTilesPerWarp; g += kGroup) {
+        unsigned ah[kGroup][4], al[kGroup][4];
+#pragma unroll
+        for (int t = 0; t < kGroup; ++t) {
+          const unsigned a_step = 2 * (16 * (g + t) * a_hi.stride + k0);
+          ldmatrix_x4<false>(ah[t], a_hi0 + a_step);
+          ldmatrix_x4<false>(al[t], a_lo0 + a_step);
+        }
+#pragma unroll
+        for (int t = 0; t < kGroup; ++t)
+          mma_f16(c[g + t], al[t], bh);
+#pragma unroll
+        for (int t = 0; t < kGroup; ++t)
+          mma_f16(c[g + t], ah[t], bl);
+#pragma unroll
+        for (int t = 0; t < kGroup; ++t)
+          mma_f16(c[g + t], ah[t], bh);
       }
     }
   } else {
