@@ -259,6 +259,26 @@ TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes i
   CHECK(gridsOf(exact(InputType::bf16), small) == std::vector<unsigned>{24 + 8 + 8});
 }
 
+TEST_CASE("prologueOnlyCopiesQk and inWorkspaceLayout: when a whole call may read Q and K in place") {
+  const AttentionVariant exact = dsl::preset("exact", 128)->describe();
+  CHECK(codegen::prologueOnlyCopiesQk(exact, InputType::f16));
+  CHECK_FALSE(codegen::prologueOnlyCopiesQk(exact, InputType::bf16)); // it also converts V to f16
+  CHECK_FALSE(codegen::prologueOnlyCopiesQk(dsl::preset("sage-b", 128)->describe(), InputType::f16));
+  CHECK_FALSE(
+      codegen::prologueOnlyCopiesQk(prologue_test::makeVariant(kindNamed("unquantized_folded_smooth_k_f16_v"), 64),
+                                    InputType::f16)); // Q scaled, K smoothed
+
+  alignas(16) static unsigned short data[16];
+  const codegen::PrologueTensor compact{data, {4 * 256 * 64, 256 * 64, 64}};
+  CHECK(compact.inWorkspaceLayout(2, 4, 256, 256, 64));
+  CHECK_FALSE(compact.inWorkspaceLayout(2, 4, 250, 256, 64)); // padding rows missing
+  CHECK_FALSE(codegen::PrologueTensor{data + 8, {4 * 256 * 64, 256 * 64, 128}}.inWorkspaceLayout(2, 4, 256, 256, 64));
+  CHECK_FALSE(codegen::PrologueTensor{data, {256 * 64, 64, 4 * 64}}.inWorkspaceLayout(2, 4, 256, 256, 64)); // NHD
+  CHECK_FALSE(codegen::PrologueTensor{data + 1, compact.strides}.inWorkspaceLayout(2, 4, 256, 256, 64));
+  CHECK(codegen::PrologueTensor{data, {0, 0, 64}}.inWorkspaceLayout(1, 1, 256, 256, 64)); // size-1 dims: any stride
+  CHECK_FALSE(codegen::PrologueTensor{nullptr, compact.strides}.inWorkspaceLayout(2, 4, 256, 256, 64));
+}
+
 TEST_CASE("grids: the sum of the roles' CTA counts (hand-computed)") {
   // b = 2, h_q = 4, h_kv = 2, 300 Q and 333 KV tokens, d = 64: 8 Q heads x 3 Q blocks, 4 KV heads x 6 KV blocks.
   const schedules::ProblemShape small = shapeOf(2, 4, 2, 300, 333, 64);
