@@ -72,13 +72,9 @@ std::string qBlockSupport(const PrologueConfig &config) {
   return text;
 }
 
-// The device library's header `name` with its includes, pasted: a prologue kernel is one self-contained translation
-// unit (NVRTC receives no headers for it).
-std::string pastedHeader(const std::string &name) { return "\n" + expandDeviceIncludes("#include \"" + name + "\"\n"); }
-
 // kKBlocksPerTile KV blocks of K in registers, and the x that psi_K quantizes (K, or gamma(K) when K is smoothed).
 std::string kBlockSupport(const PrologueConfig &config) {
-  return pastedHeader("sage/device/prologue/k_tile.cuh") + "using KTile = sage::device::prologue::KTileOf<" +
+  return pasteDeviceHeader("sage/device/prologue/k_tile.cuh") + "using KTile = sage::device::prologue::KTileOf<" +
          (config.smooth_k ? "true" : "false") + ">; // " + (config.smooth_k ? "gamma(K) = K - mean(K)" : "K itself") +
          "\n";
 }
@@ -86,13 +82,13 @@ std::string kBlockSupport(const PrologueConfig &config) {
 // Q smoothing's correction, written by the K tiles (launch 2, after launch 1's q_mean): the GEMV of
 // sage.q_mean_correction.
 std::string qMeanCorrectionSupport() {
-  return pastedHeader("sage/device/prologue/q_mean_correction.cuh") +
+  return pasteDeviceHeader("sage/device/prologue/q_mean_correction.cuh") +
          "using sage::device::prologue::writeQMeanCorrection;\n";
 }
 
 // Microscaled (FP4) Q and K: the codes and scales of a tile's rows.
 std::string microscaledTileSupport() {
-  return pastedHeader("sage/device/prologue/microscaled_tile.cuh") +
+  return pasteDeviceHeader("sage/device/prologue/microscaled_tile.cuh") +
          "using sage::device::prologue::storeMicroscaledTile;\n";
 }
 
