@@ -1,6 +1,7 @@
-// The role functions of the generated prologue kernels: what one CTA of each role does. Lines that depend on
-// the variant (prescale, smoothing, per-tensor scales, V's output) are added only when the variant has them. The
-// device helpers they call are emitted by PrologueSupportSources.cpp.
+// The role functions of the generated prologue kernels: what one CTA of each role does. The column statistics and V
+// roles are templates of sage/device/prologue/*.cuh: their function here is the variant's comment and one call. The
+// Q and K roles are still generated text: lines that depend on the variant (prescale, smoothing, per-tensor scales)
+// are added only when the variant has them. PrologueSupportSources.cpp pastes the headers they use.
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
@@ -35,25 +36,9 @@ std::string columnStatistics(const PrologueConfig &config, bool k) {
                               : "the per-channel min/max for the per-channel psi_V (paper 4.3)";
   comment += ",\n// over one slice of one KV head's tokens, into prologue_statistics. Launch 2 combines the slices in "
              "order.\n";
-  const std::string tensor = k ? "k" : "v";
-  std::string text = functionHead(comment, k ? "reduceKColumns" : "reduceVColumns");
-  text += R"cuda(  const int slices = statisticsSlices(params.size);
-  const long long head = cta / slices; // batch index * heads_kv + KV head index
-  const int slice = (int)(cta % slices);
-  const int slice_tokens = statisticsSliceTokens(params.size);
-  const int begin = slice * slice_tokens;
-  const int end = min(params.size.tokens_kv, begin + slice_tokens);
-  const StatisticsScratch scratch = statisticsScratch(params);
-  const long long entry = (head * slices + slice) * kHeadDim;
-)cuda";
-  text += "  reduceColumns<" + std::string(sum ? "true" : "false") + ", " + (min_max ? "true" : "false") + ">(\n";
-  text += "      headPointer(params." + tensor + ", params." + tensor +
-          "_strides, head, params.size.heads_kv), params." + tensor + "_strides.token, begin, end,\n";
-  text += "      (float *)shared, " + (sum ? "scratch." + tensor + "_sum + entry" : std::string("nullptr")) + ", " +
-          (min_max ? "scratch." + tensor + "_min + entry, scratch." + tensor + "_max + entry"
-                   : std::string("nullptr, nullptr")) +
-          ");\n}\n";
-  return text;
+  return functionHead(comment, k ? "reduceKColumns" : "reduceVColumns") + "  reduceColumnsOfSlice<" +
+         (k ? "true" : "false") + ", " + (sum ? "true" : "false") + ", " + (min_max ? "true" : "false") +
+         ">(params, cta, shared);\n}\n";
 }
 
 std::string qBlockHead(const std::string &comment, const std::string &name) {

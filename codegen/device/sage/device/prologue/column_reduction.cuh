@@ -1,7 +1,8 @@
-// The column reduction of the quantization prologue's launch 1: per-channel sums and/or minima and maxima over a
-// slice of one head's tokens. The generator pastes this header after its constants (kThreads, kHeadDim,
-// kVectorElements, kVectorsPerRow, kRowsPerPass, kStatisticsUnroll), scalar_helpers.cuh, the input header,
-// global_memory.cuh and tile_reductions.cuh (foldRows), whose names it uses.
+// The column statistics roles of the quantization prologue's launch 1: per-channel sums and/or minima and maxima over
+// a slice of one KV head's tokens of K or V, into prologue_statistics. The generator pastes this header after its
+// constants (kThreads, kHeadDim, kVectorElements, kVectorsPerRow, kRowsPerPass, kStatisticsUnroll), geometry.cuh,
+// scalar_helpers.cuh, the input header, global_memory.cuh, tile_reductions.cuh (foldRows) and its statistics scratch
+// (statisticsScratch), whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
@@ -54,6 +55,32 @@ __device__ __forceinline__ void reduceColumns(const unsigned short *head, long l
         high, partials, -positiveInfinity(), [](float a, float b) { return fmaxf(a, b); },
         [&](int c, float highest) { max_out[c] = floatToInput(highest); });
   }
+}
+
+// One CTA of a column statistics role: slice `cta % slices` of KV head `cta / slices` of K (kK) or V, reduced into
+// the slice's entries of the sums (kSum) and/or minima and maxima (kMinMax). Launch 2 combines the slices in order.
+template <bool kK, bool kSum, bool kMinMax>
+__device__ __forceinline__ void reduceColumnsOfSlice(const SagePrologueParams &params, long long cta,
+                                                     unsigned char *shared) {
+  const int slices = statisticsSlices(params.size);
+  const long long head = cta / slices; // batch index * heads_kv + KV head index
+  const int slice = (int)(cta % slices);
+  const int slice_tokens = statisticsSliceTokens(params.size);
+  const int begin = slice * slice_tokens;
+  const int end = min(params.size.tokens_kv, begin + slice_tokens);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  const long long entry = (head * slices + slice) * kHeadDim;
+  const SageTensorStrides &strides = kK ? params.k_strides : params.v_strides;
+  float *sum = nullptr;
+  unsigned short *lowest = nullptr, *highest = nullptr;
+  if constexpr (kSum)
+    sum = (kK ? scratch.k_sum : scratch.v_sum) + entry;
+  if constexpr (kMinMax) {
+    lowest = (kK ? scratch.k_min : scratch.v_min) + entry;
+    highest = (kK ? scratch.k_max : scratch.v_max) + entry;
+  }
+  reduceColumns<kSum, kMinMax>(headPointer(kK ? params.k : params.v, strides, head, params.size.heads_kv),
+                               strides.token, begin, end, (float *)shared, sum, lowest, highest);
 }
 
 } // namespace sage::device::prologue
