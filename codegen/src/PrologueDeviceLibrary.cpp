@@ -1,6 +1,6 @@
 // The device library of the generated prologue kernels: constants, conversions, loads, reductions and the
-// generic tile quantizer. Everything variant-specific is a constexpr or a small generated struct; the rest is
-// fixed text, written once here so that every generated kernel reads the same.
+// generic tile quantizer. Everything variant-specific is a constexpr or a small generated struct; the fixed device
+// code lives in sage/device/prologue/*.cuh, pasted in the order its names need.
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/PrologueDeviceCode.h"
 
@@ -40,6 +40,10 @@ std::string_view sharedBudgetOf(PrologueRole role) {
 }
 
 } // namespace
+
+std::string pasteDeviceHeader(const std::string &name) {
+  return "\n" + expandDeviceIncludes("#include \"" + name + "\"\n");
+}
 
 std::string emitConstants(const PrologueConfig &config) {
   const PrologueTunables &tunables = config.tunables;
@@ -100,138 +104,12 @@ std::string emitSharedBudgets(const std::vector<PrologueRole> &roles) {
 }
 
 std::string emitBasicHelpers(const PrologueConfig &config) {
-  std::string text = R"cuda(
-// ---- Geometry, mirrored by sage::codegen::prologueRoleCtas on the host: change both together ----
-__device__ __forceinline__ long long ceilDiv(long long value, long long divisor) {
-  return (value + divisor - 1) / divisor;
-}
-__device__ __forceinline__ long long qHeads(const SageProblemSize &size) {
-  return (long long)size.batch * size.heads_q;
-}
-__device__ __forceinline__ long long kvHeads(const SageProblemSize &size) {
-  return (long long)size.batch * size.heads_kv;
-}
-// Column statistics split each KV head's tokens into slices: enough for kStatisticsCtasPerTensor CTAs over all
-// heads, each of at least kStatisticsMinSliceTokens tokens, at most kMaxStatisticsSlices.
-__device__ __forceinline__ int statisticsSlices(const SageProblemSize &size) {
-  const long long for_parallelism = ceilDiv(kStatisticsCtasPerTensor, kvHeads(size));
-  const long long for_length = ceilDiv(size.tokens_kv, kStatisticsMinSliceTokens);
-  const long long slices = for_parallelism < for_length ? for_parallelism : for_length;
-  return (int)(slices < kMaxStatisticsSlices ? slices : kMaxStatisticsSlices);
-}
-__device__ __forceinline__ int statisticsSliceTokens(const SageProblemSize &size) {
-  return (int)ceilDiv(size.tokens_kv, statisticsSlices(size));
-}
-__device__ __forceinline__ int vTiles(const SageProblemSize &size) {
-  return (int)ceilDiv(size.padded_kv, kVTileTokens);
-}
-
-// ---- f32 arithmetic of the quantizers (sage/numerics/Quantizers.h) ----
-// __fadd_rn, __fsub_rn, __fmul_rn and __fdiv_rn are single IEEE operations, never contracted into an FMA or
-// approximated, so codes and scales match the CPU quantizers bit for bit from the same f32 inputs.
-struct SymmetricScale {
-  float scale;   // dequantize: x ~= code * scale
-  float inverse; // quantize:   code = round(x * inverse)
-};
-
-// scale = amax / qmax and inverse = qmax / amax, one f32 division each; an all-zero group gets 0 and 0.
-__device__ __forceinline__ SymmetricScale symmetricScale(float amax, float code_max) {
-  if (amax == 0.0f)
-    return {0.0f, 0.0f};
-  return {__fdiv_rn(amax, code_max), __fdiv_rn(code_max, amax)};
-}
-
-__device__ __forceinline__ float positiveInfinity() { return __int_as_float(0x7f800000); }
-
-// Round to nearest even f16 (a NaN becomes 0x7fff, as sage::numerics::floatToHalfBits).
-__device__ __forceinline__ unsigned short floatToHalfBits(float value) {
-  unsigned short bits;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value));
-  return bits;
-}
-)cuda";
-  if (config.input == schedules::InputType::bf16)
-    text += R"cuda(
-// ---- Inputs: bf16, handled as raw 16-bit values ----
-__device__ __forceinline__ float inputToFloat(unsigned bits) { return __uint_as_float(bits << 16); }
-// Exact on the values it is used for: minima and maxima of the input itself, and infinities.
-__device__ __forceinline__ unsigned short floatToInput(float value) {
-  return (unsigned short)(__float_as_uint(value) >> 16);
-}
-// Round to nearest even bf16: the cast that stands in for psi_Q / psi_K when they do not quantize.
-__device__ __forceinline__ unsigned short roundToInput(float value) {
-  unsigned short bits;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(value));
-  return bits;
-}
-)cuda";
-  else
-    text += R"cuda(
-// ---- Inputs: f16, handled as raw 16-bit values ----
-__device__ __forceinline__ float inputToFloat(unsigned bits) {
-  float value;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"((unsigned short)bits));
-  return value;
-}
-// Exact on the values it is used for: minima and maxima of the input itself, and infinities.
-__device__ __forceinline__ unsigned short floatToInput(float value) { return floatToHalfBits(value); }
-// Round to nearest even f16: the cast that stands in for psi_Q / psi_K when they do not quantize.
-__device__ __forceinline__ unsigned short roundToInput(float value) { return floatToHalfBits(value); }
-)cuda";
-  text += R"cuda(
-// ---- Global memory: 16-byte vectors of 8 input elements, read through the read-only path ----
-__device__ __forceinline__ uint4 loadVector(const unsigned short *address) {
-  uint4 words;
-  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(words.x), "=r"(words.y), "=r"(words.z), "=r"(words.w)
-      : "l"(address));
-  return words;
-}
-
-// Element j of a vector as f32 (j is a constant once loops are unrolled).
-__device__ __forceinline__ float elementOf(const uint4 &words, int j) {
-  const unsigned word = j < 2 ? words.x : j < 4 ? words.y : j < 6 ? words.z : words.w;
-  return inputToFloat(j % 2 == 0 ? word & 0xffffu : word >> 16);
-}
-
-// Head `head` (= batch index * heads + head index) of a caller tensor.
-__device__ __forceinline__ const unsigned short *headPointer(const void *tensor,
-                                                             const SageTensorStrides &strides,
-                                                             long long head, int heads) {
-  return (const unsigned short *)tensor + head / heads * strides.batch + head % heads * strides.head;
-}
-
-__device__ __forceinline__ float *workspaceFloats(const SagePrologueParams &params,
-                                                  unsigned long long offset) {
-  return (float *)(params.workspace + offset);
-}
-)cuda";
-  return text;
-}
-
-std::string emitE4m3SoftwareEncoder() {
-  return R"cuda(
-// cvt.rn.satfinite.e4m3 in integer arithmetic, for GPUs without the instruction (sm_80, sm_86): round half
-// to even, clamp to +-448 (infinities included), NaN -> 0x7f, zero keeps its sign.
-__device__ __forceinline__ unsigned encodeE4m3Software(float value) {
-  const unsigned bits = __float_as_uint(value);
-  const unsigned sign = (bits >> 24) & 0x80u;
-  const unsigned magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u)
-    return 0x7fu; // NaN
-  if (magnitude >= 0x43e00000u)
-    return sign | 0x7eu; // >= 448: every such value rounds to 448 or saturates to it
-  if (magnitude < 0x3c800000u) {
-    // Below 2^-6, E4M3 steps by 2^-9: scale exactly by 2^9 and round half to even (8 is the smallest normal).
-    int steps;
-    asm("cvt.rni.s32.f32 %0, %1;" : "=r"(steps) : "f"(__fmul_rn(__uint_as_float(magnitude), 512.0f)));
-    return sign | (unsigned)steps;
-  }
-  // Normal: keep 3 mantissa bits with round half to even on the f32 bits, then rebias the exponent 127 -> 7.
-  const unsigned rounded = (magnitude + 0x7ffffu + ((magnitude >> 20) & 1u)) >> 20;
-  return sign | (rounded - (120u << 3));
-}
-)cuda";
+  // The using-directive follows the first header: the generated code below names the headers' functions unqualified.
+  return pasteDeviceHeader("sage/device/prologue/geometry.cuh") + "using namespace sage::device::prologue;\n" +
+         pasteDeviceHeader("sage/device/prologue/scalar_helpers.cuh") +
+         pasteDeviceHeader(config.input == schedules::InputType::bf16 ? "sage/device/prologue/input_bf16.cuh"
+                                                                      : "sage/device/prologue/input_f16.cuh") +
+         pasteDeviceHeader("sage/device/prologue/global_memory.cuh");
 }
 
 namespace {
@@ -252,253 +130,18 @@ std::string fp4Helpers() {
 } // namespace
 
 std::string emitCodeHelpers(const PrologueConfig &config) {
-  std::string text = R"cuda(
-// ---- Codes ----
-// int8: cvt.rni (round half to even) of the f32 product, saturated to [-127, 127]; a NaN becomes 0.
-__device__ __forceinline__ unsigned int8Code(float scaled) {
-  int code;
-  asm("cvt.rni.sat.s32.f32 %0, %1;" : "=r"(code) : "f"(scaled));
-  return (unsigned)(code < -127 ? -127 : code > 127 ? 127 : code) & 0xffu;
-}
-
-// int4, stored one per byte (the legalized s4 -> s8 operand): cvt.rni of the f32 product, saturated to [-7, 7]
-// (symmetric, as roundToInt4); a NaN becomes 0.
-__device__ __forceinline__ unsigned int4Code(float scaled) {
-  int code;
-  asm("cvt.rni.sat.s32.f32 %0, %1;" : "=r"(code) : "f"(scaled));
-  return (unsigned)(code < -7 ? -7 : code > 7 ? 7 : code) & 0xffu;
-}
-
-__device__ __forceinline__ uint2 packInt4Codes(const float (&scaled)[8]) {
-  uint2 packed = {0u, 0u};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    packed.x |= int4Code(scaled[j]) << (8 * j);
-    packed.y |= int4Code(scaled[j + 4]) << (8 * j);
-  }
-  return packed;
-}
-
-// Eight codes of one row vector, channel j in byte j.
-__device__ __forceinline__ uint2 packInt8Codes(const float (&scaled)[8]) {
-  uint2 packed = {0u, 0u};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    packed.x |= int8Code(scaled[j]) << (8 * j);
-    packed.y |= int8Code(scaled[j + 4]) << (8 * j);
-  }
-  return packed;
-}
-)cuda";
+  std::string text = pasteDeviceHeader("sage/device/prologue/codes.cuh");
   if (config.usesFp4())
     text += fp4Helpers();
-  if (config.usesE4m3()) {
-    text += emitE4m3SoftwareEncoder();
-    text += R"cuda(
-// e4m3: cvt.rn.satfinite (round half to even, clamp to +-448, NaN -> 0x7f) of two f32 products; low in the
-// low byte.
-__device__ __forceinline__ unsigned e4m3CodePair(float low, float high) {
-#if __CUDA_ARCH__ >= 890
-  unsigned short pair;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(high), "f"(low));
-  return pair;
-#else
-  return encodeE4m3Software(low) | encodeE4m3Software(high) << 8;
-#endif
-}
-
-__device__ __forceinline__ unsigned e4m3Code(float scaled) { return e4m3CodePair(scaled, 0.0f) & 0xffu; }
-
-__device__ __forceinline__ uint2 packE4m3Codes(const float (&scaled)[8]) {
-  return {e4m3CodePair(scaled[0], scaled[1]) | e4m3CodePair(scaled[2], scaled[3]) << 16,
-          e4m3CodePair(scaled[4], scaled[5]) | e4m3CodePair(scaled[6], scaled[7]) << 16};
-}
-)cuda";
-  }
+  if (config.usesE4m3())
+    text += pasteDeviceHeader("sage/device/prologue/e4m3_codes.cuh");
   return text;
 }
 
 std::string emitTileLibrary() {
-  return R"cuda(
-// ---- Token tiles: kTileTokens x kHeadDim inputs spread over the CTA, kept in registers ----
-// Thread t holds the 8-channel vector t % kVectorsPerRow of rows t / kVectorsPerRow + pass * kRowsPerPass: the
-// kVectorsPerRow lanes of a row are neighbours in one warp, so a row reduces with shuffles.
-template <int kTileTokens> struct TokenTile {
-  static constexpr int kPasses = (kTileTokens + kRowsPerPass - 1) / kRowsPerPass;
-  uint4 raw[kPasses]; // as loaded; zero past the sequence
-
-  static __device__ __forceinline__ int row(int pass) {
-    return pass * kRowsPerPass + (int)threadIdx.x / kVectorsPerRow;
-  }
-  static __device__ __forceinline__ int channel() { return (int)threadIdx.x % kVectorsPerRow * kVectorElements; }
-  static __device__ __forceinline__ bool inTile(int pass) {
-    return kTileTokens % kRowsPerPass == 0 || row(pass) < kTileTokens;
-  }
-
-  // Rows [0, valid_rows) from `first_row`; every load is issued before any is used.
-  __device__ __forceinline__ void load(const unsigned short *first_row, long long token_stride, int valid_rows) {
-#pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass)
-      raw[pass] = row(pass) < valid_rows ? loadVector(first_row + row(pass) * token_stride + channel())
-                                         : uint4{0u, 0u, 0u, 0u};
-  }
-  __device__ __forceinline__ float element(int pass, int j) const { return elementOf(raw[pass], j); }
-};
-
-// Max over the kVectorsPerRow lanes that hold one row.
-__device__ __forceinline__ float rowMax(float value) {
-#pragma unroll
-  for (int offset = kVectorsPerRow / 2; offset > 0; offset /= 2)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
-
-// Max of non-negative values over the CTA (a NaN never wins, like max.f32). `slot`: one word of shared memory.
-__device__ __forceinline__ float ctaMax(float value, unsigned *slot) {
-  if (threadIdx.x == 0)
-    *slot = 0u;
-  __syncthreads();
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  if (threadIdx.x % 32 == 0)
-    atomicMax(slot, __float_as_uint(value)); // non-negative floats order like their bits
-  __syncthreads();
-  const float result = __uint_as_float(*slot);
-  __syncthreads(); // the slot may be reused right after
-  return result;
-}
-
-// Folds per-thread partial results of 8 channels over the CTA's kRowsPerPass rows of threads: every thread
-// writes its partials to `partials` [kRowsPerPass x kHeadDim], then thread c combines channel c's rows in
-// order and hands the result to store(c, value).
-template <class Combine, class Store>
-__device__ __forceinline__ void foldRows(const float (&mine)[kVectorElements], float *partials,
-                                         float identity, Combine combine, Store store) {
-  float *slot = partials + (int)threadIdx.x / kVectorsPerRow * kHeadDim +
-                (int)threadIdx.x % kVectorsPerRow * kVectorElements;
-#pragma unroll
-  for (int j = 0; j < kVectorElements; ++j)
-    slot[j] = mine[j];
-  __syncthreads();
-  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
-    float total = identity;
-    for (int row = 0; row < kRowsPerPass; ++row)
-      total = combine(total, partials[row * kHeadDim + c]);
-    store(c, total);
-  }
-  __syncthreads();
-}
-
-// Per-channel mean of rows [0, valid_rows) of a tile: f32 sums in a fixed order, one f32 division.
-template <class Tile, class Values>
-__device__ __forceinline__ void tileColumnMeans(const Values &values, int valid_rows, float *partials,
-                                                float *means) {
-  float sum[kVectorElements];
-#pragma unroll
-  for (int j = 0; j < kVectorElements; ++j)
-    sum[j] = 0.0f;
-#pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass)
-    if (Tile::row(pass) < valid_rows)
-#pragma unroll
-      for (int j = 0; j < kVectorElements; ++j)
-        sum[j] = __fadd_rn(sum[j], values(pass, j));
-  foldRows(
-      sum, partials, 0.0f, [](float a, float b) { return __fadd_rn(a, b); },
-      [&](int c, float total) { means[c] = __fdiv_rn(total, (float)valid_rows); });
-}
-
-// Largest |x| of a whole tile (a per-tensor quantizer's share of the amax).
-template <class Tile, class Values>
-__device__ __forceinline__ float tileAmax(const Values &values, unsigned *slot) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass)
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j)
-      amax = fmaxf(amax, fabsf(values(pass, j)));
-  return ctaMax(amax, slot);
-}
-
-// Codes of one tile row by row: code = convert(x * inverse), one f32 product per element, to `codes`
-// [kTileTokens x kHeadDim]; rows past the sequence hold x = 0 and get code 0; rows from `stored_rows` on lie
-// past the padded sequence and are not stored.
-template <class Quantizer, class Values, class InverseOfRow>
-__device__ __forceinline__ void storeTileCodes(const Values &values, unsigned char *codes, int stored_rows,
-                                               InverseOfRow inverse_of_row) {
-  using Tile = TokenTile<Quantizer::kTileTokens>;
-#pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass) {
-    const int row = Tile::row(pass);
-    if (!Tile::inTile(pass) || row >= stored_rows)
-      continue;
-    const float inverse = inverse_of_row(row);
-    float scaled[kVectorElements];
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j)
-      scaled[j] = __fmul_rn(values(pass, j), inverse);
-    *(uint2 *)(codes + row * kHeadDim + Tile::channel()) = Quantizer::pack(scaled);
-  }
-}
-
-// The cast of one tile (an unquantized Q or K): every x rounded to the input type, one 16-byte store per thread
-// and row, to `values` [kTileTokens x kHeadDim]; rows past the sequence hold x = 0; rows from `stored_rows` on
-// lie past the padded sequence and are not stored.
-template <class Quantizer, class Values>
-__device__ __forceinline__ void storeTileValues(const Values &values, unsigned short *out, int stored_rows) {
-  using Tile = TokenTile<Quantizer::kTileTokens>;
-#pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass) {
-    const int row = Tile::row(pass);
-    if (!Tile::inTile(pass) || row >= stored_rows)
-      continue;
-    unsigned words[4];
-#pragma unroll
-    for (int pair = 0; pair < 4; ++pair)
-      words[pair] = (unsigned)roundToInput(values(pass, 2 * pair)) |
-                    (unsigned)roundToInput(values(pass, 2 * pair + 1)) << 16;
-    *(uint4 *)(out + (long long)row * kHeadDim + Tile::channel()) = uint4{words[0], words[1], words[2], words[3]};
-  }
-}
-
-// psi on one tile with one scale per group of rows: the amax of every group, scale = amax / qmax and
-// inverse = qmax / amax per group (the first `stored_groups` scales to `scales`), then the codes of the first
-// `stored_rows` rows. values(pass, j) is the f32 x.
-template <class Quantizer, class Values>
-__device__ __forceinline__ void quantizeTile(const Values &values, unsigned char *codes, float *scales,
-                                             int stored_rows, int stored_groups, unsigned char *shared) {
-  using Tile = TokenTile<Quantizer::kTileTokens>;
-  unsigned *group_amax = (unsigned *)(shared + kTileGroupAmaxOffset);
-  float *group_inverse = (float *)(shared + kTileGroupInverseOffset);
-  for (int group = threadIdx.x; group < Quantizer::kGroupsPerTile; group += kThreads)
-    group_amax[group] = 0u;
-  __syncthreads();
-  // 1. amax of each group: a row's lanes reduce with shuffles, then the row's first lane folds the row in.
-#pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j)
-      amax = fmaxf(amax, fabsf(values(pass, j)));
-    amax = rowMax(amax);
-    if (threadIdx.x % kVectorsPerRow == 0 && Tile::inTile(pass))
-      atomicMax(&group_amax[Quantizer::groupOfRow(Tile::row(pass))], __float_as_uint(amax));
-  }
-  __syncthreads();
-  // 2. One f32 scale and inverse per group.
-  for (int group = threadIdx.x; group < Quantizer::kGroupsPerTile; group += kThreads) {
-    const SymmetricScale scale = symmetricScale(__uint_as_float(group_amax[group]), Quantizer::kCodeMax);
-    if (group < stored_groups)
-      scales[group] = scale.scale;
-    group_inverse[group] = scale.inverse;
-  }
-  __syncthreads();
-  // 3. The codes.
-  storeTileCodes<Quantizer>(values, codes, stored_rows,
-                            [&](int row) { return group_inverse[Quantizer::groupOfRow(row)]; });
-}
-)cuda";
+  return pasteDeviceHeader("sage/device/prologue/token_tile.cuh") +
+         pasteDeviceHeader("sage/device/prologue/tile_reductions.cuh") +
+         pasteDeviceHeader("sage/device/prologue/tile_quantizer.cuh");
 }
 
 std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &quantizer, const char *tile_constant,
@@ -582,17 +225,8 @@ std::string emitTokenQuantizer(const char *name, const TokenQuantizerConfig &qua
 }
 
 std::string emitStatisticsScratch(const PrologueConfig &config, bool with_reduction) {
-  std::string text = R"cuda(
-// ---- Launch 1's results for launch 2, in the workspace's prologue_statistics ----
-// A per-tensor Q's block amax, then column statistics of K and V per (head, slice): at most 16 bytes per channel
-// and slice, with slices <= min(64, ceil(tokens_kv / 16)), the bound the workspace is sized for. Minima and
-// maxima are stored as input elements, which holds them exactly.
-struct StatisticsScratch {
-  float *q_amax;                                 // [batch * heads_q][padded_q / kBlockQ]
-  float *k_sum, *v_sum;                          // [batch * heads_kv][slices][kHeadDim]
-  unsigned short *k_min, *k_max, *v_min, *v_max; // [batch * heads_kv][slices][kHeadDim]
-};
-
+  // The fields of StatisticsScratch this variant has, in order (the layout the workspace is sized for).
+  std::string text = pasteDeviceHeader("sage/device/prologue/statistics_scratch.cuh") + R"cuda(
 __device__ __forceinline__ StatisticsScratch statisticsScratch(const SagePrologueParams &params) {
   const long long entries = kvHeads(params.size) * statisticsSlices(params.size) * kHeadDim;
   unsigned char *cursor = params.workspace + params.statistics_offset;
@@ -620,57 +254,8 @@ __device__ __forceinline__ StatisticsScratch statisticsScratch(const SagePrologu
     take("v_max", "unsigned short", 2);
   }
   text += "  return scratch;\n}\n";
-  if (!with_reduction)
-    return text;
-  text += R"cuda(
-// Per-channel sum and/or min and max of rows [begin, end) of one head. Each thread reduces every
-// kRowsPerPass-th row of its 8 channels with kStatisticsUnroll loads in flight; then thread c folds the
-// kRowsPerPass partial results of channel c in order into this slice's entries.
-template <bool kSum, bool kMinMax>
-__device__ __forceinline__ void reduceColumns(const unsigned short *head, long long token_stride, int begin,
-                                              int end, float *partials, float *sum_out,
-                                              unsigned short *min_out, unsigned short *max_out) {
-  const int channel = (int)threadIdx.x % kVectorsPerRow * kVectorElements;
-  float sum[kVectorElements], low[kVectorElements], high[kVectorElements];
-#pragma unroll
-  for (int j = 0; j < kVectorElements; ++j) {
-    sum[j] = 0.0f;
-    low[j] = positiveInfinity();
-    high[j] = -positiveInfinity();
-  }
-  for (int row = begin + (int)threadIdx.x / kVectorsPerRow; row < end; row += kRowsPerPass * kStatisticsUnroll) {
-    uint4 raw[kStatisticsUnroll];
-#pragma unroll
-    for (int u = 0; u < kStatisticsUnroll; ++u) {
-      const int r = row + u * kRowsPerPass;
-      raw[u] = r < end ? loadVector(head + r * token_stride + channel) : uint4{0u, 0u, 0u, 0u};
-    }
-#pragma unroll
-    for (int u = 0; u < kStatisticsUnroll; ++u)
-      if (row + u * kRowsPerPass < end)
-#pragma unroll
-        for (int j = 0; j < kVectorElements; ++j) {
-          const float value = elementOf(raw[u], j);
-          if constexpr (kSum)
-            sum[j] = __fadd_rn(sum[j], value);
-          if constexpr (kMinMax) {
-            low[j] = fminf(low[j], value);
-            high[j] = fmaxf(high[j], value);
-          }
-        }
-  }
-  if constexpr (kSum)
-    foldRows(
-        sum, partials, 0.0f, [](float a, float b) { return __fadd_rn(a, b); },
-        [&](int c, float total) { sum_out[c] = total; });
-  if constexpr (kMinMax) {
-    foldRows(low, partials, positiveInfinity(), [](float a, float b) { return fminf(a, b); },
-             [&](int c, float lowest) { min_out[c] = floatToInput(lowest); });
-    foldRows(high, partials, -positiveInfinity(), [](float a, float b) { return fmaxf(a, b); },
-             [&](int c, float highest) { max_out[c] = floatToInput(highest); });
-  }
-}
-)cuda";
+  if (with_reduction)
+    text += pasteDeviceHeader("sage/device/prologue/column_reduction.cuh");
   return text;
 }
 

@@ -1,6 +1,7 @@
-// The role functions of the generated prologue kernels: what one CTA of each role does. Lines that depend on
-// the variant (prescale, smoothing, per-tensor scales, V's output) are added only when the variant has them. The
-// device helpers they call are emitted by PrologueSupportSources.cpp.
+// The role functions of the generated prologue kernels: what one CTA of each role does. The column statistics and V
+// roles are templates of sage/device/prologue/*.cuh: their function here is the variant's comment and one call. The
+// Q and K roles are still generated text: lines that depend on the variant (prescale, smoothing, per-tensor scales)
+// are added only when the variant has them. PrologueSupportSources.cpp pastes the headers they use.
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
@@ -9,14 +10,6 @@
 
 namespace sage::codegen::prologue {
 namespace {
-
-// Replaces the one occurrence of `from` in `text` (a generator bug if it is missing).
-void replaceOnce(std::string &text, const std::string &from, const std::string &to) {
-  const size_t at = text.find(from);
-  if (at == std::string::npos || text.find(from, at + 1) != std::string::npos)
-    throw std::logic_error("prologue generator: expected one \"" + from + "\" in the generated text");
-  text.replace(at, from.size(), to);
-}
 
 std::string functionHead(const std::string &comment, const std::string &name) {
   const std::string head = "__device__ __forceinline__ void " + name + "(";
@@ -43,25 +36,9 @@ std::string columnStatistics(const PrologueConfig &config, bool k) {
                               : "the per-channel min/max for the per-channel psi_V (paper 4.3)";
   comment += ",\n// over one slice of one KV head's tokens, into prologue_statistics. Launch 2 combines the slices in "
              "order.\n";
-  const std::string tensor = k ? "k" : "v";
-  std::string text = functionHead(comment, k ? "reduceKColumns" : "reduceVColumns");
-  text += R"cuda(  const int slices = statisticsSlices(params.size);
-  const long long head = cta / slices; // batch index * heads_kv + KV head index
-  const int slice = (int)(cta % slices);
-  const int slice_tokens = statisticsSliceTokens(params.size);
-  const int begin = slice * slice_tokens;
-  const int end = min(params.size.tokens_kv, begin + slice_tokens);
-  const StatisticsScratch scratch = statisticsScratch(params);
-  const long long entry = (head * slices + slice) * kHeadDim;
-)cuda";
-  text += "  reduceColumns<" + std::string(sum ? "true" : "false") + ", " + (min_max ? "true" : "false") + ">(\n";
-  text += "      headPointer(params." + tensor + ", params." + tensor +
-          "_strides, head, params.size.heads_kv), params." + tensor + "_strides.token, begin, end,\n";
-  text += "      (float *)shared, " + (sum ? "scratch." + tensor + "_sum + entry" : std::string("nullptr")) + ", " +
-          (min_max ? "scratch." + tensor + "_min + entry, scratch." + tensor + "_max + entry"
-                   : std::string("nullptr, nullptr")) +
-          ");\n}\n";
-  return text;
+  return functionHead(comment, k ? "reduceKColumns" : "reduceVColumns") + "  reduceColumnsOfSlice<" +
+         (k ? "true" : "false") + ", " + (sum ? "true" : "false") + ", " + (min_max ? "true" : "false") +
+         ">(params, cta, shared);\n}\n";
 }
 
 std::string qBlockHead(const std::string &comment, const std::string &name) {
@@ -187,8 +164,10 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   if (config.kStatistics())
     text += R"cuda(  // The statistics of the whole sequence, while this tile's loads are in flight.
   float *channel_mean = (float *)(shared + kTileMeansOffset);
-  [[maybe_unused]] const float amax = combineKStatistics(params, head, first == 0, channel_mean,
-                                                         (unsigned *)(shared + kTileGroupAmaxOffset));
+  [[maybe_unused]] const float amax = combineKStatistics<)cuda" +
+            std::string(config.smooth_k ? "true" : "false") + ", " + (config.kMinMax() ? "true" : "false") +
+            R"cuda(>(
+      params, head, first == 0, channel_mean, (unsigned *)(shared + kTileGroupAmaxOffset));
 )cuda";
   if (config.smooth_k)
     text += R"cuda(  k.valid_rows = valid_rows;
@@ -233,67 +212,16 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   return text;
 }
 
-std::string vTileHead(const std::string &comment, const std::string &name) {
-  return functionHead(comment, name) + R"cuda(  const int tiles = vTiles(params.size);
-  const long long head = cta / tiles; // batch index * heads_kv + KV head index
-  const int tile = (int)(cta % tiles);
-  const int first = tile * kVTileTokens;
-  const int valid_rows = min(kVTileTokens, params.size.tokens_kv - first); // <= 0 in the padding
-  const long long token_stride = params.v_strides.token;
-  const unsigned short *v = headPointer(params.v, params.v_strides, head, params.size.heads_kv) + first * token_stride;
-)cuda";
-}
-
+// V for an f16 P.V (sage/device/prologue/v_convert.cuh), smoothed or not.
 std::string convertVTile(const PrologueConfig &config) {
   std::string comment = "// Launch " + std::string(config.smooth_v ? "2" : "1") + ": V for an f16 P.V: ";
   comment += config.smooth_v ? "V - mean(V) (V smoothing, one f32 subtraction), " : "";
   comment += "rounded to f16 into\n// v_values [b, h_kv, padded_kv, d] (padded rows 0).\n";
-  std::string text = vTileHead(comment, "convertVTile");
-  text += R"cuda(  const int stored_rows = min(kVTileTokens, params.size.padded_kv - first);
-  TokenTile<kVTileTokens> values;
-  values.load(v, token_stride, valid_rows);
-  const int channel = TokenTile<kVTileTokens>::channel();
-)cuda";
-  if (config.smooth_v)
-    text += R"cuda(  float *channel_mean = (float *)shared;
-  combineVStatistics(params, head, tile == 0, channel_mean, nullptr);
-  float mean[kVectorElements];
-#pragma unroll
-  for (int j = 0; j < kVectorElements; ++j)
-    mean[j] = channel_mean[channel + j];
-)cuda";
-  else
-    text += "  (void)shared;\n";
-  text += R"cuda(  unsigned short *out = (unsigned short *)(params.workspace + params.offsets.v_values) +
-                       (head * params.size.padded_kv + first) * kHeadDim;
-#pragma unroll
-  for (int pass = 0; pass < TokenTile<kVTileTokens>::kPasses; ++pass) {
-    const int row = TokenTile<kVTileTokens>::row(pass);
-    if (!TokenTile<kVTileTokens>::inTile(pass) || row >= stored_rows)
-      continue;
-    unsigned words[4];
-#pragma unroll
-    for (int pair = 0; pair < 4; ++pair) {
-      float x[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * pair + half;
-)cuda";
-  if (config.smooth_v)
-    text += "        x[half] = row < valid_rows ? __fsub_rn(values.element(pass, j), mean[j]) : 0.0f;\n";
-  else
-    text += "        x[half] = values.element(pass, j);\n";
-  text += R"cuda(      }
-      words[pair] = (unsigned)floatToHalfBits(x[0]) | (unsigned)floatToHalfBits(x[1]) << 16;
-    }
-    *(uint4 *)(out + (long long)row * kHeadDim + channel) = uint4{words[0], words[1], words[2], words[3]};
-  }
-}
-)cuda";
-  return text;
+  return functionHead(comment, "convertVTile") + "  convertVTileOf<" + (config.smooth_v ? "SmoothedVMean" : "NoVMean") +
+         ">(params, cta, shared);\n}\n";
 }
 
-// FP4 V: microscaled along its tokens (P.V's reduction axis) and transposed.
+// FP4 V: microscaled along its tokens (P.V's reduction axis) and transposed (sage/device/prologue/v_fp4_quantize.cuh).
 std::string quantizeFp4VTile(const PrologueConfig &config) {
   const int group = config.vGroupTokens();
   const bool mx = group == 32;
@@ -303,48 +231,11 @@ std::string quantizeFp4VTile(const PrologueConfig &config) {
                         (mx ? "ue8m0" : "ue4m3") + " scale per " + std::to_string(group) +
                         " tokens of a channel into v_scales [b, h_kv, d,\n// padded_kv / " + std::to_string(group) +
                         "]; padded tokens are 0.\n";
-  std::string text = vTileHead(comment, "quantizeVTile");
-  text += "  constexpr int kGroupTokens = " + std::to_string(group) + ";\n";
-  text += std::string("  const auto scale_code = [](float amax) { return sage::device::fp4::") +
-          (mx ? "mxfp4_scale_code" : "nvfp4_scale_code") + "(amax); };\n";
-  text += std::string("  const auto inverse_of = [](unsigned scale) { return sage::device::fp4::") +
-          (mx ? "mxfp4_inverse" : "nvfp4_inverse") + "(scale); };\n";
-  text += R"cuda(  (void)shared;
-  const int stored_tokens = min(kVTileTokens, params.size.padded_kv - first);
-  unsigned char *codes = params.workspace + params.offsets.v_codes;
-  unsigned char *scales = params.workspace + params.offsets.v_scales;
-  // A task is one channel x one group of tokens; neighbouring threads take neighbouring channels, so that each
-  // token's loads are contiguous.
-  for (int task = threadIdx.x; task < kHeadDim * (kVTileTokens / kGroupTokens); task += kThreads) {
-    const int channel = task % kHeadDim, token = task / kHeadDim * kGroupTokens;
-    if (token >= stored_tokens)
-      break; // tasks only move on to later groups
-    float x[kGroupTokens];
-    float amax = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kGroupTokens; ++t) {
-      x[t] = token + t < valid_rows ? inputToFloat(v[(token + t) * token_stride + channel]) : 0.0f;
-      amax = sage::device::fp4::max_magnitude(amax, x[t]);
-    }
-    const unsigned scale = scale_code(amax);
-    const float inverse = inverse_of(scale);
-    const long long row = head * kHeadDim + channel; // V^T's row
-    unsigned *out = (unsigned *)(codes + row * (params.size.padded_kv / 2) + (first + token) / 2);
-#pragma unroll
-    for (int word = 0; word < kGroupTokens / 8; ++word) {
-      float eight[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        eight[j] = x[8 * word + j];
-      out[word] = sage::device::fp4::pack_e2m1x8(eight, inverse);
-    }
-    scales[row * (params.size.padded_kv / kGroupTokens) + (first + token) / kGroupTokens] = (unsigned char)scale;
-  }
-}
-)cuda";
-  return text;
+  return functionHead(comment, "quantizeVTile") + "  quantizeFp4VTileOf<" + std::to_string(group) +
+         ">(params, cta, shared);\n}\n";
 }
 
+// Per-channel psi_V (sage/device/prologue/v_quantize.cuh), in the token order of the variant's v_codes.
 std::string quantizeVTile(const PrologueConfig &config) {
   if (config.v_output == VOutput::fp4_codes)
     return quantizeFp4VTile(config);
@@ -353,78 +244,9 @@ std::string quantizeVTile(const PrologueConfig &config) {
   comment += ": codes transposed to v_codes [b, h_kv, d, padded_kv]\n// for the mma B operand (padded tokens get "
              "code 0); tile 0 also stores v_scales";
   comment += config.smooth_v ? " and v_mean.\n" : ".\n";
-  std::string text = vTileHead(comment, "quantizeVTile");
-  text += R"cuda(  float *channel_mean = (float *)shared;
-  float *channel_inverse = channel_mean + kHeadDim;
-  unsigned *transposed = (unsigned *)(shared + 2 * kHeadDim * 4); // [kHeadDim][kVTileWords], swizzled
-
-  // A task is 4 consecutive tokens x 8 channels: the 4 codes of one channel pack into one word. The loads are
-  // issued first, so that they are in flight while the statistics are combined.
-  constexpr int kTasks = kVTileWords * kVectorsPerRow;
-  constexpr int kTasksPerThread = (kTasks + kThreads - 1) / kThreads;
-  uint4 raw[kTasksPerThread][4];
-#pragma unroll
-  for (int i = 0; i < kTasksPerThread; ++i) {
-    const int task = i * kThreads + (int)threadIdx.x;
-    const int channel = task % kVectorsPerRow * kVectorElements;
-    const int word = task / kVectorsPerRow;
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int row = 4 * word + t;
-      raw[i][t] = task < kTasks && row < valid_rows ? loadVector(v + row * token_stride + channel)
-                                                    : uint4{0u, 0u, 0u, 0u};
-    }
-  }
-  combineVStatistics(params, head, tile == 0, channel_mean, channel_inverse);
-#pragma unroll
-  for (int i = 0; i < kTasksPerThread; ++i) {
-    const int task = i * kThreads + (int)threadIdx.x;
-    if (task >= kTasks)
-      break;
-    const int channel = task % kVectorsPerRow * kVectorElements;
-    const int word = task / kVectorsPerRow;
-    unsigned packed[kVectorElements];
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j) {
-      const float inverse = channel_inverse[channel + j];
-      packed[j] = 0u;
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-)cuda";
-  if (config.smooth_v)
-    text += R"cuda(        const float x =
-            4 * word + t < valid_rows ? __fsub_rn(elementOf(raw[i][t], j), channel_mean[channel + j]) : 0.0f;
-)cuda";
-  else
-    text += "        const float x = elementOf(raw[i][t], j);\n";
-  text += R"cuda(        packed[j] |= vCode(__fmul_rn(x, inverse)) << (8 * t);
-      }
-      transposed[(channel + j) * kVTileWords + (word ^ vTileSwizzle(channel + j))] = packed[j];
-    }
-  }
-  __syncthreads();
-
-  // One warp per channel row: lanes store consecutive 4-token words (128-byte segments).
-  const int stored_words = min(kVTileTokens, params.size.padded_kv - first) / 4;
-  const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  unsigned char *codes = params.workspace + params.offsets.v_codes;
-  for (int c = warp; c < kHeadDim; c += kThreads / 32) {
-    unsigned *row = (unsigned *)(codes + (head * kHeadDim + c) * params.size.padded_kv + first);
-    for (int w = lane; w < stored_words; w += 32)
-      row[w] = transposed[c * kVTileWords + (w ^ vTileSwizzle(c))];
-  }
-}
-)cuda";
-  if (config.interleavedVCodes()) {
-    // Word w packs positions 4w..4w+3 of the row, which hold the tokens vTokenAtPosition says.
-    replaceOnce(text, "A task is 4 consecutive tokens x 8 channels", "A task is 4 consecutive positions x 8 channels");
-    replaceOnce(text, "      const int row = 4 * word + t;\n",
-                "      const int row = vTokenAtPosition(4 * word + t);\n");
-    if (config.smooth_v)
-      replaceOnce(text, "            4 * word + t < valid_rows ? ",
-                  "            vTokenAtPosition(4 * word + t) < valid_rows ? ");
-  }
-  return text;
+  return functionHead(comment, "quantizeVTile") + "  quantizeVTileOf<" + (config.smooth_v ? "true" : "false") +
+         ", VQuantizer, " + (config.interleavedVCodes() ? "WgmmaTokenOrder" : "NaturalTokenOrder") +
+         ">(params, cta, shared);\n}\n";
 }
 
 } // namespace

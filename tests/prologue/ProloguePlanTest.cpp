@@ -159,11 +159,12 @@ TEST_CASE("FP4: microscaled Q and K along the channels, V^T along the tokens, wi
       CHECK(source->find("namespace sage::device::fp4") != std::string::npos); // the device library, pasted in
       CHECK(source->find("#pragma once") == std::string::npos);
     }
-    const std::string scale = mx ? "mxfp4_scale_code" : "nvfp4_scale_code";
     CHECK(first.find("storeMicroscaledTile<QQuantizer>(q, codes, scales, kBlockQ);") != std::string::npos);
-    CHECK(first.find("constexpr int kGroupTokens = " + std::string(mx ? "32" : "16") + ";") != std::string::npos);
-    CHECK(first.find("sage::device::fp4::" + scale + "(amax)") != std::string::npos);
-    CHECK(first.find("codes + row * (params.size.padded_kv / 2) + (first + token) / 2") != std::string::npos);
+    // V^T's codes and scales: v_fp4_quantize.cuh, instantiated for the group (32: MXFP4, 16: NVFP4).
+    CHECK(first.find("quantizeFp4VTileOf<" + std::string(mx ? "32" : "16") + ">(params, cta, shared);") !=
+          std::string::npos);
+    CHECK(first.find("// ---- begin sage/device/prologue/v_fp4_quantize.cuh ----") != std::string::npos);
+    CHECK(first.find("codes + row * (params.size.padded_kv / 2) + (v_tile.first + token) / 2") != std::string::npos);
     CHECK(second.find("storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);") != std::string::npos);
     for (const std::string *source : {&first, &second}) {
       CHECK(source->find("// ---- begin sage/device/prologue/microscaled_tile.cuh ----") != std::string::npos);
@@ -237,7 +238,8 @@ TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes i
   CHECK(f16.find("storeTileValues<KQuantizer>(k, values, stored_rows);") != std::string::npos);
   CHECK(f16.find("roundToInput(float value) { return floatToHalfBits(value); }") != std::string::npos);
   CHECK(f16.find("quantizeTile<") == std::string::npos); // no scales are computed
-  CHECK(f16.find("q.prescale") == std::string::npos);    // exact leaves the softmax scale to the kernel
+  CHECK(f16.find("using QBlock = sage::device::prologue::QBlockOf<false, false>;") !=
+        std::string::npos); // exact leaves the softmax scale to the kernel, and Q is not smoothed
   CHECK(f16.find("params.offsets.q_scales") == std::string::npos);
   CHECK(f16.find("params.offsets.k_scales") == std::string::npos);
   const std::string bf16 = exact(InputType::bf16, 128).kernels[0].source;
@@ -355,8 +357,13 @@ TEST_CASE("the generated text names the algorithm's steps and uses exact f32 ope
   CHECK(prologue.kernels[0].entry_point == "sage_prologue_read_inputs");
   CHECK(prologue.kernels[1].entry_point == "sage_prologue_quantize_after_statistics");
   // The second launch combines launch 1's slices in every K and V tile; only the first tile stores the results.
-  CHECK(prologue.kernels[1].source.find("combineKStatistics(params, head, first == 0,") != std::string::npos);
-  CHECK(prologue.kernels[1].source.find("combineVStatistics(params, head, tile == 0,") != std::string::npos);
+  // K smoothed (no per-tensor amax), V smoothed and quantized: the headers' templates, instantiated for the variant.
+  CHECK(prologue.kernels[1].source.find("combineKStatistics<true, false>(\n      params, head, first == 0,") !=
+        std::string::npos);
+  CHECK(prologue.kernels[1].source.find("quantizeVTileOf<true, VQuantizer, NaturalTokenOrder>(params, cta, shared);") !=
+        std::string::npos);
+  CHECK(prologue.kernels[1].source.find("// ---- begin sage/device/prologue/v_statistics.cuh ----") !=
+        std::string::npos);
   CHECK(prologue.kernels[0].source.find("params.statistics_offset") != std::string::npos);
   CHECK(all.find("gamma(K) = K - mean(K)") != std::string::npos);
   CHECK(all.find("psi_Q") != std::string::npos);

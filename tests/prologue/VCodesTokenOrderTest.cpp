@@ -121,10 +121,14 @@ TEST_CASE("the prologue option: natural by default, interleaved changes only the
         if (quantizes_v) {
           ++changed;
           const std::string &text = interleaved.kernels[i].source;
-          CHECK(text.find("const int row = vTokenAtPosition(4 * word + t);") != std::string::npos);
+          // The V tile's template reads and bounds-checks its tokens through the token order it is given.
+          const std::string smoothed = variant.smooth_v == SmoothScope::sequence ? "true" : "false";
+          CHECK(text.find("quantizeVTileOf<" + smoothed + ", VQuantizer, WgmmaTokenOrder>(params, cta, shared);") !=
+                std::string::npos);
+          CHECK(natural.kernels[i].source.find("quantizeVTileOf<" + smoothed +
+                                               ", VQuantizer, NaturalTokenOrder>(params, cta, shared);") !=
+                std::string::npos);
           CHECK(text.find("16 * (p / 16) + 8 * (p % 4 / 2) + 2 * (p % 16 / 4) + p % 2") != std::string::npos);
-          if (variant.smooth_v == SmoothScope::sequence)
-            CHECK(text.find("vTokenAtPosition(4 * word + t) < valid_rows") != std::string::npos);
         } else {
           // Other kernels differ only in the header comment that describes the variant.
           const auto body = [](const std::string &source) { return source.substr(source.find("#ifndef")); };

@@ -14,17 +14,20 @@
 namespace sage::codegen::prologue {
 
 // ---- PrologueDeviceLibrary.cpp ----
+// The device library's header `name` (e.g. "sage/device/prologue/codes.cuh") with its includes, pasted: a prologue
+// kernel is one self-contained translation unit (NVRTC receives no headers for it).
+std::string pasteDeviceHeader(const std::string &name);
 // constexpr shapes and tunables.
 std::string emitConstants(const PrologueConfig &config);
 // Shared-memory bytes of each role (after the quantizer structs); `roles` picks this launch's kSharedBytes.
 std::string emitSharedBudgets(const std::vector<PrologueRole> &roles);
-// Geometry helpers mirrored by prologueRoleCtas, f32 scale arithmetic, input conversions and loads.
+// sage/device/prologue/geometry.cuh (mirrored by prologueRoleCtas), scalar_helpers.cuh (f32 scale arithmetic),
+// input_f16.cuh or input_bf16.cuh, global_memory.cuh; and the using-directive that names them for the generated code.
 std::string emitBasicHelpers(const PrologueConfig &config);
-// int8 codes, and e4m3 codes (hardware cvt on sm_89+, encodeE4m3Software below that) when the variant has any.
+// codes.cuh (int8, int4), and fp4/microscaling.cuh and e4m3_codes.cuh when the variant has FP4 or e4m3 codes.
 std::string emitCodeHelpers(const PrologueConfig &config);
-// `unsigned encodeE4m3Software(float)`: cvt.rn.satfinite.e4m3 in integer arithmetic (for sm_80/sm_86).
-std::string emitE4m3SoftwareEncoder();
-// Token tiles in registers, row/CTA reductions, column folds, the generic tile quantizer.
+// token_tile.cuh, tile_reductions.cuh, tile_quantizer.cuh: token tiles in registers, row/CTA/column reductions, the
+// generic tile quantizer.
 std::string emitTileLibrary();
 // struct QQuantizer / KQuantizer: tile, groups, qmax, group of a row, code packing.
 // `blocks_per_tile` attention tiles (b_q or b_kv tokens) make one CTA's tile.

@@ -1,0 +1,86 @@
+// The column statistics roles of the quantization prologue's launch 1: per-channel sums and/or minima and maxima over
+// a slice of one KV head's tokens of K or V, into prologue_statistics. The generator pastes this header after its
+// constants (kThreads, kHeadDim, kVectorElements, kVectorsPerRow, kRowsPerPass, kStatisticsUnroll), geometry.cuh,
+// scalar_helpers.cuh, the input header, global_memory.cuh, tile_reductions.cuh (foldRows) and its statistics scratch
+// (statisticsScratch), whose names it uses.
+#pragma once
+
+namespace sage::device::prologue {
+
+// Per-channel sum and/or min and max of rows [begin, end) of one head. Each thread reduces every
+// kRowsPerPass-th row of its 8 channels with kStatisticsUnroll loads in flight; then thread c folds the
+// kRowsPerPass partial results of channel c in order into this slice's entries.
+template <bool kSum, bool kMinMax>
+__device__ __forceinline__ void reduceColumns(const unsigned short *head, long long token_stride, int begin, int end,
+                                              float *partials, float *sum_out, unsigned short *min_out,
+                                              unsigned short *max_out) {
+  const int channel = (int)threadIdx.x % kVectorsPerRow * kVectorElements;
+  float sum[kVectorElements], low[kVectorElements], high[kVectorElements];
+#pragma unroll
+  for (int j = 0; j < kVectorElements; ++j) {
+    sum[j] = 0.0f;
+    low[j] = positiveInfinity();
+    high[j] = -positiveInfinity();
+  }
+  for (int row = begin + (int)threadIdx.x / kVectorsPerRow; row < end; row += kRowsPerPass * kStatisticsUnroll) {
+    uint4 raw[kStatisticsUnroll];
+#pragma unroll
+    for (int u = 0; u < kStatisticsUnroll; ++u) {
+      const int r = row + u * kRowsPerPass;
+      raw[u] = r < end ? loadVector(head + r * token_stride + channel) : uint4{0u, 0u, 0u, 0u};
+    }
+#pragma unroll
+    for (int u = 0; u < kStatisticsUnroll; ++u)
+      if (row + u * kRowsPerPass < end)
+#pragma unroll
+        for (int j = 0; j < kVectorElements; ++j) {
+          const float value = elementOf(raw[u], j);
+          if constexpr (kSum)
+            sum[j] = __fadd_rn(sum[j], value);
+          if constexpr (kMinMax) {
+            low[j] = fminf(low[j], value);
+            high[j] = fmaxf(high[j], value);
+          }
+        }
+  }
+  if constexpr (kSum)
+    foldRows(
+        sum, partials, 0.0f, [](float a, float b) { return __fadd_rn(a, b); },
+        [&](int c, float total) { sum_out[c] = total; });
+  if constexpr (kMinMax) {
+    foldRows(
+        low, partials, positiveInfinity(), [](float a, float b) { return fminf(a, b); },
+        [&](int c, float lowest) { min_out[c] = floatToInput(lowest); });
+    foldRows(
+        high, partials, -positiveInfinity(), [](float a, float b) { return fmaxf(a, b); },
+        [&](int c, float highest) { max_out[c] = floatToInput(highest); });
+  }
+}
+
+// One CTA of a column statistics role: slice `cta % slices` of KV head `cta / slices` of K (kK) or V, reduced into
+// the slice's entries of the sums (kSum) and/or minima and maxima (kMinMax). Launch 2 combines the slices in order.
+template <bool kK, bool kSum, bool kMinMax>
+__device__ __forceinline__ void reduceColumnsOfSlice(const SagePrologueParams &params, long long cta,
+                                                     unsigned char *shared) {
+  const int slices = statisticsSlices(params.size);
+  const long long head = cta / slices; // batch index * heads_kv + KV head index
+  const int slice = (int)(cta % slices);
+  const int slice_tokens = statisticsSliceTokens(params.size);
+  const int begin = slice * slice_tokens;
+  const int end = min(params.size.tokens_kv, begin + slice_tokens);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  const long long entry = (head * slices + slice) * kHeadDim;
+  const SageTensorStrides &strides = kK ? params.k_strides : params.v_strides;
+  float *sum = nullptr;
+  unsigned short *lowest = nullptr, *highest = nullptr;
+  if constexpr (kSum)
+    sum = (kK ? scratch.k_sum : scratch.v_sum) + entry;
+  if constexpr (kMinMax) {
+    lowest = (kK ? scratch.k_min : scratch.v_min) + entry;
+    highest = (kK ? scratch.k_max : scratch.v_max) + entry;
+  }
+  reduceColumns<kSum, kMinMax>(headPointer(kK ? params.k : params.v, strides, head, params.size.heads_kv),
+                               strides.token, begin, end, (float *)shared, sum, lowest, highest);
+}
+
+} // namespace sage::device::prologue

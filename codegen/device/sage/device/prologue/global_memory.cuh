@@ -1,0 +1,32 @@
+// The quantization prologue's global memory: 16-byte vectors of 8 input elements, read through the read-only path,
+// and the caller's tensors and the workspace by head. The generator pastes this header after KernelAbi.h and the
+// input header (inputToFloat), whose names it uses.
+#pragma once
+
+namespace sage::device::prologue {
+
+__device__ __forceinline__ uint4 loadVector(const unsigned short *address) {
+  uint4 words;
+  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(words.x), "=r"(words.y), "=r"(words.z), "=r"(words.w)
+      : "l"(address));
+  return words;
+}
+
+// Element j of a vector as f32 (j is a constant once loops are unrolled).
+__device__ __forceinline__ float elementOf(const uint4 &words, int j) {
+  const unsigned word = j < 2 ? words.x : j < 4 ? words.y : j < 6 ? words.z : words.w;
+  return inputToFloat(j % 2 == 0 ? word & 0xffffu : word >> 16);
+}
+
+// Head `head` (= batch index * heads + head index) of a caller tensor.
+__device__ __forceinline__ const unsigned short *headPointer(const void *tensor, const SageTensorStrides &strides,
+                                                             long long head, int heads) {
+  return (const unsigned short *)tensor + head / heads * strides.batch + head % heads * strides.head;
+}
+
+__device__ __forceinline__ float *workspaceFloats(const SagePrologueParams &params, unsigned long long offset) {
+  return (float *)(params.workspace + offset);
+}
+
+} // namespace sage::device::prologue

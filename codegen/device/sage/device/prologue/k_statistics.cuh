@@ -1,0 +1,40 @@
+// The statistics of K over the whole sequence for the quantization prologue's psi_K (launch 2), combined from launch
+// 1's slices: mean(K) when K is smoothed, the amax of a per-tensor psi_K (kMinMax). The prologue generator pastes
+// this header after its constants, its statistics scratch (statisticsScratch), geometry.cuh, scalar_helpers.cuh, the
+// input header, global_memory.cuh and tile_reductions.cuh (ctaMax), whose names it uses.
+#pragma once
+
+namespace sage::device::prologue {
+
+// mean(K) (the slices' sums in slice order, one f32 division) and/or the amax of the per-tensor psi_K over the whole
+// sequence. Every K tile computes the same values; the first tile of a head stores them (k_mean, and quantizeKTile
+// the per-tensor scale). Returns the amax (0 without a per-tensor psi_K).
+template <bool kSmoothed, bool kMinMax>
+__device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head,
+                                                    [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
+                                                    [[maybe_unused]] unsigned *amax_slot) {
+  const int slices = statisticsSlices(params.size);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  float tensor_amax = 0.0f;
+  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
+    const long long first_entry = head * slices * kHeadDim + c;
+    [[maybe_unused]] float mean = 0.0f;
+    if constexpr (kSmoothed) {
+      mean = combinedMean(scratch.k_sum, first_entry, slices, params.size.tokens_kv);
+      channel_mean[c] = mean;
+      if (store)
+        workspaceFloats(params, params.offsets.k_mean)[head * kHeadDim + c] = mean;
+    }
+    if constexpr (kMinMax) // max |K - mean(K)| or max |K|
+      tensor_amax =
+          fmaxf(tensor_amax, combinedAmax<kSmoothed>(scratch.k_min, scratch.k_max, first_entry, slices, mean));
+  }
+  if constexpr (kMinMax) {
+    return ctaMax(tensor_amax, amax_slot); // its barriers also publish channel_mean
+  } else {
+    __syncthreads();
+    return tensor_amax;
+  }
+}
+
+} // namespace sage::device::prologue

@@ -1,0 +1,62 @@
+// The Q block of the quantization prologue's psi_Q roles: kBlockQ tokens of Q in registers, and the x that psi_Q
+// quantizes. The prologue generator pastes this header after its constants, global_memory.cuh, token_tile.cuh and
+// tile_reductions.cuh (tileColumnMeans), whose names it uses, and names the variant's block:
+// `using QBlock = QBlockOf<prescaled, smoothed>`.
+#pragma once
+
+namespace sage::device::prologue {
+
+// x = Q, times q_prescale when kPrescaled (the softmax scale 1/sqrt(d) * log2(e) folded into psi_Q, paper 4.6, one
+// f32 multiply), minus the block's per-channel mean of that when kSmoothed (Q smoothing, SageAttention2, one f32
+// subtraction). Rows past the sequence are 0. A member the variant does not use is never written or read.
+template <bool kPrescaled, bool kSmoothed> struct QBlockOf {
+  TokenTile<kBlockQ> tile;
+  int valid_rows;              // tokens of this block inside the sequence
+  float prescale;              // params.q_prescale (kPrescaled)
+  float mean[kVectorElements]; // the block mean of this thread's channels (kSmoothed)
+
+  __device__ __forceinline__ float scaled(int pass, int j) const {
+    if constexpr (kPrescaled)
+      return __fmul_rn(tile.element(pass, j), prescale);
+    else
+      return tile.element(pass, j);
+  }
+  __device__ __forceinline__ float operator()(int pass, int j) const {
+    if constexpr (kSmoothed)
+      return TokenTile<kBlockQ>::row(pass) < valid_rows ? __fsub_rn(scaled(pass, j), mean[j]) : 0.0f;
+    else
+      return scaled(pass, j);
+  }
+};
+
+// Loads Q block `block` of head `head` (= batch index * heads_q + head index); when Q is smoothed, computes its
+// mean, stored to q_mean when `store_mean`.
+template <bool kPrescaled, bool kSmoothed>
+__device__ __forceinline__ void loadQBlock(QBlockOf<kPrescaled, kSmoothed> &q, const SagePrologueParams &params,
+                                           long long head, int block, [[maybe_unused]] unsigned char *shared,
+                                           [[maybe_unused]] bool store_mean) {
+  const long long token_stride = params.q_strides.token;
+  q.valid_rows = min(kBlockQ, params.size.tokens_q - block * kBlockQ);
+  q.tile.load(headPointer(params.q, params.q_strides, head, params.size.heads_q) +
+                  (long long)block * kBlockQ * token_stride,
+              token_stride, q.valid_rows);
+  if constexpr (kPrescaled)
+    q.prescale = params.q_prescale;
+  if constexpr (kSmoothed) {
+    // Q smoothing: the block's per-channel mean of x over its tokens inside the sequence.
+    float *block_mean = (float *)(shared + kTileMeansOffset);
+    tileColumnMeans<TokenTile<kBlockQ>>([&](int pass, int j) { return q.scaled(pass, j); }, q.valid_rows,
+                                        (float *)shared, block_mean);
+#pragma unroll
+    for (int j = 0; j < kVectorElements; ++j)
+      q.mean[j] = block_mean[TokenTile<kBlockQ>::channel() + j];
+    if (store_mean) {
+      float *q_mean =
+          workspaceFloats(params, params.offsets.q_mean) + (head * (params.size.padded_q / kBlockQ) + block) * kHeadDim;
+      for (int c = threadIdx.x; c < kHeadDim; c += kThreads)
+        q_mean[c] = block_mean[c];
+    }
+  }
+}
+
+} // namespace sage::device::prologue

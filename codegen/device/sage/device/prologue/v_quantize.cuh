@@ -1,0 +1,81 @@
+// The quantization prologue's per-channel psi_V on one V tile (launch 2): codes of V, or of V - mean(V) when
+// kSmoothed, transposed to v_codes [b, h_kv, d, padded_kv] for the mma B operand (padded tokens get code 0); tile 0
+// also stores v_scales (and v_mean). VQuantizer is the generated psi_V (kCodeMax, code); TokenOrder::token(p) is the
+// token at position p of v_codes' token axis (NaturalTokenOrder, or WgmmaTokenOrder of v_token_order.cuh). The
+// prologue generator pastes this header after its constants, global_memory.cuh, v_codes.cuh, v_tile.cuh and
+// v_statistics.cuh, whose names it uses.
+#pragma once
+
+namespace sage::device::prologue {
+
+// v_codes' positions are the tokens.
+struct NaturalTokenOrder {
+  static __device__ __forceinline__ int token(int position) { return position; }
+};
+
+template <bool kSmoothed, class VQuantizer, class TokenOrder>
+__device__ __forceinline__ void quantizeVTileOf(const SagePrologueParams &params, long long cta,
+                                                unsigned char *shared) {
+  const VTileTask v_tile = vTileTask(params, cta);
+  float *channel_mean = (float *)shared;
+  float *channel_inverse = channel_mean + kHeadDim;
+  unsigned *transposed = (unsigned *)(shared + 2 * kHeadDim * 4); // [kHeadDim][kVTileWords], swizzled
+
+  // A task is 4 consecutive positions (tokens, in the natural order) x 8 channels: the 4 codes of one channel pack
+  // into one word. The loads are issued first, so that they are in flight while the statistics are combined.
+  constexpr int kTasks = kVTileWords * kVectorsPerRow;
+  constexpr int kTasksPerThread = (kTasks + kThreads - 1) / kThreads;
+  uint4 raw[kTasksPerThread][4];
+#pragma unroll
+  for (int i = 0; i < kTasksPerThread; ++i) {
+    const int task = i * kThreads + (int)threadIdx.x;
+    const int channel = task % kVectorsPerRow * kVectorElements;
+    const int word = task / kVectorsPerRow;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int row = TokenOrder::token(4 * word + t);
+      raw[i][t] = task < kTasks && row < v_tile.valid_rows ? loadVector(v_tile.v + row * v_tile.token_stride + channel)
+                                                           : uint4{0u, 0u, 0u, 0u};
+    }
+  }
+  combineVStatistics<kSmoothed, true, VQuantizer>(params, v_tile.head, v_tile.tile == 0, channel_mean, channel_inverse);
+#pragma unroll
+  for (int i = 0; i < kTasksPerThread; ++i) {
+    const int task = i * kThreads + (int)threadIdx.x;
+    if (task >= kTasks)
+      break;
+    const int channel = task % kVectorsPerRow * kVectorElements;
+    const int word = task / kVectorsPerRow;
+    unsigned packed[kVectorElements];
+#pragma unroll
+    for (int j = 0; j < kVectorElements; ++j) {
+      const float inverse = channel_inverse[channel + j];
+      packed[j] = 0u;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        float x;
+        if constexpr (kSmoothed)
+          x = TokenOrder::token(4 * word + t) < v_tile.valid_rows
+                  ? __fsub_rn(elementOf(raw[i][t], j), channel_mean[channel + j])
+                  : 0.0f;
+        else
+          x = elementOf(raw[i][t], j);
+        packed[j] |= VQuantizer::code(__fmul_rn(x, inverse)) << (8 * t);
+      }
+      transposed[(channel + j) * kVTileWords + (word ^ vTileSwizzle(channel + j))] = packed[j];
+    }
+  }
+  __syncthreads();
+
+  // One warp per channel row: lanes store consecutive 4-token words (128-byte segments).
+  const int stored_words = min(kVTileTokens, params.size.padded_kv - v_tile.first) / 4;
+  const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+  unsigned char *codes = params.workspace + params.offsets.v_codes;
+  for (int c = warp; c < kHeadDim; c += kThreads / 32) {
+    unsigned *row = (unsigned *)(codes + (v_tile.head * kHeadDim + c) * params.size.padded_kv + v_tile.first);
+    for (int w = lane; w < stored_words; w += 32)
+      row[w] = transposed[c * kVTileWords + (w ^ vTileSwizzle(c))];
+  }
+}
+
+} // namespace sage::device::prologue

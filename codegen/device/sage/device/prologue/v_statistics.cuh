@@ -1,0 +1,46 @@
+// The statistics of V over the whole sequence for the quantization prologue's V roles (launch 2), combined from
+// launch 1's slices in slice order: mean(V) when V is smoothed, the per-channel scales of psi_V when V is quantized
+// (VQuantizer, the generated psi_V: kCodeMax). The prologue generator pastes this header after its constants, its
+// statistics scratch (statisticsScratch), geometry.cuh, scalar_helpers.cuh, the input header and global_memory.cuh,
+// whose names it uses.
+#pragma once
+
+namespace sage::device::prologue {
+
+// Every V tile computes the same values; tile 0 stores them (v_mean, v_scales).
+template <bool kSmoothed, bool kCodes, class VQuantizer = void>
+__device__ __forceinline__ void combineVStatistics(const SagePrologueParams &params, long long head,
+                                                   [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
+                                                   [[maybe_unused]] float *channel_inverse) {
+  const int slices = statisticsSlices(params.size);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
+    const long long first_entry = head * slices * kHeadDim + c;
+    [[maybe_unused]] float mean = 0.0f;
+    if constexpr (kSmoothed) {
+      mean = combinedMean(scratch.v_sum, first_entry, slices, params.size.tokens_kv);
+      channel_mean[c] = mean;
+      if (store)
+        workspaceFloats(params, params.offsets.v_mean)[head * kHeadDim + c] = mean;
+    }
+    if constexpr (kCodes) { // max |V - mean(V)| or max |V|
+      const float amax = combinedAmax<kSmoothed>(scratch.v_min, scratch.v_max, first_entry, slices, mean);
+      const SymmetricScale scale = symmetricScale(amax, VQuantizer::kCodeMax);
+      channel_inverse[c] = scale.inverse;
+      if (store)
+        workspaceFloats(params, params.offsets.v_scales)[head * kHeadDim + c] = scale.scale;
+    }
+  }
+  __syncthreads();
+}
+
+// mean(V) for convertVTileOf (v_convert.cuh) when V is smoothed.
+struct SmoothedVMean {
+  static constexpr bool kSmoothed = true;
+  static __device__ __forceinline__ void combine(const SagePrologueParams &params, long long head, bool store,
+                                                 float *channel_mean) {
+    combineVStatistics<true, false>(params, head, store, channel_mean, nullptr);
+  }
+};
+
+} // namespace sage::device::prologue
