@@ -1,7 +1,7 @@
-// The role functions of the generated prologue kernels: what one CTA of each role does. The column statistics and V
-// roles are templates of sage/device/prologue/*.cuh: their function here is the variant's comment and one call. The
-// Q and K roles are still generated text: lines that depend on the variant (prescale, smoothing, per-tensor scales)
-// are added only when the variant has them. PrologueSupportSources.cpp pastes the headers they use.
+// The role functions of the generated prologue kernels: what one CTA of each role does. The column statistics, Q
+// and V roles are templates of sage/device/prologue/*.cuh: their function here is the variant's comment and one
+// call. The K role is still generated text: lines that depend on the variant (smoothing, per-tensor scales, Q
+// smoothing's correction) are added only when the variant has them. PrologueSupportSources.cpp pastes the headers.
 #include "sage/codegen/PrologueDeviceCode.h"
 
 #include <algorithm>
@@ -41,17 +41,10 @@ std::string columnStatistics(const PrologueConfig &config, bool k) {
          ">(params, cta, shared);\n}\n";
 }
 
-std::string qBlockHead(const std::string &comment, const std::string &name) {
-  return functionHead(comment, name) + R"cuda(  const int blocks = params.size.padded_q / kBlockQ;
-  const long long head = cta / blocks; // batch index * heads_q + Q head index
-  const int block = (int)(cta % blocks);
-  QBlock q;
-)cuda";
+// A psi_Q role's function: the variant's comment, then `role`<QBlock, QQuantizer> of the headers.
+std::string qBlockRole(const std::string &comment, const std::string &name, const std::string &role) {
+  return functionHead(comment, name) + "  " + role + "<QBlock, QQuantizer>(params, cta, shared);\n}\n";
 }
-
-const char *qCodesOfBlock = R"cuda(  unsigned char *codes =
-      params.workspace + params.offsets.q_codes + (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
-)cuda";
 
 // The cast that stands in for psi_Q or psi_K when the operand is not quantized (granularity none).
 std::string castNote(const PrologueConfig &config) {
@@ -63,13 +56,7 @@ std::string castQBlock(const PrologueConfig &config) {
                         " (round to nearest even) into q_codes [b, h_q, padded_q, d], 2 bytes\n// per value, "
                         "padded rows 0";
   comment += config.smooth_q ? " (and q_mean).\n" : ".\n";
-  return qBlockHead(comment, "quantizeQBlock") +
-         R"cuda(  unsigned short *values = (unsigned short *)(params.workspace + params.offsets.q_codes) +
-                           (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
-  loadQBlock(q, params, head, block, shared, true);
-  storeTileValues<QQuantizer>(q, values, kBlockQ);
-}
-)cuda";
+  return qBlockRole(comment, "quantizeQBlock", "castQBlockOf");
 }
 
 std::string quantizeQBlock(const PrologueConfig &config) {
@@ -80,44 +67,18 @@ std::string quantizeQBlock(const PrologueConfig &config) {
                           "and\n// microscales into q_scales [b, h_q, padded_q, d / " +
                           std::to_string(config.q.groupChannels()) + "] (padded rows 0)";
     comment += config.smooth_q ? "; also the block's q_mean.\n" : ".\n";
-    return qBlockHead(comment, "quantizeQBlock") +
-           R"cuda(  const long long first_row = head * params.size.padded_q + (long long)block * kBlockQ;
-  unsigned char *codes = params.workspace + params.offsets.q_codes + first_row * (kHeadDim / 2);
-  unsigned char *scales =
-      params.workspace + params.offsets.q_scales + first_row * (kHeadDim / QQuantizer::kGroupChannels);
-  loadQBlock(q, params, head, block, shared, true);
-  storeMicroscaledTile<QQuantizer>(q, codes, scales, kBlockQ);
-}
-)cuda";
+    return qBlockRole(comment, "quantizeQBlock", "quantizeFp4QBlockOf");
   }
   if (config.q.perTensor())
-    return qBlockHead(
-               "// Launch 2: psi_Q with a per-tensor scale, on the second read of a Q block: the amax is the max of "
-               "launch 1's\n// block amax (every block computes the same); block 0 stores scale = amax / qmax.\n",
-               "quantizeQBlock") +
-           qCodesOfBlock + R"cuda(  loadQBlock(q, params, head, block, shared, false);
-  const float *block_amax = statisticsScratch(params).q_amax + head * blocks;
-  float amax = 0.0f;
-  for (int b = threadIdx.x; b < blocks; b += kThreads)
-    amax = fmaxf(amax, block_amax[b]);
-  amax = ctaMax(amax, (unsigned *)(shared + kTileGroupAmaxOffset));
-  const SymmetricScale scale = symmetricScale(amax, QQuantizer::kCodeMax);
-  if (block == 0 && threadIdx.x == 0)
-    workspaceFloats(params, params.offsets.q_scales)[head] = scale.scale;
-  storeTileCodes<QQuantizer>(q, codes, kBlockQ, [&](int) { return scale.inverse; });
-}
-)cuda";
+    return qBlockRole(
+        "// Launch 2: psi_Q with a per-tensor scale, on the second read of a Q block: the amax is the max of "
+        "launch 1's\n// block amax (every block computes the same); block 0 stores scale = amax / qmax.\n",
+        "quantizeQBlock", "quantizePerTensorQBlockOf");
   std::string comment =
       "// Launch 1: psi_Q on one Q block: q_codes [b, h_q, padded_q, d] (padded rows 0) and the block's "
       "q_scales";
   comment += config.smooth_q ? "\n// (and q_mean).\n" : ".\n";
-  return qBlockHead(comment, "quantizeQBlock") + qCodesOfBlock +
-         R"cuda(  loadQBlock(q, params, head, block, shared, true);
-  float *scales = workspaceFloats(params, params.offsets.q_scales) + head * params.size.q_scale_count +
-                  (long long)block * QQuantizer::kGroupsPerTile;
-  quantizeTile<QQuantizer>(q, codes, scales, kBlockQ, QQuantizer::kGroupsPerTile, shared);
-}
-)cuda";
+  return qBlockRole(comment, "quantizeQBlock", "quantizeQBlockOf");
 }
 
 std::string measureQBlock(const PrologueConfig &config) {
@@ -125,12 +86,7 @@ std::string measureQBlock(const PrologueConfig &config) {
       "// Launch 1, for the per-tensor psi_Q: the amax of one Q block's x, kept in prologue_statistics for "
       "launch 2\n// to combine";
   comment += config.smooth_q ? "; also the block's q_mean.\n" : ".\n";
-  return qBlockHead(comment, "measureQBlock") + R"cuda(  loadQBlock(q, params, head, block, shared, true);
-  const float amax = tileAmax<TokenTile<kBlockQ>>(q, (unsigned *)(shared + kTileGroupAmaxOffset));
-  if (threadIdx.x == 0)
-    statisticsScratch(params).q_amax[head * blocks + block] = amax;
-}
-)cuda";
+  return functionHead(comment, "measureQBlock") + "  measureQBlockOf<QBlock>(params, cta, shared);\n}\n";
 }
 
 std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {

@@ -80,6 +80,14 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
   std::string text;
   if (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::q_block_statistics))
     text += qBlockSupport(config);
+  // The psi_Q roles, by what they need: a per-tensor scale reads the statistics scratch, FP4 the microscaled tile.
+  if (has(roles, PrologueRole::q_block_quantize) && config.q.cast())
+    text += pasteDeviceHeader("sage/device/prologue/q_cast.cuh");
+  else if (has(roles, PrologueRole::q_block_quantize) && !config.q.perTensor() && !config.q.microscaled())
+    text += pasteDeviceHeader("sage/device/prologue/q_quantize.cuh");
+  if (config.q.perTensor() &&
+      (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::q_block_statistics)))
+    text += pasteDeviceHeader("sage/device/prologue/q_per_tensor.cuh");
   if (has(roles, PrologueRole::k_block_quantize))
     text += kBlockSupport(config);
   if (has(roles, PrologueRole::k_block_quantize) && config.kStatistics())
@@ -89,6 +97,8 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
   if ((has(roles, PrologueRole::q_block_quantize) && config.q.microscaled()) ||
       (has(roles, PrologueRole::k_block_quantize) && config.k.microscaled()))
     text += microscaledTileSupport();
+  if (has(roles, PrologueRole::q_block_quantize) && config.q.microscaled())
+    text += pasteDeviceHeader("sage/device/prologue/q_fp4_quantize.cuh");
   const bool v_quantize = has(roles, PrologueRole::v_tile_quantize) && config.v_output == VOutput::codes;
   if (v_quantize)
     text += vCodeSupport(config);

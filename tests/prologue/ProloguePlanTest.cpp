@@ -159,7 +159,7 @@ TEST_CASE("FP4: microscaled Q and K along the channels, V^T along the tokens, wi
       CHECK(source->find("namespace sage::device::fp4") != std::string::npos); // the device library, pasted in
       CHECK(source->find("#pragma once") == std::string::npos);
     }
-    CHECK(first.find("storeMicroscaledTile<QQuantizer>(q, codes, scales, kBlockQ);") != std::string::npos);
+    CHECK(first.find("quantizeFp4QBlockOf<QBlock, QQuantizer>(params, cta, shared);") != std::string::npos);
     // V^T's codes and scales: v_fp4_quantize.cuh, instantiated for the group (32: MXFP4, 16: NVFP4).
     CHECK(first.find("quantizeFp4VTileOf<" + std::string(mx ? "32" : "16") + ">(params, cta, shared);") !=
           std::string::npos);
@@ -234,7 +234,7 @@ TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes i
   CHECK(rolesOf(exact(InputType::bf16)) ==
         std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::v_tile_convert, Role::k_block_quantize}});
   const std::string f16 = exact(InputType::f16).kernels[0].source;
-  CHECK(f16.find("storeTileValues<QQuantizer>(q, values, kBlockQ);") != std::string::npos);
+  CHECK(f16.find("castQBlockOf<QBlock, QQuantizer>(params, cta, shared);") != std::string::npos);
   CHECK(f16.find("storeTileValues<KQuantizer>(k, values, stored_rows);") != std::string::npos);
   CHECK(f16.find("roundToInput(float value) { return floatToHalfBits(value); }") != std::string::npos);
   CHECK(f16.find("quantizeTile<") == std::string::npos); // no scales are computed
