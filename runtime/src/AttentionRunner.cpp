@@ -301,9 +301,9 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
       k_tensor.inWorkspaceLayout(shape.batch, shape.heads_kv, shape.tokens_kv, layout.padded_kv, shape.head_dim);
   if (phase != RunPhase::attention && !qk_in_place) {
     // psi_Q, gamma(K) and psi_K, psi_V: fill the workspace (makePrologueParams checks Q/K/V alignment)
-    const SagePrologueParams params = codegen::makePrologueParams(
-        state.variant, shape, layout, {tensors.q, tensors.q_strides}, {tensors.k, tensors.k_strides},
-        {tensors.v, tensors.v_strides}, static_cast<unsigned char *>(workspace));
+    const SagePrologueParams params =
+        codegen::makePrologueParams(state.variant, shape, layout, q_tensor, k_tensor, {tensors.v, tensors.v_strides},
+                                    static_cast<unsigned char *>(workspace));
     const std::vector<codegen::LaunchGrid> &grids = shape_plan->prologue_grids;
     for (size_t i = 0; i < state.prologue_kernels.size(); ++i) {
       const CompiledKernel &kernel = state.prologue_kernels[i];
