@@ -31,6 +31,35 @@ def tops(batch, heads, tokens, dim, causal, milliseconds):
     return operations / (milliseconds * 1e-3) / 1e12
 
 
+def load_sageattention(directory):
+    """SageAttention2, built from its own source (setup.py build_ext --inplace) in `directory`."""
+    sys.path.insert(0, os.path.abspath(directory))
+    import sageattention  # noqa: E402
+    from sageattention import sm90_compile  # noqa: E402
+    from sageattention.quant import per_channel_fp8, per_warp_int8  # noqa: E402
+    return {"module": sageattention, "sm90": sm90_compile, "per_channel_fp8": per_channel_fp8,
+            "per_warp_int8": per_warp_int8}
+
+
+def sageattention_calls(sa, q, k, v, causal):
+    """SageAttention2's sm90 path for HND f16 inputs: the whole call (its own quantization included), and its attention
+    launch alone on inputs quantized once the way that call quantizes them (K smoothed, per-warp Q/K, per-channel
+    e4m3 V, two-level f32 accumulation)."""
+    full = lambda: sa["module"].sageattn_qk_int8_pv_fp8_cuda_sm90(  # noqa: E731
+        q, k, v, tensor_layout="HND", is_causal=causal, qk_quant_gran="per_warp", pv_accum_dtype="fp32+fp32")
+    km = k.mean(dim=2, keepdim=True)
+    q_int8, q_scale, k_int8, k_scale = sa["per_warp_int8"](q, k, km, tensor_layout="HND", BLKQ=64, WARPQ=16,
+                                                           BLKK=128)
+    pad = (128 - k.size(2) % 128) % 128
+    v_padded = torch.cat([v, v.new_zeros(v.size(0), v.size(1), pad, v.size(3))], dim=2) if pad else v
+    v_fp8, v_scale, _ = sa["per_channel_fp8"](v_padded, tensor_layout="HND", smooth_v=False)
+    o = torch.empty_like(q)
+    scale = q.size(-1) ** -0.5
+    kernel = lambda: sa["sm90"].qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf(  # noqa: E731
+        q_int8, k_int8, v_fp8, o, q_scale, k_scale, v_scale, 1, int(causal), 2, scale, 0)
+    return full, kernel
+
+
 def sdpa(backend, q, k, v, causal):
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -48,7 +77,10 @@ def main():
                         help="comma-separated schedules to run each preset with (default: the best for the GPU)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per row (median)")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--sageattn", help="a directory holding SageAttention2's built `sageattention` package: adds its "
+                        "sm90 FP8 kernel (end to end, and its attention launch alone) beside SDPA")
     args = parser.parse_args()
+    sageattention = load_sageattention(args.sageattn) if args.sageattn else None
     # Columns: each preset with its default tunables, then with each alternative.
     schedules = [name for name in args.schedules.split(",") if name] or [None]
     configs = [(preset, None, schedule) for preset in args.presets.split(",") for schedule in schedules]
@@ -62,6 +94,8 @@ def main():
         if schedule:
             label += "@" + schedule.split(".")[0]
         header += f" {label:>14} {'x flash':>8} {'x cudnn':>8} {'kernel':>7} {'prolog us':>9}"
+    if sageattention:
+        header += f" {'sageattn':>9} {'x cudnn':>8} {'kernel':>7}"
     print("TOPS (fp16, 16k tokens x hidden 2048 per call, " + torch.cuda.get_device_name() + ")")
     print(header)
     for dim in map(int, args.dims.split(",")):
@@ -91,6 +125,10 @@ def main():
                         q, k, v, phase=sagegen.PHASE_PROLOGUE)
                     timed[("kernel", key)] = lambda attention=attention: attention(
                         q, k, v, phase=sagegen.PHASE_ATTENTION)
+                if sageattention:
+                    full, kernel_only = sageattention_calls(sageattention, q, k, v, bool(causal))
+                    timed["sageattn"] = full
+                    timed["sageattn_kernel"] = kernel_only
                 samples = {name: [] for name in timed}
                 for _ in range(max(1, args.rounds)):
                     for name, function in timed.items():
@@ -110,6 +148,12 @@ def main():
                         "tops": value, "ms": full, "kernel_tops": kernel, "prologue_us": prologue * 1e3}
                     line += (f" {value:>14.1f} {value / row['flash']:>8.2f} {value / row['cudnn']:>8.2f}"
                              f" {kernel:>7.1f} {prologue * 1e3:>9.1f}")
+                if sageattention:
+                    row["sageattn"] = {
+                        "tops": tops(batch, heads, tokens, dim, causal, milliseconds["sageattn"]),
+                        "kernel_tops": tops(batch, heads, tokens, dim, causal, milliseconds["sageattn_kernel"])}
+                    line += (f" {row['sageattn']['tops']:>9.1f} {row['sageattn']['tops'] / row['cudnn']:>8.2f}"
+                             f" {row['sageattn']['kernel_tops']:>7.1f}")
                 print(line, flush=True)
                 rows.append(row)
                 del q, k, v

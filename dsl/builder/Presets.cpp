@@ -19,8 +19,9 @@ AttentionBuilder makePreset(std::string_view name) {
     builder.qk(int8(per_block).smooth_k()).pv(int8_pv());
   else if (name == "sage2-fp8")
     // Q per warp of 32 rows (a 128-row tile over 4 warps); every warp reads the whole K tile, so K's
-    // per-warp group is the 64-token tile.
-    builder.qk(int8(per_warp).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+    // per-warp group is the 64-token tile. The FP8 mma's accumulator is flushed into f32 every 2 blocks (128
+    // tokens), as SageAttention2's kernels do: the tensor cores' FP8 accumulation keeps fewer mantissa bits than f32.
+    builder.qk(int8(per_warp).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 2));
   else if (name == "sage3-fp4")
     builder.qk(nvfp4().smooth_q().smooth_k()).pv(nvfp4_pv());
   else if (name == "sage3-fp4-direct-p")
@@ -30,7 +31,7 @@ AttentionBuilder makePreset(std::string_view name) {
   else if (name == "sage2-int4")
     // Per-thread groups: a warp's 32 Q rows (a 128-row tile over 4 warps) and the 64-token K tile, each
     // interleaved by 8 as the m16n8k64 fragments hold them.
-    builder.qk(int4(per_thread).groups(32, 64).smooth_q().smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+    builder.qk(int4(per_thread).groups(32, 64).smooth_q().smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 2));
   else if (name == "sla-f16") // SLA's sparse part exact in f16 (the paper's kernel)
     builder.blocks(64, 64).qk(f16_qk()).pv(f16(accum::f32)).sla(sla_spec());
   else if (name == "sla-int8") // SLA's sparse part through SageAttention's int8 Q.K^T with K smoothing
@@ -42,7 +43,7 @@ AttentionBuilder makePreset(std::string_view name) {
     // the softmax's max, per-block int8 V; the LSE is saved for the backward.
     builder.qk(int8(per_block).smooth_k()).pv(int8_pv_per_token_p()).lse();
   else if (name == "sage2-int4-no-smooth-q")
-    builder.qk(int4(per_thread).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 4));
+    builder.qk(int4(per_thread).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 2));
   else
     builder.qk(full_precision()).pv(full_precision_pv());
   return builder;

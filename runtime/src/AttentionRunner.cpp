@@ -84,6 +84,7 @@ struct AttentionRunner::State {
   CompiledKernel attention_kernel;
   bool load_modules = true;          // false: compile into the cache only (no GPU)
   int device = 0;                    // the CUDA device the kernels are loaded on
+  int multiprocessors = 0;           // its SM count (a persistent kernel's grid)
   driver::Context context = nullptr; // where they were loaded (made current around every launch)
   KernelRequirements requirements;   // what run(AttentionCall) checks against
   bool qk_copies_only = false;       // sm90 plan whose prologue only copies Q and K (prologueOnlyCopiesQk)
@@ -101,7 +102,7 @@ struct AttentionRunner::State {
     shape_plan->shape = shape;
     shape_plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
     shape_plan->prologue_grids = codegen::prologueGrids(kernels.prologue, shape);
-    shape_plan->attention_grid = kernels.attention.grid.gridFor(shape);
+    shape_plan->attention_grid = kernels.attention.grid.gridFor(shape, multiprocessors);
     const auto &grid = shape_plan->attention_grid;
     if (grid[0] > std::numeric_limits<int32_t>::max() || grid[1] > 65535 || grid[2] > 65535)
       throw ArgumentError("shape", fmt::format("the attention grid ({}, {}, {}) exceeds the launch limits "
@@ -210,6 +211,7 @@ AttentionRunner::AttentionRunner(const AttentionVariant &variant, AttentionRunne
   // Loads (and asks the arch of) the chosen device's context, whatever the caller's thread has current.
   ScopedContext scope(driver, state.context);
   state.arch = state.options.arch ? *state.options.arch : currentDeviceArch();
+  state.multiprocessors = driver.deviceAttribute(driver::DeviceAttribute::multiprocessor_count, state.device);
   if (const char *schedule = std::getenv("SAGEGEN_SCHEDULE"); state.options.schedule.empty() && schedule && *schedule)
     state.options.schedule = schedule; // a process-wide choice, for benchmarks and for working around a schedule
   state.build();

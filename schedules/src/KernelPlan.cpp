@@ -1,5 +1,7 @@
 #include "sage/schedules/KernelPlan.h"
 
+#include <algorithm>
+
 namespace sage::schedules {
 
 int64_t ScaleIndexing::groupOf(int64_t token) const {
@@ -32,11 +34,27 @@ ScaleIndexing scaleIndexingOf(const QuantizerSpec &spec, int block_tokens) {
   return indexing;
 }
 
-std::array<int64_t, 3> GridMapping::gridFor(const ProblemShape &shape) const {
+int64_t GridMapping::tilesFor(const ProblemShape &shape) const {
+  return (shape.tokens_q + block_q - 1) / block_q * shape.heads_q * shape.batch;
+}
+
+std::array<int64_t, 3> GridMapping::gridFor(const ProblemShape &shape, int multiprocessors) const {
+  if (persistent_ctas_per_multiprocessor > 0) {
+    const int64_t tiles = tilesFor(shape);
+    const int64_t resident = static_cast<int64_t>(persistent_ctas_per_multiprocessor) * multiprocessors;
+    return {resident > 0 ? std::min(tiles, resident) : tiles, 1, 1};
+  }
   return {(shape.tokens_q + block_q - 1) / block_q, shape.heads_q, shape.batch};
 }
 
 std::string GridMapping::description() const {
+  if (persistent_ctas_per_multiprocessor > 0) {
+    std::string text = "persistent: " + std::to_string(persistent_ctas_per_multiprocessor) +
+                       " CTA(s) per SM walk the (Q block of " + std::to_string(block_q) + " rows, head, batch) tiles";
+    if (reverse_q_blocks)
+      text += ", longest rows first (causal)";
+    return text;
+  }
   std::string text = "grid = (ceil(tokens_q / " + std::to_string(block_q) + "), heads_q, batch); block x = Q block";
   if (reverse_q_blocks)
     text += " counted from the last (causal: longest rows first)";

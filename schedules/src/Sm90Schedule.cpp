@@ -48,13 +48,10 @@ SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
   layout.stage_offset = alignUp(layout.q.bytes, kTileAlignment);
   layout.stage_bytes = alignUp(layout.v.offset + layout.v.bytes, kTileAlignment);
   layout.stages = stages;
-  layout.flush_bytes = plan.two_level_flush ? ws.consumer_warpgroups * kWarpgroupWarps * kWarpSize *
-                                                  (plan.head_dim / 2) * static_cast<int>(sizeof(float))
-                                            : 0;
   const int kept_block_bytes = plan.block_sparse ? kKeptBlockBytes : 0;
-  const int barrier_bytes = (4 * stages + 1) * 8; // full and empty, for K and for V, per stage; Q's
-  layout.total_bytes = layout.stage_offset + stages * layout.stage_bytes + layout.flush_bytes + kept_block_bytes +
-                       barrier_bytes + kAlignmentSlack;
+  const int barrier_bytes = (4 * stages + 2) * 8; // full and empty, for K and for V, per stage; Q's full and empty
+  layout.total_bytes =
+      layout.stage_offset + stages * layout.stage_bytes + kept_block_bytes + barrier_bytes + kAlignmentSlack;
   return layout;
 }
 
@@ -142,11 +139,14 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   }
   tunables.warps = 8;
   tunables.block_q = 128;
-  // int8 P.V keeps an s32 block product beside the f32 sum, S, P~ and the next block's K scales: at d = 128 with
-  // 128-token S tiles ptxas spills 60-84 bytes, so those take 64. (Two-level accumulation keeps its outer sum in
-  // shared memory: in registers, ptxas spilled ~800 bytes for sage2-fp8 at d = 128.)
-  tunables.block_kv = variant.p.dtype == ElementType::int8 && variant.head_dim > 64 ? 64 : 128;
-  tunables.stages = kDefaultStages;
+  // int8 P.V and two-level accumulation keep an f32 sum of O in registers beside the P.V accumulator, S and P~: at
+  // d = 128 with 128-token S tiles ptxas spills (int8: 60-84 bytes; sage2-fp8: 168 bytes), so those take 64.
+  const bool outer_sum = variant.p.dtype == ElementType::int8 ||
+                         variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+                         variant.accumulation.kind == AccumulationKind::f32_two_level;
+  tunables.block_kv = outer_sum && variant.head_dim > 64 ? 64 : 128;
+  // As many tokens in flight with 64-token blocks as with 128-token ones.
+  tunables.stages = std::min(kMaxStages, kDefaultStages * 128 / tunables.block_kv);
   return tunables;
 }
 
@@ -213,8 +213,13 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     plan.pv_mma = {64, variant.head_dim, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
   }
   plan.v_operand = plan.pv_mma.b;
-  plan.two_level_flush = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
-                         variant.accumulation.kind == AccumulationKind::f32_two_level;
+  if (variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+      variant.accumulation.kind == AccumulationKind::f32_two_level) {
+    // The variant flushes every flush_period of its KV blocks; the kernel's blocks may be larger (then it flushes
+    // after each of them: more often than asked, which only rounds less) or smaller.
+    const int64_t flush_tokens = static_cast<int64_t>(variant.accumulation.flush_period) * variant.block_kv;
+    plan.two_level_flush_blocks = static_cast<int>(std::max<int64_t>(1, flush_tokens / chosen.block_kv));
+  }
   const bool eight_bit_pv = bytesOf(plan.pv_mma.a) == 1;
   plan.wgmma_value_token_order = eight_bit_pv;
   if (eight_bit_pv)
@@ -227,6 +232,10 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   // Warp roles and TMA boxes
   WarpSpecialization &ws = plan.warp_specialization;
   ws.consumer_warpgroups = consumers;
+  // An outer f32 sum of O (int8 P.V, two-level accumulation) beside the P.V accumulator and a 128 x d >= 128 x 128
+  // S tile do not fit 240 registers (ptxas spilled 168 bytes for sage2-fp8): fold the product before the softmax.
+  const bool outer_sum = plan.pv_path == PvPath::int8_per_block || plan.two_level_flush_blocks > 0;
+  ws.softmax_under_product = !(outer_sum && chosen.block_kv * variant.head_dim >= 128 * 128);
   if (consumers > 1) { // one consumer has registers to spare without the hand-over
     ws.producer_registers = kProducerRegisters;
     const int pool =
@@ -251,6 +260,11 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     shareMultiprocessor(plan, explicit_tunables);
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
+  // Dense kernels are persistent: a CTA's producer loads the next tile's Q and first K/V stages while its consumers
+  // finish the last one, so a tile's start and end no longer leave the SM idle (a short row is a few blocks only).
+  // Block-sparse CTAs read their mask row into shared memory before the roles split: one tile each.
+  if (!plan.block_sparse)
+    plan.grid.persistent_ctas_per_multiprocessor = plan.min_blocks_per_multiprocessor;
   return plan;
 }
 
@@ -262,7 +276,7 @@ TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch
   const bool block_sparse = variant.mask.kind == MaskKind::block_sparse;
   for (int warps : {4, 8, 12})
     for (int block_kv : {64, 128})
-      for (int stages = kMinStages; stages <= 6; ++stages) {
+      for (int stages = kMinStages; stages <= kMaxStages; ++stages) {
         Tunables candidate{kConsumerRows * warps / kWarpgroupWarps, block_kv, warps, stages};
         if (block_sparse && (candidate.block_q != variant.block_q || candidate.block_kv != variant.block_kv))
           continue;

@@ -104,7 +104,7 @@ TEST_CASE("8-bit P.V: interleaved S columns, transposed V codes, dequantized per
                       "pack_e4m3x4, mma_m16n8k32_e4m3_f32>;"));
   CHECK(contains(fp8, "#include \"sage/device/sm80/two_level.cuh\"\nusing sage::device::sm80::flush_accumulator;"));
   CHECK(contains(fp8, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
-  CHECK(contains(fp8, "constexpr int kFlushPeriod = 4;"));
+  CHECK(contains(fp8, "constexpr int kFlushPeriod = 2;"));
   CHECK(contains(fp8, "flush_accumulator(state.o_flushed, state.o_accumulator)"));
   CHECK(contains(fp8, "constexpr int kQScaleTokensPerGroup = 32;"));
 }

@@ -527,6 +527,13 @@ TEST_CASE("the sm90 schedule: tails, rows with no visible key, GQA, and V that T
       {"sage2-fp8", 128, true, StorageType::f16, Layout::nhd, 4, 1, 130, 1000, 0.0, 0.04, 0.999, 0.01},
       {"sage2-fp8", 64, false, StorageType::f16, Layout::hnd, 2, 2, 1, 77, 0.0, 0.04, 0.999, 0.01},
       {"sage-vb", 64, true, StorageType::bf16, Layout::nhd, 2, 2, 700, 700, 4.0, 0.02, 0.999, 0.01},
+      // More tiles than an H100/H200 has SMs: persistent CTAs walk several, the next tile's Q and first K/V stages
+      // loading while the last one's consumers finish (GQA; a tail; causal longest rows first; with 520 queries over
+      // 300 keys bottom-right, the first Q block sees no key at all: a tile of zero blocks inside a CTA's walk).
+      {"sage2-fp8", 128, false, StorageType::f16, Layout::hnd, 48, 12, 400, 400, 0.0, 0.04, 0.999, 0.01},
+      {"sage2-fp8", 64, true, StorageType::f16, Layout::hnd, 36, 36, 640, 640, 8.0, 0.04, 0.999, 0.01},
+      {"sage-b", 64, true, StorageType::bf16, Layout::nhd, 40, 8, 520, 300, 4.0, 0.01, 0.999, 0.01},
+      {"sage-vb", 128, false, StorageType::f16, Layout::nhd, 34, 34, 512, 512, 0.0, 0.02, 0.999, 0.01},
   };
   for (const Case &c : cases) {
     CAPTURE(c.preset);

@@ -103,7 +103,7 @@ TEST_CASE("sm90 block-sparse tunables must be the mask's blocks; the tunable spa
   CHECK_THROWS_WITH_AS(plan({128, 128, 8, 2}), doctest::Contains("tunables.block_q/block_kv"), std::invalid_argument);
   const TunableSpace space = sm90.tunableSpace(sparse, GpuArch::sm90a, InputType::f16);
   CHECK(space.defaults == Tunables{128, 64, 8, 4});
-  REQUIRE(space.candidates.size() == 5); // stages 2..6
+  REQUIRE(space.candidates.size() == 7); // stages 2..8
   for (const TunableCandidate &candidate : space.candidates) {
     CHECK(candidate.tunables.block_q == 128);
     CHECK(candidate.tunables.block_kv == 64);
@@ -120,17 +120,40 @@ TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") 
     CHECK(plan.warp_specialization.consumer_warpgroups == 2);
     CHECK(plan.warp_specialization.producer_registers == 24);
     CHECK(plan.warp_specialization.consumer_registers == 240);
-    CHECK(plan.qk_mma == MmaShape{64, 128, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+    // Two-level accumulation keeps both sums of O in registers: 64-token S tiles leave room for them at d = 128.
+    CHECK(plan.qk_mma == MmaShape{64, 64, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
     CHECK(plan.pv_mma == MmaShape{64, 128, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
     CHECK(plan.v_source == ValueSource::workspace_codes);
     CHECK(plan.wgmma_value_token_order);
     CHECK(plan.warp_specialization.q_box == TensorMapBox{128, 128});
-    CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 128});
-    CHECK(plan.tunables.block_kv == 128);
-    CHECK(plan.two_level_flush); // the outer f32 sum of O in shared memory: 2 x 128 threads x 64 floats
-    CHECK(plan.shared.flush_bytes == 65536);
-    CHECK(plan.warp_specialization.v_box == TensorMapBox{128, 128}); // 128 tokens of 128 channel rows
+    CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 64});
+    CHECK(plan.tunables.block_kv == 64);
+    CHECK(plan.tunables.stages == 8); // 512 tokens in flight, as 4 stages of 128
+    // The preset flushes every 2 of its 64-token blocks (128 tokens): every 2 of the kernel's, whose softmax runs
+    // while the previous block's P.V does.
+    CHECK(plan.two_level_flush_blocks == 2);
+    CHECK(plan.warp_specialization.softmax_under_product);
+    CHECK(plan.warp_specialization.v_box == TensorMapBox{64, 128}); // 64 tokens of 128 channel rows
     CHECK(plan.shared.total_bytes <= 227 * 1024);
+    // With 128-token blocks the kernel flushes after each, and folds a block's product into the f32 sum before the
+    // next softmax: the product, the sum and a 64 x 128 S do not fit the registers together.
+    const KernelPlan wide =
+        sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16, Tunables{128, 128, 8, 4});
+    CHECK(wide.two_level_flush_blocks == 1);
+    CHECK_FALSE(wide.warp_specialization.softmax_under_product);
+  }
+  SUBCASE("dense kernels are persistent, block-sparse ones take one tile per CTA") {
+    const KernelPlan dense = sm90.plan(test::presetVariant("sage-b", 128), GpuArch::sm90a, InputType::f16);
+    CHECK(dense.grid.persistent_ctas_per_multiprocessor == 1);
+    const ProblemShape shape{2, 16, 16, 4096, 4096, 128};
+    CHECK(dense.grid.tilesFor(shape) == 32 * 16 * 2);
+    CHECK(dense.grid.gridFor(shape, 132) == std::array<int64_t, 3>{132, 1, 1});
+    CHECK(dense.grid.gridFor({1, 1, 1, 256, 256, 128}, 132) == std::array<int64_t, 3>{2, 1, 1}); // fewer tiles
+    CHECK(dense.grid.gridFor(shape) == std::array<int64_t, 3>{1024, 1, 1}); // no SM count: a CTA per tile
+    const KernelPlan sparse =
+        sm90.plan(test::presetVariant("sage-b", 128, MaskKind::block_sparse), GpuArch::sm90a, InputType::f16);
+    CHECK(sparse.grid.persistent_ctas_per_multiprocessor == 0);
+    CHECK(sparse.grid.gridFor(shape, 132) == std::array<int64_t, 3>{32, 16, 2});
   }
   SUBCASE("sage-b d64 bf16: f16 P.V reads the workspace's f16 V, 64-byte swizzled Q/K rows") {
     const KernelPlan plan = sm90.plan(test::presetVariant("sage-b", 64), GpuArch::sm90a, InputType::bf16);
@@ -167,7 +190,7 @@ TEST_CASE("sm90's tunable space: every candidate planned or refused with the sch
   const Sm90Schedule sm90;
   const TunableSpace space = sm90.tunableSpace(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
   CHECK(space.schedule == Sm90Schedule::kName);
-  CHECK(space.defaults == Tunables{128, 128, 8, 4}); // 16 KiB of Q + 4 x 32 KiB of K/V + 64 KiB of sums
+  CHECK(space.defaults == Tunables{128, 64, 8, 8}); // 16 KiB of Q + 8 x 16 KiB of K/V
   int supported = 0;
   for (const TunableCandidate &candidate : space.candidates) {
     supported += candidate.verdict ? 1 : 0;

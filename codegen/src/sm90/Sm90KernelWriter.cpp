@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -84,16 +85,18 @@ struct Config {{
   static constexpr int kConsumers = {consumers};
   static constexpr int kStages = {stages};     // K/V stages in flight
   static constexpr int kProducerRegisters = {producer_registers}; // setmaxnreg (0: no hand-over)
+  static constexpr bool kSoftmaxUnderProduct = {softmax_under_product}; // S_j's softmax while P~_(j-1) V runs
   static constexpr int kConsumerRegisters = {consumer_registers};
   // ---- The variant ----
   static constexpr bool kCausal = {causal};
   static constexpr bool kBlockSparse = {block_sparse}; // visit only the kept KV blocks of params.base.block_mask
   static constexpr bool kReverseQBlocks = {reverse}; // causal: the longest rows first
+  static constexpr bool kPersistent = {persistent};  // a CTA walks tiles blockIdx.x, + gridDim.x, ... (TileSchedule)
   static constexpr sage::device::sm90::QkOperands kQk = sage::device::sm90::QkOperands::{qk};
   static constexpr sage::device::sm90::PvOperands kPv = sage::device::sm90::PvOperands::{pv};
   static constexpr sage::device::sm90::ValueTiles kValues = sage::device::sm90::ValueTiles::{values};
   static constexpr bool kTwoLevel = {two_level};
-  static constexpr int kFlushPeriod = {flush_period};
+  static constexpr int kFlushPeriod = {flush_period}; // two-level: KV blocks between flushes into the f32 sum
   static constexpr float kProbabilityScale = {p_scale};     // P~ = code x scale (8-bit P)
   static constexpr float kProbabilityCodeScale = {p_code_scale};
   static constexpr float kProbabilityCodeLog2 = {p_code_log2}; // log2(kProbabilityCodeScale)
@@ -162,12 +165,14 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
       fmt::arg("mask", maskDescription(context)), fmt::arg("grid", plan.grid.description()),
       fmt::arg("abi", kernelAbiSource()), fmt::arg("block_q", plan.tunables.block_q),
       fmt::arg("consumers", ws.consumer_warpgroups), fmt::arg("stages", plan.tunables.stages),
-      fmt::arg("producer_registers", ws.producer_registers), fmt::arg("consumer_registers", ws.consumer_registers),
-      fmt::arg("causal", context.causal), fmt::arg("block_sparse", context.block_sparse),
-      fmt::arg("reverse", plan.grid.reverse_q_blocks), fmt::arg("qk", qkOperands(plan)),
+      fmt::arg("producer_registers", ws.producer_registers),
+      fmt::arg("softmax_under_product", ws.softmax_under_product),
+      fmt::arg("consumer_registers", ws.consumer_registers), fmt::arg("causal", context.causal),
+      fmt::arg("block_sparse", context.block_sparse), fmt::arg("reverse", plan.grid.reverse_q_blocks),
+      fmt::arg("persistent", plan.grid.persistent_ctas_per_multiprocessor > 0), fmt::arg("qk", qkOperands(plan)),
       fmt::arg("pv", pvOperands(plan.pv_path)), fmt::arg("values", valueTiles(plan.v_source)),
-      fmt::arg("two_level", context.two_level),
-      fmt::arg("flush_period", context.two_level ? variant.accumulation.flush_period : 1),
+      fmt::arg("two_level", plan.two_level_flush_blocks > 0),
+      fmt::arg("flush_period", std::max(1, plan.two_level_flush_blocks)),
       fmt::arg("p_scale", detail::floatLiteral(eight_bit_p ? p_scale : 1.0)),
       fmt::arg("p_code_scale", detail::floatLiteral(eight_bit_p ? 1.0 / p_scale : 1.0)),
       fmt::arg("p_code_log2", detail::floatLiteral(eight_bit_p ? std::log2(1.0 / p_scale) : 0.0)),

@@ -71,7 +71,7 @@ PvQuantization int8_pv(); // P int8 with static scale 1/127, V int8 per-channel,
 // SageBwd's forward (SageAttention3, Algorithm 2): P~ int8 per token, its scale exp(rowmax(S) - m) / 127 reusing the
 // online softmax's max; V int8 with one scale per KV tile (per_block, b_kv tokens); s32 mma, f32 accumulation.
 PvQuantization int8_pv_per_token_p();
-PvQuantization fp8_e4m3(AccumulationKind accumulation = AccumulationKind::f32_two_level, int flush_period = 4);
+PvQuantization fp8_e4m3(AccumulationKind accumulation = AccumulationKind::f32_two_level, int flush_period = 2);
 PvQuantization full_precision_pv(); // f32 P and V, f32 accumulation
 // FP4 P and V (SageAttention3), microscaled along the KV axis, f32 accumulation. NVFP4 P is two-level by default
 // (Algorithm 1 line 10: a per-row f32 scale rowmax/(448*6), then the 1x16 microscales); `two_level_p = false`

@@ -71,7 +71,6 @@ struct SharedMemoryLayout {
   int stage_offset = 0;  // where stage 0 starts
   int stage_bytes = 0;   // stage s starts at stage_offset + s * stage_bytes
   int stages = 0;
-  int flush_bytes = 0; // sm90 two-level accumulation: the outer f32 sum of O, after the stages
   // FP4 emulation (sm80, PvPath::e2m1_decoded): q is Q_i decoded (16-bit values), k/v/k_scales are K_j's codes, V_j^T's
   // codes and K_j's scales as staged by cp.async; the kernel decodes each stage into these two tiles (offsets from the
   // CTA's buffer), which the f16/bf16 mma path reads. Q_i's codes and scales are staged once in the same scratch,
@@ -83,11 +82,16 @@ struct SharedMemoryLayout {
   int total_bytes = 0;    // the kernel's dynamic shared memory
 };
 
-// One CTA per (Q block, q head, batch): grid = (ceil(tokens_q / block_q), heads_q, batch).
+// One CTA per (Q block, q head, batch): grid = (ceil(tokens_q / block_q), heads_q, batch); or (persistent) a grid of
+// `persistent_ctas_per_multiprocessor` CTAs per SM, each walking tiles blockIdx.x, + gridDim.x, ... of that set.
 struct GridMapping {
   int block_q = 128;
-  bool reverse_q_blocks = false; // causal: the longest rows (last Q blocks) are scheduled first
-  std::array<int64_t, 3> gridFor(const ProblemShape &shape) const;
+  bool reverse_q_blocks = false;              // causal: the longest rows (last Q blocks) are scheduled first
+  int persistent_ctas_per_multiprocessor = 0; // 0: one CTA per tile
+  int64_t tilesFor(const ProblemShape &shape) const;
+  // `multiprocessors`: the device's SM count (a persistent grid needs it; 0 gives one CTA per tile, which a persistent
+  // kernel also runs correctly).
+  std::array<int64_t, 3> gridFor(const ProblemShape &shape, int multiprocessors = 0) const;
   std::string description() const;
 };
 
@@ -104,6 +108,9 @@ struct WarpSpecialization {
   int consumer_warpgroups = 0; // 0: not warp-specialised (the sm80 schedule)
   int producer_registers = 0;  // setmaxnreg targets per thread
   int consumer_registers = 0;
+  // A consumer computes S_j's softmax while its P~_(j-1) V wgmma runs; false where the P.V's accumulator, the outer f32
+  // sum of O and S_j would not fit its registers together (the other consumer's GEMMs still overlap the softmax).
+  bool softmax_under_product = true;
   TensorMapBox q_box; // Q_i: q_codes rows (head_dim x operand bytes), chunked along the row
   TensorMapBox k_box; // K_j: k_codes rows, chunked the same way
   TensorMapBox v_box; // V_j^T codes [d][tokens] chunked along the tokens, or V [tokens][2d bytes] along the bytes
@@ -138,8 +145,10 @@ struct KernelPlan {
   // 8-bit P.V on wgmma: the prologue writes V^T's tokens permuted within each group of 32, so that S's accumulator
   // registers are the A operand as they are (see WorkspaceLayout.h, VCodesTokenOrder).
   bool wgmma_value_token_order = false;
-  bool two_level_flush = false; // sm90: two-level accumulation, its outer sum in shared memory (shared.flush_bytes)
-  bool block_sparse = false;    // sm90: the CTA's mask row as a bitmask in shared memory (part of shared.total_bytes)
+  // sm90 two-level accumulation: the kernel's KV blocks between flushes of the P.V accumulator into the outer f32 sum
+  // (both in registers), at least as often as the variant's flush_period asks; 0: not two-level.
+  int two_level_flush_blocks = 0;
+  bool block_sparse = false; // sm90: the CTA's mask row as a bitmask in shared memory (part of shared.total_bytes)
 
   // sm120.mma_fp4: microscaled FP4 operands (e2m1 codes, two per byte; one UE4M3 or UE8M0 scale per
   // `fp4_scale_group` elements along each matmul's reduction axis; codegen/README.md, "FP4 operands").

@@ -1,5 +1,5 @@
 // O in a consumer's registers: its rescaling by the online softmax, int8 P.V's per-block sums, two-level
-// accumulation's outer sum in shared memory, and the epilogue that writes O and the LSE.
+// accumulation's outer sum, and the epilogue that writes O and the LSE.
 #pragma once
 
 #include "sage/device/sm90/common.cuh"
@@ -23,32 +23,52 @@ __device__ __forceinline__ void rescale_f16x2(unsigned (&values)[kCount], const 
     values[i] = scale_f16x2(values[i], factors[i % 2]);
 }
 
-// exp2(m_flush - m) for a row half: what the shared-memory sum is multiplied by to be relative to the m of `output`
-// (0 while nothing was flushed; rows that saw no key yet have nothing to scale).
-template <class Config> __device__ __forceinline__ float flush_factor(const ConsumerState<Config> &state, int half) {
-  const float flushed = state.flush_max[half], current = state.output_max[half];
-  return flushed == negative_infinity() || current == negative_infinity() ? 0.0f : fast_exp2(flushed - current);
+// Whether the P.V accumulator holds earlier blocks; if not, the next P.V restarts it (scale-d 0): the tile's first
+// block, and two-level accumulation's first block after a flush.
+template <class Config> __device__ __forceinline__ bool accumulates(const ConsumerState<Config> &state) {
+  if constexpr (Config::kPv == PvOperands::int8)
+    return false; // an s32 product per block
+  else if constexpr (Config::kTwoLevel && Config::kFlushPeriod == 1)
+    return false;
+  else
+    return state.blocks_since_flush != 0;
 }
 
-// O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator(s) this P.V path keeps.
+// O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator and the outer sum, both relative to m.
 template <class Config>
 __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, const float (&rescale)[2]) {
   // Multiplying by 1 changes nothing (bit for bit): once its rows' maxima stop growing, which is most blocks of a long
   // row, a warp skips the O x rescale it would issue for every accumulator register.
   if (!__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f))
     return;
-  if constexpr (Config::kPv != PvOperands::int8) {
-    if constexpr (ConsumerState<Config>::kF16Accumulator)
-      rescale_f16x2(state.output, rescale);
-    else
-      rescale_f32(state.output, rescale);
-  }
-  if constexpr (Config::kPv == PvOperands::int8)
+  if constexpr (ConsumerState<Config>::kOuterSum)
     rescale_f32(state.flushed, rescale);
+  if constexpr (Config::kPv != PvOperands::int8 && (!Config::kTwoLevel || Config::kFlushPeriod > 1)) {
+    if (accumulates(state)) {
+      if constexpr (ConsumerState<Config>::kF16Accumulator)
+        rescale_f16x2(state.output, rescale);
+      else
+        rescale_f32(state.output, rescale);
+    }
+  }
+}
+
+// The accumulator added into the outer f32 sum (two-level accumulation's flush).
+template <class Config> __device__ __forceinline__ void flush_output(ConsumerState<Config> &state) {
+#pragma unroll
+  for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+    if constexpr (ConsumerState<Config>::kF16Accumulator) {
+      float low, high;
+      unpack_f16x2(state.output[i / 2], low, high);
+      state.flushed[i] += i % 2 == 0 ? low : high;
+    } else {
+      state.flushed[i] += state.output[i];
+    }
+  }
 }
 
 // After P~_i^j V_j has completed: int8 adds its s32 block product into the f32 sum; two-level accumulation adds the
-// inner accumulator into the outer one every kFlushPeriod blocks and restarts it.
+// accumulator into the outer sum every kFlushPeriod blocks (the next block's P.V then restarts it).
 template <class Config, int kProductRegisters>
 __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
                                              const int (&block_product)[kProductRegisters]) {
@@ -58,28 +78,11 @@ __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
       state.flushed[i] += small_int_to_float(block_product[i]); // |P V| <= 128 x 127 x 127 < 2^22
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
-      // sum = sum x exp2(m_flush - m) + inner, now relative to m; the inner accumulator restarts.
       state.blocks_since_flush = 0;
-      const float factors[2] = {flush_factor(state, 0), flush_factor(state, 1)};
-#pragma unroll
-      for (int i = 0; i < Config::kHeadDim / 2; ++i) {
-        float inner;
-        if constexpr (ConsumerState<Config>::kF16Accumulator) {
-          float low, high;
-          unpack_f16x2(state.output[i / 2], low, high);
-          inner = i % 2 == 0 ? low : high;
-        } else {
-          inner = state.output[i];
-        }
-        float &sum = state.flush_sum[i * kWarpgroupThreads * Config::kConsumers];
-        sum = sum * factors[(i / 2) % 2] + inner;
-      }
-#pragma unroll
-      for (int i = 0; i < ConsumerState<Config>::kOutputRegisters; ++i)
-        state.output[i] = 0;
-      state.flush_max[0] = state.output_max[0];
-      state.flush_max[1] = state.output_max[1];
+      flush_output(state);
     }
+  } else {
+    state.blocks_since_flush = 1; // `output` holds the tile's blocks
   }
 }
 
@@ -94,17 +97,21 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 #pragma unroll
   for (int i = 0; i < Config::kHeadDim / 2; ++i) {
     float value;
-    if constexpr (Config::kPv == PvOperands::int8) {
-      value = state.flushed[i];
-    } else if constexpr (ConsumerState<Config>::kF16Accumulator) {
-      float low, high;
-      unpack_f16x2(state.output[i / 2], low, high);
-      value = i % 2 == 0 ? low : high;
-    } else {
-      value = state.output[i];
+    if constexpr (Config::kPv != PvOperands::int8) {
+      if constexpr (ConsumerState<Config>::kF16Accumulator) {
+        float low, high;
+        unpack_f16x2(state.output[i / 2], low, high);
+        value = i % 2 == 0 ? low : high;
+      } else {
+        value = state.output[i];
+      }
     }
-    if constexpr (Config::kTwoLevel) // the flushed sum, brought to the final m
-      value += state.flush_sum[i * kWarpgroupThreads * Config::kConsumers] * flush_factor(state, (i / 2) % 2);
+    if constexpr (Config::kPv == PvOperands::int8)
+      value = state.flushed[i];
+    else if constexpr (Config::kTwoLevel) // the outer sum and the blocks since its last flush, both relative to m
+      value = accumulates(state) ? state.flushed[i] + value : state.flushed[i];
+    else // `output` was never written when the tile visited no block
+      value = accumulates(state) ? value : 0.0f;
     output[i] = value;
   }
   const unsigned char *workspace = base.workspace;

@@ -113,9 +113,6 @@ template <class Config>
 __device__ __forceinline__ void load_q(const SageSm90AttentionParams &params, const TileCoordinates &tile,
                                        unsigned shared_base, const StageBarriers<Config> &barriers) {
   using Layout = SharedLayout<Config>;
-  tma_prefetch_descriptor(&params.q_map);
-  tma_prefetch_descriptor(&params.k_map);
-  tma_prefetch_descriptor(&params.v_map);
   mbarrier_arrive_expect_tx(barriers.q_full(), Layout::kQBytes);
   const int q_row = static_cast<int>(tile.q_head_index * params.base.size.padded_q + tile.q_begin);
 #pragma unroll
@@ -124,15 +121,15 @@ __device__ __forceinline__ void load_q(const SageSm90AttentionParams &params, co
                 chunk * Layout::kQkChunkBytes, q_row);
 }
 
-// The producer: K_j and V_j for every visited block j into stage (position % kStages), each as soon as the consumers
-// released that stage's K or V.
+// The producer's loads of one tile: K_j and V_j for every visited block j into stage (position % kStages), each as
+// soon as the consumers released that stage's K or V. `position` counts the CTA's visited blocks over all its tiles.
 template <class Config>
-__device__ __forceinline__ void produce(const SageSm90AttentionParams &params, const TileCoordinates &tile,
-                                        const VisitedBlocks<Config> &visits, unsigned shared_base,
-                                        const StageBarriers<Config> &barriers) {
+__device__ __forceinline__ void produce_tile(const SageSm90AttentionParams &params, const TileCoordinates &tile,
+                                             const VisitedBlocks<Config> &visits, unsigned shared_base,
+                                             const StageBarriers<Config> &barriers, int &position) {
   using Layout = SharedLayout<Config>;
   const SageProblemSize &size = params.base.size;
-  for (int block = visits.next(0), position = 0; block < visits.block_end; block = visits.next(block + 1), ++position) {
+  for (int block = visits.next(0); block < visits.block_end; block = visits.next(block + 1), ++position) {
     // A fresh barrier passes parity 1: the first kStages loads go straight out.
     const unsigned released = StageBarriers<Config>::phase(position) ^ 1u;
     const unsigned stage_base = shared_base + Layout::kStageOffset + (position % Config::kStages) * Layout::kStageBytes;
@@ -162,6 +159,22 @@ __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, c
   }
 }
 
+// The producer of a persistent CTA: for each of its tiles, Q_i once the consumers have read the previous tile's
+// Q for the last time, then the tile's K/V stages (which may run ahead into the next tile's first blocks).
+template <class Config>
+__device__ __forceinline__ void produce(const SageSm90AttentionParams &params, const TileSchedule<Config> &schedule,
+                                        unsigned shared_base, const StageBarriers<Config> &barriers) {
+  int position = 0, iteration = 0;
+  for (int index = schedule.first(); index < schedule.tiles; index = schedule.next(index), ++iteration) {
+    const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
+    mbarrier_wait_suspended(barriers.q_empty(), StageBarriers<Config>::phase_of(iteration) ^ 1u);
+    load_q<Config>(params, tile, shared_base, barriers);
+    VisitedBlocks<Config> visits{};
+    visits.block_end = tile.block_end;
+    produce_tile<Config>(params, tile, visits, shared_base, barriers, position);
+  }
+}
+
 // Two consumer warpgroups take turns at the tensor cores (ping-pong): each issues its wgmma between a sync on its
 // own named barrier and an arrive on the other's, so one warpgroup's softmax runs while the other's GEMMs do.
 template <class Config> struct TurnTaking {
@@ -186,14 +199,18 @@ template <class Config> struct TurnTaking {
 };
 
 // A consumer warpgroup's main loop, software-pipelined by one P.V: in step j it issues S_j = Q K_j^T and
-// O += P~_(j-1) V_(j-1) back to back, then computes the softmax of S_j while the P.V runs, then packs P~_j.
+// O += P~_(j-1) V_(j-1) back to back, then computes the softmax of S_j while the P.V runs (kSoftmaxUnderProduct; else
+// after it, when the P.V's product and S_j would not both fit the registers), then packs P~_j.
 // Every consumer visits the CTA's blocks (rows past a block's reach see it fully masked; block-sparse: the kept blocks
 // of the CTA's one mask row), so the pipeline's phases and the ping-pong's turns match between consumers. `position`
-// counts visited blocks (it picks the stage and the phase); `block` is the KV block at that position.
+// counts the tile's visited blocks, `first_position` the CTA's visited blocks before this tile (both pick the stage
+// and the phase); `block` is the KV block at that position. `iteration`: the CTA's tiles before this one; `last`: this
+// is its last tile. Returns the number of blocks visited.
 template <class Config>
-__device__ __forceinline__ void consume(const SageSm90AttentionParams &params, const TileCoordinates &tile,
-                                        const VisitedBlocks<Config> &visits, unsigned shared_base,
-                                        const StageBarriers<Config> &barriers, int consumer) {
+__device__ __forceinline__ int consume(const SageSm90AttentionParams &params, const TileCoordinates &tile,
+                                       const VisitedBlocks<Config> &visits, unsigned shared_base,
+                                       const StageBarriers<Config> &barriers, int consumer,
+                                       const TurnTaking<Config> &turns, int first_position, int iteration, bool last) {
   using Layout = SharedLayout<Config>;
   using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
   const SageAttentionParams &base = params.base;
@@ -224,25 +241,12 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     state.row_max[half] = negative_infinity();
     state.row_sum[half] = 0.0f;
   }
-#pragma unroll
-  for (int i = 0; i < ConsumerState<Config>::kOutputRegisters; ++i)
-    state.output[i] = 0;
+  // `output` is not zeroed: the tile's first P.V restarts it (scale-d 0). A persistent CTA's loop would otherwise
+  // define wgmma accumulator registers between two tiles' wgmma, and ptxas then serializes every wgmma (C7515).
 #pragma unroll
   for (int i = 0; i < static_cast<int>(sizeof(state.flushed) / sizeof(float)); ++i)
     state.flushed[i] = 0.0f;
   state.blocks_since_flush = 0;
-  state.output_max[0] = state.output_max[1] = state.flush_max[0] = state.flush_max[1] = negative_infinity();
-  state.flush_sum = nullptr;
-  if constexpr (Config::kTwoLevel) {
-    extern __shared__ __align__(1024) unsigned char shared_memory[];
-    float *sums = reinterpret_cast<float *>(
-        shared_memory + (shared_base - static_cast<unsigned>(__cvta_generic_to_shared(shared_memory))) +
-        Layout::kFlushOffset);
-    state.flush_sum = sums + consumer * kWarpgroupThreads + thread;
-#pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i)
-      state.flush_sum[i * kWarpgroupThreads * Config::kConsumers] = 0.0f;
-  }
   const float *k_scales =
       reinterpret_cast<const float *>(workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
 
@@ -253,9 +257,17 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
     unmasked_end = diagonal_limit <= 0 ? 0 : min(unmasked_end, diagonal_limit / Config::kBlockKv);
   }
   const unsigned q_tile = shared_base + Layout::kQOffset + consumer * 64 * Layout::kQkChunkBytes;
-  const TurnTaking<Config> turns{consumer};
+  // Pipeline positions of this tile's blocks, counted over all of the CTA's tiles.
   auto stage_base = [&](int position) {
-    return shared_base + Layout::kStageOffset + (position % Config::kStages) * Layout::kStageBytes;
+    return shared_base + Layout::kStageOffset + ((first_position + position) % Config::kStages) * Layout::kStageBytes;
+  };
+  auto full_k = [&](int position) { return barriers.full_k(first_position + position); };
+  auto full_v = [&](int position) { return barriers.full_v(first_position + position); };
+  auto phase = [&](int position) { return StageBarriers<Config>::phase(first_position + position); };
+  // Q_i is read for the last time by the tile's last S (a persistent CTA's producer then loads the next tile's Q).
+  auto release_q = [&] {
+    if constexpr (Config::kPersistent)
+      mbarrier_arrive(barriers.q_empty());
   };
   // The next visited block, broadcast from lane 0 so that ptxas sees the loop's trip count as warp-uniform (a wgmma
   // under a branch it considers divergent gets serialized: C7518).
@@ -266,8 +278,7 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
       return block;
   };
 
-  turns.start();
-  mbarrier_wait(barriers.q_full(), 0); // Q_i
+  mbarrier_wait(barriers.q_full(), StageBarriers<Config>::phase_of(iteration)); // Q_i
   const int block_end = visits.block_end;
   Accumulator accumulator[Config::kBlockKv / 2];
   float scores[Config::kBlockKv / 2];
@@ -294,13 +305,11 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   // O += P~_j V_j: rescale O to m_j, issue; the caller passes the turn and waits.
   auto issue_product = [&](int position) {
     rescale_output(state, rescale);
-    state.output_max[0] = state.row_max[0]; // m_j: S_(j+1)'s softmax has not run yet
-    state.output_max[1] = state.row_max[1];
     const unsigned v_tile = stage_base(position) + Layout::kVOffset;
     if constexpr (Config::kPv == PvOperands::int8)
       issue_p_v<Config>(block_product, p, v_tile, false);
     else
-      issue_p_v<Config>(state.output, p, v_tile, true);
+      issue_p_v<Config>(state.output, p, v_tile, accumulates(state));
   };
   // After the P.V of block j completed: P~'s registers were read by the asynchronous wgmma until now (the asm
   // statement that issued it was their last visible use), so fence them; release V_j's stage; fold the product.
@@ -314,51 +323,68 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
       warpgroup_fence_operands(state.output);
   };
   auto finish_product = [&](int position) {
-    mbarrier_arrive(barriers.empty_v(position)); // V_j is no longer read
+    mbarrier_arrive(barriers.empty_v(first_position + position)); // V_j is no longer read
     finish_block(state, block_product);
   };
 
   // The loop is peeled so that its body issues every wgmma unconditionally (ptxas serializes wgmma whose register
   // dependences it cannot follow through branches).
   const int first_block = next_block(0);
+  int position = 1; // after the loop: the number of visited blocks (when there was one)
   if (first_block < block_end) {
     const BlockScales block_scales = load_scales(first_block);
-    mbarrier_wait(barriers.full_k(0), 0);
+    mbarrier_wait(full_k(0), phase(0));
     turns.wait_turn();
     issue_q_k<Config>(accumulator, q_tile, stage_base(0) + Layout::kKOffset);
     turns.pass_turn(false);
+    const int second_block = next_block(first_block + 1);
     wgmma_wait_group<0>();
     warpgroup_fence_operands(accumulator);
-    mbarrier_arrive(barriers.empty_k(0)); // K_0 is no longer read
+    mbarrier_arrive(barriers.empty_k(first_position)); // K_0 is no longer read
+    if (second_block >= block_end)
+      release_q();
     score(first_block, block_scales);
     pack_probabilities<Config>(p, scores);
+    for (int block = second_block, following; block < block_end; block = following, ++position) {
+      // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
+      const BlockScales block_scales = load_scales(block);
+      mbarrier_wait(full_k(position), phase(position));
+      mbarrier_wait(full_v(position - 1), phase(position - 1));
+      turns.wait_turn();
+      issue_q_k<Config>(accumulator, q_tile, stage_base(position) + Layout::kKOffset);
+      issue_product(position - 1);
+      turns.pass_turn(false);
+      following = next_block(block + 1); // the walk's shared-memory reads wait while the GEMMs run, not between steps
+      if constexpr (Config::kSoftmaxUnderProduct) {
+        wgmma_wait_group<1>(); // S_j has landed; the P.V may still run
+        warpgroup_fence_operands(accumulator);
+        mbarrier_arrive(barriers.empty_k(first_position + position)); // K_j is no longer read
+        if (following >= block_end)
+          release_q();
+        score(block, block_scales);
+        wgmma_wait_group<0>();
+        fence_product();
+        finish_product(position - 1);
+      } else { // the P.V's product is folded before the softmax, so the two are never live together
+        wgmma_wait_group<0>();
+        warpgroup_fence_operands(accumulator);
+        fence_product();
+        mbarrier_arrive(barriers.empty_k(first_position + position));
+        if (following >= block_end)
+          release_q();
+        finish_product(position - 1);
+        score(block, block_scales);
+      }
+      pack_probabilities<Config>(p, scores);
+    }
+    mbarrier_wait(full_v(position - 1), phase(position - 1));
+  } else {
+    release_q();
   }
-  int position = 1; // after the loop: the number of visited blocks (when there was one)
-  for (int block = next_block(first_block + 1), following; block < block_end; block = following, ++position) {
-    // S_j = Q K_j^T and O += P~_(j-1) V_(j-1) back to back; the softmax of S_j runs while the P.V does.
-    const BlockScales block_scales = load_scales(block);
-    mbarrier_wait(barriers.full_k(position), StageBarriers<Config>::phase(position));
-    mbarrier_wait(barriers.full_v(position - 1), StageBarriers<Config>::phase(position - 1));
-    turns.wait_turn();
-    issue_q_k<Config>(accumulator, q_tile, stage_base(position) + Layout::kKOffset);
-    issue_product(position - 1);
-    turns.pass_turn(false);
-    following = next_block(block + 1); // the walk's shared-memory reads wait while the GEMMs run, not between steps
-    wgmma_wait_group<1>();             // S_j has landed; the P.V may still run
-    warpgroup_fence_operands(accumulator);
-    mbarrier_arrive(barriers.empty_k(position)); // K_j is no longer read
-    score(block, block_scales);
-    wgmma_wait_group<0>();
-    fence_product();
-    finish_product(position - 1);
-    pack_probabilities<Config>(p, scores);
-  }
-  if (first_block < block_end)
-    mbarrier_wait(barriers.full_v(position - 1), StageBarriers<Config>::phase(position - 1));
   turns.wait_turn();
   if (first_block < block_end)
     issue_product(position - 1);
-  turns.pass_turn(true);
+  turns.pass_turn(last);
   // Waited for on every path, so that ptxas sees O complete before anything reads it (where it cannot tell, it
   // serializes every wgmma of the kernel: C7514).
   wgmma_wait_group<0>();
@@ -366,6 +392,26 @@ __device__ __forceinline__ void consume(const SageSm90AttentionParams &params, c
   if (first_block < block_end)
     finish_product(position - 1);
   write_results<Config>(state, params, tile, rows, quad_lane);
+  return first_block < block_end ? position : 0;
+}
+
+// A consumer warpgroup's tiles, in the order the producer loads them; the ping-pong's turns carry on across tiles.
+template <class Config>
+__device__ __forceinline__ void consume_tiles(const SageSm90AttentionParams &params,
+                                              const TileSchedule<Config> &schedule, const VisitedBlocks<Config> &visits,
+                                              unsigned shared_base, const StageBarriers<Config> &barriers,
+                                              int consumer) {
+  const TurnTaking<Config> turns{consumer};
+  turns.start();
+  int position = 0, iteration = 0;
+  for (int index = schedule.first(); index < schedule.tiles; ++iteration) {
+    const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
+    index = schedule.next(index);
+    VisitedBlocks<Config> tile_visits = visits;
+    tile_visits.block_end = tile.block_end;
+    position += consume<Config>(params, tile, tile_visits, shared_base, barriers, consumer, turns, position, iteration,
+                                index >= schedule.tiles);
+  }
 }
 
 template <class Config> __device__ __forceinline__ void attention_kernel(const SageSm90AttentionParams &params) {
@@ -375,7 +421,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(shared_memory));
   const unsigned shared_base = (raw_base + 1023u) & ~1023u;
   const StageBarriers<Config> barriers{shared_base + Layout::kBarrierOffset};
-  const TileCoordinates tile = tile_coordinates<Config>(params.base.size, params.base.causal_offset);
+  const TileSchedule<Config> schedule(params.base.size);
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Config::kStages; ++stage) {
@@ -385,15 +431,24 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
       mbarrier_init(barriers.empty_v(stage), Config::kConsumers * kWarpgroupThreads);
     }
     mbarrier_init(barriers.q_full(), 1);
+    mbarrier_init(barriers.q_empty(), Config::kConsumers * kWarpgroupThreads);
     mbarrier_init_fence();
-    load_q<Config>(params, tile, shared_base, barriers); // its own thread's barrier: no CTA barrier needed first
+    tma_prefetch_descriptor(&params.q_map);
+    tma_prefetch_descriptor(&params.k_map);
+    tma_prefetch_descriptor(&params.v_map);
+    if constexpr (!Config::kPersistent) // its own thread's barrier: no CTA barrier needed first
+      load_q<Config>(params, schedule.coordinates(0, params.base.size, params.base.causal_offset), shared_base,
+                     barriers);
   }
   VisitedBlocks<Config> visits{};
-  visits.block_end = tile.block_end;
-  if constexpr (Config::kBlockSparse) // read before the roles split: the producer and the consumers walk it alike
+  if constexpr (Config::kBlockSparse) { // read before the roles split: the producer and the consumers walk it alike
+    static_assert(!Config::kPersistent, "a block-sparse CTA reads one tile's mask row");
+    const TileCoordinates tile = schedule.coordinates(0, params.base.size, params.base.causal_offset);
+    visits.block_end = tile.block_end;
     visits.kept = collect_kept_blocks<Config>(
         params.base, tile,
         reinterpret_cast<unsigned *>(shared_memory + (shared_base - raw_base) + Layout::kKeptOffset));
+  }
   __syncthreads();
 
   // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers
@@ -402,12 +457,21 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   if (warpgroup == 0) {
     if constexpr (Config::kProducerRegisters > 0) // one consumer: no hand-over needed
       warpgroup_release_registers<Config::kProducerRegisters>();
-    if (threadIdx.x == 0)
-      produce<Config>(params, tile, visits, shared_base, barriers);
+    if (threadIdx.x == 0) {
+      if constexpr (Config::kPersistent) {
+        produce<Config>(params, schedule, shared_base, barriers);
+      } else {
+        int position = 0;
+        const TileCoordinates tile = schedule.coordinates(0, params.base.size, params.base.causal_offset);
+        if constexpr (!Config::kBlockSparse)
+          visits.block_end = tile.block_end;
+        produce_tile<Config>(params, tile, visits, shared_base, barriers, position);
+      }
+    }
   } else {
     if constexpr (Config::kConsumerRegisters > 0)
       warpgroup_claim_registers<Config::kConsumerRegisters>();
-    consume<Config>(params, tile, visits, shared_base, barriers, warpgroup - 1);
+    consume_tiles<Config>(params, schedule, visits, shared_base, barriers, warpgroup - 1);
   }
 }
 

@@ -7,6 +7,46 @@
 
 namespace sage::device::sm90 {
 
+// Pairwise (tree) reduction of a thread's share of one row, in place: the compares or adds form log2(kCount)
+// dependent steps instead of one serial chain. A consumer has one warp per scheduler (or two, with the other
+// warpgroup's), so the softmax's latencies are hidden by its own independent instructions or not at all.
+template <int kCount, class Op> __device__ __forceinline__ float tree_reduce(float (&values)[kCount], Op op) {
+#pragma unroll
+  for (int stride = 1; stride < kCount; stride *= 2)
+#pragma unroll
+    for (int i = 0; i + stride < kCount; i += 2 * stride)
+      values[i] = op(values[i], values[i + stride]);
+  return values[0];
+}
+
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+// The largest and the sum of row half `half`'s scores in tiles [first_tile, first_tile + kTiles) of an accumulator
+// (registers 4 tile + 2 half, 4 tile + 2 half + 1). Callers pass constants (unrolled loops): the indices fold.
+template <int kTiles, class Op, int kCount>
+__device__ __forceinline__ float reduce_half_row(const float (&scores)[kCount], int half, int first_tile, Op op) {
+  float values[2 * kTiles];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile)
+#pragma unroll
+    for (int column = 0; column < 2; ++column)
+      values[2 * tile + column] = scores[(first_tile + tile) * 4 + half * 2 + column];
+  return tree_reduce(values, op);
+}
+template <int kTiles, int kCount>
+__device__ __forceinline__ float half_row_max(const float (&scores)[kCount], int half, int first_tile = 0) {
+  return reduce_half_row<kTiles>(scores, half, first_tile, MaxOp{});
+}
+template <int kTiles, int kCount>
+__device__ __forceinline__ float half_row_sum(const float (&scores)[kCount], int half, int first_tile = 0) {
+  return reduce_half_row<kTiles>(scores, half, first_tile, SumOp{});
+}
+
 template <class Config>
 __device__ __forceinline__ float k_column_scale(const float *k_scales, int k_scale_count, int token) {
   int group = scale_group<Config::kKScaleTokensPerGroup, Config::kKScaleInterleave>(token);
@@ -61,26 +101,22 @@ template <class Config>
 __device__ __forceinline__ void online_softmax(float (&scores)[Config::kBlockKv / 2], float (&row_max)[2],
                                                float (&row_sum)[2], float (&rescale)[2]) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float block_max = row_max[half];
+  constexpr int kTiles = Config::kBlockKv / 8;
 #pragma unroll
-    for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
-      block_max = fmaxf(block_max, fmaxf(scores[tile * 4 + half * 2], scores[tile * 4 + half * 2 + 1]));
-    block_max = quad_max(block_max);
+  for (int half = 0; half < 2; ++half) {
+    const float block_max = quad_max(fmaxf(row_max[half], half_row_max<kTiles>(scores, half)));
     // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so P~ = 0 instead of NaN.
     const float subtrahend = block_max == negative_infinity() ? 0.0f : block_max;
     rescale[half] = fast_exp2(row_max[half] - subtrahend);
     row_max[half] = block_max;
-    float block_sum = 0.0f;
 #pragma unroll
-    for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
+    for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
       for (int column = 0; column < 2; ++column) {
         float &score = scores[tile * 4 + half * 2 + column];
         score = fast_exp2(score - (subtrahend - Config::kProbabilityCodeLog2));
-        block_sum += score;
       }
-    row_sum[half] = row_sum[half] * rescale[half] + block_sum;
+    row_sum[half] = row_sum[half] * rescale[half] + half_row_sum<kTiles>(scores, half);
   }
 }
 
@@ -92,27 +128,23 @@ __device__ __forceinline__ void online_softmax_scaled(float (&scores)[Config::kB
                                                       const float (&row_factor)[2], float (&row_max)[2],
                                                       float (&row_sum)[2], float (&rescale)[2]) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float score_max = negative_infinity();
+  constexpr int kTiles = Config::kBlockKv / 8;
 #pragma unroll
-    for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
-      score_max = fmaxf(score_max, fmaxf(scores[tile * 4 + half * 2], scores[tile * 4 + half * 2 + 1]));
-    const float block_max = fmaxf(row_max[half], quad_max(score_max) * row_factor[half]);
+  for (int half = 0; half < 2; ++half) {
+    const float block_max = fmaxf(row_max[half], quad_max(half_row_max<kTiles>(scores, half)) * row_factor[half]);
     // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so P~ = 0 instead of NaN.
     const float subtrahend = block_max == negative_infinity() ? 0.0f : block_max;
     rescale[half] = fast_exp2(row_max[half] - subtrahend);
     row_max[half] = block_max;
     const float shift = subtrahend - Config::kProbabilityCodeLog2;
-    float block_sum = 0.0f;
 #pragma unroll
-    for (int tile = 0; tile < Config::kBlockKv / 8; ++tile)
+    for (int tile = 0; tile < kTiles; ++tile)
 #pragma unroll
       for (int column = 0; column < 2; ++column) {
         float &score = scores[tile * 4 + half * 2 + column];
         score = fast_exp2(fmaf(score, row_factor[half], -shift));
-        block_sum += score;
       }
-    row_sum[half] = row_sum[half] * rescale[half] + block_sum;
+    row_sum[half] = row_sum[half] * rescale[half] + half_row_sum<kTiles>(scores, half);
   }
 }
 
@@ -206,10 +238,7 @@ template <class Config> struct CodesSoftmax {
 #pragma unroll
       for (int group = 0; group < kGroups; ++group) {
         factor[group] = state.row_factor[half] * k_scale[group];
-        float group_max = negative_infinity();
-#pragma unroll
-        for (int tile = group * kTilesPerGroup; tile < (group + 1) * kTilesPerGroup; ++tile)
-          group_max = fmaxf(group_max, fmaxf(x[tile * 4 + half * 2], x[tile * 4 + half * 2 + 1]));
+        const float group_max = half_row_max<kTilesPerGroup>(x, half, group * kTilesPerGroup);
         if (group_max != negative_infinity())
           block_max = fmaxf(block_max, (group_max - kOffset) * factor[group]);
       }
@@ -218,7 +247,6 @@ template <class Config> struct CodesSoftmax {
       const float subtrahend = block_max == negative_infinity() ? 0.0f : block_max;
       rescale[half] = fast_exp2(state.row_max[half] - subtrahend);
       state.row_max[half] = block_max;
-      float block_sum = 0.0f;
 #pragma unroll
       for (int group = 0; group < kGroups; ++group) {
         const float shift = kOffset * factor[group] + (subtrahend - Config::kProbabilityCodeLog2);
@@ -228,10 +256,9 @@ template <class Config> struct CodesSoftmax {
           for (int column = 0; column < 2; ++column) {
             float &score = x[tile * 4 + half * 2 + column];
             score = fast_exp2(fmaf(score, factor[group], -shift));
-            block_sum += score;
           }
       }
-      state.row_sum[half] = state.row_sum[half] * rescale[half] + block_sum;
+      state.row_sum[half] = state.row_sum[half] * rescale[half] + half_row_sum<kTiles>(x, half);
     }
   }
 };

@@ -41,16 +41,12 @@ template <class Config> struct SharedLayout {
   static constexpr int kKOffset = 0; // within a stage
   static constexpr int kVOffset = align(kKBytes);
   static constexpr int kStageBytes = align(kVOffset + kVBytes);
-  // Two-level accumulation keeps its outer f32 sum here, not in registers: [consumer thread][register], by register
-  // first so that a warpgroup's accesses are consecutive words.
-  static constexpr int kFlushBytes = Config::kTwoLevel ? Config::kConsumers * 128 * (Config::kHeadDim / 2) * 4 : 0;
-  static constexpr int kFlushOffset = kStageOffset + Config::kStages * kStageBytes;
   // Block-sparse: the CTA's kept KV blocks, one bit each
-  static constexpr int kKeptOffset = kFlushOffset + kFlushBytes;
+  static constexpr int kKeptOffset = kStageOffset + Config::kStages * kStageBytes;
   static constexpr int kKeptBytes = Config::kBlockSparse ? kKeptBlockCapacity / 8 : 0;
   static constexpr int kBarrierOffset = kKeptOffset + kKeptBytes;
-  // full_k, full_v, empty_k, empty_v [kStages] each, q_full: 8 bytes each (StageBarriers)
-  static constexpr int kBarrierBytes = (4 * Config::kStages + 1) * 8;
+  // full_k, full_v, empty_k, empty_v [kStages] each, q_full, q_empty: 8 bytes each (StageBarriers)
+  static constexpr int kBarrierBytes = (4 * Config::kStages + 2) * 8;
   static constexpr int kTotalBytes = kBarrierOffset + kBarrierBytes;
   // The dynamic buffer is only guaranteed 16-byte alignment: the kernel rounds its base up to 1024.
   static constexpr int kDynamicBytes = kTotalBytes + 1024;
@@ -66,10 +62,14 @@ template <class Config> struct StageBarriers {
   __device__ __forceinline__ unsigned empty_k(int position) const { return at(2, position); }
   __device__ __forceinline__ unsigned empty_v(int position) const { return at(3, position); }
   __device__ __forceinline__ unsigned q_full() const { return base + 4 * Config::kStages * 8; }
+  // Persistent CTAs: the consumers have read Q_i for the last time (its last S landed), so the next tile's may load.
+  __device__ __forceinline__ unsigned q_empty() const { return base + (4 * Config::kStages + 1) * 8; }
   // The parity of position's use of its stage (positions kStages apart alternate).
   __device__ __forceinline__ static unsigned phase(int position) {
     return static_cast<unsigned>((position / Config::kStages) & 1);
   }
+  // The parity of a single-slot barrier's use number `use` (q_full, q_empty: one use per tile)
+  __device__ __forceinline__ static unsigned phase_of(int use) { return static_cast<unsigned>(use & 1); }
 
 private:
   __device__ __forceinline__ unsigned at(int kind, int position) const {
@@ -92,15 +92,16 @@ template <class Config> struct ConsumerState {
   static constexpr int kOutputRegisters = kF16Accumulator ? Config::kHeadDim / 4 : kOutputF32Registers;
   using OutputRegister = Select<kF16Accumulator, unsigned, float>;
 
-  OutputRegister output[kOutputRegisters];                                  // the P.V accumulator (f16x2 pairs or f32)
-  float flushed[Config::kPv == PvOperands::int8 ? kOutputF32Registers : 1]; // int8 P.V: the f32 sum of s32 blocks
-  float output_max[2]; // the m that `output` is relative to (m of the last block added)
-  float flush_max[2];  // two-level: the m that the shared-memory sum is relative to (-inf: nothing flushed yet)
-  float *flush_sum;    // two-level: this thread's column of the shared-memory sum ([register][thread])
-  float row_factor[2]; // delta_Q x the factor that puts S in base 2
-  float row_max[2];    // m_i
-  float row_sum[2];    // this thread's share of l_i (its own columns)
-  int blocks_since_flush;
+  // The f32 sum beside the P.V accumulator: int8 P.V adds each block's s32 product into it; two-level accumulation
+  // adds the accumulator into it every kFlushPeriod blocks. Both are kept relative to the same m (row_max).
+  static constexpr bool kOuterSum = Config::kPv == PvOperands::int8 || Config::kTwoLevel;
+
+  OutputRegister output[kOutputRegisters];            // the P.V accumulator (f16x2 pairs or f32)
+  float flushed[kOuterSum ? kOutputF32Registers : 1]; // the outer f32 sum (registers, not shared memory)
+  float row_factor[2];                                // delta_Q x the factor that puts S in base 2
+  float row_max[2];                                   // m_i
+  float row_sum[2];                                   // this thread's share of l_i (its own columns)
+  int blocks_since_flush; // blocks in `output` since it was restarted (two-level: since its last flush)
 };
 
 // Where this CTA works: its Q block, head, batch and the KV blocks it visits.
@@ -113,11 +114,12 @@ struct TileCoordinates {
 };
 
 template <class Config>
-__device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSize &size, int causal_offset) {
+__device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSize &size, int causal_offset, int q_block,
+                                                            int head, int batch) {
   TileCoordinates tile;
-  tile.q_block = Config::kReverseQBlocks ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  tile.head = blockIdx.y;
-  tile.batch = blockIdx.z;
+  tile.q_block = q_block;
+  tile.head = head;
+  tile.batch = batch;
   tile.kv_head = tile.head / (size.heads_q / size.heads_kv);
   tile.q_begin = tile.q_block * Config::kBlockQ;
   tile.q_head_index = static_cast<long long>(tile.batch) * size.heads_q + tile.head;
@@ -132,5 +134,40 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSiz
   }
   return tile;
 }
+
+// The tiles (Q block, q head, batch) a CTA works on. One CTA per tile: the grid is (Q blocks, heads, batch). A
+// persistent CTA takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of an order that keeps the Q blocks of one head
+// together (their CTAs share K and V in L2) or, causal, puts the longest rows first across all heads (the static
+// round-robin then hands every CTA about the same work).
+template <class Config> struct TileSchedule {
+  int q_blocks, tiles;
+
+  __device__ __forceinline__ explicit TileSchedule(const SageProblemSize &size)
+      : q_blocks((size.tokens_q + Config::kBlockQ - 1) / Config::kBlockQ),
+        tiles(Config::kPersistent ? q_blocks * size.heads_q * size.batch : 1) {}
+  __device__ __forceinline__ int first() const { return Config::kPersistent ? static_cast<int>(blockIdx.x) : 0; }
+  __device__ __forceinline__ int next(int tile) const {
+    return Config::kPersistent ? tile + static_cast<int>(gridDim.x) : tiles;
+  }
+  __device__ __forceinline__ TileCoordinates coordinates(int tile, const SageProblemSize &size,
+                                                         int causal_offset) const {
+    int q_block, head, batch;
+    if constexpr (!Config::kPersistent) {
+      q_block = Config::kReverseQBlocks ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+      head = static_cast<int>(blockIdx.y);
+      batch = static_cast<int>(blockIdx.z);
+    } else if constexpr (Config::kReverseQBlocks) {
+      const int heads = size.heads_q * size.batch;
+      q_block = q_blocks - 1 - tile / heads;
+      head = tile % heads % size.heads_q;
+      batch = tile % heads / size.heads_q;
+    } else {
+      q_block = tile % q_blocks;
+      head = tile / q_blocks % size.heads_q;
+      batch = tile / q_blocks / size.heads_q;
+    }
+    return tile_coordinates<Config>(size, causal_offset, q_block, head, batch);
+  }
+};
 
 } // namespace sage::device::sm90
