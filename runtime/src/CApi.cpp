@@ -16,6 +16,7 @@
 #include "sage/runtime/KernelKey.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/SlaRunner.h"
+#include "sage/schedules/ScheduleRegistry.h"
 #include "sage/schedules/UnsupportedError.h"
 
 #include <algorithm>
@@ -308,8 +309,8 @@ sage_status sage_attention_create(const sage_attention_config *config, sage_atte
                                                  std::to_string(config->device));
       sage::runtime::ScopedContext scope(driver, driver.primaryContext(config->device));
       options.arch = sage::runtime::currentDeviceArch();
-      options.tunables =
-          sage::schedules::parseTunables(config->tunables, sage::schedules::defaultTunables(variant, *options.arch));
+      options.tunables = sage::schedules::parseTunables(
+          config->tunables, sage::schedules::scheduledDefaultTunables(variant, *options.arch, options.input));
     }
     auto handle = std::make_unique<sage_attention>();
     handle->runner = std::make_unique<sage::runtime::AttentionRunner>(variant, options);

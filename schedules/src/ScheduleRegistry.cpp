@@ -68,4 +68,8 @@ KernelPlan planBestSchedule(const AttentionVariant &variant, GpuArch arch, Input
   return bestSchedule(variant, arch, input).plan(variant, arch, input, tunables);
 }
 
+Tunables scheduledDefaultTunables(const AttentionVariant &variant, GpuArch arch, InputType input) {
+  return planBestSchedule(variant, arch, input).tunables;
+}
+
 } // namespace sage::schedules

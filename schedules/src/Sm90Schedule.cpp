@@ -91,10 +91,10 @@ std::string blockSparseTilingProblem(const AttentionVariant &variant) {
   return "";
 }
 
-// Block-sparse rows are short (SLA at 95% sparsity: ~26 of 512 KV blocks), so a CTA's start (Q_i, the mask row,
-// the first stages) is a large part of it: with one consumer warpgroup, two CTAs per SM overlap one's start and
-// softmax with the other's GEMMs. That needs both in shared memory (default tunables give up stages for it, down
-// to 2) and in the register file: the producer gives its registers to the consumer (24 + 232 = 2 x 128 per thread).
+// With one consumer warpgroup, two CTAs per SM overlap one's softmax with the other's GEMMs without taking turns
+// (and, block-sparse, whose rows are short: SLA at 95% sparsity visits ~26 of 512 KV blocks, one CTA's start with the
+// other's work). That needs both in shared memory (default tunables give up stages for it, down to 2) and in the
+// register file: the producer gives its registers to the consumer (24 + 232 = 2 x 128 per thread).
 void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
   constexpr int kCtas = 2;
   const GpuLimits limits = gpuLimits(plan.arch);
@@ -137,16 +137,19 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
     tunables.stages = kDefaultStages;
     return tunables;
   }
-  tunables.warps = 8;
-  tunables.block_q = 128;
-  // int8 P.V and two-level accumulation keep an f32 sum of O in registers beside the P.V accumulator, S and P~: at
-  // d = 128 with 128-token S tiles ptxas spills (int8: 60-84 bytes; sage2-fp8: 168 bytes), so those take 64.
+  // int8 P.V and two-level accumulation keep an f32 sum of O in registers beside the P.V accumulator: one consumer
+  // warpgroup per CTA and two CTAs per SM (each consumer pipelines on its own, no turns), 128-token S tiles with the
+  // product folded before the softmax. H200, sage2-fp8 d128, kernel alone at N = 1k / 4k / 16k (2026-11-28): 440 /
+  // 623 / 712 TOPS, against 391 / 578 / 677 with two consumers taking turns at the same tiles and 329 / 476 / 564
+  // with two consumers on 64-token tiles (softmax under the P.V); f16 P.V (no outer sum) is fastest with two
+  // consumers taking turns (sage-b: 514 / 735 / 785, against 478 / 671 / 686).
   const bool outer_sum = variant.p.dtype == ElementType::int8 ||
                          variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
                          variant.accumulation.kind == AccumulationKind::f32_two_level;
-  tunables.block_kv = outer_sum && variant.head_dim > 64 ? 64 : 128;
-  // As many tokens in flight with 64-token blocks as with 128-token ones.
-  tunables.stages = std::min(kMaxStages, kDefaultStages * 128 / tunables.block_kv);
+  tunables.warps = outer_sum ? kWarpgroupWarps : 2 * kWarpgroupWarps;
+  tunables.block_q = kConsumerRows * tunables.warps / kWarpgroupWarps;
+  tunables.block_kv = 128;
+  tunables.stages = kDefaultStages; // fewer where shared memory is short (two CTAs per SM: 3 at d = 128)
   return tunables;
 }
 
@@ -256,7 +259,7 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
                                           kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
   plan.min_blocks_per_multiprocessor = 1;
-  if (plan.block_sparse && consumers == 1)
+  if (consumers == 1)
     shareMultiprocessor(plan, explicit_tunables);
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;

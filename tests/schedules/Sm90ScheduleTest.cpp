@@ -116,31 +116,34 @@ TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") 
   SUBCASE("sage2-fp8 d128: int8 Q.K^T, e4m3 P.V against V^T codes in wgmma token order") {
     const KernelPlan plan = sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
     CHECK(plan.schedule == Sm90Schedule::kName);
-    CHECK(plan.threads == 384); // a producer and two consumer warpgroups
-    CHECK(plan.warp_specialization.consumer_warpgroups == 2);
+    // Two-level accumulation keeps both sums of O in registers: one consumer warpgroup per CTA, two CTAs per SM.
+    CHECK(plan.threads == 256); // a producer and one consumer warpgroup
+    CHECK(plan.warp_specialization.consumer_warpgroups == 1);
+    CHECK(plan.min_blocks_per_multiprocessor == 2);
+    CHECK(plan.grid.persistent_ctas_per_multiprocessor == 2);
     CHECK(plan.warp_specialization.producer_registers == 24);
-    CHECK(plan.warp_specialization.consumer_registers == 240);
-    // Two-level accumulation keeps both sums of O in registers: 64-token S tiles leave room for them at d = 128.
-    CHECK(plan.qk_mma == MmaShape{64, 64, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
+    CHECK(plan.warp_specialization.consumer_registers == 232);
+    CHECK(plan.qk_mma == MmaShape{64, 128, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
     CHECK(plan.pv_mma == MmaShape{64, 128, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
     CHECK(plan.v_source == ValueSource::workspace_codes);
     CHECK(plan.wgmma_value_token_order);
-    CHECK(plan.warp_specialization.q_box == TensorMapBox{128, 128});
-    CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 64});
-    CHECK(plan.tunables.block_kv == 64);
-    CHECK(plan.tunables.stages == 8); // 512 tokens in flight, as 4 stages of 128
-    // The preset flushes every 2 of its 64-token blocks (128 tokens): every 2 of the kernel's, whose softmax runs
-    // while the previous block's P.V does.
-    CHECK(plan.two_level_flush_blocks == 2);
-    CHECK(plan.warp_specialization.softmax_under_product);
-    CHECK(plan.warp_specialization.v_box == TensorMapBox{64, 128}); // 64 tokens of 128 channel rows
-    CHECK(plan.shared.total_bytes <= 227 * 1024);
-    // With 128-token blocks the kernel flushes after each, and folds a block's product into the f32 sum before the
-    // next softmax: the product, the sum and a 64 x 128 S do not fit the registers together.
-    const KernelPlan wide =
-        sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16, Tunables{128, 128, 8, 4});
-    CHECK(wide.two_level_flush_blocks == 1);
-    CHECK_FALSE(wide.warp_specialization.softmax_under_product);
+    CHECK(plan.warp_specialization.q_box == TensorMapBox{128, 64});
+    CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 128});
+    CHECK(plan.tunables.block_kv == 128);
+    CHECK(plan.tunables.stages == 3); // 4 do not fit twice in shared memory
+    CHECK(2 * (plan.shared.total_bytes + 1024) <= 228 * 1024);
+    // The preset flushes every 2 of its 64-token blocks (128 tokens): after each of the kernel's, whose product is
+    // folded into the f32 sum before the next softmax (the product, the sum and a 64 x 128 S do not fit the
+    // registers together).
+    CHECK(plan.two_level_flush_blocks == 1);
+    CHECK_FALSE(plan.warp_specialization.softmax_under_product);
+    CHECK(plan.warp_specialization.v_box == TensorMapBox{128, 128}); // 128 tokens of 128 channel rows
+    // With 64-token blocks the kernel flushes every 2 and runs the softmax while the previous block's P.V does.
+    const KernelPlan narrow =
+        sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 8});
+    CHECK(narrow.two_level_flush_blocks == 2);
+    CHECK(narrow.warp_specialization.softmax_under_product);
+    CHECK(narrow.warp_specialization.consumer_warpgroups == 2);
   }
   SUBCASE("dense kernels are persistent, block-sparse ones take one tile per CTA") {
     const KernelPlan dense = sm90.plan(test::presetVariant("sage-b", 128), GpuArch::sm90a, InputType::f16);
@@ -182,7 +185,15 @@ TEST_CASE("sm90 tunables are checked, naming the tunable") {
   CHECK_THROWS_WITH_AS(plan({128, 128, 8, 9}), doctest::Contains("tunables.stages"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(plan({192, 128, 12, 8}), doctest::Contains("bytes of shared memory"), std::invalid_argument);
   CHECK(plan({64, 64, 4, 2}).threads == 256);
-  CHECK(plan({64, 64, 4, 2}).warp_specialization.producer_registers == 0); // one consumer: no hand-over needed
+  // One consumer warpgroup: two CTAs per SM, the producer's registers handed to the consumer, a persistent grid of two
+  // CTAs per SM; with 4 stages of 16 KiB they no longer fit twice, and one CTA keeps its registers.
+  const KernelPlan shared = plan({64, 64, 4, 2});
+  CHECK(shared.min_blocks_per_multiprocessor == 2);
+  CHECK(shared.grid.persistent_ctas_per_multiprocessor == 2);
+  CHECK(shared.warp_specialization.producer_registers == 24);
+  CHECK(shared.warp_specialization.consumer_registers == 232);
+  CHECK(plan({64, 128, 4, 4}).min_blocks_per_multiprocessor == 1);
+  CHECK(plan({64, 128, 4, 4}).warp_specialization.producer_registers == 0);
   CHECK(plan({192, 128, 12, 2}).warp_specialization.consumer_registers == 160);
 }
 
@@ -190,7 +201,7 @@ TEST_CASE("sm90's tunable space: every candidate planned or refused with the sch
   const Sm90Schedule sm90;
   const TunableSpace space = sm90.tunableSpace(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
   CHECK(space.schedule == Sm90Schedule::kName);
-  CHECK(space.defaults == Tunables{128, 64, 8, 8}); // 16 KiB of Q + 8 x 16 KiB of K/V
+  CHECK(space.defaults == Tunables{64, 128, 4, 3}); // two CTAs per SM: 8 KiB of Q + 3 x 32 KiB of K/V each
   int supported = 0;
   for (const TunableCandidate &candidate : space.candidates) {
     supported += candidate.verdict ? 1 : 0;

@@ -72,7 +72,8 @@ expect "explain plans SLA's sparse part, block-sparse on sm90" 0 "chosen: sm90\.
 expect "explain prints the block-sparse mask walk" 0 "mask +block-sparse: the CTA's block_mask row" -- "$sagegen" explain --preset sla-int8 --arch sm_90a
 expect "explain falls back to sm80 where sm90 cannot run" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_89
 expect "explain prints the tunables" 0 "tunables +block_q=128,block_kv=128,warps=8,stages=[0-9]+" -- "$sagegen" explain --preset sage-b --causal --arch sm_90a
-expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpgroups" -- "$sagegen" explain --preset sage2-fp8 --arch sm_90a
+expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpgroups" -- "$sagegen" explain --preset sage-b --arch sm_90a
+expect "explain prints a persistent grid" 0 "persistent: 2 CTA\(s\) per SM" -- "$sagegen" explain --preset sage2-fp8 --arch sm_90a
 expect "explain prints the Q.K^T mma" 0 "Q\.K\^T mma +m16n8k32 int8\.int8 -> s32" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
 expect "explain prints the P.V path" 0 "P\.V path +e4m3 P x e4m3 V\^T, f32 accumulator" -- "$sagegen" explain --preset sage2-fp8 --arch sm_89
 expect "explain prints the V source" 0 "V source +workspace v_values" -- "$sagegen" explain --preset sage-b --arch sm_80 --input bf16
@@ -225,7 +226,7 @@ expect "emit unknown preset" 1 "sagegen: --preset: unknown preset 'sage-q'" -- "
 expect "emit without --arch" 1 "sagegen: --arch: required" -- "$sagegen" emit --preset sage-b -o "$work/x"
 expect "emit without --preset" 1 "sagegen: --preset: required \(or --defaults" -- "$sagegen" emit --arch sm_80 -o "$work/x"
 expect "emit without -o" 1 "output is required" -- "$sagegen" emit --preset sage-b --arch sm_80
-expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset, --arch or --backward" -- \
+expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset, --arch, --backward or --tunables" -- \
   "$sagegen" emit --defaults --preset sage-b -o "$work/x"
 touch "$work/file"
 expect "emit into a file" 1 "sagegen: -o: cannot create the directory .*/file" -- \
@@ -239,6 +240,18 @@ expect "cache warm again finds them on disk" 0 "^disk +[0-9a-f]{12}  sage_prolog
   "$sagegen" cache warm --dir "$cache" --preset sage-t --headdim 64 --arch sm_80
 entries=$(count "$cache" '*.kernel')
 check "cache warm wrote several entries" test "$entries" -ge 2
+# --tunables: the kernels of those tunables (a different key), fields left out keep the defaults; refused with a reason
+# where the schedule cannot take them, and for backward presets (whose schedule plans alone).
+tuned=$work/tuned-cache
+expect "cache warm --tunables builds that plan's kernel" 0 "^built +[0-9a-f]{12}  sage_attention_sage_b_d64_f16_sm_90a" -- \
+  "$sagegen" cache warm --dir "$tuned" --preset sage-b --headdim 64 --arch sm_90a --tunables block_q=64,block_kv=64,warps=4,stages=2
+expect "the default plan is another kernel" 0 "^built +[0-9a-f]{12}  sage_attention_sage_b_d64_f16_sm_90a" -- \
+  "$sagegen" cache warm --dir "$tuned" --preset sage-b --headdim 64 --arch sm_90a
+expect "cache warm --tunables names the tunable the schedule refuses" 1 "tunables\.block_kv: expected 64 or 128" -- \
+  "$sagegen" cache warm --dir "$tuned" --preset sage-b --arch sm_90a --tunables block_kv=96
+expect "cache warm --tunables --backward is refused" 1 "--tunables: backward presets take their schedule's plan" -- \
+  "$sagegen" cache warm --dir "$tuned" --backward --preset sagebwd --arch sm_90a --tunables warps=4
+
 expect "cache ls lists the entries" 0 "^$entries entries \($entries valid, 0 damaged\)" -- \
   env SAGEGEN_CACHE_DIR="$cache" "$sagegen" cache ls
 expect "cache ls shows each key" 0 "^[0-9a-f]{12} +[0-9.]+ KiB  sm80.mma_sync +sm_80 +64  sage_attention_sage_t_d64_f16_sm_80 +ok" -- \

@@ -226,7 +226,7 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   for (const EmitTarget &target : targets) {
     PresetOptions preset{target.preset, target.head_dim, target.causal, target.lse};
     try {
-      generated.push_back(generatePresetKernels(preset, target.input, target.arch, target.backward));
+      generated.push_back(generatePresetKernels(preset, target.input, target.arch, target.backward, target.tunables));
     } catch (const UserError &) {
       throw;
     } catch (const std::invalid_argument &error) {

@@ -41,9 +41,9 @@ void run(const EmitCommandOptions &options) {
   emit.jobs = options.jobs;
   std::vector<EmitTarget> targets;
   if (options.defaults) {
-    if (options.preset_given || options.arch_given || options.backward)
+    if (options.preset_given || options.arch_given || options.backward || !options.kernels.tunables.empty())
       throw UserError("--defaults: emits every preset for sm_80, sm_89 and sm_90a; do not combine it with "
-                      "--preset, --arch or --backward");
+                      "--preset, --arch, --backward or --tunables");
     targets = defaultEmitTargets();
     emit.skip_unsupported = true;
   } else {
@@ -55,8 +55,8 @@ void run(const EmitCommandOptions &options) {
     if (!options.backward)
       preset.builder(preset.preset); // an unknown preset is the user's mistake: say so before generating
     targets.push_back({preset.preset, preset.head_dim, preset.causal, preset.lse,
-                       parseInputOption(options.kernels.input), parseArchOption(options.kernels.arch),
-                       options.backward});
+                       parseInputOption(options.kernels.input), parseArchOption(options.kernels.arch), options.backward,
+                       options.kernels.tunables});
   }
 
   EmitReport report = emitKernels(targets, emit);

@@ -12,6 +12,8 @@
 #include "sage/runtime/SlaRunner.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
+#include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/Tunables.h"
 
 #include <string>
 #include <vector>
@@ -40,13 +42,23 @@ struct VariantKernels {
 
 // Builds the preset's program (so the keys carry its IR fingerprint, as the C ABI's and Python's runners do) and
 // generates its kernels. Throws std::invalid_argument when no schedule supports the variant on `arch`.
+// `tunables`: a tunables text (fields left out keep the schedule's defaults on `arch`, as the C ABI's runners do), or
+// empty for the defaults.
 inline VariantKernels generateVariantKernels(const PresetOptions &options, schedules::InputType input,
-                                             schedules::GpuArch arch) {
+                                             schedules::GpuArch arch, const std::string &tunables = "") {
   ir::Program program = options.builder(options.preset).build();
   VariantKernels kernels;
   kernels.preset = options.preset;
   kernels.variant = program.variant();
   runtime::AttentionKernelRequest request;
+  if (!tunables.empty()) {
+    try {
+      request.tunables =
+          schedules::parseTunables(tunables, schedules::scheduledDefaultTunables(kernels.variant, arch, input));
+    } catch (const std::invalid_argument &error) {
+      throw UserError(std::string("--tunables: ") + error.what());
+    }
+  }
   request.input = input;
   request.arch = arch;
   request.ir_fingerprint = program.fingerprint();
@@ -54,11 +66,12 @@ inline VariantKernels generateVariantKernels(const PresetOptions &options, sched
   return kernels;
 }
 
-// --preset (required unless `preset_optional`), --headdim, --causal, --lse, --input, --arch.
+// --preset (required unless `preset_optional`), --headdim, --causal, --lse, --input, --arch, --tunables.
 struct KernelSetOptions {
   PresetOptions preset;
   std::string input = "f16";
   std::string arch;
+  std::string tunables;
 
   void addTo(CLI::App &command, bool preset_optional = false) {
     CLI::Option *preset_option = command.add_option("--preset", preset.preset, "preset name (see `sagegen list`)");
@@ -70,10 +83,13 @@ struct KernelSetOptions {
         command.add_option("--arch", arch, "target architecture: sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f");
     if (!preset_optional)
       arch_option->required();
+    command.add_option("--tunables", tunables,
+                       "a forward preset's tunables, e.g. block_q=128,block_kv=128,warps=8,stages=4 (fields left out "
+                       "keep the schedule's defaults; default: the schedule's)");
   }
 
   VariantKernels generate() const {
-    return generateVariantKernels(preset, parseInputOption(input), parseArchOption(arch));
+    return generateVariantKernels(preset, parseInputOption(input), parseArchOption(arch), tunables);
   }
 };
 
@@ -108,12 +124,14 @@ inline dsl::AttentionBackwardBuilder backwardPresetBuilder(const PresetOptions &
 
 // Throws UserError for options that do not fit the preset, std::invalid_argument when no schedule supports it.
 inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedules::InputType input,
-                                           schedules::GpuArch arch, bool backward) {
+                                           schedules::GpuArch arch, bool backward, const std::string &tunables = "") {
   PresetKernels result;
   result.preset = preset.preset;
   result.input = std::string(schedules::nameOf(input));
   result.head_dim = preset.head_dim;
   if (backward) {
+    if (!tunables.empty())
+      throw UserError("--tunables: backward presets take their schedule's plan");
     const ir::BackwardProgram program = backwardPresetBuilder(preset, input).build();
     runtime::BackwardKernelSet set =
         runtime::generateBackwardKernels(program.variant(), input, arch, program.fingerprint());
@@ -126,13 +144,15 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
   result.variant = variant.name;
   result.lse = variant.epilogue.write_lse;
   if (!variant.sla.enabled) {
-    VariantKernels kernels = generateVariantKernels(preset, input, arch);
+    VariantKernels kernels = generateVariantKernels(preset, input, arch, tunables);
     result.schedule = kernels.set.plan.schedule;
     result.kernels = std::move(kernels.set.kernels);
     return result;
   }
   if (preset.lse)
     throw UserError("--lse: the SLA runner decides whether its sparse part writes the LSE (an exact one does)");
+  if (!tunables.empty())
+    throw UserError("--tunables: the SLA runner's sparse part takes its mask's blocks");
   if (input != schedules::InputType::f16)
     throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + result.input + "'");
   const AttentionVariant sparse = slaSparsePart(variant); // as SlaRunner compiles it
@@ -149,8 +169,8 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
 }
 
 inline PresetKernels generatePresetKernels(const KernelSetOptions &options, bool backward) {
-  return generatePresetKernels(options.preset, parseInputOption(options.input), parseArchOption(options.arch),
-                               backward);
+  return generatePresetKernels(options.preset, parseInputOption(options.input), parseArchOption(options.arch), backward,
+                               options.tunables);
 }
 
 } // namespace sage::tool

@@ -37,8 +37,9 @@ std::vector<ScheduleVerdict> scheduleVerdicts(const AttentionVariant &variant, G
 std::vector<ScheduleVerdict> scheduleVerdicts(std::span<const Schedule *const> schedules,
                                               const AttentionVariant &variant, GpuArch arch, InputType input);
 
-// The most preferred schedule that supports the variant. Throws UnsupportedError (an std::invalid_argument) listing each schedule's
-// reason ("variant 'x': no schedule supports it on sm_80; sm80.mma_sync: <reason>; ...") when none does.
+// The most preferred schedule that supports the variant. Throws UnsupportedError (an std::invalid_argument) listing
+// each schedule's reason ("variant 'x': no schedule supports it on sm_80; sm80.mma_sync: <reason>; ...") when none
+// does.
 const Schedule &bestSchedule(const AttentionVariant &variant, GpuArch arch, InputType input);
 const Schedule &bestSchedule(std::span<const Schedule *const> schedules, const AttentionVariant &variant, GpuArch arch,
                              InputType input);
@@ -46,5 +47,9 @@ const Schedule &bestSchedule(std::span<const Schedule *const> schedules, const A
 // bestSchedule(...).plan(variant, arch, input, tunables), with bestSchedule's error when none supports it.
 KernelPlan planBestSchedule(const AttentionVariant &variant, GpuArch arch, InputType input,
                             std::optional<Tunables> tunables = std::nullopt);
+
+// The tunables of the best schedule's default plan on `arch`: what a partial tunables text keeps for the fields it
+// leaves out (each schedule has defaults of its own: sm90's count consumer warps, sm80's Table 12's warps).
+Tunables scheduledDefaultTunables(const AttentionVariant &variant, GpuArch arch, InputType input);
 
 } // namespace sage::schedules
