@@ -44,5 +44,5 @@ TEST_CASE("every sm120 FP4 kernel compiles for sm_120f and sm_120a to the block-
     ++compiled;
   }
   std::printf("sm120 FP4 kernels compiled for sm_120f and sm_120a: %d\n", compiled);
-  CHECK(compiled == 24);
+  CHECK(compiled == (test::fullSweeps() ? 24 : 6)); // all, or a quarter of each preset's (in CI)
 }

@@ -37,6 +37,11 @@ template <class Config> __device__ __forceinline__ bool accumulates(const Consum
 // O_i^(j-1) *= exp2(m^(j-1) - m^j) before P~_i^j V_j is added: the accumulator and the outer sum, both relative to m.
 template <class Config>
 __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, const float (&rescale)[2]) {
+  if constexpr (ConsumerState<Config>::kFoldsRescale) { // applied by finish_block, in the product's add
+    state.product_rescale[0] = rescale[0];
+    state.product_rescale[1] = rescale[1];
+    return;
+  }
   // Multiplying by 1 changes nothing (bit for bit): once its rows' maxima stop growing, which is most blocks of a long
   // row, a warp skips the O x rescale it would issue for every accumulator register.
   if (!__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f))
@@ -74,8 +79,22 @@ __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
                                              const int (&block_product)[kProductRegisters]) {
   if constexpr (Config::kPv == PvOperands::int8) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i)
-      state.flushed[i] += small_int_to_float(block_product[i]); // |P V| <= 128 x 127 x 127 < 2^22
+    for (int i = 0; i < Config::kHeadDim / 2; ++i) // |P V| <= 128 x 127 x 127 < 2^22
+      state.flushed[i] =
+          fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
+  } else if constexpr (ConsumerState<Config>::kFoldsRescale) {
+#pragma unroll
+    for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+      float value;
+      if constexpr (ConsumerState<Config>::kF16Accumulator) {
+        float low, high;
+        unpack_f16x2(state.output[i / 2], low, high);
+        value = i % 2 == 0 ? low : high;
+      } else {
+        value = state.output[i];
+      }
+      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], value);
+    }
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
       state.blocks_since_flush = 0;

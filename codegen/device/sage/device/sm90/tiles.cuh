@@ -95,13 +95,18 @@ template <class Config> struct ConsumerState {
   // The f32 sum beside the P.V accumulator: int8 P.V adds each block's s32 product into it; two-level accumulation
   // adds the accumulator into it every kFlushPeriod blocks. Both are kept relative to the same m (row_max).
   static constexpr bool kOuterSum = Config::kPv == PvOperands::int8 || Config::kTwoLevel;
+  // Each block's product is added into the outer sum on its own (int8 P.V, or two-level with a flush every block):
+  // the sum's rescaling then rides on that add, flushed = flushed x exp2(m' - m) + product, one FFMA per register.
+  static constexpr bool kFoldsRescale =
+      Config::kPv == PvOperands::int8 || (Config::kTwoLevel && Config::kFlushPeriod == 1);
 
   OutputRegister output[kOutputRegisters];            // the P.V accumulator (f16x2 pairs or f32)
   float flushed[kOuterSum ? kOutputF32Registers : 1]; // the outer f32 sum (registers, not shared memory)
-  float row_factor[2];                                // delta_Q x the factor that puts S in base 2
-  float row_max[2];                                   // m_i
-  float row_sum[2];                                   // this thread's share of l_i (its own columns)
-  int blocks_since_flush; // blocks in `output` since it was restarted (two-level: since its last flush)
+  float product_rescale[2]; // kFoldsRescale: exp2(m' - m) for the outer sum when the block in flight is added
+  float row_factor[2];      // delta_Q x the factor that puts S in base 2
+  float row_max[2];         // m_i
+  float row_sum[2];         // this thread's share of l_i (its own columns)
+  int blocks_since_flush;   // blocks in `output` since it was restarted (two-level: since its last flush)
 };
 
 // Where this CTA works: its Q block, head, batch and the KV blocks it visits.
