@@ -166,7 +166,7 @@ TEST_CASE("every sm120 FP4 kernel's SASS holds the block-scaled FP4 mma (opcode 
                   block_scaled, ptx_mmas, scanned, first.c_str());
     }
   std::filesystem::remove_all(directory);
-  CHECK(checked == 48);
+  CHECK(checked == (test::fullSweeps() ? 48 : 12)); // every kernel (or CI's quarter of them) for two archs
 }
 
 int main(int argc, char **argv) {
