@@ -25,7 +25,7 @@ struct EmitTarget {
   schedules::InputType input = schedules::InputType::f16;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
   bool backward = false; // `preset` is a backward preset: its SageBwd module (an SLA preset needs no flag)
-  std::string tunables;  // a forward preset's tunables text (empty: the schedule's defaults)
+  std::string tunables{}; // a forward preset's tunables text (empty: the schedule's defaults)
 };
 
 struct EmitOptions {
