@@ -145,6 +145,8 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
                                     const HostTensor &v, const HostTensor &o, const HostTensor &d_o,
                                     std::span<const double> lse) {
   validateShapes(variant.head_dim, q, k, v, &o, d_o, &lse);
+  require(variant.smooth_k != SmoothScope::block,
+          "variant: K is smoothed over the sequence (one mean per KV head) or not at all, not per block");
   const int64_t d = q.dim(), n_q = q.tokens(), n_kv = k.tokens(), group = q.heads() / k.heads();
   const int64_t bq = variant.block_q, bkv = variant.block_kv;
   const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(d));

@@ -90,6 +90,8 @@ SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, Gpu
                              ": the backward kernel uses 64x64 (b_q = b_kv = 64)");
   if (variant.mask != MaskKind::none && variant.mask != MaskKind::causal)
     return SupportResult::no("mask '" + std::string(nameOf(variant.mask)) + "': the backward has none and causal");
+  if (variant.smooth_k == SmoothScope::block)
+    return SupportResult::no("K smoothed per block: the kernels subtract one mean(K) per KV head (sequence)");
   const BackwardProductSpec &s = variant.product(P::s), &dp = variant.product(P::dp), &dv = variant.product(P::dv);
   const BackwardProductSpec &dq = variant.product(P::dq), &dk = variant.product(P::dk);
   const ElementType input_type = input == InputType::bf16 ? ElementType::bf16 : ElementType::f16;

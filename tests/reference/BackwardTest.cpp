@@ -212,6 +212,10 @@ TEST_CASE("bad shapes and mismatched passes are refused with the argument named"
                        doctest::Contains("lse: expected"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(runBackwardReference(dsl::backwardPreset("sagebwd", 128)->describe(), q, kv, kv, q, q, lse),
                        doctest::Contains("does not match the variant"), std::invalid_argument);
+  BackwardVariant per_block_mean = backward;
+  per_block_mean.smooth_k = SmoothScope::block;
+  CHECK_THROWS_WITH_AS(runBackwardReference(per_block_mean, q, kv, kv, q, q, lse), doctest::Contains("not per block"),
+                       std::invalid_argument);
   const AttentionVariant no_lse = dsl::preset("exact", 64)->describe();
   CHECK_THROWS_WITH_AS(runForwardBackwardReference(no_lse, backward, q, kv, kv, q),
                        doctest::Contains("does not write the LSE"), std::invalid_argument);

@@ -29,6 +29,9 @@ TEST_CASE("the sm80 backward schedule supports Algorithm 3 and says why not othe
   CHECK(reason(dsl::backwardPreset("sagebwd-int8-dp")->describe()).find("CPU reference only") != std::string::npos);
   CHECK(reason(dsl::backwardPreset("exact-bwd")->describe()).find("S = Q.K^T") != std::string::npos);
   CHECK(reason(sagebwd(96)).find("head_dim 96") != std::string::npos);
+  BackwardVariant per_block_mean = sagebwd();
+  per_block_mean.smooth_k = SmoothScope::block;
+  CHECK(reason(per_block_mean).find("K smoothed per block") != std::string::npos);
   CHECK(reason(dsl::backwardPreset("sagebwd")->blocks(128, 64).describe()).find("64x64") != std::string::npos);
   CHECK_THROWS_WITH_AS(schedule.plan(sagebwd(96), GpuArch::sm80, InputType::f16), doctest::Contains("head_dim 96"),
                        std::invalid_argument);
