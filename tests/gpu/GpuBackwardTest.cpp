@@ -305,8 +305,9 @@ TEST_CASE("SageBwd on K with per-channel offsets and Q outlier channels (issue 2
               reference::runBackwardReference(variant, in.q, in.k, in.v, in.o, in.d_o, in.lse);
           const reference::GradientAccuracy reference_vs_exact = reference::compareGradients(exact, expected);
           for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, input)) {
+            const std::string data_name = data.name;
             CAPTURE(kernel.name);
-            CAPTURE(data.name);
+            CAPTURE(data_name);
             const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
             const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
             const reference::GradientAccuracy vs_exact = reference::compareGradients(exact, run.gradients);
