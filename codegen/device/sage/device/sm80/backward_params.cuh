@@ -1,5 +1,6 @@
-// The parameters of the SageBwd kernels (issue 12), one struct passed by value to each of the four launches. Plain
-// data with no device code, so host code can include it too (the runtime's launcher and the GPU tests).
+// The parameters of the SageBwd kernels (issue 12), one struct passed by value to each launch (four, five with K
+// smoothing). Plain data with no device code, so host code can include it too (the runtime's launcher and the GPU
+// tests).
 #pragma once
 
 // Tensors are contiguous [batch, heads, tokens, head_dim] (HND); Q, O, dO, dQ have heads_q heads and tokens_q
