@@ -185,7 +185,7 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
         for (int64_t i = 0; i < n_q; ++i)
           for (int64_t c = 0; c < d; ++c)
             delta[i] += static_cast<double>(d_o.at(b, h, i, c)) * o.at(b, h, i, c);
-        // The LSE of the scores S is multiplied from: the forward's, or with K smoothed that of
+        // The LSE P is recomputed against: the forward's, or with K smoothed that of the smoothed scores
         // S_s = Q (K - mean(K))^T = S - q . mean(K), i.e. LSE - q . mean(K) / sqrt(d) (the caller's q)
         std::vector<double> row_lse(head_lse, head_lse + n_q);
         if (smooth_k)
