@@ -18,9 +18,14 @@ init: N(0, 1) token embeddings would drown the positions); 2 layers at width 256
 then cosine to a tenth: on the H100 both runs reach the floor within 300 steps (the README has the numbers). The
 floor is far below chance, and most of the final loss is the
 irreducible part (the same for both runs), so a 1% gap is a real difference in the learned part.
+--key-bias STD (issue 25) starts every key projection's bias at N(0, STD) per channel: the keys then carry large
+per-channel offsets shared by all tokens, the outliers SageAttention's K smoothing is for (challenge C1). The offsets
+change no attention weight (softmax ignores q . b), so SDPA learns as before, while an INT8 backward without K
+smoothing loses its dQ to them (the bias stays trainable; its exact gradient is zero).
 Exit status: 0 within 1%, 1 not within 1%, 2 the SDPA run did not learn (then no comparison is made).
 
     python3 bench/sagebwd_train.py --steps 300 --out sagebwd_train      # on a GPU; writes .csv and .png
+    python3 bench/sagebwd_train.py --steps 300 --key-bias 8 --out sagebwd_train_key_bias
 """
 
 import argparse
@@ -58,7 +63,7 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab, width, heads, layers, tokens, attention):
+    def __init__(self, vocab, width, heads, layers, tokens, attention, key_bias=0.0):
         super().__init__()
         self.embed, self.position = nn.Embedding(vocab, width), nn.Parameter(torch.zeros(tokens, width))
         self.blocks = nn.ModuleList(Block(width, heads, attention) for _ in range(layers))
@@ -67,6 +72,10 @@ class TinyTransformer(nn.Module):
         # positions (which the copy task's attention keys on) are not drowned by N(0, 1) token embeddings.
         nn.init.normal_(self.embed.weight, std=0.02)
         nn.init.normal_(self.position, std=0.02)
+        if key_bias > 0:  # the key rows of each qkv projection's bias: per-channel offsets of every token's key
+            with torch.no_grad():
+                for block in self.blocks:
+                    nn.init.normal_(block.qkv.bias[width:2 * width], std=key_bias)
 
     def forward(self, tokens, dtype):
         x = self.embed(tokens) + self.position[: tokens.shape[1]]
@@ -108,7 +117,8 @@ def train(attention, args):
     torch.manual_seed(args.seed)
     device = torch.device("cuda")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
-    model = TinyTransformer(args.vocab, args.width, args.heads, args.layers, args.tokens, attention).to(device)
+    model = TinyTransformer(args.vocab, args.width, args.heads, args.layers, args.tokens, attention,
+                            args.key_bias).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     warmup = max(1, args.steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, args.steps, warmup))
@@ -149,6 +159,8 @@ def main():
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (warmup 10%% of steps, cosine)")
     parser.add_argument("--dtype", choices=("bf16", "f16"), default="bf16")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--key-bias", type=float, default=0.0,
+                        help="stddev of the key projections' initial per-channel bias (K offsets, issue 25; 0: none)")
     parser.add_argument("--out", default="sagebwd_train", help="output stem: STEM.csv and STEM.png")
     args = parser.parse_args()
     if args.width % args.heads or args.width // args.heads not in (64, 128):
@@ -157,13 +169,16 @@ def main():
         parser.error("--period must be at least 2 and less than --tokens")
     if args.steps < 20:
         parser.error("--steps must be at least 20 (final losses are means of the last 20 steps)")
+    if not 0 <= args.key_bias <= 1e3 or not math.isfinite(args.key_bias):
+        parser.error("--key-bias must be a finite stddev in [0, 1000]")
     if not torch.cuda.is_available():
         print("sagebwd_train.py: SKIPPED, no CUDA device")
         return 0
     chance, floor = task_levels(args.vocab, args.period, args.tokens)
     print(f"== SageBwd training check on {torch.cuda.get_device_name()}: {args.layers} layers, width {args.width}, "
           f"{args.heads} heads, {args.tokens} tokens, batch {args.batch}, {args.steps} steps, lr {args.lr}, "
-          f"{args.dtype}, seed {args.seed}; task: period-{args.period} copy over vocab {args.vocab}: "
+          f"{args.dtype}, seed {args.seed}, key bias {args.key_bias}; task: period-{args.period} copy over vocab "
+          f"{args.vocab}: "
           f"chance {chance:.4f}, floor {floor:.4f}")
     curves = {name: train(name, args) for name in ("sdpa", "sagebwd")}
     with open(args.out + ".csv", "w") as csv:

@@ -72,6 +72,11 @@ AttentionBackwardBuilder &AttentionBackwardBuilder::full_precision() {
   return *this;
 }
 
+AttentionBackwardBuilder &AttentionBackwardBuilder::smooth_k(bool smoothed) {
+  smooth_k_ = smoothed;
+  return *this;
+}
+
 AttentionBackwardBuilder &AttentionBackwardBuilder::name(std::string name) {
   name_ = std::move(name);
   return *this;
@@ -84,6 +89,7 @@ BackwardVariant AttentionBackwardBuilder::describe() const {
   variant.block_q = block_q_;
   variant.block_kv = block_kv_;
   variant.mask = mask_;
+  variant.smooth_k = smooth_k_ ? SmoothScope::sequence : SmoothScope::none;
   if (full_precision_) {
     for (BackwardProduct which : kBackwardProducts)
       variant.product(which) = product(cast(ElementType::f32), cast(ElementType::f32));
@@ -107,9 +113,10 @@ AttentionBackwardBuilder attention_backward(std::string name) { return Attention
 
 const std::vector<PresetInfo> &backwardPresets() {
   static const std::vector<PresetInfo> table = {
-      {"sagebwd", "SageBwd (Algorithm 3): int8 per-block S, dV, dQ, dK; dO.V^T in f16; f32 accumulation"},
+      {"sagebwd", "SageBwd (Algorithm 3): int8 per-block S, dV, dQ, dK with K smoothed (K - mean(K), the LSE shifted "
+                  "to match); dO.V^T in f16; f32 accumulation"},
       {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
-      {"exact-bwd", "the backward in f32 throughout (the accuracy baseline)"},
+      {"exact-bwd", "the backward in f32 throughout, K unsmoothed (the accuracy baseline)"},
   };
   return table;
 }
@@ -119,7 +126,7 @@ std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, in
   if (name == "sagebwd-int8-dp")
     builder.quantize_dp();
   else if (name == "exact-bwd")
-    builder.full_precision();
+    builder.full_precision().smooth_k(false);
   else if (name != "sagebwd")
     return std::nullopt;
   builder.head_dim(head_dim).mask(mask);

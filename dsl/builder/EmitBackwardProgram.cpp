@@ -36,12 +36,18 @@ public:
     // D = rowsum(dO o O)
     mlir::Value delta = builder_.create<ir::BwdRowDotOp>(location("row_dot"), tileType(), d_o, o);
 
-    // S = psi^-1(Q^ K^^T), masked; P = exp(S / sqrt(d) - L)
+    // K_s = K - mean(K) (issue 25): S and dQ multiply it
+    const bool smoothed = variant.smooth_k != SmoothScope::none;
+    if (smoothed)
+      k = builder_.create<ir::BwdSmoothOp>(location("smooth"), tileType(), k,
+                                           toDialect(ir::symbolizeSmoothScope, nameOf(variant.smooth_k)));
+    // S = psi^-1(Q^ K^^T), masked; P = exp(S / sqrt(d) - L), L shifted by q . mean(K) / sqrt(d) when K is smoothed
     mlir::Value scores = mma(variant, BackwardProduct::s, q, k);
     if (variant.mask != MaskKind::none)
       scores = builder_.create<ir::BwdMaskOp>(location("mask"), tileType(), scores,
                                               toDialect(ir::symbolizeMaskKind, nameOf(variant.mask)));
-    mlir::Value p = builder_.create<ir::BwdRecomputePOp>(location("recompute_p"), tileType(), scores, lse);
+    mlir::Value p = builder_.create<ir::BwdRecomputePOp>(location("recompute_p"), tileType(), scores, lse,
+                                                         smoothed ? builder_.getUnitAttr() : mlir::UnitAttr());
 
     // dV_j += P^T dO; dP = dO V^T; dS = P o (dP - D); dQ_i += dS K; dK_j += dS^T Q
     mlir::Value dv = mma(variant, BackwardProduct::dv, p, d_o);

@@ -1,4 +1,4 @@
-// SSA value names of the backward program: %q, %do, %delta, %q_int8, %p_int8, %s, %dp, %ds, %dv, ...
+// SSA value names of the backward program: %q, %do, %delta, %k_smoothed, %q_int8, %p_int8, %s, %dp, %ds, %dv, ...
 #include "BackwardDataflow.h"
 
 #include <string>
@@ -46,6 +46,9 @@ std::string originKeyword(mlir::Value value) {
 
 void BwdInputOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
   setName(getResult(), stringifyBackwardRole(getRole()));
+}
+void BwdSmoothOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {
+  setName(getResult(), originKeyword(getInput()) + "_smoothed");
 }
 void BwdRowDotOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) { setName(getResult(), "delta"); }
 void BwdQuantizeOp::getAsmResultNames(mlir::OpAsmSetValueNameFn setName) {

@@ -75,6 +75,8 @@ Origin originOfProducer(mlir::Operation *producer) {
     return originThrough(quantize.getInput(), producer);
   if (auto mask = mlir::dyn_cast<BwdMaskOp>(producer))
     return originThrough(mask.getInput(), producer);
+  if (auto smooth = mlir::dyn_cast<BwdSmoothOp>(producer)) // K - mean(K) is still K
+    return originThrough(smooth.getInput(), producer);
   if (auto mma = mlir::dyn_cast<BwdMmaOp>(producer)) {
     std::optional<BackwardProduct> product = productOf(mma);
     return product ? resultOrigin(*product) : Origin::unknown;

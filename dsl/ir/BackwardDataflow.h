@@ -1,5 +1,6 @@
 // What a tile of the backward program is (Q, dO, P, dS, the dV product, ...): the backward verifiers, names and
-// extraction ask by walking producers back through sage.bwd_quantize and sage.bwd_mask, to earlier ops only.
+// extraction ask by walking producers back through sage.bwd_quantize, sage.bwd_smooth and sage.bwd_mask, to earlier ops
+// only.
 #pragma once
 
 #include "sage/ir/BackwardVariant.h"

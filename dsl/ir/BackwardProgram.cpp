@@ -74,6 +74,8 @@ BackwardVariant extractBackwardVariant(AttentionBackwardOp program) {
       spec.rhs = toQuantizerSpec(mma.getRhs().getDefiningOp<BwdQuantizeOp>());
       spec.accumulator = mapByName(parseAccumulatorType(stringifyAccumulatorType(mma.getAccumulator()).str()),
                                    stringifyAccumulatorType(mma.getAccumulator()));
+    } else if (mlir::isa<BwdSmoothOp>(op)) { // the verifier allows only K over the sequence
+      variant.smooth_k = sage::SmoothScope::sequence;
     } else if (auto mask = mlir::dyn_cast<BwdMaskOp>(op)) {
       variant.mask =
           mapByName(parseMaskKind(stringifyMaskKind(mask.getKind()).str()), stringifyMaskKind(mask.getKind()));

@@ -47,6 +47,11 @@ constexpr std::array<ReductionOperand, 3> kTokenReductions{{
     {BackwardProduct::dk, false, "the query tokens of a Q tile"},
 }};
 
+// The sage.bwd_smooth a quantizer's operand comes from, if any.
+BwdSmoothOp smoothOf(BwdQuantizeOp quantize) {
+  return quantize ? quantize.getInput().getDefiningOp<BwdSmoothOp>() : BwdSmoothOp();
+}
+
 template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
   llvm::SmallVector<OpType> found;
   for (mlir::Operation &op : body)
@@ -73,6 +78,17 @@ mlir::LogicalResult AttentionBackwardOp::verify() {
 
 mlir::LogicalResult BwdInputOp::verify() { return mlir::success(); }
 
+mlir::LogicalResult BwdSmoothOp::verify() {
+  if (!getInput().getDefiningOp<BwdInputOp>() || originOf(getInput()) != Origin::k)
+    return emitOpError() << "smooths K (K - mean(K)): its operand must be 'sage.bwd_input k', got "
+                         << originName(originOf(getInput()));
+  if (getScope() != SmoothScope::sequence)
+    return emitOpError() << "K is smoothed over the whole sequence (one mean per KV head, which the LSE shift "
+                            "folds into one term per query row): scope must be 'sequence', got '"
+                         << stringifySmoothScope(getScope()) << "'";
+  return mlir::success();
+}
+
 mlir::LogicalResult BwdRowDotOp::verify() {
   if (!getGradOutput().getDefiningOp<BwdInputOp>() || originOf(getGradOutput()) != Origin::d_o)
     return emitOpError() << "D = rowsum(dO o O): its first operand must be 'sage.bwd_input do', got "
@@ -91,9 +107,9 @@ mlir::LogicalResult BwdQuantizeOp::verify() {
   const bool tile_operand = origin == Origin::p || origin == Origin::ds;
   if (!tile_operand && origin != Origin::q && origin != Origin::k && origin != Origin::v && origin != Origin::d_o)
     return emitOpError() << "quantizes " << originName(origin) << "; expected Q, K, V, dO, P or dS";
-  if (!tile_operand && !getInput().getDefiningOp<BwdInputOp>())
-    return emitOpError() << "quantizes " << originName(origin) << " as the caller gave it: its operand must be a "
-                         << "sage.bwd_input";
+  if (!tile_operand && !getInput().getDefiningOp<BwdInputOp>() && !getInput().getDefiningOp<BwdSmoothOp>())
+    return emitOpError() << "quantizes " << originName(origin) << " as the caller gave it (or K smoothed): its "
+                         << "operand must be a sage.bwd_input or a sage.bwd_smooth";
   if (isCast(dtype)) {
     if (granularity != Granularity::none)
       return emitOpError() << "casting to " << stringifyElementType(dtype)
@@ -177,6 +193,15 @@ mlir::LogicalResult BwdRecomputePOp::verify() {
                          << originName(originOf(getScores()));
   if (!getLse().getDefiningOp<BwdInputOp>() || originOf(getLse()) != Origin::lse)
     return emitOpError() << "its second operand must be 'sage.bwd_input lse', got " << originName(originOf(getLse()));
+  auto product = mlir::isa<BwdMaskOp>(scores) ? mlir::cast<BwdMaskOp>(scores).getInput().getDefiningOp<BwdMmaOp>()
+                                              : mlir::cast<BwdMmaOp>(scores);
+  const bool smoothed = product && smoothOf(product.getRhs().getDefiningOp<BwdQuantizeOp>());
+  if (smoothed && !getSmoothingShift())
+    return emitOpError() << "S is recomputed from the smoothed K, the LSE is the forward's of the unsmoothed scores: "
+                            "P needs the LSE shifted by q . mean(K) / sqrt(d) ({smoothing_shift})";
+  if (!smoothed && getSmoothingShift())
+    return emitOpError() << "{smoothing_shift} shifts the LSE by q . mean(K) / sqrt(d), but S is recomputed from K "
+                            "unsmoothed (no sage.bwd_smooth)";
   return mlir::success();
 }
 
@@ -230,6 +255,16 @@ mlir::LogicalResult AttentionBackwardOp::verifyRegions() {
     if (product_counts[static_cast<size_t>(product)] != 1)
       return emitOpError() << "expects exactly one " << nameOf(product) << " product (sage.bwd_mma), found "
                            << product_counts[static_cast<size_t>(product)];
+
+  // K smoothed: S and dQ multiply the same smoothed K (dQ = dS (K - mean(K)) = dS K as dS's rows sum to zero).
+  const auto smooths = opsOf<BwdSmoothOp>(body);
+  if (smooths.size() > 1)
+    return emitOpError() << "expects at most one sage.bwd_smooth (of K), found " << smooths.size();
+  if (!smooths.empty())
+    for (BwdQuantizeOp quantize : opsOf<BwdQuantizeOp>(body))
+      if (originOf(quantize.getResult()) == Origin::k && !smoothOf(quantize))
+        return quantize.emitOpError() << "quantizes K unsmoothed, but K is smoothed (sage.bwd_smooth): S and dQ "
+                                         "= dS.K both take the smoothed K";
 
   if (opsOf<BwdMaskOp>(body).size() > 1)
     return emitOpError() << "expects at most one sage.bwd_mask";

@@ -37,6 +37,20 @@ def Sage_BwdInputOp : Sage_BackwardValueOp<"bwd_input"> {
   let assemblyFormat = "`` $role attr-dict";
 }
 
+def Sage_BwdSmoothOp : Sage_BackwardValueOp<"bwd_smooth"> {
+  let summary = "K - mean(K) over the sequence, per KV head: the K that S and dQ quantize (SageAttention's gamma)";
+  let description = [{
+    K carries large per-channel offsets shared by its tokens (SageAttention's challenge C1); quantized per block,
+    the offsets take the int8 range from the token-wise signal. Subtracting the token mean changes no score by
+    more than a per-row constant: S_s = Q (K - mean(K))^T = S - q . mean(K), so P is recomputed from S_s with the
+    LSE shifted to match (sage.bwd_recompute_p's `smoothing_shift`), and dQ = dS (K - mean(K)) = dS K because
+    every row of dS sums to zero. dK = dS^T Q does not involve K. Only `sequence` (one mean per KV head).
+  }];
+  let arguments = (ins Sage_TileType:$input, Sage_SmoothScopeAttr:$scope);
+  let results = (outs Sage_TileType:$result);
+  let assemblyFormat = "$input `over` `` $scope attr-dict";
+}
+
 def Sage_BwdRowDotOp : Sage_BackwardValueOp<"bwd_row_dot"> {
   let summary = "D = rowsum(dO o O), one value per query row (Algorithm 3, line 2)";
   let arguments = (ins Sage_TileType:$grad_output, Sage_TileType:$output);
@@ -76,7 +90,12 @@ def Sage_BwdMaskOp : Sage_BackwardValueOp<"bwd_mask"> {
 
 def Sage_BwdRecomputePOp : Sage_BackwardValueOp<"bwd_recompute_p"> {
   let summary = "P = exp(S / sqrt(d) - LSE): the forward's probabilities, from its natural-log LSE";
-  let arguments = (ins Sage_TileType:$scores, Sage_TileType:$lse);
+  let description = [{
+    The LSE is the forward's, of the unsmoothed scores. With `smoothing_shift` (required exactly when S is
+    recomputed from a sage.bwd_smooth of K) each row's LSE is first shifted by the term smoothing took out of its
+    scores: P = exp(S_s / sqrt(d) - (LSE - q . mean(K) / sqrt(d))), q the caller's unquantized query row.
+  }];
+  let arguments = (ins Sage_TileType:$scores, Sage_TileType:$lse, UnitAttr:$smoothing_shift);
   let results = (outs Sage_TileType:$result);
   let assemblyFormat = "$scores `,` $lse attr-dict";
 }

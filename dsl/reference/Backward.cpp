@@ -72,17 +72,24 @@ double dot(const double *a, const double *b, int64_t n) {
 }
 
 // The quantized operands of one head, by quantizer: S and dK share Q's codes when their specs agree, and so on.
+// `smoothed`: the head's rows minus their mean (K smoothing), which every quantizer of the head then takes.
 class OperandCache {
 public:
-  OperandCache(const HostTensor &tensor, int64_t tile_tokens) : tensor_(tensor), tile_tokens_(tile_tokens) {}
+  OperandCache(const HostTensor &tensor, int64_t tile_tokens, bool smoothed = false)
+      : tensor_(tensor), tile_tokens_(tile_tokens), smoothed_(smoothed) {}
   void select(int64_t b, int64_t h) {
     if (b == b_ && h == h_)
       return;
     b_ = b;
     h_ = h;
     matrix_ = headMatrix(tensor_, b, h);
+    if (smoothed_) { // gamma(K) = K - mean(K)
+      mean_ = channelMean(matrix_, 0, matrix_.tokens);
+      subtractRows(matrix_, 0, matrix_.tokens, mean_);
+    }
     values_.clear();
   }
+  const std::vector<float> &mean() const { return mean_; } // empty unless smoothed
   const std::vector<double> &values(const QuantizerSpec &spec) {
     for (auto &[cached_spec, cached] : values_)
       if (cached_spec == spec)
@@ -94,8 +101,10 @@ public:
 private:
   const HostTensor &tensor_;
   int64_t tile_tokens_;
+  bool smoothed_;
   int64_t b_ = -1, h_ = -1;
   OperandMatrix matrix_;
+  std::vector<float> mean_;
   // A deque: values() hands out references that must survive later insertions (a vector would reallocate).
   std::deque<std::pair<QuantizerSpec, std::vector<double>>> values_;
 };
@@ -136,6 +145,8 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
                                     const HostTensor &v, const HostTensor &o, const HostTensor &d_o,
                                     std::span<const double> lse) {
   validateShapes(variant.head_dim, q, k, v, &o, d_o, &lse);
+  require(variant.smooth_k != SmoothScope::block,
+          "variant: K is smoothed over the sequence (one mean per KV head) or not at all, not per block");
   const int64_t d = q.dim(), n_q = q.tokens(), n_kv = k.tokens(), group = q.heads() / k.heads();
   const int64_t bq = variant.block_q, bkv = variant.block_kv;
   const double softmax_scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -151,7 +162,8 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
   result.dk.assign(static_cast<size_t>(k.batch() * k.heads() * n_kv * d), 0.0);
   result.dv.assign(result.dk.size(), 0.0);
 
-  OperandCache q_cache(q, bq), k_cache(k, bkv), v_cache(v, bkv), do_cache(d_o, bq);
+  const bool smooth_k = variant.smooth_k != SmoothScope::none;
+  OperandCache q_cache(q, bq), k_cache(k, bkv, smooth_k), v_cache(v, bkv), do_cache(d_o, bq);
   std::vector<double> p_tile(static_cast<size_t>(bq * bkv)), ds_tile(p_tile.size());
   for (int64_t b = 0; b < q.batch(); ++b)
     for (int64_t h_kv = 0; h_kv < k.heads(); ++h_kv) {
@@ -173,6 +185,16 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
         for (int64_t i = 0; i < n_q; ++i)
           for (int64_t c = 0; c < d; ++c)
             delta[i] += static_cast<double>(d_o.at(b, h, i, c)) * o.at(b, h, i, c);
+        // The LSE P is recomputed against: the forward's, or with K smoothed that of the smoothed scores
+        // S_s = Q (K - mean(K))^T = S - q . mean(K), i.e. LSE - q . mean(K) / sqrt(d) (the caller's q)
+        std::vector<double> row_lse(head_lse, head_lse + n_q);
+        if (smooth_k)
+          for (int64_t i = 0; i < n_q; ++i) {
+            double shift = 0.0;
+            for (int64_t c = 0; c < d; ++c)
+              shift += static_cast<double>(q.at(b, h, i, c)) * k_cache.mean()[static_cast<size_t>(c)];
+            row_lse[i] -= shift * softmax_scale; // -inf stays -inf
+          }
 
         // FlashAttention-2's order: for each KV tile j, for each Q tile i
         for (int64_t kv_begin = 0; kv_begin < n_kv; kv_begin += bkv) {
@@ -181,18 +203,18 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
             const int64_t rows = std::min(bq, n_q - q_begin);
             if (causal && kv_begin > q_begin + rows - 1 + causal_offset)
               continue; // the whole tile lies above the diagonal
-            // S = psi^-1(Q^ K^^T); P = exp(S / sqrt(d) - L); dP = dO V^T; dS = P o (dP - D)
+            // S = psi^-1(Q^ K^^T); P = exp(S / sqrt(d) - L); dP = dO V^T; dS = P o (dP - D). P and dS stay in
+            // double here: an int8 (or f16/bf16) quantizeTile rounds them to f32 first, as the kernels' registers
+            // hold them; exact-bwd's f32 "cast" keeps them (so its dQ identity below holds to double rounding).
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = q_begin + r;
               for (int64_t col = 0; col < columns; ++col) {
                 const int64_t j = kv_begin + col;
                 const bool masked = (causal && j > i + causal_offset) || head_lse[i] == kNegativeInfinity;
-                const double p =
-                    masked ? 0.0 : std::exp(dot(&q_s[i * d], &k_s[j * d], d) * softmax_scale - head_lse[i]);
+                const double p = masked ? 0.0 : std::exp(dot(&q_s[i * d], &k_s[j * d], d) * softmax_scale - row_lse[i]);
                 const double dp = dot(&do_dp[i * d], &v_dp[j * d], d);
-                // the kernel holds P and dS in f32 registers
-                p_tile[r * columns + col] = static_cast<float>(p);
-                ds_tile[r * columns + col] = static_cast<float>(p * (dp - delta[i]));
+                p_tile[r * columns + col] = p;
+                ds_tile[r * columns + col] = p * (dp - delta[i]);
               }
             }
             const size_t tile_size = static_cast<size_t>(rows * columns);
@@ -200,7 +222,8 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
             const std::vector<double> ds_dq = quantizeTile({ds_tile.data(), tile_size}, dq_spec.lhs);
             const std::vector<double> ds_dk =
                 dk_spec.lhs == dq_spec.lhs ? ds_dq : quantizeTile({ds_tile.data(), tile_size}, dk_spec.lhs);
-            // dV_j += P^T dO_i; dQ_i += dS K_j; dK_j += dS^T Q_i
+            // dV_j += P^T dO_i; dQ_i += dS K_j; dK_j += dS^T Q_i. With K smoothed dQ_i takes K_j - mean(K):
+            // sum_j dS_ij (K_j - mean(K)) = sum_j dS_ij K_j, since sum_j dS_ij = sum_j P_ij dP_ij - D_i = 0.
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = q_begin + r;
               for (int64_t col = 0; col < columns; ++col) {

@@ -3,6 +3,7 @@
 #include "sage/numerics/CheckedSize.h"
 #include "sage/numerics/Quantizers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -81,11 +82,14 @@ HostTensor randomTensor(int64_t batch, int64_t heads, int64_t tokens, int64_t di
   if (options.channel_bias > 0.0)
     for (double &value : bias)
       value = generator.normal() * options.channel_bias;
+  std::vector<double> factor(static_cast<size_t>(dim), 1.0);
+  for (int64_t k = 0; k < std::min(options.outlier_channels, dim); ++k)
+    factor[static_cast<size_t>(k * dim / std::min(options.outlier_channels, dim))] = options.outlier_scale;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t c = 0; c < dim; ++c)
-          tensor.set(b, h, t, c, options.mean + options.stddev * generator.normal() + bias[c]);
+          tensor.set(b, h, t, c, (options.mean + options.stddev * generator.normal() + bias[c]) * factor[c]);
   return tensor;
 }
 

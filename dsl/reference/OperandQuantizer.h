@@ -21,4 +21,9 @@ std::vector<double> quantizeOperand(const OperandMatrix &matrix, const Quantizer
 // One row of P~ (values in [0, 1]) quantized as `spec` says (cast, static scale, per-token, two-level).
 void quantizeProbabilities(std::vector<double> &row, const QuantizerSpec &spec);
 
+// Smoothing (the forward's and the backward's): the mean over rows [begin, end) per channel, summed in double and
+// rounded to f32 as a kernel holds it; and those rows minus it, one f32 subtraction per element.
+std::vector<float> channelMean(const OperandMatrix &matrix, int64_t begin, int64_t end);
+void subtractRows(OperandMatrix &matrix, int64_t begin, int64_t end, const std::vector<float> &mean);
+
 } // namespace sage::reference

@@ -60,24 +60,6 @@ OperandMatrix headMatrix(const HostTensor &tensor, int64_t b, int64_t h) {
   return matrix;
 }
 
-// Mean over the rows [begin, end) per channel, rounded to f32 as a kernel would hold it.
-std::vector<float> channelMean(const OperandMatrix &matrix, int64_t begin, int64_t end) {
-  std::vector<float> mean(static_cast<size_t>(matrix.dim));
-  for (int64_t c = 0; c < matrix.dim; ++c) {
-    double sum = 0.0;
-    for (int64_t t = begin; t < end; ++t)
-      sum += matrix.at(t, c);
-    mean[c] = static_cast<float>(sum / static_cast<double>(end - begin));
-  }
-  return mean;
-}
-
-void subtractRows(OperandMatrix &matrix, int64_t begin, int64_t end, const std::vector<float> &mean) {
-  for (int64_t t = begin; t < end; ++t)
-    for (int64_t c = 0; c < matrix.dim; ++c)
-      matrix.values[t * matrix.dim + c] = matrix.at(t, c) - mean[c]; // one f32 subtraction
-}
-
 double dot(const double *a, const double *b, int64_t n) {
   double sum = 0.0;
   for (int64_t c = 0; c < n; ++c)

@@ -2,10 +2,11 @@
 
 `sagebwd_attention(q, k, v, is_causal=False, scale=None)` runs a quantized forward kernel (preset `sage-b` by default:
 int8 Q.K^T) that writes the LSE, and on backward SageAttention3's Algorithm 3 (int8 S, dV, dQ, dK with per-block
-scales, dO.V^T in the input type). It is `torch.ops.sagegen.sagebwd_attention`, a custom op whose backward is
-registered with torch.library.register_autograd (so torch.compile sees both), and `SageBwdFunction`, the same as a
-torch.autograd.Function. Tensors are [batch, heads, tokens, head_dim] (HND), f16 or bf16, head_dim 64 or 128; k and v
-may have fewer heads (GQA). Causal masks are bottom-right aligned (the same as top-left when tokens_q == tokens_kv).
+scales, dO.V^T in the input type; K smoothed: S and dQ from K - mean(K), P from the LSE shifted to match). It is
+`torch.ops.sagegen.sagebwd_attention`, a custom op whose backward is registered with torch.library.register_autograd
+(so torch.compile sees both), and `SageBwdFunction`, the same as a torch.autograd.Function. Tensors are [batch,
+heads, tokens, head_dim] (HND), f16 or bf16, head_dim 64 or 128; k and v may have fewer heads (GQA). Causal masks are
+bottom-right aligned (the same as top-left when tokens_q == tokens_kv).
 The LSE output carries no gradient (its incoming gradient is ignored).
 """
 

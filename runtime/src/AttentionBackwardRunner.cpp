@@ -21,10 +21,11 @@ constexpr int64_t kAlignment = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 // The workspace parts in SageBackwardParams' order: q_codes, q_codes_t, k_codes, k_codes_t, do_codes_t, q_scales,
-// k_scales, do_scales, row_stats, dq_accum, do_tiles (empty unless the plan has bulk tiles).
+// k_scales, do_scales, row_stats, dq_accum, do_tiles (empty unless the plan has bulk tiles), k_sums (empty unless K
+// is smoothed).
 std::vector<int64_t> partBytes(const schedules::BackwardWorkspaceSizes &sizes) {
   return {sizes.q_codes,  sizes.q_codes,   sizes.k_codes,   sizes.k_codes,  sizes.do_codes, sizes.q_scales,
-          sizes.k_scales, sizes.do_scales, sizes.row_stats, sizes.dq_accum, sizes.do_tiles};
+          sizes.k_scales, sizes.do_scales, sizes.row_stats, sizes.dq_accum, sizes.do_tiles, sizes.k_sums};
 }
 
 void checkShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv, int head_dim) {
@@ -117,6 +118,7 @@ void AttentionBackwardRunner::run(const BackwardTensors &tensors, void *workspac
   params.row_stats = static_cast<float *>(pointers[8]);
   params.dq_accum = static_cast<float *>(pointers[9]);
   params.do_tiles = parts[10] > 0 ? static_cast<unsigned short *>(pointers[10]) : nullptr;
+  params.k_sums = parts[11] > 0 ? static_cast<float *>(pointers[11]) : nullptr;
   params.batch = static_cast<int>(tensors.batch);
   params.heads_q = static_cast<int>(tensors.heads_q);
   params.heads_kv = static_cast<int>(tensors.heads_kv);

@@ -1,12 +1,16 @@
 #include "sage/schedules/BackwardSchedule.h"
 #include "sage/schedules/GpuLimits.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace sage::schedules {
 namespace {
 
 constexpr int kBlock = 64;
+// K smoothing: at most this many slices of a KV head's tokens are summed by separate CTAs; each preprocess CTA then
+// adds the slices' sums (kKMeanSlices x d floats from L2: 4 KB at d = 128 against the 16 KB of K it quantizes).
+constexpr int kKMeanSlices = 8;
 
 // The main kernel's shared memory for `keys` keys per CTA (backward.cuh's kMainSharedBytes): every row padded by 16
 // bytes (no bank conflicts for ldmatrix): K^ [keys][d] and Q^ [64][d] int8, K^^T (one [d][64] tile per K block),
@@ -29,15 +33,22 @@ int64_t blocksOf(int64_t tokens, int64_t tile = kBlock) { return (tokens + tile 
 
 std::array<int64_t, 3> BackwardLaunch::gridFor(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q,
                                                int64_t tokens_kv) const {
-  return grid == BackwardGrid::q_blocks ? std::array<int64_t, 3>{blocksOf(tokens_q, tile_tokens), heads_q, batch}
-                                        : std::array<int64_t, 3>{blocksOf(tokens_kv, tile_tokens), heads_kv, batch};
+  switch (grid) {
+  case BackwardGrid::q_blocks:
+    return {blocksOf(tokens_q, tile_tokens), heads_q, batch};
+  case BackwardGrid::kv_blocks:
+    return {blocksOf(tokens_kv, tile_tokens), heads_kv, batch};
+  case BackwardGrid::kv_slices:
+    break;
+  }
+  return {std::min<int64_t>(slices, blocksOf(tokens_kv)), heads_kv, batch};
 }
 
 std::string BackwardKernelPlan::describe() const {
   return schedule + " " + std::string(archName(arch)) + " " + std::string(nameOf(input)) + " d" +
          std::to_string(head_dim) + (causal ? " causal" : "") + " tiles " + std::to_string(block_q) + "x" +
          std::to_string(block_kv) + " (" + std::to_string(kv_tile) + " keys per CTA) warps " + std::to_string(warps) +
-         " launches " + std::to_string(launches.size());
+         (smooth_k ? " smooth-k" : "") + " launches " + std::to_string(launches.size());
 }
 
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
@@ -55,13 +66,17 @@ BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, in
   sizes.row_stats = 2 * 4 * padded_q_rows;
   sizes.dq_accum = 4 * padded_q_rows * d;
   sizes.do_tiles = plan.bulk_tiles ? 2 * padded_q_rows * d : 0;
+  for (const BackwardLaunch &launch : plan.launches)
+    if (launch.grid == BackwardGrid::kv_slices)
+      sizes.k_sums = 4 * batch * heads_kv * std::min<int64_t>(launch.slices, blocksOf(tokens_kv)) * d;
   return sizes;
 }
 
 std::string_view Sm80BackwardSchedule::summary() const {
   return "SageBwd on mma.sync: int8 m16n8k32 for S, dV, dK, dQ and f16/bf16 m16n8k16 for dO.V^T; one CTA per KV "
          "tile of 128 keys (64 where shared memory is short) and KV head (GQA group summed in registers), dQ by f32 "
-         "atomics; one int8 scale per 64x64 P/dS tile, a warp per 16 keys";
+         "atomics; one int8 scale per 64x64 P/dS tile, a warp per 16 keys; K smoothed by the preprocess (mean(K) "
+         "from per-slice column sums, the LSE shifted per query row)";
 }
 
 SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
@@ -75,6 +90,8 @@ SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, Gpu
                              ": the backward kernel uses 64x64 (b_q = b_kv = 64)");
   if (variant.mask != MaskKind::none && variant.mask != MaskKind::causal)
     return SupportResult::no("mask '" + std::string(nameOf(variant.mask)) + "': the backward has none and causal");
+  if (variant.smooth_k == SmoothScope::block)
+    return SupportResult::no("K smoothed per block: the kernels subtract one mean(K) per KV head (sequence)");
   const BackwardProductSpec &s = variant.product(P::s), &dp = variant.product(P::dp), &dv = variant.product(P::dv);
   const BackwardProductSpec &dq = variant.product(P::dq), &dk = variant.product(P::dk);
   const ElementType input_type = input == InputType::bf16 ? ElementType::bf16 : ElementType::f16;
@@ -105,10 +122,13 @@ BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant 
   plan.causal = variant.mask == MaskKind::causal;
   plan.kv_tile = keys;
   plan.warps = warps;
-  plan.launches = {{"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0},
-                   {"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0},
-                   {"sage_bwd_main", BackwardGrid::kv_blocks, main_shared_bytes, 32 * warps, keys},
-                   {"sage_bwd_write_dq", BackwardGrid::q_blocks, 0}};
+  plan.smooth_k = variant.smooth_k != SmoothScope::none;
+  if (plan.smooth_k) // mean(K) before the preprocess kernels, which both use it
+    plan.launches.push_back({"sage_bwd_k_sums", BackwardGrid::kv_slices, 0, 128, kBlock, kKMeanSlices});
+  plan.launches.push_back({"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0});
+  plan.launches.push_back({"sage_bwd_preprocess_k", BackwardGrid::kv_blocks, 0});
+  plan.launches.push_back({"sage_bwd_main", BackwardGrid::kv_blocks, main_shared_bytes, 32 * warps, keys});
+  plan.launches.push_back({"sage_bwd_write_dq", BackwardGrid::q_blocks, 0});
   return plan;
 }
 

@@ -1,7 +1,7 @@
-// SageBwd's kernels (issue 12) through NVRTC: sagebwd x head_dim {64, 128} x mask {none, causal} x input {f16, bf16}
-// x arch {sm_80, sm_89, sm_90a} x every backward schedule that supports the arch compile to cubins (libnvrtc only: no
-// GPU or driver). ptxas' report gives each of the four kernels' registers and spills; the wgmma main kernel must not
-// spill (its dK/dV accumulators fill most of the register file).
+// SageBwd's kernels (issue 12) through NVRTC: sagebwd (K smoothed, issue 25) x head_dim {64, 128} x mask {none,
+// causal} x input {f16, bf16} x arch {sm_80, sm_89, sm_90a, sm_100f, sm_120f} x every backward schedule that supports
+// the arch compile to cubins (libnvrtc only: no GPU or driver). ptxas' report gives each kernel's registers and spills;
+// the wgmma main kernel must not spill (its dK/dV accumulators fill most of the register file).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -44,11 +44,11 @@ Outcome compile(const std::string &source, const std::string &name, GpuArch arch
 
 } // namespace
 
-TEST_CASE("the SageBwd kernels of every schedule compile for sm_80, sm_89 and sm_90a") {
+TEST_CASE("the SageBwd kernels of every schedule compile for sm_80, sm_89, sm_90a, sm_100f and sm_120f") {
   for (int head_dim : {64, 128})
     for (MaskKind mask : {MaskKind::none, MaskKind::causal})
       for (InputType input : {InputType::f16, InputType::bf16})
-        for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a})
+        for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm100f, GpuArch::sm120f})
           for (const BackwardSchedule *schedule : allBackwardSchedules()) {
             const BackwardVariant variant =
                 dsl::backwardPreset("sagebwd", head_dim, mask)

@@ -2,7 +2,9 @@
 // (runBackwardReference, with the O and LSE the kernels read) and, for scale, against exact attention's gradients.
 // Cases: head_dim 64/128, causal or not (n_q != n_kv, bottom-right), f16/bf16, GQA 4:2, partial 64-token tiles, an
 // odd number of K blocks (a 128-key CTA whose second block lies beyond the end); every backward schedule that
-// supports the device's arch (the wgmma one and the mma.sync one on an H100).
+// supports the device's arch (the wgmma one and the mma.sync one on an H100). K smoothing (issue 25): sagebwd smooths
+// K; K with per-channel offsets (a different one per KV head) and Q with outlier channels, against the issue's bounds,
+// and the kernels of the ablation without smoothing.
 // Timing: one forward-free backward per shape at the end (the speed table is the runtime's job, issue 12 part 3).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
@@ -102,7 +104,7 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
   DeviceBuffer q_codes(sizes.q_codes), q_codes_t(sizes.q_codes), k_codes(sizes.k_codes), k_codes_t(sizes.k_codes);
   DeviceBuffer do_codes_t(sizes.do_codes), q_scales(sizes.q_scales), k_scales(sizes.k_scales);
   DeviceBuffer do_scales(sizes.do_scales), row_stats(sizes.row_stats), dq_accum(sizes.dq_accum);
-  DeviceBuffer do_tiles(sizes.do_tiles);
+  DeviceBuffer do_tiles(sizes.do_tiles), k_sums(sizes.k_sums);
 
   SageBackwardParams params{};
   params.q = q_d->as<void>();
@@ -125,6 +127,8 @@ Run runKernels(const codegen::BackwardKernelSource &kernel, const Case &c, const
   params.row_stats = row_stats.as<float>();
   params.dq_accum = dq_accum.as<float>();
   params.do_tiles = sizes.do_tiles > 0 ? do_tiles.as<unsigned short>() : nullptr;
+  params.k_sums = sizes.k_sums > 0 ? k_sums.as<float>() : nullptr;
+  CHECK((sizes.k_sums > 0) == kernel.plan.smooth_k);
   params.batch = 1;
   params.heads_q = static_cast<int>(c.heads_q);
   params.heads_kv = static_cast<int>(c.heads_kv);
@@ -182,11 +186,34 @@ struct Inputs {
   std::vector<double> lse;
 };
 
-Inputs makeInputs(const Case &c, uint64_t seed) {
+// The data SageAttention's K smoothing was made for (issue 25): K with a per-channel offset of stddev `k_offset`, drawn
+// for each KV head, and Q with 4 outlier channels x `q_outliers` (bench/accuracy_bench.py's q_outliers: x 20).
+struct DataClass {
+  const char *name;
+  double k_offset = 0.0, q_outliers = 1.0;
+};
+
+reference::HostTensor keysWithOffsets(const Case &c, reference::StorageType storage, uint64_t seed, double offset) {
+  reference::HostTensor k(1, c.heads_kv, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd);
+  for (int64_t h = 0; h < c.heads_kv; ++h) {
+    const reference::HostTensor head =
+        reference::randomTensor(1, 1, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd,
+                                {seed + 7919 * static_cast<uint64_t>(h), 0.0, 1.0, offset});
+    for (int64_t t = 0; t < c.tokens_kv; ++t)
+      for (int64_t e = 0; e < c.head_dim; ++e)
+        k.set(0, h, t, e, head.at(0, 0, t, e));
+  }
+  return k;
+}
+
+Inputs makeInputs(const Case &c, uint64_t seed, const DataClass &data = {"N(0,1)"}) {
   using reference::randomTensor;
   const auto storage = c.input == InputType::bf16 ? reference::StorageType::bf16 : reference::StorageType::f16;
-  auto q = randomTensor(1, c.heads_q, c.tokens_q, c.head_dim, storage, reference::Layout::hnd, {seed});
-  auto k = randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd, {seed + 1});
+  auto q = randomTensor(1, c.heads_q, c.tokens_q, c.head_dim, storage, reference::Layout::hnd,
+                        {seed, 0.0, 1.0, 0.0, data.q_outliers != 1.0 ? 4 : 0, data.q_outliers});
+  auto k = data.k_offset > 0.0
+               ? keysWithOffsets(c, storage, seed + 1, data.k_offset)
+               : randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd, {seed + 1});
   auto v = randomTensor(1, c.heads_kv, c.tokens_kv, c.head_dim, storage, reference::Layout::hnd, {seed + 2});
   auto d_o = randomTensor(1, c.heads_q, c.tokens_q, c.head_dim, storage, reference::Layout::hnd, {seed + 3});
   const AttentionVariant forward = dsl::preset("sagebwd", c.head_dim, c.mask)->describe();
@@ -252,6 +279,66 @@ TEST_CASE("the SageBwd kernels match the CPU reference of the same algorithm") {
         CHECK(metrics->cosine_similarity >= 0.99);
     }
   }
+}
+
+// Issue 25: K with per-channel offsets (std 8, one per KV head) and, on top, Q outlier channels (x 20), f16 and bf16,
+// causal or not, on every schedule: the kernels match the CPU reference of the same algorithm (cos >= 0.9999) and,
+// against exact gradients, meet the issue's bounds on K offsets (cos >= 0.998, rel-L1 <= 0.06). With Q outliers the
+// CPU reference itself stays near cos 0.99 (its int8 forward's LSE and O limit it: tests/reference/BackwardTest.cpp),
+// so the bound there is the reference's level. The ablation's kernels (no smoothing) match their own reference and
+// are far worse against exact gradients.
+TEST_CASE("SageBwd on K with per-channel offsets and Q outlier channels (issue 25)") {
+  const GpuArch arch = deviceArch();
+  const DataClass classes[] = {{"K offsets", 8.0, 1.0}, {"K offsets + Q outliers", 8.0, 20.0}};
+  for (const DataClass &data : classes)
+    for (MaskKind mask : {MaskKind::none, MaskKind::causal})
+      for (InputType input : {InputType::f16, InputType::bf16}) {
+        const Case c{128, mask, input, 4, 2, mask == MaskKind::causal ? 450 : 520, 520};
+        const Inputs in = makeInputs(c, 2500, data);
+        const reference::GradientResult exact =
+            reference::exactAttentionBackward(in.q, in.k, in.v, in.d_o, mask == MaskKind::causal);
+        const ElementType type = input == InputType::bf16 ? ElementType::bf16 : ElementType::f16;
+        for (bool smooth_k : {true, false}) {
+          const BackwardVariant variant =
+              dsl::backwardPreset("sagebwd", 128, mask)->float_type(type).smooth_k(smooth_k).describe();
+          const reference::GradientResult expected =
+              reference::runBackwardReference(variant, in.q, in.k, in.v, in.o, in.d_o, in.lse);
+          const reference::GradientAccuracy reference_vs_exact = reference::compareGradients(exact, expected);
+          for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, input)) {
+            const std::string data_name = data.name;
+            CAPTURE(kernel.name);
+            CAPTURE(data_name);
+            const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
+            const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
+            const reference::GradientAccuracy vs_exact = reference::compareGradients(exact, run.gradients);
+            std::printf("gpu_backward_test: %-24s %-60s vs reference cos dq %.6f dk %.6f dv %.6f | vs exact dq %.6f "
+                        "/ %.4f dk %.6f / %.4f dv %.6f / %.4f\n",
+                        data.name, kernel.name.c_str(), same.dq.cosine_similarity, same.dk.cosine_similarity,
+                        same.dv.cosine_similarity, vs_exact.dq.cosine_similarity, vs_exact.dq.relative_l1,
+                        vs_exact.dk.cosine_similarity, vs_exact.dk.relative_l1, vs_exact.dv.cosine_similarity,
+                        vs_exact.dv.relative_l1);
+            for (const reference::AccuracyMetrics *metrics : {&same.dq, &same.dk, &same.dv}) {
+              CHECK(metrics->cosine_similarity >= 0.9999);
+              CHECK(metrics->relative_l1 <= 0.01);
+            }
+            const reference::AccuracyMetrics *kernel_metrics[] = {&vs_exact.dq, &vs_exact.dk, &vs_exact.dv};
+            const reference::AccuracyMetrics *reference_metrics[] = {&reference_vs_exact.dq, &reference_vs_exact.dk,
+                                                                     &reference_vs_exact.dv};
+            for (int g = 0; g < 3; ++g) {
+              if (!smooth_k) { // the ablation: dQ falls apart (the reference measures ~0.85 and ~0.25)
+                if (g == 0)
+                  CHECK(kernel_metrics[g]->cosine_similarity < 0.95);
+              } else if (data.q_outliers == 1.0) {
+                CHECK(kernel_metrics[g]->cosine_similarity >= 0.998);
+                CHECK(kernel_metrics[g]->relative_l1 <= 0.06);
+              } else { // as good as the CPU reference of the same algorithm
+                CHECK(kernel_metrics[g]->cosine_similarity >= 0.985);
+                CHECK(kernel_metrics[g]->cosine_similarity >= reference_metrics[g]->cosine_similarity - 1e-4);
+              }
+            }
+          }
+        }
+      }
 }
 
 // Issue 12's gradient table: one head of N(0,1) Q, K, V, dO, N = 1024, d = 128, the kernel's gradients against exact

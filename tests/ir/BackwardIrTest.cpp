@@ -1,5 +1,5 @@
-// The backward program (SageBwd, issue 12): presets round-trip through the text, the steps are named, and each
-// verifier rule fires with its message at its line.
+// The backward program (SageBwd, issue 12; K smoothing, issue 25): presets round-trip through the text, the steps are
+// named, and each verifier rule fires with its message at its line.
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/BackwardProgram.h"
 
@@ -12,7 +12,7 @@ using namespace sage;
 
 namespace {
 
-// sagebwd, causal. Line numbers matter: each case names the line its error points at.
+// sagebwd (K smoothed), causal. Line numbers matter: each case names the line its error points at.
 const std::string kValidProgram =
     R"(sage.attention_backward @b version(1) head_dim(128) block_q(64) block_kv(64) {
   %q = sage.bwd_input q
@@ -22,11 +22,12 @@ const std::string kValidProgram =
   %lse = sage.bwd_input lse
   %do = sage.bwd_input do
   %delta = sage.bwd_row_dot %do, %o
+  %k_smoothed = sage.bwd_smooth %k over sequence
   %q_int8 = sage.bwd_quantize %q to int8 per_block {group_tokens = 64 : i64}
-  %k_int8 = sage.bwd_quantize %k to int8 per_block {group_tokens = 64 : i64}
+  %k_int8 = sage.bwd_quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64}
   %s = sage.bwd_mma %q_int8, %k_int8 -> s32
   %s_masked = sage.bwd_mask %s causal
-  %p = sage.bwd_recompute_p %s_masked, %lse
+  %p = sage.bwd_recompute_p %s_masked, %lse {smoothing_shift}
   %p_int8 = sage.bwd_quantize %p to int8 per_block
   %do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}
   %dv = sage.bwd_mma %p_int8, %do_int8 -> s32
@@ -63,7 +64,7 @@ std::string applyEdits(std::string text, const std::vector<Edit> &edits) {
   return text;
 }
 
-const std::string kKInt8 = "%k_int8 = sage.bwd_quantize %k to int8 per_block {group_tokens = 64 : i64}";
+const std::string kKInt8 = "%k_int8 = sage.bwd_quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64}";
 const std::string kDoInt8 = "%do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}";
 
 const std::vector<RuleCase> kRules = {
@@ -79,68 +80,68 @@ const std::vector<RuleCase> kRules = {
     {"an e4m3 quantizer",
      {{"%q to int8 per_block", "%q to e4m3 per_block"}},
      "the backward quantizes to int8 (or casts to f16, bf16, f32), not 'e4m3'",
-     9},
-    {"a cast with a scale", {{"%do to f16 none", "%do to f16 per_token"}}, "takes no scale", 17},
+     10},
+    {"a cast with a scale", {{"%do to f16 none", "%do to f16 per_token"}}, "takes no scale", 18},
     {"P quantized per token",
      {{"%p to int8 per_block", "%p to int8 per_token"}},
      "int8 P takes one scale per b_q x b_kv tile (per_block)",
-     14},
+     15},
     {"a group of P's tile",
      {{"%p to int8 per_block", "%p to int8 per_block {group_tokens = 16 : i64}"}},
      "group_tokens is only meaningful for per_block Q, K, V and dO",
-     14},
+     15},
     {"K's group does not divide the tile",
-     {{kKInt8, "%k_int8 = sage.bwd_quantize %k to int8 per_block {group_tokens = 48 : i64}"}},
+     {{kKInt8, "%k_int8 = sage.bwd_quantize %k_smoothed to int8 per_block {group_tokens = 48 : i64}"}},
      "group_tokens 48 must divide the K tile of 64 tokens",
-     10},
+     11},
     {"per-token K in dQ = dS.K",
-     {{kKInt8, "%k_int8 = sage.bwd_quantize %k to int8 per_token"}},
+     {{kKInt8, "%k_int8 = sage.bwd_quantize %k_smoothed to int8 per_token"}},
      "the dq product sums over the key tokens of a KV tile: K's scale must be one per tile",
-     22},
+     23},
     {"dO scaled per half tile in dV = P^T.dO",
      {{kDoInt8, "%do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 32 : i64}"}},
      "the dv product sums over the query tokens of a Q tile: dO's scale must be one per tile",
-     16},
+     17},
     {"mixed operand types",
      {{"sage.bwd_mma %do_f16, %v_f16", "sage.bwd_mma %do_int8, %v_f16"}},
      "operand types int8 and f16 cannot be mixed",
-     19},
+     20},
     {"an f16 product into s32",
      {{"sage.bwd_mma %do_f16, %v_f16 -> f32", "sage.bwd_mma %do_f16, %v_f16 -> s32"}},
      "the dp product of f16 operands accumulates in f32, not 's32'",
-     19},
+     20},
     {"a product that is none of the five",
      {{"sage.bwd_mma %ds_int8, %k_int8", "sage.bwd_mma %ds_int8, %p_int8"}},
      "multiplies dS by P; expected Q by K (S)",
-     22},
+     23},
     {"an mma of unquantized operands",
      {{"sage.bwd_mma %q_int8, %k_int8", "sage.bwd_mma %q, %k_int8"}},
      "operands must come from sage.bwd_quantize",
-     11},
+     12},
     {"a mask of something else",
      {{"sage.bwd_mask %s causal", "sage.bwd_mask %q_int8 causal"}},
      "masks the recomputed scores",
-     12},
+     13},
     {"a block-sparse mask",
      {{"sage.bwd_mask %s causal", "sage.bwd_mask %s block_sparse"}},
      "the backward supports masks 'none' and 'causal', not 'block_sparse'",
-     12},
+     13},
     {"P from O instead of the LSE",
      {{"sage.bwd_recompute_p %s_masked, %lse", "sage.bwd_recompute_p %s_masked, %o"}},
      "its second operand must be 'sage.bwd_input lse', got O",
-     13},
+     14},
     {"dS from the quantized P",
      {{"sage.bwd_ds %p, %dp", "sage.bwd_ds %p_int8, %dp"}},
      "dS = P o (dP - D) takes the unquantized P",
-     20},
+     21},
     {"writing S as a gradient",
      {{"sage.bwd_write_grad %dv as f32", "sage.bwd_write_grad %s as f32"}},
      "writes a gradient: its operand must be the dQ, dK or dV sage.bwd_mma, got the scores S",
-     26},
+     27},
     {"an f16 gradient accumulator",
      {{"sage.bwd_write_grad %dq as f32", "sage.bwd_write_grad %dq as f16"}},
      "gradients accumulate over tiles in f32, not 'f16'",
-     24},
+     25},
     {"dQ written twice",
      {{"sage.bwd_write_grad %dv as f32", "sage.bwd_write_grad %dq as f32"}},
      "expects exactly one sage.bwd_write_grad of dQ, found 2",
@@ -149,10 +150,36 @@ const std::vector<RuleCase> kRules = {
      {{"%dk = sage.bwd_mma %ds_int8, %q_int8", "%dk = sage.bwd_mma %ds_int8, %k_int8"}},
      "expects exactly one dq product (sage.bwd_mma), found 2",
      1},
+    {"Q smoothed",
+     {{"sage.bwd_smooth %k over sequence", "sage.bwd_smooth %q over sequence"}},
+     "smooths K (K - mean(K)): its operand must be 'sage.bwd_input k', got Q",
+     9},
+    {"K smoothed per block",
+     {{"sage.bwd_smooth %k over sequence", "sage.bwd_smooth %k over block"}},
+     "scope must be 'sequence', got 'block'",
+     9},
+    {"the LSE not shifted for the smoothed K",
+     {{"%lse {smoothing_shift}", "%lse"}},
+     "P needs the LSE shifted by q . mean(K) / sqrt(d) ({smoothing_shift})",
+     14},
+    {"a shift without smoothing",
+     {{"  %k_smoothed = sage.bwd_smooth %k over sequence\n", ""}, {"%k_smoothed to int8", "%k to int8"}},
+     "{smoothing_shift} shifts the LSE by q . mean(K) / sqrt(d), but S is recomputed from K unsmoothed",
+     13},
+    {"dQ from K unsmoothed while S takes the smoothed K",
+     {{"  %dq = sage.bwd_mma %ds_int8, %k_int8 -> s32",
+       "  %k_raw = sage.bwd_quantize %k to int8 per_block {group_tokens = 64 : i64}\n"
+       "  %dq = sage.bwd_mma %ds_int8, %k_raw -> s32"}},
+     "quantizes K unsmoothed, but K is smoothed (sage.bwd_smooth): S and dQ = dS.K both take the smoothed K",
+     23},
+    {"K smoothed twice",
+     {{"  %q_int8 = ", "  %k_again = sage.bwd_smooth %k over sequence\n  %q_int8 = "}},
+     "expects at most one sage.bwd_smooth (of K), found 2",
+     1},
     {"an unknown attribute",
      {{"%s = sage.bwd_mma %q_int8, %k_int8 -> s32", "%s = sage.bwd_mma %q_int8, %k_int8 -> s32 {bogus}"}},
      "unknown attribute 'bogus'",
-     11},
+     12},
 };
 
 } // namespace
@@ -241,6 +268,18 @@ TEST_CASE("the presets: Algorithm 3, its dO.V^T ablation, and the exact backward
   CHECK(text.find("%q_int8 = ") == text.rfind("%q_int8 = "));
   CHECK(text.find("sage.bwd_mma %ds_int8, %k_int8") != std::string::npos);
   CHECK(text.find("sage.bwd_mma %ds_int8, %q_int8") != std::string::npos);
+
+  // K smoothing (issue 25): on in sagebwd and its ablation, off in exact-bwd and with smooth_k(false).
+  CHECK(sagebwd.smooth_k == SmoothScope::sequence);
+  CHECK(ablation.smooth_k == SmoothScope::sequence);
+  CHECK(text.find("%k_int8 = sage.bwd_quantize %k_smoothed") != std::string::npos);
+  CHECK(text.find("sage.bwd_recompute_p %s, %lse {smoothing_shift}") != std::string::npos);
+  const ir::BackwardProgram unsmoothed = dsl::backwardPreset("sagebwd")->smooth_k(false).build();
+  CHECK(unsmoothed.variant().smooth_k == SmoothScope::none);
+  CHECK(unsmoothed.print().find("smooth") == std::string::npos);
+  CHECK(ir::BackwardProgram::parse(unsmoothed.print()).variant() == unsmoothed.variant());
+  CHECK(unsmoothed.fingerprint() != dsl::backwardPreset("sagebwd")->build().fingerprint());
+  CHECK(dsl::backwardPreset("exact-bwd")->describe().smooth_k == SmoothScope::none);
 
   CHECK(dsl::backwardPreset("exact-bwd")->describe().product(BackwardProduct::dq).lhs.dtype == ElementType::f32);
   CHECK(dsl::backwardPresetForward("sagebwd") == "sagebwd");

@@ -1,6 +1,8 @@
 // The backward reference (SageBwd, issue 12): the tile quantizer is the bit-exact int8 one, the exact gradients
 // match finite differences, the exact-bwd program reproduces them through the tiled path (causal, GQA, partial
-// tiles), and SageBwd meets the issue's accuracy targets on N(0,1) data.
+// tiles), and SageBwd meets the issue's accuracy targets on N(0,1) data. K smoothing (issue 25): dQ from the smoothed
+// K equals dQ from K (dS's rows sum to zero) to double rounding, and it repairs the gradients on K with per-channel
+// offsets, with Q outlier channels too, where the ablation without it falls apart.
 #include "sage/reference/Backward.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
@@ -68,6 +70,31 @@ void checkAgainstFiniteDifferences(HostTensor &tensor, const std::vector<double>
                       "element (" << h << ", " << t << ", " << c << "): finite difference " << numeric << ", gradient "
                                   << analytic);
       }
+}
+
+// K [1, heads, tokens, dim] with a per-channel offset of stddev `bias` drawn for each head (the offsets of real
+// models differ between heads: K smoothing takes one mean per KV head), N(0, 1) around it.
+HostTensor keysWithOffsets(int64_t heads, int64_t tokens, int64_t dim, StorageType storage, uint64_t seed,
+                           double bias) {
+  HostTensor k(1, heads, tokens, dim, storage, Layout::hnd);
+  for (int64_t h = 0; h < heads; ++h) {
+    const HostTensor head =
+        randomTensor(1, 1, tokens, dim, storage, Layout::hnd, {seed + static_cast<uint64_t>(h) * 7919, 0.0, 1.0, bias});
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t c = 0; c < dim; ++c)
+        k.set(0, h, t, c, head.at(0, 0, t, c));
+  }
+  return k;
+}
+
+GradientAccuracy sagebwdAccuracy(const GradientResult &exact, const HostTensor &q, const HostTensor &k,
+                                 const HostTensor &v, const HostTensor &d_o, MaskKind mask, bool smooth_k) {
+  const int dim = static_cast<int>(q.dim());
+  const ElementType type = q.storage() == StorageType::bf16 ? ElementType::bf16 : ElementType::f16;
+  const AttentionVariant forward = dsl::preset("sagebwd", dim, mask)->describe();
+  const BackwardVariant backward =
+      dsl::backwardPreset("sagebwd", dim, mask)->float_type(type).smooth_k(smooth_k).describe();
+  return compareGradients(exact, runForwardBackwardReference(forward, backward, q, k, v, d_o));
 }
 
 } // namespace
@@ -185,10 +212,127 @@ TEST_CASE("bad shapes and mismatched passes are refused with the argument named"
                        doctest::Contains("lse: expected"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(runBackwardReference(dsl::backwardPreset("sagebwd", 128)->describe(), q, kv, kv, q, q, lse),
                        doctest::Contains("does not match the variant"), std::invalid_argument);
+  BackwardVariant per_block_mean = backward;
+  per_block_mean.smooth_k = SmoothScope::block;
+  CHECK_THROWS_WITH_AS(runBackwardReference(per_block_mean, q, kv, kv, q, q, lse), doctest::Contains("not per block"),
+                       std::invalid_argument);
   const AttentionVariant no_lse = dsl::preset("exact", 64)->describe();
   CHECK_THROWS_WITH_AS(runForwardBackwardReference(no_lse, backward, q, kv, kv, q),
                        doctest::Contains("does not write the LSE"), std::invalid_argument);
   const AttentionVariant causal = dsl::preset("sagebwd", 64, MaskKind::causal)->describe();
   CHECK_THROWS_WITH_AS(runForwardBackwardReference(causal, backward, q, kv, kv, q), doctest::Contains("differs"),
                        std::invalid_argument);
+}
+
+TEST_CASE("K smoothing: dQ from K - mean(K) equals dQ from K, P from the shifted LSE equals P (double rounding)") {
+  // exact-bwd (no quantizer) with and without K smoothing on K = m + e, where each channel's offset m is an integer up
+  // to 8 and the token-wise e come in pairs +e, -e of multiples of 2^-6: mean(K) = m and K - mean(K) = e exactly, so
+  // the two runs differ only by the algebra: S - q . m in the scores with the LSE shifted by as much, and
+  // dQ_i = sum_j dS_ij (K_j - m) / sqrt(d) = sum_j dS_ij K_j / sqrt(d) - r_i m / sqrt(d) with r_i = sum_j dS_ij =
+  // sum_j P_ij dP_ij - D_i, zero but for the rounding of the O that D is formed from (stored in f32, as a caller's
+  // tensor): r_i = dO_i . (O_i - O_i stored). The test checks that identity to double rounding.
+  for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+    CAPTURE(nameOf(mask));
+    const int64_t heads_q = 2, heads_kv = 1, tokens = 96, dim = 64;
+    const HostTensor q = randomHnd(heads_q, tokens, dim, StorageType::f32, 41);
+    const HostTensor v = randomHnd(heads_kv, tokens, dim, StorageType::f32, 43);
+    const HostTensor d_o = randomHnd(heads_q, tokens, dim, StorageType::f32, 44);
+    const HostTensor noise = randomHnd(heads_kv, tokens / 2, dim, StorageType::f32, 42);
+    HostTensor k(1, heads_kv, tokens, dim, StorageType::f32, Layout::hnd);
+    std::vector<double> offset(static_cast<size_t>(dim));
+    for (int64_t c = 0; c < dim; ++c) {
+      offset[c] = static_cast<double>((c * 37) % 17) - 8.0;
+      for (int64_t t = 0; t < tokens / 2; ++t) {
+        const double e = std::round(std::clamp(static_cast<double>(noise.at(0, 0, t, c)), -1.0, 1.0) * 63.0) / 64.0;
+        k.set(0, 0, 2 * t, c, offset[c] + e);
+        k.set(0, 0, 2 * t + 1, c, offset[c] - e);
+      }
+    }
+    const AttentionVariant forward = dsl::preset("exact", static_cast<int>(dim), mask)->lse().describe();
+    const auto exact_bwd = [&](bool smooth_k) {
+      const BackwardVariant variant =
+          dsl::backwardPreset("exact-bwd", static_cast<int>(dim), mask)->smooth_k(smooth_k).describe();
+      REQUIRE((variant.smooth_k == SmoothScope::sequence) == smooth_k);
+      return runForwardBackwardReference(forward, variant, q, k, v, d_o);
+    };
+    const GradientResult plain = exact_bwd(false), smoothed = exact_bwd(true);
+    CHECK(maxAbsDifference(plain.dk, smoothed.dk) <= 1e-12 * maxAbs(plain.dk));
+    CHECK(maxAbsDifference(plain.dv, smoothed.dv) <= 1e-12 * maxAbs(plain.dv));
+    // r_i from the forward's O in double and as stored
+    const AttentionResult output = runReference(forward, q, k, v);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    std::vector<double> predicted = plain.dq;
+    double largest_residual = 0.0, largest_term = 0.0;
+    for (int64_t h = 0; h < heads_q; ++h)
+      for (int64_t i = 0; i < tokens; ++i) {
+        double residual = 0.0;
+        for (int64_t c = 0; c < dim; ++c) {
+          const double o = output.output[static_cast<size_t>((h * tokens + i) * dim + c)];
+          residual += static_cast<double>(d_o.at(0, h, i, c)) * (o - static_cast<double>(static_cast<float>(o)));
+        }
+        largest_residual = std::max(largest_residual, std::fabs(residual));
+        for (int64_t c = 0; c < dim; ++c) {
+          const double term = residual * offset[c] * scale;
+          predicted[static_cast<size_t>((h * tokens + i) * dim + c)] -= term;
+          largest_term = std::max(largest_term, std::fabs(term));
+        }
+      }
+    MESSAGE("largest row sum of dS " << largest_residual << "; its term in dQ " << largest_term << " of "
+                                     << maxAbs(plain.dq));
+    CHECK(largest_residual <= 1e-6); // the rows of dS sum to zero up to O's f32 rounding
+    CHECK(maxAbsDifference(predicted, smoothed.dq) <= 1e-12 * maxAbs(plain.dq));
+    CHECK(maxAbs(plain.dq) > 0.0);
+  }
+}
+
+TEST_CASE("K smoothing on the data that broke SageBwd: K offsets, and Q outlier channels on top (issue 25)") {
+  // K with per-channel offsets (std 8, a different one per KV head; GQA 4:2): the issue's bounds against exact
+  // gradients, cos >= 0.998 and rel-L1 <= 0.06 for dQ, dK and dV, f16 and bf16, causal or not. N = 256 to stay fast
+  // (`sagegen reference-backward --k-bias 8` shows N = 512).
+  // Q with 4 outlier channels x 20 (bench/accuracy_bench.py's q_outliers) on top: smoothing takes dQ from cos ~0.25
+  // to ~0.99, not to the issue's 0.998: the int8 forward (Algorithm 2, as sage-b) quantizes Q per 128-token block,
+  // whose scale the outlier channels set, so its LSE is off by up to ~0.36 and its O has cos ~0.997, and the backward
+  // recomputes P from that LSE and D from that O. (With an exact forward the same backward gives dQ cos 0.9896: the
+  // remaining backward error is the S product's Q, also per block.)
+  struct DataClass {
+    const char *name;
+    int64_t heads_q, heads_kv, outlier_channels;
+  };
+  const int64_t tokens = 256, dim = 128;
+  for (const DataClass &data : {DataClass{"K offsets", 4, 2, 0}, DataClass{"K offsets + Q outliers", 2, 1, 4}})
+    for (StorageType storage : {StorageType::f16, StorageType::bf16})
+      for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
+        const std::string type = storage == StorageType::bf16 ? "bf16" : "f16";
+        const std::string name = data.name;
+        CAPTURE(name);
+        CAPTURE(type);
+        CAPTURE(nameOf(mask));
+        const HostTensor q = randomTensor(1, data.heads_q, tokens, dim, storage, Layout::hnd,
+                                          {51, 0.0, 1.0, 0.0, data.outlier_channels, 20.0});
+        const HostTensor k = keysWithOffsets(data.heads_kv, tokens, dim, storage, 52, 8.0);
+        const HostTensor v = randomHnd(data.heads_kv, tokens, dim, storage, 53);
+        const HostTensor d_o = randomHnd(data.heads_q, tokens, dim, storage, 54);
+        const GradientResult exact = exactAttentionBackward(q, k, v, d_o, mask == MaskKind::causal);
+        const GradientAccuracy smoothed = sagebwdAccuracy(exact, q, k, v, d_o, mask, true);
+        const GradientAccuracy ablation = sagebwdAccuracy(exact, q, k, v, d_o, mask, false);
+        MESSAGE(std::string(data.name) << ": smoothed dq " << smoothed.dq.cosine_similarity << " / "
+                                       << smoothed.dq.relative_l1 << ", dk " << smoothed.dk.cosine_similarity << " / "
+                                       << smoothed.dk.relative_l1 << ", dv " << smoothed.dv.cosine_similarity << " / "
+                                       << smoothed.dv.relative_l1 << "; without smoothing dq "
+                                       << ablation.dq.cosine_similarity << ", dk " << ablation.dk.cosine_similarity
+                                       << ", dv " << ablation.dv.cosine_similarity);
+        for (const AccuracyMetrics *metrics : {&smoothed.dq, &smoothed.dk, &smoothed.dv}) {
+          if (data.outlier_channels == 0) {
+            CHECK(metrics->cosine_similarity >= 0.998);
+            CHECK(metrics->relative_l1 <= 0.06);
+          } else {
+            CHECK(metrics->cosine_similarity >= 0.985);
+          }
+        }
+        // Without smoothing the offsets take the int8 range of K (S and dQ = dS.K): dQ falls apart.
+        CHECK(ablation.dq.cosine_similarity < 0.95);
+        CHECK(1.0 - ablation.dq.cosine_similarity > 20.0 * (1.0 - smoothed.dq.cosine_similarity));
+        CHECK(1.0 - ablation.dk.cosine_similarity > 2.0 * (1.0 - smoothed.dk.cosine_similarity));
+        CHECK(1.0 - ablation.dv.cosine_similarity > 2.0 * (1.0 - smoothed.dv.cosine_similarity));
+      }
 }

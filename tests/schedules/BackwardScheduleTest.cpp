@@ -1,5 +1,5 @@
-// The backward schedules (SageBwd, issue 12): what they support and why not, their plans, the workspace they need,
-// and the generator's text and checks.
+// The backward schedules (SageBwd, issue 12; K smoothing, issue 25): what they support and why not, their plans, the
+// workspace they need, and the generator's text and checks.
 #include "sage/schedules/BackwardSchedule.h"
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -29,6 +29,9 @@ TEST_CASE("the sm80 backward schedule supports Algorithm 3 and says why not othe
   CHECK(reason(dsl::backwardPreset("sagebwd-int8-dp")->describe()).find("CPU reference only") != std::string::npos);
   CHECK(reason(dsl::backwardPreset("exact-bwd")->describe()).find("S = Q.K^T") != std::string::npos);
   CHECK(reason(sagebwd(96)).find("head_dim 96") != std::string::npos);
+  BackwardVariant per_block_mean = sagebwd();
+  per_block_mean.smooth_k = SmoothScope::block;
+  CHECK(reason(per_block_mean).find("K smoothed per block") != std::string::npos);
   CHECK(reason(dsl::backwardPreset("sagebwd")->blocks(128, 64).describe()).find("64x64") != std::string::npos);
   CHECK_THROWS_WITH_AS(schedule.plan(sagebwd(96), GpuArch::sm80, InputType::f16), doctest::Contains("head_dim 96"),
                        std::invalid_argument);
@@ -37,45 +40,61 @@ TEST_CASE("the sm80 backward schedule supports Algorithm 3 and says why not othe
   CHECK(&bestBackwardSchedule(sagebwd(), GpuArch::sm90a, InputType::f16) == allBackwardSchedules().front());
 }
 
-TEST_CASE("the plan: four launches, their grids, the main kernel's shared memory and the workspace") {
+TEST_CASE("the plan: five launches, their grids, the main kernel's shared memory and the workspace") {
   const BackwardKernelPlan plan =
       Sm80BackwardSchedule().plan(sagebwd(128, MaskKind::causal), GpuArch::sm89, InputType::f16);
-  REQUIRE(plan.launches.size() == 4);
-  CHECK(plan.launches[0].entry_point == "sage_bwd_preprocess_q");
-  CHECK(plan.launches[2].entry_point == "sage_bwd_main");
+  REQUIRE(plan.launches.size() == 5);
+  CHECK(plan.smooth_k);
+  CHECK(plan.launches[0].entry_point == "sage_bwd_k_sums");
+  CHECK(plan.launches[1].entry_point == "sage_bwd_preprocess_q");
+  CHECK(plan.launches[3].entry_point == "sage_bwd_main");
   // Rows padded by 16 bytes: K^, Q^ [64][144]; K^^T, Q^^T, dO^^T [128][80]; V, dO [64][272]; 3 codes [64][80].
-  CHECK(plan.launches[2].dynamic_shared_bytes == 2 * 64 * 144 + 3 * 128 * 80 + 2 * 64 * 272 + 3 * 64 * 80 + 144 * 4);
-  CHECK(plan.launches[2].dynamic_shared_bytes <= 99 * 1024); // fits sm_89
-  CHECK(plan.launches[0].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{16, 8, 2});
-  CHECK(plan.launches[2].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
+  CHECK(plan.launches[3].dynamic_shared_bytes == 2 * 64 * 144 + 3 * 128 * 80 + 2 * 64 * 272 + 3 * 64 * 80 + 144 * 4);
+  CHECK(plan.launches[3].dynamic_shared_bytes <= 99 * 1024); // fits sm_89
+  // K's column sums over at most 8 slices of whole 64-token blocks per KV head, fewer for short K
+  CHECK(plan.launches[0].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{8, 2, 2});
+  CHECK(plan.launches[0].gridFor(2, 8, 2, 1000, 300) == std::array<int64_t, 3>{5, 2, 2});
+  CHECK(plan.launches[1].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{16, 8, 2});
+  CHECK(plan.launches[3].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
   CHECK(plan.causal);
   const BackwardWorkspaceSizes sizes = backwardWorkspaceSizes(plan, 2, 8, 2, 1000, 3000);
   CHECK(sizes.q_codes == 2 * 8 * 16 * 64 * 128);
   CHECK(sizes.k_codes == 2 * 2 * 47 * 64 * 128);
   CHECK(sizes.dq_accum == 4 * 2 * 8 * 1024 * 128); // whole 64-row blocks
   CHECK(sizes.row_stats == 2 * 4 * 2 * 8 * 1024);
+  CHECK(sizes.k_sums == 4 * 2 * 2 * 8 * 128);
+  CHECK(backwardWorkspaceSizes(plan, 2, 8, 2, 1000, 300).k_sums == 4 * 2 * 2 * 5 * 128);
   CHECK(sizes.total() > sizes.dq_accum);
   CHECK(plan.describe().find("sm80.mma_sync_backward sm_89 f16 d128 causal") == 0);
+  CHECK(plan.describe().find("smooth-k launches 5") != std::string::npos);
+
+  // The ablation without K smoothing: the four launches of Algorithm 3, no column sums.
+  const BackwardKernelPlan unsmoothed = Sm80BackwardSchedule().plan(
+      dsl::backwardPreset("sagebwd", 128, MaskKind::causal)->smooth_k(false).describe(), GpuArch::sm89, InputType::f16);
+  REQUIRE(unsmoothed.launches.size() == 4);
+  CHECK_FALSE(unsmoothed.smooth_k);
+  CHECK(unsmoothed.launches[0].entry_point == "sage_bwd_preprocess_q");
+  CHECK(backwardWorkspaceSizes(unsmoothed, 2, 8, 2, 1000, 3000).k_sums == 0);
 }
 
 TEST_CASE("the main kernel takes two K blocks per CTA where the arch's shared memory allows") {
   const BackwardVariant variant = sagebwd(128, MaskKind::none);
   const BackwardKernelPlan sm89 = Sm80BackwardSchedule().plan(variant, GpuArch::sm89, InputType::f16);
   CHECK(sm89.kv_tile == 64);
-  CHECK(sm89.launches[2].threads == 128);
+  CHECK(sm89.launches[3].threads == 128);
   for (GpuArch arch : {GpuArch::sm80, GpuArch::sm90a}) {
     const BackwardKernelPlan plan = Sm80BackwardSchedule().plan(variant, arch, InputType::f16);
     CAPTURE(archName(arch));
     CHECK(plan.kv_tile == 128);
     CHECK(plan.warps == 8);
-    const BackwardLaunch &main = plan.launches[2];
+    const BackwardLaunch &main = plan.launches[3];
     CHECK(main.threads == 256);
     // K^ [128][144], Q^ [64][144]; K^^T x 2, Q^^T, dO^^T [128][80]; V [128][272], dO [64][272]; P^T, dS^T [128][80];
     // dS [64][144]; 128 row stats and 32 scratch floats
     CHECK(main.dynamic_shared_bytes == 192 * 144 + 4 * 128 * 80 + 192 * 272 + 2 * 128 * 80 + 64 * 144 + (128 + 32) * 4);
     CHECK(main.gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{24, 2, 2}); // 3000 keys in 128-key tiles
-    CHECK(plan.launches[1].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
-    CHECK(plan.launches[0].threads == 128);
+    CHECK(plan.launches[2].gridFor(2, 8, 2, 1000, 3000) == std::array<int64_t, 3>{47, 2, 2});
+    CHECK(plan.launches[1].threads == 128);
     CHECK(plan.describe().find("(128 keys per CTA) warps 8") != std::string::npos);
   }
 }
@@ -87,10 +106,21 @@ TEST_CASE("the backward kernel text instantiates the device library with the pla
   CHECK(kernel.name == "sagebwd_d64_bf16_sm_80_sm80_mma_sync_backward");
   for (const char *text : {"#include \"sage/device/sm80/backward.cuh\"", "kHeadDim = 64", "kCausal = false",
                            "kBf16 = true", "sage_bwd_main(const SageBackwardParams params)", "kKeys = 128",
-                           "kMainSharedBytes<SageBackwardConfig> == 93824"}) {
+                           "kMainSharedBytes<SageBackwardConfig> == 93824", "kSmoothK = true", "kKMeanSlices = 8",
+                           "sage_bwd_k_sums(const SageBackwardParams params)"}) {
     CAPTURE(text);
     CHECK(kernel.source.find(text) != std::string::npos);
   }
+  // the ablation without K smoothing: its own name, no column sums
+  const BackwardVariant unsmoothed =
+      dsl::backwardPreset("sagebwd", 64)->float_type(ElementType::bf16).smooth_k(false).describe();
+  const codegen::BackwardKernelSource ablation = codegen::BackwardKernelGenerator::generate(
+      unsmoothed, Sm80BackwardSchedule().plan(unsmoothed, GpuArch::sm80, InputType::bf16));
+  CHECK(ablation.name == "sagebwd_d64_bf16_sm_80_sm80_mma_sync_backward_unsmoothed_k");
+  CHECK(ablation.source.find("kSmoothK = false") != std::string::npos);
+  CHECK(ablation.source.find("sage_bwd_k_sums") == std::string::npos);
+  CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(unsmoothed, plan),
+                       doctest::Contains("K smoothing is not the variant's"), std::invalid_argument);
   BackwardKernelPlan other = plan;
   other.schedule = "sm100.tcgen05_backward";
   CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(variant, other),
@@ -116,9 +146,9 @@ TEST_CASE("the sm90 wgmma backward schedule: sm_90a only, the mma.sync schedule'
   for (int head_dim : {64, 128}) {
     const BackwardKernelPlan plan = schedule.plan(sagebwd(head_dim), GpuArch::sm90a, InputType::f16);
     CAPTURE(head_dim);
-    REQUIRE(plan.launches.size() == 4);
+    REQUIRE(plan.launches.size() == 5);
     CHECK(plan.kv_tile == 128);
-    const BackwardLaunch &main = plan.launches[2];
+    const BackwardLaunch &main = plan.launches[3];
     CHECK(main.threads == 256);
     CHECK(main.tile_tokens == 128);
     // 1024-aligned tiles: K^ 128d, K^^T 2 x 64d, V 256d; 2 stages of {Q^ 64d, dO 128d, Q^^T 64d, dO^^T 64d, 512 B of

@@ -48,6 +48,8 @@ expect "check accepts a backward program" 0 "backward.mlir: ok \(sage.attention_
 sed 's/%p, %dp, %delta/%p_int8, %dp, %delta/' "$work/backward.mlir" >"$work/bad_backward.mlir"
 expect "check locates a backward error" 1 "bad_backward.mlir:[0-9]+:[0-9]+: error: .*takes the unquantized P" -- "$sagegen" check "$work/bad_backward.mlir"
 expect "reference-backward prints the gradient table" 0 "^sagebwd-int8-dp +sagebwd +0\.9" -- "$sagegen" reference-backward --n 128 --headdim 64 --causal --heads 2 --kv-heads 1
+expect "reference-backward --k-bias 8: K smoothing repairs dQ (issue 25)" 0 "^sagebwd +sagebwd +0\.99[89]" -- "$sagegen" reference-backward --n 512 --headdim 128 --k-bias 8 --preset sagebwd
+expect "reference-backward --no-smooth-k: the ablation" 0 "^sagebwd +sagebwd +0\.8" -- "$sagegen" reference-backward --n 512 --headdim 128 --k-bias 8 --preset sagebwd --no-smooth-k
 expect "reference-backward unknown preset" 1 "unknown backward preset 'sage-b'" -- "$sagegen" reference-backward --preset sage-b --n 16
 expect "unknown subcommand" 1 "" -- "$sagegen" frobnicate
 

@@ -25,7 +25,8 @@ struct BackwardReferenceOptions {
   int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 1, kv_heads = 0; // 0: not given (same as Q's)
   uint64_t seed = 0;
   std::string dtype = "f16";
-  double k_bias = 0.0, v_bias = 0.0;
+  double k_bias = 0.0, v_bias = 0.0, q_outliers = 1.0;
+  bool no_smooth_k = false;
 };
 
 reference::StorageType storageOf(const std::string &text) {
@@ -71,7 +72,7 @@ void run(const BackwardReferenceOptions &options) {
     names = {"sagebwd", "sagebwd-int8-dp"};
   std::vector<BackwardVariant> variants;
   for (const std::string &name : names)
-    variants.push_back(backwardBuilder(name, options.head_dim, mask).build().variant());
+    variants.push_back(backwardBuilder(name, options.head_dim, mask).smooth_k(!options.no_smooth_k).build().variant());
 
   const int64_t d = options.head_dim;
   try {
@@ -81,8 +82,9 @@ void run(const BackwardReferenceOptions &options) {
   }
   const auto storage = storageOf(options.dtype);
   const auto layout = reference::Layout::hnd;
-  auto q = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
-                                   {options.seed * 4 + 1, 0.0, 1.0, 0.0});
+  auto q = reference::randomTensor(
+      options.batch, options.heads, options.tokens, d, storage, layout,
+      {options.seed * 4 + 1, 0.0, 1.0, 0.0, options.q_outliers != 1.0 ? 4 : 0, options.q_outliers});
   auto k = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
                                    {options.seed * 4 + 2, 0.0, 1.0, options.k_bias});
   auto v = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
@@ -92,9 +94,10 @@ void run(const BackwardReferenceOptions &options) {
   const auto exact = reference::exactAttentionBackward(q, k, v, d_o, options.causal);
 
   fmt::print("N(0,1) data (dO too), batch {} heads {}/{} n_q {} n_kv {} d {} {} causal={} k_bias={} v_bias={} "
-             "seed={}; gradients against exact attention's, in double\n",
+             "q_outliers={} seed={}; K smoothing {}; gradients against exact attention's, in double\n",
              options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype,
-             options.causal ? "yes" : "no", options.k_bias, options.v_bias, options.seed);
+             options.causal ? "yes" : "no", options.k_bias, options.v_bias, options.q_outliers, options.seed,
+             options.no_smooth_k ? "off (--no-smooth-k)" : "on");
   fmt::print("{:<16} {:<8} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8}\n", "backward", "forward", "dq_cos", "dq_rl1",
              "dk_cos", "dk_rl1", "dv_cos", "dv_rl1", "seconds");
   for (const BackwardVariant &variant : variants) {
@@ -143,6 +146,14 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
                    "stddev of a per-channel bias shared by all V tokens (where an int8 dO.V^T loses most)")
       ->capture_default_str()
       ->check(finiteRange(0.0, 1e4));
+  command
+      ->add_option("--q-outliers", options->q_outliers,
+                   "factor of 4 outlier channels of Q (channels k d / 4; 1: none), as bench/accuracy_bench.py's "
+                   "q_outliers (20)")
+      ->capture_default_str()
+      ->check(finiteRange(1.0, 1e4));
+  command->add_flag("--no-smooth-k", options->no_smooth_k,
+                    "the ablation: the backward recomputes S and forms dQ from K as given, without K smoothing");
   return [options] { run(*options); };
 }
 

@@ -31,6 +31,8 @@ struct SageBackwardConfig {{
   static constexpr bool kWgmmaQueryOrder = false; // Q^^T, dO^^T codes in natural token order
   static constexpr bool kSwizzledDqAccum = false; // dq_accum rows in natural channel order (atomics)
   static constexpr bool kBulkTiles = false;       // the preprocess writes the Q-side codes in natural order
+  static constexpr bool kSmoothK = {smooth_k};        // K - mean(K) quantized, the LSE shifted by q . mean(K) / sqrt(d)
+  static constexpr int kKMeanSlices = {slices};        // k_sums' slices per KV head (at most)
 }};
 static_assert(sage::device::sm80::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
@@ -62,6 +64,8 @@ struct SageBackwardConfig {{
   static constexpr bool kWgmmaQueryOrder = true; // Q^^T, dO^^T codes in the register A fragments' token order
   static constexpr bool kSwizzledDqAccum = true;  // dq_accum rows as the main kernel's shared dQ tile (bulk reduce)
   static constexpr bool kBulkTiles = true; // Q^, Q^^T, dO^^T and a dO copy as the main kernel's tiles (bulk copies)
+  static constexpr bool kSmoothK = {smooth_k}; // K - mean(K) quantized, the LSE shifted by q . mean(K) / sqrt(d)
+  static constexpr int kKMeanSlices = {slices}; // k_sums' slices per KV head (at most)
 }};
 static_assert(sage::device::sm90::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
@@ -77,7 +81,15 @@ sage_bwd_main(const SageBackwardParams params) {{
 }}
 )";
 
-// Both schedules' preprocess kernels (before the main kernel in the text) and dQ conversion (after it).
+// K smoothing's column sums (plan.smooth_k), then both schedules' preprocess kernels (before the main kernel in the
+// text) and dQ conversion (after it).
+constexpr std::string_view kKSumsKernel =
+    R"(extern "C" __global__ void __launch_bounds__(sage::device::sm80::backward::kThreads)
+sage_bwd_k_sums(const SageBackwardParams params) {{
+  sage::device::sm80::backward::k_sums<SageBackwardConfig>(params);
+}}
+
+)";
 constexpr std::string_view kPreprocessKernels =
     R"(extern "C" __global__ void __launch_bounds__(sage::device::sm80::backward::kThreads)
 sage_bwd_preprocess_q(const SageBackwardParams params) {{
@@ -103,7 +115,7 @@ std::string BackwardKernelGenerator::kernelName(const BackwardVariant &variant,
                                                 const schedules::BackwardKernelPlan &plan) {
   return identifier(variant.name) + "_d" + std::to_string(plan.head_dim) + (plan.causal ? "_causal" : "") + "_" +
          std::string(schedules::nameOf(plan.input)) + "_" + identifier(schedules::archName(plan.arch)) + "_" +
-         identifier(plan.schedule);
+         identifier(plan.schedule) + (plan.smooth_k ? "" : "_unsmoothed_k");
 }
 
 BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &variant,
@@ -116,11 +128,19 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
   const bool sm90 = plan.schedule == "sm90.wgmma_backward";
   if (!sm90 && plan.schedule != "sm80.mma_sync_backward")
     throw std::invalid_argument("plan: no backward kernel writer for schedule '" + plan.schedule + "'");
-  int shared = 0;
-  for (const schedules::BackwardLaunch &launch : plan.launches)
+  if (plan.smooth_k != (variant.smooth_k != SmoothScope::none))
+    throw std::invalid_argument("plan: its K smoothing is not the variant's");
+  int shared = 0, slices = 1;
+  for (const schedules::BackwardLaunch &launch : plan.launches) {
     shared = std::max(shared, launch.dynamic_shared_bytes);
-  const std::string text = std::string(sm90 ? kSm90Prefix : kSm80Prefix) + std::string(kPreprocessKernels) +
-                           std::string(sm90 ? kSm90Main : kSm80Main) + std::string(kWriteDqKernel);
+    if (launch.grid == schedules::BackwardGrid::kv_slices)
+      slices = launch.slices;
+  }
+  if (plan.smooth_k && slices < 1)
+    throw std::invalid_argument("plan: K smoothing needs a k_sums launch over at least one slice");
+  const std::string text =
+      std::string(sm90 ? kSm90Prefix : kSm80Prefix) + std::string(plan.smooth_k ? kKSumsKernel : std::string_view()) +
+      std::string(kPreprocessKernels) + std::string(sm90 ? kSm90Main : kSm80Main) + std::string(kWriteDqKernel);
   BackwardKernelSource kernel;
   kernel.name = kernelName(variant, plan);
   kernel.plan = plan;
@@ -130,7 +150,8 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
                   fmt::arg("arch", schedules::archName(plan.arch)), fmt::arg("input", schedules::nameOf(plan.input)),
                   fmt::arg("mask", nameOf(variant.mask)), fmt::arg("causal", plan.causal ? "true" : "false"),
                   fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"),
-                  fmt::arg("shared", shared), fmt::arg("keys", plan.kv_tile));
+                  fmt::arg("shared", shared), fmt::arg("keys", plan.kv_tile),
+                  fmt::arg("smooth_k", plan.smooth_k ? "true" : "false"), fmt::arg("slices", slices));
   return kernel;
 }
 

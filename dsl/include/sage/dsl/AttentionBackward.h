@@ -6,6 +6,7 @@
 // By default it is SageAttention3's Algorithm 3: S = Q.K^T, dV = P^T.dO, dQ = dS.K and dK = dS^T.Q in int8 with
 // per-block scales (Q and dO per b_q tokens, K per b_kv tokens, P and dS per b_q x b_kv tile), dP = dO.V^T in f16,
 // everything accumulated in f32. Q and K codes are shared by S and dK / dQ, as the algorithm reuses the forward's.
+// K is smoothed (K - mean(K) per KV head, with the LSE shifted to match: issue 25) unless smooth_k(false).
 #pragma once
 
 #include "sage/dsl/Presets.h"
@@ -32,6 +33,9 @@ public:
   AttentionBackwardBuilder &float_type(ElementType type);
   // Every product in f32, no quantization: the exact backward run through the same program (tests).
   AttentionBackwardBuilder &full_precision();
+  // S and dQ from K - mean(K) (the mean per KV head over the sequence) and P from the LSE shifted by
+  // q . mean(K) / sqrt(d): SageAttention's K smoothing in the backward. Default on; off is the ablation.
+  AttentionBackwardBuilder &smooth_k(bool smoothed = true);
   AttentionBackwardBuilder &name(std::string name);
 
   BackwardVariant describe() const;
@@ -45,6 +49,7 @@ private:
   MaskKind mask_ = MaskKind::none;
   bool int8_dp_ = false;
   bool full_precision_ = false;
+  bool smooth_k_ = true;
   ElementType float_type_ = ElementType::f16;
 };
 
@@ -54,8 +59,8 @@ AttentionBackwardBuilder attention_backward(std::string name = "custom_backward"
 // quantizers share one sage.bwd_quantize (Q and K codes feed S and dK / dQ).
 ir::BackwardProgram emitBackwardProgram(const BackwardVariant &variant);
 
-// The backward presets: "sagebwd" (Algorithm 3), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s ablation),
-// "exact-bwd" (f32 throughout). Each pairs with a forward preset (backwardPresetForward).
+// The backward presets: "sagebwd" (Algorithm 3, K smoothed), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s
+// ablation), "exact-bwd" (f32 throughout, K as given). Each pairs with a forward preset (backwardPresetForward).
 const std::vector<PresetInfo> &backwardPresets();
 std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, int head_dim = 128,
                                                        MaskKind mask = MaskKind::none);

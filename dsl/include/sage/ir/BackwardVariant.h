@@ -4,7 +4,8 @@
 // backward recomputes S = Q.K^T and P = exp(S / sqrt(d) - LSE) from the forward's LSE, forms D = rowsum(dO o O),
 // and runs four more matrix products: dP = dO.V^T, dV = P^T.dO, dQ = dS.K, dK = dS^T.Q with dS = P o (dP - D)
 // (SageAttention3's Algorithm 3). Each product names the quantizers of its two operands; every product is
-// dequantized by its operands' scales and accumulated in f32.
+// dequantized by its operands' scales and accumulated in f32. With `smooth_k`, the K that S and dQ quantize is
+// K - mean(K) per KV head, and P is recomputed with the LSE shifted by q . mean(K) / sqrt(d) per row (issue 25).
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"
@@ -39,6 +40,8 @@ struct BackwardVariant {
   int block_q = 64;  // Q tokens per tile (b_q): per_block scales of Q, dO; the rows of a P/dS tile
   int block_kv = 64; // K/V tokens per tile (b_kv): per_block scales of K, V; the columns of a P/dS tile
   MaskKind mask = MaskKind::none;
+  // none, or sequence: S and dQ take K - mean(K) (one mean per KV head) and P the LSE shifted to match.
+  SmoothScope smooth_k = SmoothScope::none;
   // Indexed by BackwardProduct. P and dS are quantized per tile (b_q x b_kv, one scale) when per_block.
   std::array<BackwardProductSpec, 5> products{};
 

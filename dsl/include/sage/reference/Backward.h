@@ -6,7 +6,11 @@
 //    sage/numerics/Quantizers.h, or an f16/bf16 cast); P and dS are computed in double, rounded to f32 (the
 //    kernel's registers) and quantized with one int8 scale per b_q x b_kv tile (numerics::quantizeInt8).
 //  - P = exp(S / sqrt(d) - LSE) from the forward's natural-log LSE; D = rowsum(dO o O) from the O the forward
-//    stored; dS = P o (dP - D) from the unquantized P (Algorithm 3, line 9).
+//    stored; dS = P o (dP - D) from the unquantized P (Algorithm 3, line 9). An f32 "cast" of P and dS (exact-bwd)
+//    keeps them in double.
+//  - K smoothing (variant.smooth_k, issue 25): K_s = K - mean(K) per KV head (the mean summed in double and rounded
+//    to f32, one f32 subtraction, as the forward's reference), quantized for S and dQ; P = exp(S_s / sqrt(d) -
+//    (LSE - q . mean(K) / sqrt(d))) with the caller's q, in double. dQ = dS K_s equals dS K as dS's rows sum to 0.
 //  - Products of dequantized values are summed in double; gradients accumulate in double (the kernels' f32).
 //  - Causal masks are bottom-right aligned, as the forward's; tiles above the diagonal are skipped.
 #pragma once

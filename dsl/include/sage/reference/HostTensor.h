@@ -45,11 +45,15 @@ private:
 // Deterministic N(mean, stddev) data from `seed` (its own generator: identical on every platform).
 // `channel_bias` > 0 adds to each channel c a bias drawn once from N(0, channel_bias) and shared by all
 // tokens: the "large bias shared by all tokens" outliers the paper observes in K (section 4.2).
+// `outlier_channels` = n > 0 multiplies channels k * dim / n (k < n) by `outlier_scale`, bias included: large
+// channels that are not shared offsets (the Q outliers of SageAttention2; bench/accuracy_bench.py's q_outliers).
 struct RandomTensorOptions {
   uint64_t seed = 0;
   double mean = 0.0;
   double stddev = 1.0;
   double channel_bias = 0.0;
+  int64_t outlier_channels = 0;
+  double outlier_scale = 1.0;
 };
 
 HostTensor randomTensor(int64_t batch, int64_t heads, int64_t tokens, int64_t dim, StorageType storage, Layout layout,

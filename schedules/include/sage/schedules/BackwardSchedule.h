@@ -17,8 +17,9 @@
 
 namespace sage::schedules {
 
-// A backward launch's grid: x over 64-token blocks of Q (or K/V), y over heads (query or KV), z over the batch.
-enum class BackwardGrid { q_blocks, kv_blocks };
+// A backward launch's grid: x over 64-token blocks of Q (or K/V), or over slices of each KV head's tokens (K
+// smoothing's column sums), y over heads (query or KV), z over the batch.
+enum class BackwardGrid { q_blocks, kv_blocks, kv_slices };
 
 struct BackwardLaunch {
   std::string entry_point; // the extern "C" kernel; takes one SageBackwardParams by value
@@ -26,6 +27,7 @@ struct BackwardLaunch {
   int dynamic_shared_bytes = 0; // above 48 KiB needs the opt-in attribute
   int threads = 128;            // per CTA
   int tile_tokens = 64;         // tokens of the grid's axis per CTA (q_blocks: queries, kv_blocks: keys)
+  int slices = 0;               // kv_slices: slices per KV head, fewer where K has fewer 64-token blocks
   // {blocks, heads, batch} of this launch for a shape.
   std::array<int64_t, 3> gridFor(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q,
                                  int64_t tokens_kv) const;
@@ -42,6 +44,9 @@ struct BackwardKernelPlan {
   // copies (the wgmma schedule); the workspace then holds do_tiles.
   bool bulk_tiles = false;
   bool causal = false;
+  // K smoothing (variant.smooth_k): the first launch sums K's columns per slice (k_sums), the preprocess subtracts
+  // mean(K) from K and shifts each query row's LSE by q . mean(K) / sqrt(d); the main kernels are unchanged.
+  bool smooth_k = false;
   std::vector<BackwardLaunch> launches; // in launch order, on one stream
   std::string describe() const;         // one line for logs
 };
@@ -52,16 +57,19 @@ struct BackwardWorkspaceSizes {
   int64_t q_scales = 0, k_scales = 0, do_scales = 0;
   int64_t row_stats = 0, dq_accum = 0;
   int64_t do_tiles = 0; // plan.bulk_tiles only
+  int64_t k_sums = 0;   // plan.smooth_k only: f32 [batch, heads_kv, slices, head_dim]
   int64_t total() const {
-    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + row_stats + dq_accum + do_tiles;
+    return 2 * q_codes + 2 * k_codes + do_codes + q_scales + k_scales + do_scales + row_stats + dq_accum + do_tiles +
+           k_sums;
   }
 };
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
                                               int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv);
 
 // SageBwd's plan as both schedules launch it: the variant's facts, `keys` per main-kernel CTA with `warps` warps and
-// `main_shared_bytes` of dynamic shared memory (checked against the arch's limit), and the four launches
-// (preprocess_q, preprocess_k, main, write_dq). Throws std::invalid_argument when the shared memory does not fit.
+// `main_shared_bytes` of dynamic shared memory (checked against the arch's limit), and the launches (k_sums where K
+// is smoothed, preprocess_q, preprocess_k, main, write_dq). Throws std::invalid_argument when the shared memory does
+// not fit.
 BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant &variant, GpuArch arch, InputType input,
                                int keys, int warps, int main_shared_bytes);
 

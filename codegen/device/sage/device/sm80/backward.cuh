@@ -1,9 +1,14 @@
-// SageBwd on mma.sync (sm_80 and later; issue 12): SageAttention3's Algorithm 3 in four launches.
+// SageBwd on mma.sync (sm_80 and later; issue 12): SageAttention3's Algorithm 3 in five launches (four without K
+// smoothing).
 //
+//   k_sums        (slice, head_kv, batch; K smoothing, issue 25): K's column sums over at most 8 slices of each KV
+//                 head's tokens, which the preprocess kernels add up to mean(K).
 //   preprocess_q  (Q block, head_q, batch): psi(Q_i) and psi(dO_i), int8 with one scale per 64-token block, in the
 //                 natural and the transposed tile layout; per row L log2(e) and D_i = rowsum(dO_i o O_i) (the row
 //                 stats, whole 64-row blocks: rows beyond the end get P = 0 without a bounds check); dq_accum zeroed.
-//   preprocess_k  (KV block, head_kv, batch): psi(K_j), natural and transposed.
+//                 With K smoothing L is the forward's LSE minus q_i . mean(K) / sqrt(d), the LSE of S_s = Q K_s^T.
+//   preprocess_k  (KV block, head_kv, batch): psi(K_j), natural and transposed; K_j - mean(K) with K smoothing, so
+//                 that S^T and dQ below multiply the smoothed K (dQ = dS K_s = dS K: dS's rows sum to zero).
 //   main          (KV block, head_kv, batch): FlashAttention-2's backward order. K_j, V_j stay in shared memory; for
 //                 each query head of the GQA group and each visible Q tile i, 4 warps of 16 keys each compute
 //                 S^T = K^ Q^^T (int8), P^T = exp2(S^T * scale * log2 e - L * log2 e), dP^T = V dO^T (f16/bf16, kept

@@ -1,5 +1,6 @@
-// The parameters of the SageBwd kernels (issue 12), one struct passed by value to each of the four launches. Plain
-// data with no device code, so host code can include it too (the runtime's launcher and the GPU tests).
+// The parameters of the SageBwd kernels (issue 12), one struct passed by value to each launch (four, five with K
+// smoothing). Plain data with no device code, so host code can include it too (the runtime's launcher and the GPU
+// tests).
 #pragma once
 
 // Tensors are contiguous [batch, heads, tokens, head_dim] (HND); Q, O, dO, dQ have heads_q heads and tokens_q
@@ -13,6 +14,10 @@
 //              +inf where the row has no visible key (L = -inf) and beyond tokens_q, so exp2(S log2(e) - it) is 0
 //   dq_accum: f32 [batch, heads_q, blocks * 64, head_dim], zeroed by the preprocess, summed into by atomics
 //   do_tiles: 16-bit [batch, heads_q, blocks, 64 x head_dim], a copy of dO (wgmma schedule only, else null)
+//   k_sums: f32 [batch, heads_kv, slices, head_dim], K's column sums over each slice of its tokens (K smoothing only,
+//           else null; slices = min(Config::kKMeanSlices, 64-token blocks of K), each a run of whole blocks)
+// With K smoothing (Config::kSmoothK) the K codes are of K - mean(K) per KV head, and L log2(e) is that of the shifted
+// LSE, (LSE - q . mean(K) / sqrt(d)) log2(e): the main kernels need no change.
 // The wgmma schedule's preprocess writes each 64-token block of q_codes, q_codes_t, do_codes_t and do_tiles in the
 // byte order of the main kernel's swizzled shared-memory tile (sm80/backward_prepare.cuh's BulkTiles), so that the
 // main kernel loads each with one bulk copy.
@@ -24,6 +29,7 @@ struct SageBackwardParams {
   float *q_scales, *k_scales, *do_scales;
   float *row_stats, *dq_accum;
   unsigned short *do_tiles;
+  float *k_sums;
   int batch, heads_q, heads_kv, tokens_q, tokens_kv;
   float softmax_scale; // 1 / sqrt(head_dim)
 };

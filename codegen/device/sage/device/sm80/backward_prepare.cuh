@@ -1,10 +1,13 @@
 // SageBwd's preprocess and write_dq launches (issue 12), shared by the mma.sync and the wgmma backward
-// (sm80/backward.cuh describes all four launches and the workspace they share):
+// (sm80/backward.cuh describes the launches and the workspace they share):
+//   k_sums        (K smoothing only, issue 25) K's column sums over a slice of each KV head's tokens.
 //   preprocess_q  psi(Q_i) and psi(dO_i), int8 with one scale per 64-token block, natural and transposed; the row
-//                 stats L log2(e) and D_i = rowsum(dO_i o O_i); dq_accum zeroed.
-//   preprocess_k  psi(K_j), natural and transposed.
+//                 stats L log2(e) and D_i = rowsum(dO_i o O_i); dq_accum zeroed. With K smoothing, L is the LSE
+//                 shifted by q . mean(K) / sqrt(d) (q the caller's row), the LSE of the scores S_s = Q (K - mean(K))^T.
+//   preprocess_k  psi(K_j), natural and transposed; of K_j - mean(K) with K smoothing.
 //   write_dq      dq_accum -> dQ in the input type.
-// Memory-bound: each thread reads its 8-element pieces once with 16-byte loads and keeps them in registers.
+// Memory-bound: each thread reads its 8-element pieces once with 16-byte loads and keeps them in registers. K
+// smoothing adds one read of K (k_sums) and, per preprocess CTA, one of the slices' sums (min(8, blocks) x d floats).
 #pragma once
 
 #include "sage/device/sm80/backward_params.cuh"
@@ -36,6 +39,10 @@ __device__ __forceinline__ float block_max(float value, float *scratch) {
   __syncthreads();
   return result;
 }
+
+// What quantize_block does with mean(K) (Config::kSmoothK): nothing; subtract it from every valid token (K_j -
+// mean(K), padding stays zero); or dot each token with it (q . mean(K) per row of a Q block, for the LSE shift).
+enum class MeanUse { none, subtract, row_dot };
 
 // psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
 __device__ __forceinline__ signed char int8_code(float x, float inverse) {
@@ -104,12 +111,17 @@ __device__ __forceinline__ unsigned code_word(signed char first, signed char sec
 // given) the block's input elements as they are into `raw` in BulkTiles' Do order.
 // Each thread reads its 8-element pieces once, with 16-byte loads, and keeps them in registers from the maximum to
 // the codes (2-byte loads, each element read twice: preprocess_k took 115 us instead of 65 at N = 4k, b = 4, h = 16).
-template <class Config, bool kWgmmaTokenOrder, bool kBulkLayout>
+// kMean (with `mean`, kHeadDim floats of shared memory): subtract mean(K) first, or write each token's dot with it
+// into `row_dot` (kBlock floats of shared memory; the barrier before the transposed codes publishes it).
+template <class Config, bool kWgmmaTokenOrder, bool kBulkLayout, MeanUse kMean = MeanUse::none>
 __device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
-                               signed char *codes_t, unsigned short *raw, float *scales, float *scratch) {
+                               signed char *codes_t, unsigned short *raw, float *scales, float *scratch,
+                               [[maybe_unused]] const float *mean = nullptr,
+                               [[maybe_unused]] float *row_dot = nullptr) {
   constexpr int kHeadDim = Config::kHeadDim, kStagedRow = kHeadDim + 4;
   constexpr int kPiecesPerRow = kHeadDim / 8, kPieces = kBlock * kPiecesPerRow / kThreads;
   static_assert(kBlock * kPiecesPerRow % kThreads == 0, "every thread quantizes the same number of pieces");
+  static_assert(32 % kPiecesPerRow == 0, "a row's pieces lie on consecutive lanes of one warp");
   using Tiles = BulkTiles<kHeadDim>;
   // This block's codes [token][channel]. Shared by successive calls: block_max's barriers order a call's writes after
   // the previous call's reads.
@@ -129,6 +141,12 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
       *reinterpret_cast<uint4 *>(reinterpret_cast<unsigned char *>(raw + block_elements) +
                                  Tiles::Do::offset(t, 2 * c)) = bits;
     decode_eight<Config::kBf16>(bits, values[i]);
+    if constexpr (kMean == MeanUse::subtract) {
+      if (token0 + t < tokens)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          values[i][j] = __fsub_rn(values[i][j], mean[c + j]); // one f32 subtraction, as the reference
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       amax = fmaxf(amax, fabsf(values[i][j]));
@@ -144,6 +162,18 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       piece_codes[j] = int8_code(values[i][j], inverse);
+    if constexpr (kMean == MeanUse::row_dot) { // here, where the piece's values are read for the last time
+      // A row's pieces lie on kPiecesPerRow consecutive lanes of one warp: add their partial dots across them.
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        dot = fmaf(values[i][j], mean[c + j], dot);
+#pragma unroll
+      for (int offset = kPiecesPerRow / 2; offset > 0; offset >>= 1)
+        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      if (c == 0)
+        row_dot[t] = dot;
+    }
     const unsigned low = code_word(piece_codes[0], piece_codes[1], piece_codes[2], piece_codes[3]);
     const unsigned high = code_word(piece_codes[4], piece_codes[5], piece_codes[6], piece_codes[7]);
     if (codes) // whole blocks of the workspace: 8-byte aligned (8 bytes stay within one swizzled 16-byte unit)
@@ -173,6 +203,71 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
     scales[block] = scale;
 }
 
+// K smoothing's slices of a KV head (k_sums): min(Config::kKMeanSlices, its 64-token blocks), each a run of whole
+// blocks (the last ones may be empty). The host launches k_sums over the same count (BackwardGrid::kv_slices).
+template <class Config> __device__ __forceinline__ int k_mean_slices(int tokens_kv) {
+  const int blocks = (tokens_kv + kBlock - 1) / kBlock;
+  return blocks < Config::kKMeanSlices ? blocks : Config::kKMeanSlices;
+}
+
+// k_sums: the column sums of K over slice blockIdx.x of KV head (blockIdx.z, blockIdx.y), in f32 with a fixed order
+// (so mean(K) is the same in every run). Each thread sums 8 channels of every kRowsPerPass-th row, kUnroll loads in
+// flight; then channel c's kRowsPerPass partial sums are added in row order.
+template <class Config> __device__ void k_sums(const SageBackwardParams &p) {
+  constexpr int kHeadDim = Config::kHeadDim, kPiecesPerRow = kHeadDim / 8, kRowsPerPass = kThreads / kPiecesPerRow;
+  constexpr int kUnroll = 4;
+  __shared__ float partials[kRowsPerPass][kHeadDim];
+  const int slices = k_mean_slices<Config>(p.tokens_kv), blocks = (p.tokens_kv + kBlock - 1) / kBlock;
+  const int per_slice = (blocks + slices - 1) / slices;
+  const long long slice_tokens = static_cast<long long>(per_slice) * kBlock;
+  const int begin = static_cast<int>(min(static_cast<long long>(p.tokens_kv), blockIdx.x * slice_tokens));
+  const int end = static_cast<int>(min(static_cast<long long>(p.tokens_kv), begin + slice_tokens));
+  const long long head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
+  const auto *k = static_cast<const unsigned short *>(p.k) + head * p.tokens_kv * kHeadDim;
+  const bool aligned = reinterpret_cast<unsigned long long>(k) % 16 == 0;
+  const int row = threadIdx.x / kPiecesPerRow, c = threadIdx.x % kPiecesPerRow * 8;
+  float sum[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int t = begin + row; t < end; t += kRowsPerPass * kUnroll) {
+    uint4 bits[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int token = t + u * kRowsPerPass;
+      bits[u] = load_eight_bits(k + static_cast<long long>(token) * kHeadDim + c, token < end, aligned);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float values[8];
+      decode_eight<Config::kBf16>(bits[u], values); // zeros beyond the slice: adding them is exact
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        sum[j] = __fadd_rn(sum[j], values[j]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    partials[row][c + j] = sum[j];
+  __syncthreads();
+  for (int channel = threadIdx.x; channel < kHeadDim; channel += kThreads) {
+    float total = 0.0f;
+    for (int r = 0; r < kRowsPerPass; ++r)
+      total = __fadd_rn(total, partials[r][channel]);
+    p.k_sums[(head * slices + blockIdx.x) * kHeadDim + channel] = total;
+  }
+}
+
+// mean(K) of KV head `head_kv` (batch index * heads_kv + head) into `mean` (kHeadDim floats of shared memory): the
+// slices' sums added in slice order, one f32 division. Synchronizes the CTA.
+template <class Config> __device__ void load_k_mean(const SageBackwardParams &p, long long head_kv, float *mean) {
+  const int slices = k_mean_slices<Config>(p.tokens_kv);
+  for (int c = threadIdx.x; c < Config::kHeadDim; c += kThreads) {
+    float sum = 0.0f;
+    for (int slice = 0; slice < slices; ++slice)
+      sum = __fadd_rn(sum, p.k_sums[(head_kv * slices + slice) * Config::kHeadDim + c]);
+    mean[c] = __fdiv_rn(sum, static_cast<float>(p.tokens_kv));
+  }
+  __syncthreads();
+}
+
 template <class Config> __device__ void preprocess_q(const SageBackwardParams &p) {
   constexpr int kHeadDim = Config::kHeadDim, kPerLane = kHeadDim / 32;
   static_assert(kPerLane == 2 || kPerLane == 4, "a row is 32 lanes of 2 or 4 elements");
@@ -183,10 +278,20 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
   const auto *q = static_cast<const unsigned short *>(p.q) + head_elements;
   const auto *d_o = static_cast<const unsigned short *>(p.d_o) + head_elements;
   const auto *o = static_cast<const unsigned short *>(p.o) + head_elements;
-  // {s_Q, Q^_i} = psi(Q_i), {s_dO, dO^_i} = psi(dO_i) (Algorithm 3, line 6)
-  quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(q, p.tokens_q, block, p.q_codes + head_codes,
-                                                                       p.q_codes_t + head_codes, nullptr,
-                                                                       p.q_scales + head * blocks, scratch);
+  // {s_Q, Q^_i} = psi(Q_i), {s_dO, dO^_i} = psi(dO_i) (Algorithm 3, line 6); with K smoothing also q . mean(K) per row
+  // of the block, from the Q values the quantizer holds (mean(K) of this query head's KV head)
+  [[maybe_unused]] __shared__ float k_mean[Config::kSmoothK ? kHeadDim : 1], q_dot_mean[Config::kSmoothK ? kBlock : 1];
+  if constexpr (Config::kSmoothK) {
+    load_k_mean<Config>(p, static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv),
+                        k_mean);
+    quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles, MeanUse::row_dot>(
+        q, p.tokens_q, block, p.q_codes + head_codes, p.q_codes_t + head_codes, nullptr, p.q_scales + head * blocks,
+        scratch, k_mean, q_dot_mean);
+  } else {
+    quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(q, p.tokens_q, block, p.q_codes + head_codes,
+                                                                         p.q_codes_t + head_codes, nullptr,
+                                                                         p.q_scales + head * blocks, scratch);
+  }
   quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(
       d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes,
       Config::kBulkTiles ? p.do_tiles + head_codes : nullptr, p.do_scales + head * blocks, scratch);
@@ -232,8 +337,12 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
       for (int offset = 16; offset > 0; offset >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, offset);
       const float lse = p.lse[head * p.tokens_q + token];
-      if (lse != negative_infinity())
-        lse_log2 = lse * kLog2e;
+      if (lse != negative_infinity()) {
+        if constexpr (Config::kSmoothK) // S_s = S - q . mean(K): its LSE is LSE - q . mean(K) / sqrt(d)
+          lse_log2 = (lse - q_dot_mean[row] * p.softmax_scale) * kLog2e;
+        else
+          lse_log2 = lse * kLog2e;
+      }
     }
     if (lane == 0) {
       p.row_stats[2 * padded_row] = lse_log2;
@@ -254,9 +363,17 @@ template <class Config> __device__ void preprocess_k(const SageBackwardParams &p
   const long long head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
   const long long head_codes = head * blocks * kBlock * kHeadDim;
   const auto *k = static_cast<const unsigned short *>(p.k) + head * p.tokens_kv * kHeadDim;
-  // {s_K, K^_j} = psi(K_j)
-  quantize_block<Config, false, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
-                                       nullptr, p.k_scales + head * blocks, scratch);
+  // {s_K, K^_j} = psi(K_j), of K_j - mean(K) with K smoothing (SageAttention's gamma, issue 25)
+  if constexpr (Config::kSmoothK) {
+    __shared__ float k_mean[kHeadDim];
+    load_k_mean<Config>(p, head, k_mean);
+    quantize_block<Config, false, false, MeanUse::subtract>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes,
+                                                            p.k_codes_t + head_codes, nullptr,
+                                                            p.k_scales + head * blocks, scratch, k_mean);
+  } else {
+    quantize_block<Config, false, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
+                                         nullptr, p.k_scales + head * blocks, scratch);
+  }
 }
 
 // Where dq_accum keeps element (row, channel) of a head's rows: natural, or (Config::kSwizzledDqAccum, the wgmma

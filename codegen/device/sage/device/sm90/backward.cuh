@@ -1,6 +1,7 @@
 // SageBwd's main kernel on wgmma (sm_90a; issue 12): SageAttention3's Algorithm 3, lines 7-12, with warpgroup MMAs.
-// The preprocess and write_dq launches are sm80/backward.cuh's (same workspace; the transposed Q and dO codes and
-// dq_accum's rows are in the orders explained below).
+// The preprocess, write_dq and (K smoothing, issue 25) k_sums launches are sm80/backward.cuh's (same workspace; the
+// transposed Q and dO codes and dq_accum's rows are in the orders explained below). With K smoothing the K codes are
+// of K - mean(K) and L is the correspondingly shifted LSE: this kernel reads them unchanged.
 //
 // A CTA owns 128 keys (two 64-key K blocks) of one KV head and walks every visible 64-query tile of every query head
 // of its GQA group, FlashAttention-2's backward order. Warpgroup w owns K block w; per Q tile i it computes
