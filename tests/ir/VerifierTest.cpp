@@ -372,6 +372,14 @@ TEST_CASE("syntax errors and top-level mistakes are reported with locations") {
   }
   SUBCASE("two variants in one file") {
     CHECK_THROWS_WITH_AS(sage::ir::Program::parse(kValidProgram + applyEdits(kValidProgram, {{"@t", "@u"}}), "x.mlir"),
+                         doctest::Contains("x.mlir:21:3: error: %q is defined a second time (first at x.mlir:2:3): a "
+                                           "file holds one sage program"),
+                         sage::ir::ProgramError);
+    // With distinct value names the top-level rule reports it.
+    std::string renamed = applyEdits(kValidProgram, {{"@t", "@u"}});
+    for (size_t at = renamed.find('%'); at != std::string::npos; at = renamed.find('%', at + 3))
+      renamed.replace(at, 1, "%u_");
+    CHECK_THROWS_WITH_AS(sage::ir::Program::parse(kValidProgram + renamed, "x.mlir"),
                          doctest::Contains("exactly one sage.attention, found 2"), sage::ir::ProgramError);
   }
   SUBCASE("an empty file") {
