@@ -50,7 +50,7 @@ struct Token {
 
 } // namespace
 
-// Two bounds, checked before MLIR's parser sees untrusted text (limits: Program.h):
+// Checked before MLIR's parser sees untrusted text (limits: Program.h):
 // - MLIR's parser recurses once per nested bracket, so a few thousand of them overflow the stack: bound the nesting
 //   (and the size). Closers pop only their own opener, so the count is never below the parser's real depth.
 // - Forward references. MLIR parses `%a = sage.dequant %b` before %b's definition by giving %a a placeholder operand
@@ -63,6 +63,8 @@ struct Token {
 //   A name counts as defined where it is followed by '=' or ':' (results, block arguments), or by ',' and another
 //   such name; strings and comments are skipped as MLIR's lexer skips them. Reading too many names as definitions
 //   only refuses more text; every definition MLIR makes is seen as one.
+// - Properties in the generic syntax, `"sage.mask"(%s) <{kind = ...}> {kind = ...}`: the first silently wins (the
+//   custom syntax's counterpart is refused by the parsers in Dialect.cpp).
 std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view source_name) {
   if (text.size() > kMaxProgramBytes)
     return {{std::string(source_name), "a sage program is at most " + std::to_string(kMaxProgramBytes) +
@@ -102,6 +104,16 @@ std::vector<Diagnostic> checkParserInput(std::string_view text, std::string_view
       push(Token::value, begin, i + 1);
     } else {
       push(c == ':' ? Token::colon : c == ',' ? Token::comma : c == '=' ? Token::equal : Token::other, i, i + 1);
+      if (c == '<') { // MLIR's generic syntax gives properties as <{...}> beside the attribute dictionary {...}
+        size_t next = i + 1;
+        while (next < text.size() &&
+               (text[next] == ' ' || text[next] == '\t' || text[next] == '\n' || text[next] == '\r'))
+          ++next;
+        if (next < text.size() && text[next] == '{')
+          return {{positionOf(text, i, source_name),
+                   "properties '<{...}>' (MLIR's generic syntax) beside an attribute dictionary could say two things "
+                   "of one attribute: write the op in its own syntax, as `sagegen ir` prints it"}};
+      }
       if (c == '(' || c == '[' || c == '{' || c == '<') {
         open.push_back(c);
         if (open.size() > kMaxNesting)

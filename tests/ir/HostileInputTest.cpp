@@ -1,11 +1,15 @@
 // Regression tests for hostile IR (issue 10): inputs that crashed, hung or were silently accepted must now be
 // refused with a message that names the attribute or position and what was expected.
+#include "sage/dsl/AttentionBackward.h"
+#include "sage/dsl/Presets.h"
 #include "sage/ir/BackwardProgram.h"
+#include "sage/ir/Legalize.h"
 #include "sage/ir/Program.h"
 
 #include <doctest/doctest.h>
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -181,4 +185,104 @@ TEST_CASE("a NUL byte is refused at its position; text without a terminating NUL
   // A view into a larger buffer, not NUL-terminated after the program.
   const std::string padded = kValidProgram + "garbage";
   CHECK_NOTHROW(sage::ir::Program::parse(std::string_view(padded.data(), kValidProgram.size()), "view.mlir"));
+}
+
+namespace {
+
+// `text` with `entry` added to the attribute dictionary of the first line containing `line_part` (a new dictionary if
+// it has none; `attributes {...}` before the body of a program).
+std::string withDictionaryEntry(const std::string &text, const std::string &line_part, const std::string &entry) {
+  const size_t at = text.find(line_part);
+  REQUIRE_MESSAGE(at != std::string::npos, "line not found: " << line_part);
+  const size_t line_end = text.find('\n', at);
+  std::string line = text.substr(at, line_end - at);
+  if (line.back() == '{' && line.find("sage.attention") != std::string::npos)
+    line.insert(line.size() - 1, "attributes {" + entry + "} ");
+  else if (line.back() == '}')
+    line.insert(line.rfind('{') + 1, entry + ", ");
+  else
+    line += " {" + entry + "}";
+  return text.substr(0, at) + line + text.substr(line_end);
+}
+
+template <typename ProgramType>
+void checkRestatementRefused(const std::string &text, const std::string &line_part, const std::string &op,
+                             const std::string &entry) {
+  const std::string attribute = entry.substr(0, entry.find(' '));
+  CAPTURE(op);
+  CAPTURE(entry);
+  try {
+    ProgramType::parse(withDictionaryEntry(text, line_part, entry), "dict.mlir");
+    FAIL_CHECK("accepted");
+  } catch (const sage::ir::ProgramError &error) {
+    const std::string expected =
+        "custom op '" + op + "' sets '" + attribute + "' in its attribute dictionary, which its syntax already gives";
+    CHECK_MESSAGE(std::string(error.what()).find(expected) != std::string::npos, error.what());
+  }
+}
+
+} // namespace
+
+// Issue 26: with properties, an inherent attribute in the dictionary replaced what the op's syntax said, so
+// `sage.mask %s causal {kind = #sage<mask_kind none>}` ran without a mask and `explain` said none.
+TEST_CASE("an attribute dictionary cannot restate what an op's syntax says, in any op") {
+  using sage::ir::BackwardProgram;
+  using sage::ir::Program;
+  const std::string forward = sage::dsl::preset("sage-b", 128, sage::MaskKind::causal)->lse().build().print();
+  // The issue's three examples: the mask's kind, a quantizer's granularity, SLA's feature map.
+  checkRestatementRefused<Program>(forward, "sage.mask", "sage.mask", "kind = #sage<mask_kind none>");
+  checkRestatementRefused<Program>(forward, "%k_int8 = sage.quantize", "sage.quantize",
+                                   "granularity = #sage<granularity per_token>");
+  const std::string sla = sage::dsl::preset("sla-f16", 128)->build().print();
+  checkRestatementRefused<Program>(sla, "sage.linear_branch", "sage.linear_branch",
+                                   "feature_map = #sage<feature_map relu>");
+  // Every other attribute an op's syntax gives; restating the same value is refused as well.
+  const std::vector<std::tuple<std::string, std::string, std::string>> forward_cases = {
+      {"sage.attention", "sage.attention", "head_dim = 64 : i64"},
+      {"sage.attention", "sage.attention", "block_q = 128 : i64"},
+      {"sage.attention", "sage.attention", "block_kv = 64 : i64"},
+      {"sage.attention", "sage.attention", "version = 1 : i64"},
+      {"sage.attention", "sage.attention", "sym_name = \"other\""},
+      {"sage.input q", "sage.input", "role = #sage<role k>"},
+      {"sage.smooth", "sage.smooth", "scope = #sage<smooth_scope block>"},
+      {"%k_int8 = sage.quantize", "sage.quantize", "dtype = #sage<element_type f16>"},
+      {"%s = sage.mma", "sage.mma", "accumulator = #sage<accumulator s32>"},
+      {"sage.mask", "sage.mask", "kind = #sage<mask_kind causal>"},
+      {"sage.online_softmax", "sage.online_softmax", "base = #sage<softmax_base exp>"},
+      {"sage.online_softmax", "sage.online_softmax", "state = #sage<element_type f16>"},
+      {"sage.accumulate", "sage.accumulate", "kind = #sage<accumulation f32>"},
+  };
+  for (const auto &[line, op, entry] : forward_cases)
+    checkRestatementRefused<Program>(forward, line, op, entry);
+  checkRestatementRefused<Program>(sla, "sage.predict_mask", "sage.predict_mask", "critical_percent = 50.0 : f64");
+  checkRestatementRefused<Program>(sla, "sage.predict_mask", "sage.predict_mask", "negligible_percent = 0.0 : f64");
+  const std::string legalized =
+      sage::ir::legalizeForTarget(sage::dsl::preset("sage3-fp4", 128)->build(), "sm_90a").print();
+  checkRestatementRefused<Program>(legalized, "sage.decode", "sage.decode", "dtype = #sage<element_type bf16>");
+  const std::string backward = sage::dsl::backwardPreset("sagebwd", 128, sage::MaskKind::causal)->build().print();
+  const std::vector<std::tuple<std::string, std::string, std::string>> backward_cases = {
+      {"sage.attention_backward", "sage.attention_backward", "head_dim = 64 : i64"},
+      {"sage.bwd_input q", "sage.bwd_input", "role = #sage<backward_role k>"},
+      {"%q_int8 = sage.bwd_quantize", "sage.bwd_quantize", "granularity = #sage<granularity per_token>"},
+      {"%q_int8 = sage.bwd_quantize", "sage.bwd_quantize", "dtype = #sage<element_type int8>"},
+      {"%s = sage.bwd_mma", "sage.bwd_mma", "accumulator = #sage<accumulator f32>"},
+      {"sage.bwd_mask", "sage.bwd_mask", "kind = #sage<mask_kind none>"},
+      {"sage.bwd_write_grad %dq", "sage.bwd_write_grad", "accumulation = #sage<accumulation f16>"},
+  };
+  for (const auto &[line, op, entry] : backward_cases)
+    checkRestatementRefused<BackwardProgram>(backward, line, op, entry);
+
+  // What the printer itself writes into dictionaries stays accepted, and so does an optional attribute added there.
+  CHECK_NOTHROW(Program::parse(forward, "forward.mlir"));
+  CHECK_NOTHROW(BackwardProgram::parse(backward, "backward.mlir"));
+  const Program with_group = Program::parse(
+      withDictionaryEntry(forward, "%v_f16 = sage.quantize", "scale_type = #sage<scale_type f32>"), "scale.mlir");
+  CHECK(with_group.variant() == Program::parse(forward, "forward.mlir").variant());
+  // MLIR's generic syntax could give an attribute twice, as a property and in the dictionary: refused.
+  std::string generic = forward;
+  const std::string mask_line = "sage.mask %s_dequant causal";
+  generic.replace(generic.find(mask_line), mask_line.size(),
+                  "\"sage.mask\"(%s_dequant) <{kind = #sage<mask_kind causal>}> {kind = #sage<mask_kind none>} : "
+                  "(!sage.tile) -> !sage.tile");
+  checkRefused(generic, "properties '<{...}>' (MLIR's generic syntax)");
 }
