@@ -1,5 +1,6 @@
 // Regression tests for hostile IR (issue 10): inputs that crashed, hung or were silently accepted must now be
 // refused with a message that names the attribute or position and what was expected.
+#include "sage/dsl/Attention.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 #include "sage/ir/BackwardProgram.h"
@@ -285,4 +286,28 @@ TEST_CASE("an attribute dictionary cannot restate what an op's syntax says, in a
                   "\"sage.mask\"(%s_dequant) <{kind = #sage<mask_kind causal>}> {kind = #sage<mask_kind none>} : "
                   "(!sage.tile) -> !sage.tile");
   checkRefused(generic, "properties '<{...}>' (MLIR's generic syntax)");
+}
+
+// Issue 26: a program's name becomes part of kernel names and of the generated source's comments; `@"x\0A#error ..."`
+// passed `check` and put a line of its own before NVRTC. Names are letters, digits, '_', '.' and '-' (codegen escapes
+// anything else in variants built without the IR: tests/codegen/SourceTextTest.cpp).
+TEST_CASE("program names are letters, digits, '_', '.' and '-', forward and backward") {
+  for (const char *bad :
+       {"x\\0A#error injected", "x\\0D#error", "x\\00y", "x\\5C\\0Ay", "x */ y", "x\\E2\\80\\A8y", "a b", ""})
+    checkRefused(edited("@t ", std::string("@\"") + bad + "\" "), "a program's name is 1 to 64 letters, digits");
+  checkRefused(edited("@t ", "@\"x\\0A#error injected\" "), "hostile.mlir:1:1: error: 'sage.attention' op name "
+                                                            "\"x\\0A#error injected\" (17 bytes)");
+  checkRefused(edited("@t ", "@" + std::string(65, 'n') + " "), "(65 bytes)");
+  CHECK_NOTHROW(sage::ir::Program::parse(edited("@t ", "@" + std::string(64, 'n') + " "), "long.mlir"));
+  CHECK_NOTHROW(sage::ir::Program::parse(edited("@t ", "@\"Sage_2.b-c\" "), "name.mlir"));
+  CHECK_THROWS_WITH_AS(sage::dsl::attention("x\n#define kHeadDim 1").build(),
+                       doctest::Contains("a program's name is 1 to 64"), sage::ir::ProgramError);
+  CHECK_THROWS_WITH_AS(sage::dsl::attention_backward("x\n#error").build(),
+                       doctest::Contains("a program's name is 1 to 64"), sage::ir::ProgramError);
+  const std::string backward = sage::dsl::backwardPreset("sagebwd", 64)->build().print();
+  std::string renamed = backward;
+  renamed.replace(renamed.find("@sagebwd"), 8, "@\"sagebwd\\0A#error x\"");
+  CHECK_THROWS_WITH_AS(sage::ir::BackwardProgram::parse(renamed, "backward.mlir"),
+                       doctest::Contains("'sage.attention_backward' op name \"sagebwd\\0A#error x\""),
+                       sage::ir::ProgramError);
 }
