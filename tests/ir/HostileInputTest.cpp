@@ -9,6 +9,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -310,4 +314,97 @@ TEST_CASE("program names are letters, digits, '_', '.' and '-', forward and back
   CHECK_THROWS_WITH_AS(sage::ir::BackwardProgram::parse(renamed, "backward.mlir"),
                        doctest::Contains("'sage.attention_backward' op name \"sagebwd\\0A#error x\""),
                        sage::ir::ProgramError);
+}
+
+namespace {
+
+// A valid program with `k_ops` before K's quantizer (which quantizes `k_input`) and `score_ops` between the scores'
+// dequantization (%d) and the softmax (which reads `softmax_input`).
+std::string programWith(const std::string &k_ops, const std::string &k_input, const std::string &score_ops,
+                        const std::string &softmax_input) {
+  return "sage.attention @t version(1) head_dim(128) block_q(128) block_kv(64) {\n"
+         "  %q = sage.input q\n  %k = sage.input k\n  %v = sage.input v\n  %ks = sage.smooth %k over sequence\n"
+         "  %qi = sage.quantize %q to int8 per_block {fold_softmax_scale, group_tokens = 128 : i64}\n" +
+         k_ops + "  %ki = sage.quantize " + k_input + " to int8 per_block {group_tokens = 64 : i64}\n" +
+         "  %s = sage.mma %qi, %ki -> s32\n  %d = sage.dequant %s\n" + score_ops + "  %p = sage.online_softmax " +
+         softmax_input +
+         " exp2 state f32\n  %pf = sage.quantize %p to f16 none\n  %vf = sage.quantize %v to f16 none\n"
+         "  %pv = sage.mma %pf, %vf -> f16\n  %oa = sage.accumulate %pv as f16\n  %o = sage.normalize %oa by %p\n"
+         "  sage.write_o %o\n}\n";
+}
+
+// The fastest of five parses (accepted or refused: verifying is the cost either way), in seconds.
+double parseSeconds(const std::string &text) {
+  double best = 1e9;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)sage::ir::Program::parse(text, "long.mlir");
+    } catch (const sage::ir::ProgramError &) {
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+} // namespace
+
+// Issue 26: every op's verifier walked its producers to the chain's start, so 26,000 chained ops (1 MB) took 10 s to
+// verify, in `check` and in sage_attention_create alike. Walks are bounded now (Dataflow.h): 10x the ops must cost
+// about 10x the time, far from the 100x of a quadratic verifier. Measured against the same shape's short program, so
+// the machine's speed and load cancel out.
+TEST_CASE("verifying is linear in the number of ops, whatever their shape") {
+  const auto chain = [](const char *format_first, const char *format_next, int count) {
+    std::string ops;
+    for (int i = 0; i < count; ++i) {
+      char line[96];
+      std::snprintf(line, sizeof line, i == 0 ? format_first : format_next, i, i - 1);
+      ops += line;
+    }
+    return ops;
+  };
+  struct Shape {
+    std::string name;
+    std::function<std::string(int)> text;
+  };
+  const std::vector<Shape> shapes = {
+      {"chained casts of K (the issue's shape)",
+       [&](int n) {
+         return programWith(
+             chain("  %%c%d = sage.quantize %%ks to f16 none\n", "  %%c%d = sage.quantize %%c%d to f16 none\n", n),
+             "%c" + std::to_string(n - 1), "", "%d");
+       }},
+      {"chained masks",
+       [&](int n) {
+         return programWith("", "%ks", chain("  %%m%d = sage.mask %%d none\n", "  %%m%d = sage.mask %%m%d none\n", n),
+                            "%m" + std::to_string(n - 1));
+       }},
+      {"quantizers of K side by side",
+       [&](int n) {
+         return programWith(
+             chain("  %%c%d = sage.quantize %%ks to f16 none\n", "  %%c%d = sage.quantize %%ks to f16 none\n", n),
+             "%ks", "", "%d");
+       }},
+      {"masks side by side",
+       [&](int n) {
+         return programWith("", "%ks", chain("  %%m%d = sage.mask %%d none\n", "  %%m%d = sage.mask %%d none\n", n),
+                            "%m0");
+       }},
+  };
+  constexpr int kShort = 2'000, kLong = 20'000;
+  for (const Shape &shape : shapes) {
+    CAPTURE(shape.name);
+    const std::string long_text = shape.text(kLong);
+    REQUIRE(long_text.size() <= sage::ir::kMaxProgramBytes);
+    const double short_seconds = std::max(parseSeconds(shape.text(kShort)), 1e-3);
+    const double long_seconds = parseSeconds(long_text);
+    CAPTURE(short_seconds);
+    CAPTURE(long_seconds);
+    CHECK(long_seconds < 30 * short_seconds);
+  }
+  // The masks in a row are refused at the second, the casts of casts at the second cast.
+  checkRefused(shapes[0].text(3), "op quantizes the result of 'sage.quantize': Q, K, V and P are quantized once");
+  checkRefused(shapes[1].text(3), "masks scores a sage.mask already masked: a program has at most one sage.mask");
+  CHECK_NOTHROW(sage::ir::Program::parse(shapes[2].text(3), "casts.mlir"));
+  checkRefused(shapes[3].text(3), "expects at most one sage.mask");
 }
