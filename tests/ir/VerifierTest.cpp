@@ -87,6 +87,15 @@ const std::vector<RuleCase> kRules = {
        "%v_f32 = sage.quantize %v to f32 none\n  %v_f16 = sage.quantize %v_f32 to f16 none"}},
      "quantizes the result of 'sage.quantize': Q, K, V and P are quantized once",
      14},
+    {"an unused quantizer of K", // it would have set K's type in the variant (issue 26)
+     {{"  %s = sage.mma",
+       "  %k_e4m3 = sage.quantize %k_smoothed to e4m3 per_block {group_tokens = 64 : i64}\n  %s = sage.mma"}},
+     "computes a value nothing uses",
+     8},
+    {"an unused smoothing of V", // it would have added mean(V) in the epilogue (issue 26)
+     {{"  %s = sage.mma", "  %v_smoothed = sage.smooth %v over sequence\n  %s = sage.mma"}},
+     "computes a value nothing uses",
+     8},
     {"two softmaxes",
      {{"  %p_f16 =", "  %p2 = sage.online_softmax %s_masked exp2 state f32\n  %p_f16 ="}},
      "exactly one sage.online_softmax",
