@@ -1,6 +1,7 @@
 #include "sage/codegen/AttentionKernelGenerator.h"
 
 #include "sage/codegen/ScheduleKernelWriter.h"
+#include "sage/codegen/SourceText.h"
 
 #include <cctype>
 #include <stdexcept>
@@ -33,7 +34,8 @@ std::string knownWriters() {
 } // namespace
 
 std::string AttentionKernelGenerator::kernelName(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
-  std::string name = "sage_attention_" + identifierPart(variant.name) + "_d" + std::to_string(plan.head_dim);
+  std::string name =
+      "sage_attention_" + identifierPart(sourceSafe(variant.name)) + "_d" + std::to_string(plan.head_dim);
   if (variant.mask.kind == MaskKind::causal)
     name += "_causal";
   else if (variant.mask.kind == MaskKind::block_sparse)

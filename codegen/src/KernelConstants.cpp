@@ -1,6 +1,7 @@
 // The top of a generated kernel: what it is, and every tunable and derived size as a named constexpr.
 #include "KernelText.h"
 
+#include "sage/codegen/SourceText.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
 
@@ -113,9 +114,9 @@ std::string emitHeaderComment(const KernelContext &context) {
       "// memory (cp.async, {stages} stages), S_i^j = psi^-1(Q_i K_j^T), online softmax in base 2 (m_i^j, l_i^j, "
       "P~_i^j),\n"
       "// O_i^j = diag(exp2(m_i^(j-1) - m_i^j)) O_i^(j-1) + P~_i^j V_j; finally O_i = diag(l_i)^-1 O_i.\n\n",
-      fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", context.variant.name),
-      fmt::arg("d", plan.head_dim), fmt::arg("arch", schedules::archName(plan.arch)),
-      fmt::arg("input", schedules::nameOf(plan.input)),
+      fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule),
+      fmt::arg("variant", sourceSafe(context.variant.name)), fmt::arg("d", plan.head_dim),
+      fmt::arg("arch", schedules::archName(plan.arch)), fmt::arg("input", schedules::nameOf(plan.input)),
       fmt::arg("qk", context.fp4            ? (plan.qk_mma.a == ElementType::bf16
                                                    ? "FP4 by emulation: e2m1 x ue8m0 decoded to bf16 (exact), mma m16n8k16 "
                                                      "bf16 with f32 accumulate"

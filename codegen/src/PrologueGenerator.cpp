@@ -4,6 +4,7 @@
 #include "sage/codegen/KernelAbiSource.h"
 #include "sage/codegen/PrologueConfig.h"
 #include "sage/codegen/PrologueDeviceCode.h"
+#include "sage/codegen/SourceText.h"
 
 #include <algorithm>
 #include <string>
@@ -65,7 +66,7 @@ std::string describeQuantizer(const TokenQuantizerConfig &quantizer) {
 std::string describeVariant(const PrologueConfig &config) {
   const std::string input = config.input == schedules::InputType::bf16 ? "bf16" : "f16";
   std::string text =
-      commentLines("// ", "Variant \"" + config.variant_name + "\" (IR v" + std::to_string(kIrVersion) +
+      commentLines("// ", "Variant \"" + sourceSafe(config.variant_name) + "\" (IR v" + std::to_string(kIrVersion) +
                               "): Q, K, V in " + input + ", head_dim " + std::to_string(config.head_dim) + ", b_q " +
                               std::to_string(config.block_q) + ", b_kv " + std::to_string(config.block_kv) + ".");
   std::string q = "psi_Q: " + describeQuantizer(config.q) + " of ";

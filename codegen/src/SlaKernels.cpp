@@ -1,6 +1,7 @@
 // The translation unit of SLA's kernels: the Config constants and fifteen extern "C" entry points around the device
 // library's templates (sage/device/sla/*.cuh).
 #include "sage/codegen/SlaKernels.h"
+#include "sage/codegen/SourceText.h"
 
 #include <fmt/format.h>
 
@@ -116,8 +117,8 @@ extern "C" __global__ void __launch_bounds__(256) {sparse_delta}(const SageSlaSp
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
       fmt::arg("row_totals", kSlaRowTotalsKernel), fmt::arg("columns_gemm", kSlaColumnsMaskGemmKernel),
       fmt::arg("kv", kSlaKvBackwardKernel), fmt::arg("sparse_stats", kSlaSparseStatisticsKernel),
-      fmt::arg("sparse_fused", kSlaSparseFusedBackwardKernel), fmt::arg("name", variant.name), fmt::arg("d", d),
-      fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
+      fmt::arg("sparse_fused", kSlaSparseFusedBackwardKernel), fmt::arg("name", sourceSafe(variant.name)),
+      fmt::arg("d", d), fmt::arg("block_q", variant.block_q), fmt::arg("block_kv", variant.block_kv),
       fmt::arg("phi_number", static_cast<int>(variant.sla.feature_map)), fmt::arg("phi", phi),
       fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
       fmt::arg("totals", kSlaTotalsKernel), fmt::arg("mask_gemm", kSlaMaskGemmKernel),

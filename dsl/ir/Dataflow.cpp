@@ -32,14 +32,14 @@ mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user) {
 
 namespace {
 
-Origin originOfProducer(mlir::Operation *producer);
+Origin originOfProducer(mlir::Operation *producer, int steps);
 
 // The origin of `operand` of `user`, stepping only to an earlier op: each walk ends.
-Origin originThrough(mlir::Value operand, mlir::Operation *user) {
-  return originOfProducer(earlierProducer(operand, user));
+Origin originThrough(mlir::Value operand, mlir::Operation *user, int steps) {
+  return steps >= kMaxWalkSteps ? Origin::unknown : originOfProducer(earlierProducer(operand, user), steps + 1);
 }
 
-Origin originOfProducer(mlir::Operation *producer) {
+Origin originOfProducer(mlir::Operation *producer, int steps) {
   if (!producer)
     return Origin::unknown;
   if (auto input = mlir::dyn_cast<InputOp>(producer)) {
@@ -54,21 +54,21 @@ Origin originOfProducer(mlir::Operation *producer) {
     return Origin::unknown;
   }
   if (auto smooth = mlir::dyn_cast<SmoothOp>(producer))
-    return originThrough(smooth.getInput(), producer);
+    return originThrough(smooth.getInput(), producer, steps);
   if (auto quantize = mlir::dyn_cast<QuantizeOp>(producer))
-    return originThrough(quantize.getInput(), producer);
+    return originThrough(quantize.getInput(), producer, steps);
   if (auto decode = mlir::dyn_cast<DecodeOp>(producer))
-    return originThrough(decode.getInput(), producer);
+    return originThrough(decode.getInput(), producer, steps);
   if (auto correction = mlir::dyn_cast<QMeanCorrectionOp>(producer))
-    return originThrough(correction.getInput(), producer);
+    return originThrough(correction.getInput(), producer, steps);
   if (mlir::isa<OnlineSoftmaxOp>(producer))
     return Origin::p;
   if (auto mma = mlir::dyn_cast<MmaOp>(producer))
-    return originThrough(mma.getLhs(), producer) == Origin::p ? Origin::output : Origin::scores;
+    return originThrough(mma.getLhs(), producer, steps) == Origin::p ? Origin::output : Origin::scores;
   if (auto dequant = mlir::dyn_cast<DequantOp>(producer))
-    return originThrough(dequant.getInput(), producer);
+    return originThrough(dequant.getInput(), producer, steps);
   if (auto mask = mlir::dyn_cast<MaskOp>(producer))
-    return originThrough(mask.getInput(), producer);
+    return originThrough(mask.getInput(), producer, steps);
   if (mlir::isa<AccumulateOp, NormalizeOp, LinearBranchOp, SlaCombineOp>(producer))
     return Origin::output;
   return Origin::unknown;
@@ -76,7 +76,7 @@ Origin originOfProducer(mlir::Operation *producer) {
 
 } // namespace
 
-Origin originOf(mlir::Value value) { return originOfProducer(value.getDefiningOp()); }
+Origin originOf(mlir::Value value) { return originOfProducer(value.getDefiningOp(), 0); }
 
 QuantizeOp quantizerOf(mlir::Value value) {
   if (auto decode = value.getDefiningOp<DecodeOp>())
@@ -92,7 +92,7 @@ ElementType operandType(mlir::Value value) {
 
 MmaOp mmaBehind(mlir::Value value) {
   mlir::Operation *producer = value.getDefiningOp();
-  while (producer) {
+  for (int steps = 0; producer && steps < kMaxWalkSteps; ++steps) {
     if (auto mma = mlir::dyn_cast<MmaOp>(producer))
       return mma;
     if (auto dequant = mlir::dyn_cast<DequantOp>(producer))

@@ -15,6 +15,13 @@ const char *originName(Origin origin);
 // call them run before MLIR's dominance check.
 mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user);
 
+// Every walk takes at most this many steps (issue 26). The op verifiers keep each chain of a valid program shorter (at
+// most one sage.mask; a quantizer reads sage.input, sage.smooth or the softmax, never another quantizer or decode;
+// the longest is mask -> q_mean_correction -> dequant -> mma -> decode -> quantize -> smooth -> input), so the bound
+// changes no valid program's meaning; it makes each walk O(1), and verifying a program linear in its length whatever
+// the text holds (16,000 chained casts took 4 s to verify when every op walked the whole chain).
+inline constexpr int kMaxWalkSteps = 16;
+
 // Q/K/V for values derived from sage.input through smooth/quantize; P for values derived from the
 // softmax; scores for the Q.K^T mma and what follows it up to the softmax; output for P.V and after.
 Origin originOf(mlir::Value value);

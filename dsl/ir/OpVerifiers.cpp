@@ -213,6 +213,10 @@ mlir::LogicalResult SmoothOp::verify() {
 }
 
 mlir::LogicalResult QuantizeOp::verify() {
+  if (mlir::Operation *producer = dataflow::earlierProducer(getInput(), *this);
+      mlir::isa_and_nonnull<QuantizeOp, DecodeOp>(producer))
+    return emitOpError() << "quantizes the result of '" << producer->getName().getStringRef()
+                         << "': Q, K, V and P are quantized once, from sage.input, sage.smooth or the softmax";
   Origin origin = originOf(getInput());
   if (mlir::failed(verifyDtypeAndGranularity(*this)) || mlir::failed(verifyRoleRules(*this, origin)) ||
       mlir::failed(verifyMicroscaleExtent(*this, origin)))
@@ -289,6 +293,8 @@ mlir::LogicalResult DequantOp::verify() {
 }
 
 mlir::LogicalResult MaskOp::verify() {
+  if (mlir::isa_and_nonnull<MaskOp>(dataflow::earlierProducer(getInput(), *this)))
+    return emitOpError() << "masks scores a sage.mask already masked: a program has at most one sage.mask";
   if (originOf(getInput()) != Origin::scores)
     return emitOpError() << "masks the scores S = Q.K^T; its operand is " << originName(originOf(getInput()));
   return mlir::success();
@@ -303,7 +309,8 @@ mlir::LogicalResult OnlineSoftmaxOp::verify() {
   MmaOp mma = dataflow::mmaBehind(getInput());
   if (mma && dataflow::operandsCarryScales(mma)) {
     bool dequantized = false;
-    for (mlir::Operation *producer = dataflow::earlierProducer(getInput(), *this); producer;) {
+    mlir::Operation *producer = dataflow::earlierProducer(getInput(), *this);
+    for (int steps = 0; producer && steps < dataflow::kMaxWalkSteps; ++steps) {
       if (mlir::isa<DequantOp>(producer)) {
         dequantized = true;
         break;

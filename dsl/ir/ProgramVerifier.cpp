@@ -89,7 +89,17 @@ mlir::LogicalResult AttentionOp::verifyRegions() {
     if (!k_smoothed && corrected)
       return lse_writes.front().emitOpError() << "smoothing_correction is set but K is not smoothed";
   }
-  return verifySlaProgram(*this, body);
+  if (mlir::failed(verifySlaProgram(*this, body)))
+    return mlir::failure();
+
+  // The variant is read from the ops themselves (Extract.cpp), so a step nothing uses would still describe it: an
+  // unused quantizer of K would set K's type, an unused smoothing of V the epilogue's mean(V) (issue 26).
+  for (mlir::Operation &op : body)
+    for (mlir::Value result : op.getResults())
+      if (result.use_empty())
+        return op.emitOpError() << "computes a value nothing uses: every step of a sage program feeds its output "
+                                   "(an unused step would still change the variant)";
+  return mlir::success();
 }
 
 } // namespace sage::ir

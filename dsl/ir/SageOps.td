@@ -10,10 +10,12 @@ include "mlir/IR/OpAsmInterface.td"
 // See sage/ir/OpTraits.h: checked before each op's own verifier.
 def Sage_OperandsDefinedEarlier : NativeOpTrait<"OperandsDefinedEarlier"> { let cppNamespace = "::sage::ir"; }
 def Sage_OnlyKnownAttributes : NativeOpTrait<"OnlyKnownAttributes"> { let cppNamespace = "::sage::ir"; }
+def Sage_ProgramName : NativeOpTrait<"ProgramName"> { let cppNamespace = "::sage::ir"; }
 
 // Enum attributes print their own leading space, so formats put an empty literal (``) before them.
 class Sage_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Sage_Dialect, mnemonic, !listconcat([Sage_OperandsDefinedEarlier, Sage_OnlyKnownAttributes], traits)> {
+    : Op<Sage_Dialect, mnemonic,
+         !listconcat([Sage_OperandsDefinedEarlier, Sage_OnlyKnownAttributes, Sage_ProgramName], traits)> {
   let hasVerifier = 1;
 }
 

@@ -74,9 +74,28 @@ const std::vector<RuleCase> kRules = {
      1},
     {"two masks",
      {{"%p = sage.online_softmax %s_masked",
-       "%s_twice = sage.mask %s_masked causal\n  %p = sage.online_softmax %s_twice"}},
+       "%s_other = sage.mask %s_dequant causal\n  %p = sage.online_softmax %s_masked"}},
      "at most one sage.mask",
      1},
+    {"a mask of masked scores", // refused at the op (issue 26: a chain of masks made verifying quadratic)
+     {{"%p = sage.online_softmax %s_masked",
+       "%s_twice = sage.mask %s_masked causal\n  %p = sage.online_softmax %s_twice"}},
+     "masks scores a sage.mask already masked",
+     11},
+    {"a quantizer of a quantizer", // refused at the op (issue 26: a chain of casts made verifying quadratic)
+     {{"%v_f16 = sage.quantize %v to f16 none",
+       "%v_f32 = sage.quantize %v to f32 none\n  %v_f16 = sage.quantize %v_f32 to f16 none"}},
+     "quantizes the result of 'sage.quantize': Q, K, V and P are quantized once",
+     14},
+    {"an unused quantizer of K", // it would have set K's type in the variant (issue 26)
+     {{"  %s = sage.mma",
+       "  %k_e4m3 = sage.quantize %k_smoothed to e4m3 per_block {group_tokens = 64 : i64}\n  %s = sage.mma"}},
+     "computes a value nothing uses",
+     8},
+    {"an unused smoothing of V", // it would have added mean(V) in the epilogue (issue 26)
+     {{"  %s = sage.mma", "  %v_smoothed = sage.smooth %v over sequence\n  %s = sage.mma"}},
+     "computes a value nothing uses",
+     8},
     {"two softmaxes",
      {{"  %p_f16 =", "  %p2 = sage.online_softmax %s_masked exp2 state f32\n  %p_f16 ="}},
      "exactly one sage.online_softmax",
@@ -372,6 +391,14 @@ TEST_CASE("syntax errors and top-level mistakes are reported with locations") {
   }
   SUBCASE("two variants in one file") {
     CHECK_THROWS_WITH_AS(sage::ir::Program::parse(kValidProgram + applyEdits(kValidProgram, {{"@t", "@u"}}), "x.mlir"),
+                         doctest::Contains("x.mlir:21:3: error: %q is defined a second time (first at x.mlir:2:3): a "
+                                           "file holds one sage program"),
+                         sage::ir::ProgramError);
+    // With distinct value names the top-level rule reports it.
+    std::string renamed = applyEdits(kValidProgram, {{"@t", "@u"}});
+    for (size_t at = renamed.find('%'); at != std::string::npos; at = renamed.find('%', at + 3))
+      renamed.replace(at, 1, "%u_");
+    CHECK_THROWS_WITH_AS(sage::ir::Program::parse(kValidProgram + renamed, "x.mlir"),
                          doctest::Contains("exactly one sage.attention, found 2"), sage::ir::ProgramError);
   }
   SUBCASE("an empty file") {

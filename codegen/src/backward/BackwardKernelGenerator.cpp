@@ -1,4 +1,5 @@
 #include "sage/codegen/BackwardKernelGenerator.h"
+#include "sage/codegen/SourceText.h"
 
 #include <fmt/format.h>
 
@@ -113,8 +114,8 @@ sage_bwd_write_dq(const SageBackwardParams params) {{
 
 std::string BackwardKernelGenerator::kernelName(const BackwardVariant &variant,
                                                 const schedules::BackwardKernelPlan &plan) {
-  return identifier(variant.name) + "_d" + std::to_string(plan.head_dim) + (plan.causal ? "_causal" : "") + "_" +
-         std::string(schedules::nameOf(plan.input)) + "_" + identifier(schedules::archName(plan.arch)) + "_" +
+  return identifier(sourceSafe(variant.name)) + "_d" + std::to_string(plan.head_dim) + (plan.causal ? "_causal" : "") +
+         "_" + std::string(schedules::nameOf(plan.input)) + "_" + identifier(schedules::archName(plan.arch)) + "_" +
          identifier(plan.schedule) + (plan.smooth_k ? "" : "_unsmoothed_k");
 }
 
@@ -146,7 +147,7 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
   kernel.plan = plan;
   kernel.source =
       fmt::format(fmt::runtime(text), fmt::arg("name", kernel.name), fmt::arg("schedule", plan.schedule),
-                  fmt::arg("variant", variant.name), fmt::arg("d", plan.head_dim),
+                  fmt::arg("variant", sourceSafe(variant.name)), fmt::arg("d", plan.head_dim),
                   fmt::arg("arch", schedules::archName(plan.arch)), fmt::arg("input", schedules::nameOf(plan.input)),
                   fmt::arg("mask", nameOf(variant.mask)), fmt::arg("causal", plan.causal ? "true" : "false"),
                   fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"),

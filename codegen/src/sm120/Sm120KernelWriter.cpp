@@ -3,6 +3,7 @@
 #include "../KernelText.h"
 #include "sage/codegen/AttentionKernelGenerator.h"
 #include "sage/codegen/KernelAbiSource.h"
+#include "sage/codegen/SourceText.h"
 #include "sage/schedules/Sm120Schedule.h"
 
 #include <fmt/format.h>
@@ -85,8 +86,9 @@ KernelSource Sm120KernelWriter::write(const AttentionVariant &variant, const sch
   kernel.dynamic_shared_bytes = plan.shared.total_bytes;
   kernel.arch = plan.arch;
   kernel.uses_device_library = true;
+  const std::string variant_name = sourceSafe(variant.name); // the one way a name enters source
   kernel.source = fmt::format(
-      kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", variant.name),
+      kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", variant_name),
       fmt::arg("d", plan.head_dim), fmt::arg("arch", schedules::archName(plan.arch)),
       fmt::arg("input", schedules::nameOf(plan.input)),
       fmt::arg("format", nvfp4 ? "scale_vec::4X e2m1 x e2m1, ue4m3 per 16" : "scale_vec::2X e2m1 x e2m1, ue8m0 per 32"),

@@ -3,6 +3,7 @@
 #include "../KernelText.h"
 #include "sage/codegen/AttentionKernelGenerator.h"
 #include "sage/codegen/KernelAbiSource.h"
+#include "sage/codegen/SourceText.h"
 #include "sage/schedules/Sm90Schedule.h"
 
 #include <fmt/format.h>
@@ -146,8 +147,9 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
   kernel.dynamic_shared_bytes = plan.shared.total_bytes;
   kernel.arch = plan.arch;
   kernel.uses_device_library = true;
+  const std::string variant_name = sourceSafe(variant.name); // the one way a name enters source
   kernel.source = fmt::format(
-      kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", variant.name),
+      kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", variant_name),
       fmt::arg("d", plan.head_dim), fmt::arg("arch", schedules::archName(plan.arch)),
       fmt::arg("input", schedules::nameOf(plan.input)), fmt::arg("block_kv", plan.tunables.block_kv),
       fmt::arg("qk_k", plan.qk_mma.k),

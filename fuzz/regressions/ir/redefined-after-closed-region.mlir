@@ -1,0 +1,7 @@
+sage.attention @t version(1) head_dim(64) block_q(64) block_kv(64) {
+  %b = sage.input q
+}
+%a = sage.dequant %b
+sage.attention @u version(1) head_dim(64) block_q(64) block_kv(64) {
+  %b = sage.input k
+  garbage
