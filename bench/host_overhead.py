@@ -1,0 +1,80 @@
+"""Host time per attention call at a tiny shape (issue 24: the host path per call should cost no more than SDPA's).
+
+At b=1, h=8, N=128, d=128 the kernels take a few microseconds, so the wall time of many back-to-back calls is the
+host's: Python, the op dispatch, ctypes, the library's checks and the launches. Each implementation runs --calls
+calls after a warm-up; the table gives microseconds per call (median of --rounds), measured with the CPU clock and
+a final synchronize. --profile prints cProfile's top entries for one sagegen path, to show where the time goes.
+"""
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import sagegen  # noqa: E402
+
+
+def per_call_us(run, calls, rounds):
+    for _ in range(20):
+        run()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--shape", default="1,8,128,128", help="b,h,N,d")
+    parser.add_argument("--presets", default="sage-b,sage2-fp8")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    b, h, n, d = (int(x) for x in args.shape.split(","))
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+
+    runs = {}
+    for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def sdpa(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v)
+        runs[name] = sdpa
+    for preset in args.presets.split(","):
+        runs[f"{preset} sageattn"] = lambda preset=preset: sagegen.sageattn(q, k, v, preset=preset)
+        attention = sagegen.Attention(preset, head_dim=d)
+        out = torch.empty_like(q)
+        workspace = torch.empty(max(attention.workspace_bytes(q, k), 1), dtype=torch.uint8, device="cuda")
+        runs[f"{preset} Attention(out=, workspace=)"] = (
+            lambda attention=attention, out=out, workspace=workspace: attention(q, k, v, out=out, workspace=workspace))
+
+    print(f"# {torch.cuda.get_device_name()}  shape b,h,N,d = {args.shape}, f16; microseconds per call "
+          f"(wall time of {args.calls} back-to-back calls, median of {args.rounds})")
+    for name, run in runs.items():
+        print(f"{name:<40} {per_call_us(run, args.calls, args.rounds):8.1f}", flush=True)
+    if args.profile:
+        preset = args.presets.split(",")[0]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.calls):
+            sagegen.sageattn(q, k, v, preset=preset)
+        torch.cuda.synchronize()
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+
+
+if __name__ == "__main__":
+    main()
