@@ -18,10 +18,11 @@ AttentionBuilder makePreset(std::string_view name) {
   else if (name == "sage-vb")
     builder.qk(int8(per_block).smooth_k()).pv(int8_pv());
   else if (name == "sage2-fp8")
-    // Q per warp of 32 rows (a 128-row tile over 4 warps); every warp reads the whole K tile, so K's
+    // Q per warp of 16 rows (the rows one warp holds of a 64-row wgmma tile; SageAttention2's sm90 kernel uses the
+    // same, and 32-row groups lost accuracy on Q outlier channels); every warp reads the whole K tile, so K's
     // per-warp group is the 64-token tile. The FP8 mma's accumulator is flushed into f32 every 2 blocks (128
     // tokens), as SageAttention2's kernels do: the tensor cores' FP8 accumulation keeps fewer mantissa bits than f32.
-    builder.qk(int8(per_warp).groups(32, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 2));
+    builder.qk(int8(per_warp).groups(16, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 2));
   else if (name == "sage3-fp4")
     builder.qk(nvfp4().smooth_q().smooth_k()).pv(nvfp4_pv());
   else if (name == "sage3-fp4-direct-p")
