@@ -7,6 +7,8 @@ a final synchronize. --profile prints cProfile's top entries for one sagegen pat
 """
 
 import argparse
+import contextlib
+import ctypes
 import cProfile
 import os
 import pstats
@@ -22,7 +24,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sagegen  # noqa: E402
 
 
-def per_call_us(run, calls, rounds):
+def per_call_us(run, calls, rounds, context=None):
+    with context if context is not None else contextlib.nullcontext():
+        return _per_call_us(run, calls, rounds)
+
+
+def _per_call_us(run, calls, rounds):
     for _ in range(20):
         run()
     torch.cuda.synchronize()
@@ -36,6 +43,23 @@ def per_call_us(run, calls, rounds):
     return statistics.median(samples)
 
 
+def c_call(attention, q, k, v, out, workspace):
+    """sage_attention_run alone, its arguments built once: the library's own host time (checks, launches)."""
+    from sagegen._library import RunArgs, check, library
+    from sagegen._tensors import describe, layout_code
+    runner = attention._runner(q.device.index, describe(q, "q").dtype)
+    descs = {name: describe(tensor, name) for name, tensor in (("q", q), ("k", k), ("v", v), ("o", out))}
+    args = RunArgs()
+    args.layout, args.phase = layout_code("HND"), sagegen.PHASE_ALL
+    args.causal_alignment = attention._alignment
+    for name, desc in descs.items():
+        setattr(args, name, ctypes.pointer(desc))
+    args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    args.stream = torch.cuda.current_stream().cuda_stream
+    run, handle, pointer = library().sage_attention_run, runner.handle, ctypes.byref(args)
+    return lambda: check(run(handle, pointer))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shape", default="1,8,128,128", help="b,h,N,d")
@@ -47,24 +71,23 @@ def main():
     b, h, n, d = (int(x) for x in args.shape.split(","))
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
 
-    runs = {}
+    runs = {}  # name -> (callable, context entered once around the timed calls)
     for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
-        def sdpa(backend=backend):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v)
-        runs[name] = sdpa
+        runs[name] = (lambda: F.scaled_dot_product_attention(q, k, v), sdpa_kernel(backend))
     for preset in args.presets.split(","):
-        runs[f"{preset} sageattn"] = lambda preset=preset: sagegen.sageattn(q, k, v, preset=preset)
+        runs[f"{preset} sageattn"] = (lambda preset=preset: sagegen.sageattn(q, k, v, preset=preset), None)
         attention = sagegen.Attention(preset, head_dim=d)
         out = torch.empty_like(q)
         workspace = torch.empty(max(attention.workspace_bytes(q, k), 1), dtype=torch.uint8, device="cuda")
         runs[f"{preset} Attention(out=, workspace=)"] = (
-            lambda attention=attention, out=out, workspace=workspace: attention(q, k, v, out=out, workspace=workspace))
+            lambda attention=attention, out=out, workspace=workspace: attention(q, k, v, out=out, workspace=workspace),
+            None)
+        runs[f"{preset} C call alone"] = (c_call(attention, q, k, v, out, workspace), None)
 
     print(f"# {torch.cuda.get_device_name()}  shape b,h,N,d = {args.shape}, f16; microseconds per call "
           f"(wall time of {args.calls} back-to-back calls, median of {args.rounds})")
-    for name, run in runs.items():
-        print(f"{name:<40} {per_call_us(run, args.calls, args.rounds):8.1f}", flush=True)
+    for name, (run, context) in runs.items():
+        print(f"{name:<40} {per_call_us(run, args.calls, args.rounds, context):8.1f}", flush=True)
     if args.profile:
         preset = args.presets.split(",")[0]
         profiler = cProfile.Profile()
