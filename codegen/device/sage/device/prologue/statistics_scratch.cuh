@@ -15,25 +15,12 @@ struct StatisticsScratch {
   unsigned short *k_min, *k_max, *v_min, *v_max; // [batch * heads_kv][slices][kHeadDim]
 };
 
-// Slices are read kSliceBatch at a time, all loads issued before the first is used: every K and V tile of launch 2
-// combines its head's statistics, and one dependent L2 load per slice (16-32 per head) made that combination, not the
-// tile's own bytes, the launch's critical path (ncu, H200: 2.0 TB/s of DRAM in launch 2 against 3.3 in launch 1).
-constexpr int kSliceBatch = 16;
-
 // One channel's statistics over the whole sequence, from its entries of launch 1's slices (`first_entry`,
 // `first_entry + kHeadDim`, ...) combined in slice order. The mean: the slices' sums added in order, one f32 division.
 __device__ __forceinline__ float combinedMean(const float *sums, long long first_entry, int slices, int tokens) {
   float sum = 0.0f;
-  for (int first = 0; first < slices; first += kSliceBatch) {
-    float part[kSliceBatch];
-#pragma unroll
-    for (int i = 0; i < kSliceBatch; ++i)
-      part[i] = first + i < slices ? sums[first_entry + (first + i) * kHeadDim] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < kSliceBatch; ++i)
-      if (first + i < slices)
-        sum = __fadd_rn(sum, part[i]);
-  }
+  for (int slice = 0; slice < slices; ++slice)
+    sum = __fadd_rn(sum, sums[first_entry + slice * kHeadDim]);
   return __fdiv_rn(sum, (float)tokens);
 }
 
@@ -43,20 +30,9 @@ template <bool kCentred>
 __device__ __forceinline__ float combinedAmax(const unsigned short *minima, const unsigned short *maxima,
                                               long long first_entry, int slices, [[maybe_unused]] float mean) {
   float low = positiveInfinity(), high = -positiveInfinity();
-  for (int first = 0; first < slices; first += kSliceBatch) {
-    unsigned short lows[kSliceBatch], highs[kSliceBatch];
-#pragma unroll
-    for (int i = 0; i < kSliceBatch; ++i) {
-      const bool inside = first + i < slices;
-      lows[i] = inside ? minima[first_entry + (first + i) * kHeadDim] : (unsigned short)0;
-      highs[i] = inside ? maxima[first_entry + (first + i) * kHeadDim] : (unsigned short)0;
-    }
-#pragma unroll
-    for (int i = 0; i < kSliceBatch; ++i)
-      if (first + i < slices) {
-        low = fminf(low, inputToFloat(lows[i]));
-        high = fmaxf(high, inputToFloat(highs[i]));
-      }
+  for (int slice = 0; slice < slices; ++slice) {
+    low = fminf(low, inputToFloat(minima[first_entry + slice * kHeadDim]));
+    high = fmaxf(high, inputToFloat(maxima[first_entry + slice * kHeadDim]));
   }
   if constexpr (kCentred)
     return fmaxf(fabsf(__fsub_rn(high, mean)), fabsf(__fsub_rn(low, mean)));
