@@ -159,13 +159,23 @@ AotKernelEntry readKernel(const JsonValue &value, const std::string &path, std::
   entry.input = reader.string("input");
   if (entry.input != "f16" && entry.input != "bf16")
     reader.fail(reader.fieldPath("input"), fmt::format("expected \"f16\" or \"bf16\", found \"{}\"", entry.input));
-  entry.entry_point = reader.string("entry_point");
-  entry.source_file = reader.fileName("source");
+  entry.entry_point = reader.name("entry_point");
   entry.source_sha256 = reader.hex("source_sha256", 64);
+  // Each file's name is the one emit derives from this entry: a name from another entry, or of another file, is
+  // refused here rather than loaded for this entry's key or deleted by the next emit.
+  auto derived = [&](std::string_view field, const std::string &expected) {
+    std::string listed = reader.fileName(field);
+    if (listed != expected)
+      reader.fail(reader.fieldPath(field), fmt::format("expected \"{}\" (from this entry's entry_point, source_sha256 "
+                                                       "and arch), found \"{}\"",
+                                                       expected, listed));
+    return listed;
+  };
+  entry.source_file = derived("source", aotSourceFileName(entry.entry_point, entry.source_sha256));
   if (reader.optional("ptx"))
-    entry.ptx_file = reader.fileName("ptx");
+    entry.ptx_file = derived("ptx", aotImageFileName(entry.entry_point, entry.source_sha256, entry.arch, "ptx"));
   if (reader.optional("cubin")) {
-    entry.cubin_file = reader.fileName("cubin");
+    entry.cubin_file = derived("cubin", aotImageFileName(entry.entry_point, entry.source_sha256, entry.arch, "cubin"));
     entry.cubin_sha256 = reader.hex("cubin_sha256", 64);
   } else if (reader.optional("cubin_sha256")) {
     reader.fail(reader.fieldPath("cubin_sha256"), "given without a cubin");
@@ -222,6 +232,15 @@ AotSkippedVariant readSkipped(const JsonValue &value, const std::string &path, s
 }
 
 } // namespace
+
+std::string aotSourceFileName(std::string_view entry_point, std::string_view source_sha256) {
+  return fmt::format("{}-{}.cu", entry_point, source_sha256.substr(0, 12));
+}
+
+std::string aotImageFileName(std::string_view entry_point, std::string_view source_sha256, std::string_view arch,
+                             std::string_view extension) {
+  return fmt::format("{}-{}.{}.{}", entry_point, source_sha256.substr(0, 12), arch, extension);
+}
 
 const AotKernelEntry *AotManifest::find(std::string_view key_digest) const {
   auto found = std::find_if(kernels.begin(), kernels.end(),

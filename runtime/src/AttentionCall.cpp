@@ -3,6 +3,7 @@
 #include "sage/runtime/AttentionCall.h"
 
 #include "sage/runtime/ArgumentError.h"
+#include "sage/runtime/TensorValidation.h"
 
 #include <fmt/format.h>
 
@@ -18,97 +19,8 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kGridYZMax = 65535; // gridDim.y and gridDim.z: heads_q and batch
 
-std::string shapeText(const TensorDescription &tensor) {
-  std::string text = "[";
-  for (int i = 0; i < tensor.rank && i < kMaxTensorRank; ++i)
-    text += (i ? ", " : "") + std::to_string(tensor.shape[i]);
-  return text + "]";
-}
-
-std::string deviceText(int device) {
-  return device == kHostMemory ? std::string("host memory") : "CUDA device " + std::to_string(device);
-}
-
 DataType storageOf(schedules::InputType input) {
   return input == schedules::InputType::bf16 ? DataType::bf16 : DataType::f16;
-}
-
-// Pointer, rank, positive sizes, non-negative strides, device and element type.
-void checkBasics(const TensorDescription &tensor, const char *name, int rank, DataType dtype, int device) {
-  if (!tensor.data)
-    throw ArgumentError(name, "the data pointer is null");
-  if (tensor.rank != rank)
-    throw ArgumentError(name, fmt::format("expected a {}-D tensor, got {} dimensions", rank, tensor.rank));
-  for (int i = 0; i < rank; ++i) {
-    if (tensor.shape[i] <= 0)
-      throw ArgumentError(name, fmt::format("every size must be positive, got shape {}", shapeText(tensor)));
-    if (tensor.strides[i] < 0)
-      throw ArgumentError(name,
-                          fmt::format("strides must not be negative, got {} in dimension {}", tensor.strides[i], i));
-  }
-  if (tensor.device != device)
-    throw ArgumentError(name, fmt::format("is in {}, expected CUDA device {} (where this attention's kernels are "
-                                          "loaded)",
-                                          deviceText(tensor.device), device));
-  if (tensor.dtype != dtype)
-    throw ArgumentError(name, fmt::format("expected dtype {}, got {}", nameOf(dtype), nameOf(tensor.dtype)));
-}
-
-// The byte span [data, data + extent) the tensor's elements occupy; throws when it does not fit 64 bits.
-int64_t extentBytes(const TensorDescription &tensor, const char *name) {
-  int64_t last = 0; // offset of the last element, in elements
-  for (int i = 0; i < tensor.rank; ++i) {
-    int64_t term = 0;
-    if (__builtin_mul_overflow(tensor.shape[i] - 1, tensor.strides[i], &term) ||
-        __builtin_add_overflow(last, term, &last))
-      throw ArgumentError(name,
-                          fmt::format("shape {} with these strides spans more than 2^63 elements", shapeText(tensor)));
-  }
-  int64_t bytes = 0;
-  if (__builtin_mul_overflow(last + 1, bytesOf(tensor.dtype), &bytes))
-    throw ArgumentError(name, "spans more than 2^63 bytes");
-  return bytes;
-}
-
-// Written tensors: no two elements may share an address (a stride-0 or overlapping view would race).
-void checkNonOverlapping(const TensorDescription &tensor, const char *name) {
-  // Dimensions by increasing stride (insertion sort: at most 4).
-  std::array<int, kMaxTensorRank> order{};
-  for (int i = 0; i < tensor.rank; ++i) {
-    int j = i;
-    for (; j > 0 && tensor.strides[order[j - 1]] > tensor.strides[i]; --j)
-      order[j] = order[j - 1];
-    order[j] = i;
-  }
-  int64_t span = 1; // elements covered by the dimensions sorted so far
-  for (int i = 0; i < tensor.rank; ++i) {
-    const int dim = order[i];
-    if (tensor.shape[dim] == 1)
-      continue;
-    if (tensor.strides[dim] < span)
-      throw ArgumentError(name, fmt::format("is written, so its elements must not overlap; shape {} has stride {} "
-                                            "in dimension {}",
-                                            shapeText(tensor), tensor.strides[dim], dim));
-    span = tensor.strides[dim] * tensor.shape[dim];
-  }
-}
-
-void checkContiguous(const TensorDescription &tensor, const char *name) {
-  int64_t expected = 1;
-  for (int i = tensor.rank - 1; i >= 0; --i) {
-    if (tensor.shape[i] != 1 && tensor.strides[i] != expected)
-      throw ArgumentError(name, fmt::format("must be contiguous (row-major), got stride {} in dimension {} of shape {}",
-                                            tensor.strides[i], i, shapeText(tensor)));
-    expected *= tensor.shape[i];
-  }
-}
-
-void checkDisjoint(const TensorDescription &written, const char *written_name, int64_t written_bytes,
-                   const TensorDescription &read, const char *read_name, int64_t read_bytes) {
-  const auto begin_w = reinterpret_cast<uintptr_t>(written.data), begin_r = reinterpret_cast<uintptr_t>(read.data);
-  if (begin_w < begin_r + static_cast<uint64_t>(read_bytes) && begin_r < begin_w + static_cast<uint64_t>(written_bytes))
-    throw ArgumentError(written_name, fmt::format("overlaps {} in memory; the kernels read {} while writing {}",
-                                                  read_name, read_name, written_name));
 }
 
 struct Dims {
@@ -137,7 +49,7 @@ SageTensorStrides stridesOf(const TensorDescription &tensor, TensorLayout layout
 // 8 elements at a time, the attention kernel copies V rows with 16-byte cp.async), the head dim contiguous.
 Dims checkInput(const TensorDescription &tensor, const char *name, TensorLayout layout,
                 const KernelRequirements &requirements) {
-  checkBasics(tensor, name, 4, storageOf(requirements.input), requirements.device);
+  checkTensorBasics(tensor, name, 4, storageOf(requirements.input), requirements.device);
   const Dims dims = dimsOf(tensor, layout);
   if (dims.head_dim != requirements.head_dim)
     throw ArgumentError(name, fmt::format("head dim (last size) is {}, but the kernel was built for head_dim {}",
@@ -145,8 +57,7 @@ Dims checkInput(const TensorDescription &tensor, const char *name, TensorLayout 
   if (tensor.strides[3] != 1)
     throw ArgumentError(name,
                         fmt::format("the head dim must be contiguous (stride 1), got stride {}", tensor.strides[3]));
-  if (reinterpret_cast<uintptr_t>(tensor.data) % 16 != 0)
-    throw ArgumentError(name, "data must be 16-byte aligned (the kernels read 8 elements at a time)");
+  checkAlignment(tensor, name, 16, "the kernels read 8 elements at a time");
   for (int i = 0; i < 3; ++i)
     if (tensor.shape[i] != 1 && tensor.strides[i] % 8 != 0)
       throw ArgumentError(name, fmt::format("strides must be multiples of 8 elements (16 bytes), got {} in "
@@ -219,22 +130,23 @@ ValidatedCall validateAttentionCall(const AttentionCall &call, const KernelRequi
 
   // O: q's shape and dtype; written two elements (4 bytes) at a time.
   const TensorDescription &o = call.o;
-  checkBasics(o, "o", 4, storageOf(requirements.input), requirements.device);
+  checkTensorBasics(o, "o", 4, storageOf(requirements.input), requirements.device);
   for (int i = 0; i < 4; ++i)
     if (o.shape[i] != call.q.shape[i])
       throw ArgumentError("o", fmt::format("shape {} must equal q's {}", shapeText(o), shapeText(call.q)));
   if (o.strides[3] != 1)
     throw ArgumentError("o", fmt::format("the head dim must be contiguous (stride 1), got stride {}", o.strides[3]));
-  if (reinterpret_cast<uintptr_t>(o.data) % 4 != 0)
-    throw ArgumentError("o", "data must be 4-byte aligned (the kernels write 2 elements at a time)");
+  checkAlignment(o, "o", 4, "the kernels write 2 elements at a time");
   for (int i = 0; i < 3; ++i)
     if (o.shape[i] != 1 && o.strides[i] % 2 != 0)
       throw ArgumentError("o", fmt::format("strides must be even, got {} in dimension {}", o.strides[i], i));
   checkNonOverlapping(o, "o");
-  const int64_t o_bytes = extentBytes(o, "o");
-  checkDisjoint(o, "o", o_bytes, call.q, "q", extentBytes(call.q, "q"));
-  checkDisjoint(o, "o", o_bytes, call.k, "k", extentBytes(call.k, "k"));
-  checkDisjoint(o, "o", o_bytes, call.v, "v", extentBytes(call.v, "v"));
+  // Every tensor's span, for the overlap rule checked once all are known: o, lse and the workspace are written.
+  MemoryRegions &regions = result.regions;
+  regions.add(regionOf(call.q, "q", false));
+  regions.add(regionOf(call.k, "k", false));
+  regions.add(regionOf(call.v, "v", false));
+  regions.add(regionOf(o, "o", true));
 
   float *lse = nullptr;
   if (requirements.writes_lse != call.lse.has_value())
@@ -244,16 +156,12 @@ ValidatedCall validateAttentionCall(const AttentionCall &call, const KernelRequi
                                    : std::string("this attention was built without the LSE (create it with lse)"));
   if (call.lse) {
     const TensorDescription &tensor = *call.lse;
-    checkBasics(tensor, "lse", 3, DataType::f32, requirements.device);
+    checkTensorBasics(tensor, "lse", 3, DataType::f32, requirements.device);
     if (tensor.shape[0] != shape.batch || tensor.shape[1] != shape.heads_q || tensor.shape[2] != shape.tokens_q)
       throw ArgumentError("lse", fmt::format("expected shape [{}, {}, {}] (batch, q heads, q tokens), got {}",
                                              shape.batch, shape.heads_q, shape.tokens_q, shapeText(tensor)));
     checkContiguous(tensor, "lse");
-    if (reinterpret_cast<uintptr_t>(tensor.data) % 4 != 0)
-      throw ArgumentError("lse", "data must be 4-byte aligned");
-    const int64_t lse_bytes = extentBytes(tensor, "lse");
-    checkDisjoint(tensor, "lse", lse_bytes, o, "o", o_bytes);
-    checkDisjoint(tensor, "lse", lse_bytes, call.q, "q", extentBytes(call.q, "q"));
+    regions.add(regionOf(tensor, "lse", true));
     lse = static_cast<float *>(const_cast<void *>(tensor.data));
   }
 
@@ -264,7 +172,7 @@ ValidatedCall validateAttentionCall(const AttentionCall &call, const KernelRequi
       throw ArgumentError("block_mask", "this attention has no block-sparse mask (create it with a block_sparse "
                                         "variant)");
     const DataType dtype = tensor.dtype == DataType::boolean ? DataType::boolean : DataType::u8;
-    checkBasics(tensor, "block_mask", 4, dtype, requirements.device);
+    checkTensorBasics(tensor, "block_mask", 4, dtype, requirements.device);
     const int64_t q_blocks = (shape.tokens_q + requirements.block_q - 1) / requirements.block_q;
     const int64_t kv_blocks = (shape.tokens_kv + requirements.block_kv - 1) / requirements.block_kv;
     if (tensor.shape[0] != shape.batch || tensor.shape[1] != shape.heads_q || tensor.shape[2] != q_blocks ||
@@ -274,8 +182,11 @@ ValidatedCall validateAttentionCall(const AttentionCall &call, const KernelRequi
                                                     shape.batch, shape.heads_q, q_blocks, kv_blocks,
                                                     requirements.block_q, requirements.block_kv, shapeText(tensor)));
     checkContiguous(tensor, "block_mask");
+    regions.add(regionOf(tensor, "block_mask", false));
     block_mask = static_cast<const unsigned char *>(tensor.data);
   }
+
+  regions.checkDisjoint();
 
   AttentionTensors &tensors = result.tensors;
   tensors.q = call.q.data;

@@ -259,7 +259,9 @@ void AttentionRunner::run(const AttentionCall &call, void *workspace, size_t wor
 }
 
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
-  return schedules::computeWorkspaceLayout(state_->variant, shape, state_->options.input).total_bytes;
+  // Through the plan cache: the C ABI sizes the workspace on every run (its overlap check), and the run that follows
+  // finds the same plan.
+  return state_->planFor(shape)->layout.total_bytes;
 }
 
 void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,

@@ -10,6 +10,7 @@
 #include "sage/runtime/AttentionBackwardRunner.h"
 #include "sage/runtime/AttentionCall.h"
 #include "sage/runtime/AttentionRunner.h"
+#include "sage/runtime/CApiArguments.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/DeviceArch.h"
@@ -48,6 +49,7 @@ struct sage_backward {
 namespace {
 
 using sage::runtime::ArgumentError;
+using sage::runtime::capi::describe;
 
 thread_local std::string last_error;
 
@@ -84,22 +86,6 @@ template <typename Body> sage_status guarded(Body &&body) noexcept {
   }
 }
 
-sage::runtime::DataType dataTypeOf(int dtype, const char *argument) {
-  switch (dtype) {
-  case SAGE_DTYPE_F16:
-    return sage::runtime::DataType::f16;
-  case SAGE_DTYPE_BF16:
-    return sage::runtime::DataType::bf16;
-  case SAGE_DTYPE_F32:
-    return sage::runtime::DataType::f32;
-  case SAGE_DTYPE_U8:
-    return sage::runtime::DataType::u8;
-  case SAGE_DTYPE_BOOL:
-    return sage::runtime::DataType::boolean;
-  }
-  throw ArgumentError(argument, "unknown sage_dtype value " + std::to_string(dtype));
-}
-
 sage::schedules::InputType inputTypeOf(int dtype) {
   if (dtype == SAGE_DTYPE_F16)
     return sage::schedules::InputType::f16;
@@ -114,27 +100,6 @@ sage::runtime::TensorLayout layoutOf(int layout) {
   if (layout == SAGE_LAYOUT_NHD)
     return sage::runtime::TensorLayout::nhd;
   throw ArgumentError("layout", "expected SAGE_LAYOUT_HND or SAGE_LAYOUT_NHD, got " + std::to_string(layout));
-}
-
-sage::runtime::TensorDescription describe(const sage_tensor_desc &tensor, const char *argument) {
-  if (tensor.ndim < 1 || tensor.ndim > sage::runtime::kMaxTensorRank)
-    throw ArgumentError(argument, "ndim must be 1 to 4, got " + std::to_string(tensor.ndim));
-  sage::runtime::TensorDescription description;
-  description.data = tensor.data;
-  description.rank = tensor.ndim;
-  for (int i = 0; i < tensor.ndim; ++i) {
-    description.shape[i] = tensor.shape[i];
-    description.strides[i] = tensor.strides[i];
-  }
-  description.dtype = dataTypeOf(tensor.dtype, argument);
-  description.device = tensor.device;
-  return description;
-}
-
-const sage_tensor_desc &required(const sage_tensor_desc *tensor, const char *argument) {
-  if (!tensor)
-    throw ArgumentError(argument, "must not be null");
-  return *tensor;
 }
 
 sage::runtime::AttentionRunner &runnerOf(sage_attention_t attention) {
@@ -169,64 +134,8 @@ sage::runtime::SlaRunner &slaRunnerOf(sage_sla_t sla) {
   return *sla->runner;
 }
 
-// Checks a 4-D contiguous tensor of `dtype` and `shape` on `device`; returns its data pointer.
-void *contiguousData(const sage_tensor_desc *tensor, const char *argument, int dtype, const long long (&shape)[4],
-                     int device) {
-  const sage_tensor_desc &t = required(tensor, argument);
-  if (t.ndim != 4)
-    throw ArgumentError(argument, "expected 4 dimensions, got " + std::to_string(t.ndim));
-  if (t.dtype != dtype)
-    throw ArgumentError(argument, std::string("expected dtype ") + (dtype == SAGE_DTYPE_F16 ? "f16" : "f32") +
-                                      ", got sage_dtype " + std::to_string(t.dtype));
-  if (t.device != device)
-    throw ArgumentError(argument, "expected device " + std::to_string(device) + ", got " + std::to_string(t.device));
-  if (!t.data)
-    throw ArgumentError(argument, "data must not be null");
-  long long stride = 1;
-  for (int i = 3; i >= 0; --i) {
-    if (t.shape[i] != shape[i])
-      throw ArgumentError(argument, "expected shape [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) +
-                                        ", " + std::to_string(shape[2]) + ", " + std::to_string(shape[3]) + "]");
-    if (t.strides[i] != stride)
-      throw ArgumentError(argument, "must be contiguous: expected stride " + std::to_string(stride) +
-                                        " (elements) in dimension " + std::to_string(i) + ", got " +
-                                        std::to_string(t.strides[i]));
-    stride *= shape[i];
-  }
-  return t.data;
-}
-
-struct SlaProblem {
-  sage::schedules::ProblemShape shape;
-  long long q_shape[4], kv_shape[4];
-};
-
-SlaProblem slaProblemOf(const sage::runtime::SlaRunner &runner, const sage_tensor_desc *q, const sage_tensor_desc *k) {
-  const sage_tensor_desc &q_desc = required(q, "q"), &k_desc = required(k, "k");
-  if (q_desc.ndim != 4 || k_desc.ndim != 4)
-    throw ArgumentError("q, k", "expected 4-D HND tensors [batch, heads, tokens, head_dim]");
-  SlaProblem problem;
-  problem.shape = {q_desc.shape[0], q_desc.shape[1], k_desc.shape[1],
-                   q_desc.shape[2], k_desc.shape[2], q_desc.shape[3]};
-  for (int i = 0; i < 4; ++i) {
-    problem.q_shape[i] = q_desc.shape[i];
-    problem.kv_shape[i] = k_desc.shape[i];
-  }
-  if (k_desc.shape[0] != q_desc.shape[0] || k_desc.shape[3] != q_desc.shape[3])
-    throw ArgumentError("k", "batch and head_dim must equal q's");
-  if (q_desc.shape[3] != runner.variant().head_dim)
-    throw ArgumentError("q", "head_dim must be the SLA object's " + std::to_string(runner.variant().head_dim));
-  for (long long size : q_desc.shape)
-    if (size <= 0 || size > (1LL << 30))
-      throw ArgumentError("q", "sizes must lie in [1, 2^30]");
-  for (long long size : k_desc.shape)
-    if (size <= 0 || size > (1LL << 30))
-      throw ArgumentError("k", "sizes must lie in [1, 2^30]");
-  return problem;
-}
-
-SageTensorStrides contiguousStrides(const long long (&shape)[4]) {
-  return {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3]};
+sage::runtime::capi::SlaRequirements slaRequirementsOf(sage_sla_t sla) {
+  return {slaRunnerOf(sla).variant().head_dim, sla->device};
 }
 
 // ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
@@ -236,38 +145,9 @@ sage::runtime::AttentionBackwardRunner &backwardOf(sage_backward_t backward) {
   return *backward->runner;
 }
 
-// A contiguous tensor of `shape` (rank 3 or 4) and `dtype` on `device`, 16-byte aligned.
-void checkContiguous(const sage_tensor_desc *tensor, const char *argument, std::initializer_list<long long> shape,
-                     int dtype, int device) {
-  const sage_tensor_desc &t = required(tensor, argument);
-  if (t.ndim != static_cast<int>(shape.size()))
-    throw ArgumentError(argument,
-                        "expected " + std::to_string(shape.size()) + " dimensions, got " + std::to_string(t.ndim));
-  long long stride = 1;
-  int axis = static_cast<int>(shape.size()) - 1;
-  for (auto it = shape.end(); it != shape.begin(); --axis) {
-    --it;
-    if (t.shape[axis] != *it)
-      throw ArgumentError(argument, "dimension " + std::to_string(axis) + " must be " + std::to_string(*it) + ", got " +
-                                        std::to_string(t.shape[axis]));
-    if (t.strides[axis] != stride && *it > 1)
-      throw ArgumentError(argument, "must be contiguous (HND): stride " + std::to_string(axis) + " must be " +
-                                        std::to_string(stride) + ", got " + std::to_string(t.strides[axis]));
-    stride *= *it;
-  }
-  if (t.dtype != dtype)
-    throw ArgumentError(argument,
-                        "dtype must be " + std::to_string(dtype) + " (sage_dtype), got " + std::to_string(t.dtype));
-  if (t.device != device)
-    throw ArgumentError(argument, "must be on device " + std::to_string(device) + ", got " + std::to_string(t.device));
-  if (!t.data || reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
-    throw ArgumentError(argument, "data must be a non-null, 16-byte aligned device pointer");
-}
-
-void checkShapeDims(const sage_tensor_desc &tensor, const char *argument) {
-  if (tensor.ndim != 4)
-    throw ArgumentError(argument,
-                        "expected 4 dimensions [batch, heads, tokens, head_dim], got " + std::to_string(tensor.ndim));
+sage::runtime::capi::BackwardRequirements backwardRequirementsOf(const sage_backward &backward) {
+  return {backward.runner->plan().head_dim, sage::runtime::capi::dataTypeOf(backward.dtype, "config.dtype"),
+          backward.device};
 }
 
 } // namespace
@@ -328,8 +208,8 @@ sage_status sage_attention_workspace_bytes(sage_attention_t attention, sage_layo
       throw ArgumentError("bytes", "must not be null");
     sage::runtime::AttentionCall call;
     call.layout = layoutOf(layout);
-    call.q = describe(required(q, "q"), "q");
-    call.k = describe(required(k, "k"), "k");
+    call.q = describe(q, "q");
+    call.k = describe(k, "k");
     *bytes = runner.workspaceBytes(call);
   });
 }
@@ -351,14 +231,14 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
       throw ArgumentError("args", "must not be null");
     sage::runtime::AttentionCall call;
     call.layout = layoutOf(args->layout);
-    call.q = describe(required(args->q, "q"), "q");
-    call.k = describe(required(args->k, "k"), "k");
-    call.v = describe(required(args->v, "v"), "v");
-    call.o = describe(required(args->o, "o"), "o");
+    call.q = describe(args->q, "q");
+    call.k = describe(args->k, "k");
+    call.v = describe(args->v, "v");
+    call.o = describe(args->o, "o");
     if (args->lse)
-      call.lse = describe(*args->lse, "lse");
+      call.lse = describe(args->lse, "lse");
     if (args->block_mask)
-      call.block_mask = describe(*args->block_mask, "block_mask");
+      call.block_mask = describe(args->block_mask, "block_mask");
     if (args->causal_alignment == SAGE_CAUSAL_BOTTOM_RIGHT)
       call.causal_alignment = sage::runtime::CausalAlignment::bottom_right;
     else if (args->causal_alignment == SAGE_CAUSAL_TOP_LEFT)
@@ -380,8 +260,11 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
       throw ArgumentError("phase", "expected SAGE_PHASE_ALL, SAGE_PHASE_PROLOGUE or SAGE_PHASE_ATTENTION, got " +
                                        std::to_string(args->phase));
     }
-    runner.run(call, args->workspace, args->workspace_bytes, static_cast<sage::runtime::driver::Stream>(args->stream),
-               phase);
+    const sage::runtime::ValidatedCall validated = sage::runtime::validateAttentionCall(call, runner.requirements());
+    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
+                                  runner.workspaceBytes(validated.shape), 256, "sage_attention_workspace_bytes");
+    runner.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
+               static_cast<sage::runtime::driver::Stream>(args->stream), phase);
   });
 }
 
@@ -409,17 +292,7 @@ sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
       throw ArgumentError("config.preset",
                           std::string("expected an SLA preset (sla-f16, sla-int8, sla-f16-elu), got '") +
                               config->preset + "'");
-    sage::SlaSpec spec = builder->describe().sla;
-    if (config->critical_percent > 0)
-      spec.critical_percent = config->critical_percent;
-    if (config->negligible_percent >= 0)
-      spec.negligible_percent = config->negligible_percent;
-    if (config->feature_map >= 0) {
-      if (config->feature_map > 2)
-        throw ArgumentError("config.feature_map", "expected 0 (softmax), 1 (elu + 1), 2 (relu) or -1");
-      spec.feature_map = static_cast<sage::FeatureMap>(config->feature_map);
-    }
-    builder->sla(spec);
+    builder->sla(sage::runtime::capi::slaSpecOf(*config, builder->describe().sla));
     const sage::ir::Program program = builder->build(); // the verifier checks k_h and k_l
     sage::runtime::AttentionRunnerOptions options;
     options.ir_fingerprint = sage::dsl::emitProgram(sage::slaSparsePart(program.variant())).fingerprint();
@@ -439,8 +312,8 @@ sage_status sage_sla_workspace(sage_sla_t sla, const sage_tensor_desc *q, const 
     const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
     if (!bytes || !classes_offset || !q_blocks || !kv_blocks)
       throw ArgumentError("bytes, classes_offset, q_blocks, kv_blocks", "must not be null");
-    const SlaProblem problem = slaProblemOf(runner, q, k);
-    const sage::runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(problem.shape, true);
+    const sage::schedules::ProblemShape shape = sage::runtime::capi::validateSlaInputs(q, k, slaRequirementsOf(sla));
+    const sage::runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true);
     *bytes = layout.total;
     *classes_offset = layout.classes;
     *q_blocks = layout.shape.q_blocks;
@@ -453,21 +326,11 @@ sage_status sage_sla_forward(sage_sla_t sla, const sage_sla_args *args) {
     const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
     if (!args)
       throw ArgumentError("args", "must not be null");
-    const SlaProblem problem = slaProblemOf(runner, args->q, args->k);
-    const int device = sla->device;
-    sage::runtime::SlaTensors tensors;
-    tensors.q = contiguousData(args->q, "q", SAGE_DTYPE_F16, problem.q_shape, device);
-    tensors.k = contiguousData(args->k, "k", SAGE_DTYPE_F16, problem.kv_shape, device);
-    tensors.v = contiguousData(args->v, "v", SAGE_DTYPE_F16, problem.kv_shape, device);
-    tensors.o = contiguousData(args->o_sparse, "o_sparse", SAGE_DTYPE_F16, problem.q_shape, device);
-    tensors.o_linear =
-        static_cast<float *>(contiguousData(args->o_linear, "o_linear", SAGE_DTYPE_F32, problem.q_shape, device));
-    tensors.q_strides = tensors.o_strides = contiguousStrides(problem.q_shape);
-    tensors.k_strides = tensors.v_strides = contiguousStrides(problem.kv_shape);
-    const size_t needed = runner.workspaceBytes(problem.shape, true);
-    if (!args->workspace || args->workspace_bytes < needed)
-      throw ArgumentError("workspace", std::to_string(needed) + " bytes needed (sage_sla_workspace)");
-    runner.run(problem.shape, tensors, args->workspace, args->workspace_bytes,
+    const sage::runtime::capi::ValidatedSlaForward validated =
+        sage::runtime::capi::validateSlaForwardArgs(*args, slaRequirementsOf(sla));
+    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
+                                  runner.workspaceBytes(validated.shape, true), 256, "sage_sla_workspace");
+    runner.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
                static_cast<sage::runtime::driver::Stream>(args->stream));
   });
 }
@@ -477,29 +340,11 @@ sage_status sage_sla_backward(sage_sla_t sla, const sage_sla_args *args) {
     const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
     if (!args)
       throw ArgumentError("args", "must not be null");
-    const SlaProblem problem = slaProblemOf(runner, args->q, args->k);
-    const int device = sla->device;
-    sage::runtime::SlaBackwardTensors tensors;
-    tensors.q = contiguousData(args->q, "q", SAGE_DTYPE_F16, problem.q_shape, device);
-    tensors.k = contiguousData(args->k, "k", SAGE_DTYPE_F16, problem.kv_shape, device);
-    tensors.v = contiguousData(args->v, "v", SAGE_DTYPE_F16, problem.kv_shape, device);
-    tensors.q_strides = contiguousStrides(problem.q_shape);
-    tensors.k_strides = tensors.v_strides = contiguousStrides(problem.kv_shape);
-    tensors.d_sparse =
-        static_cast<const float *>(contiguousData(args->d_sparse, "d_sparse", SAGE_DTYPE_F32, problem.q_shape, device));
-    tensors.d_linear =
-        static_cast<const float *>(contiguousData(args->d_linear, "d_linear", SAGE_DTYPE_F32, problem.q_shape, device));
-    tensors.dq = static_cast<float *>(contiguousData(args->dq, "dq", SAGE_DTYPE_F32, problem.q_shape, device));
-    tensors.dk = static_cast<float *>(contiguousData(args->dk, "dk", SAGE_DTYPE_F32, problem.kv_shape, device));
-    tensors.dv = static_cast<float *>(contiguousData(args->dv, "dv", SAGE_DTYPE_F32, problem.kv_shape, device));
-    if (args->o_sparse) { // optional: the forward's O^s, so that a saved L spares the statistics kernel
-      tensors.o_sparse = contiguousData(args->o_sparse, "o_sparse", SAGE_DTYPE_F16, problem.q_shape, device);
-      tensors.o_sparse_strides = contiguousStrides(problem.q_shape);
-    }
-    const size_t needed = runner.workspaceBytes(problem.shape, true);
-    if (!args->workspace || args->workspace_bytes < needed)
-      throw ArgumentError("workspace", std::to_string(needed) + " bytes needed (sage_sla_workspace)");
-    runner.backward(problem.shape, tensors, args->workspace, args->workspace_bytes,
+    const sage::runtime::capi::ValidatedSlaBackward validated =
+        sage::runtime::capi::validateSlaBackwardArgs(*args, slaRequirementsOf(sla));
+    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
+                                  runner.workspaceBytes(validated.shape, true), 256, "sage_sla_workspace");
+    runner.backward(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
                     static_cast<sage::runtime::driver::Stream>(args->stream));
   });
 }
@@ -541,9 +386,9 @@ sage_status sage_backward_workspace_bytes(sage_backward_t backward, const sage_t
     const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
     if (!bytes)
       throw ArgumentError("bytes", "must not be null");
-    checkShapeDims(required(q, "q"), "q");
-    checkShapeDims(required(k, "k"), "k");
-    *bytes = runner.workspaceBytes(q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2]);
+    const sage::runtime::capi::BackwardShape shape =
+        sage::runtime::capi::validateBackwardInputs(q, k, backwardRequirementsOf(*backward));
+    *bytes = runner.workspaceBytes(shape.batch, shape.heads_q, shape.heads_kv, shape.tokens_q, shape.tokens_kv);
   });
 }
 
@@ -552,40 +397,13 @@ sage_status sage_backward_run(sage_backward_t backward, const sage_backward_args
     const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
     if (!args)
       throw ArgumentError("args", "must not be null");
-    const sage_tensor_desc &q = required(args->q, "q"), &k = required(args->k, "k");
-    checkShapeDims(q, "q");
-    checkShapeDims(k, "k");
-    const long long batch = q.shape[0], heads_q = q.shape[1], tokens_q = q.shape[2], d = q.shape[3];
-    const long long heads_kv = k.shape[1], tokens_kv = k.shape[2];
-    if (d != runner.plan().head_dim)
-      throw ArgumentError("q",
-                          "head_dim must be " + std::to_string(runner.plan().head_dim) + ", got " + std::to_string(d));
-    const int dtype = backward->dtype, device = backward->device;
-    for (auto [tensor, name] :
-         {std::pair{args->q, "q"}, std::pair{args->o, "o"}, std::pair{args->d_o, "d_o"}, std::pair{args->d_q, "d_q"}})
-      checkContiguous(tensor, name, {batch, heads_q, tokens_q, d}, dtype, device);
-    for (auto [tensor, name] :
-         {std::pair{args->k, "k"}, std::pair{args->v, "v"}, std::pair{args->d_k, "d_k"}, std::pair{args->d_v, "d_v"}})
-      checkContiguous(tensor, name, {batch, heads_kv, tokens_kv, d}, dtype, device);
-    checkContiguous(args->lse, "lse", {batch, heads_q, tokens_q}, SAGE_DTYPE_F32, device);
-    if (!(args->softmax_scale >= 0.0f) || !std::isfinite(args->softmax_scale))
-      throw ArgumentError("softmax_scale", "must be 0 (1 / sqrt(head_dim)) or a positive finite number");
-    sage::runtime::BackwardTensors tensors;
-    tensors.q = q.data;
-    tensors.k = k.data;
-    tensors.v = args->v->data;
-    tensors.o = args->o->data;
-    tensors.d_o = args->d_o->data;
-    tensors.lse = static_cast<const float *>(args->lse->data);
-    tensors.d_q = args->d_q->data;
-    tensors.d_k = args->d_k->data;
-    tensors.d_v = args->d_v->data;
-    tensors.batch = batch;
-    tensors.heads_q = heads_q;
-    tensors.heads_kv = heads_kv;
-    tensors.tokens_q = tokens_q;
-    tensors.tokens_kv = tokens_kv;
-    tensors.softmax_scale = args->softmax_scale;
+    const sage::runtime::capi::ValidatedBackward validated =
+        sage::runtime::capi::validateBackwardArgs(*args, backwardRequirementsOf(*backward));
+    const sage::runtime::BackwardTensors &tensors = validated.tensors;
+    sage::runtime::checkWorkspace(
+        validated.regions, args->workspace, args->workspace_bytes,
+        runner.workspaceBytes(tensors.batch, tensors.heads_q, tensors.heads_kv, tensors.tokens_q, tensors.tokens_kv),
+        256, "sage_backward_workspace_bytes");
     runner.run(tensors, args->workspace, args->workspace_bytes,
                static_cast<sage::runtime::driver::Stream>(args->stream));
   });

@@ -306,6 +306,14 @@ std::string requiredNonEmptyString(const JsonValue &object, std::string_view key
   return text;
 }
 
+std::filesystem::path requiredPath(const JsonValue &object, std::string_view key, const std::string &where) {
+  std::string text = requiredNonEmptyString(object, key, where);
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw JsonError(
+        fmt::format("{}.{}: expected a path without NUL characters, got \\u0000 at character {}", where, key, nul));
+  return std::filesystem::path(std::move(text));
+}
+
 JsonValue parseJson(std::string_view text) {
   scanStructure(text, nullptr); // the depth limit, before LLVM's recursive parser
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(llvm::StringRef(text.data(), text.size()));

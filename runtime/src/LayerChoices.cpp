@@ -3,6 +3,8 @@
 
 #include "CacheFiles.h"
 
+#include "sage/runtime/OutputPath.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -202,9 +204,12 @@ LayerChoices loadLayerChoices(const std::filesystem::path &path) {
 }
 
 void saveLayerChoices(const std::filesystem::path &path, const LayerChoices &choices) {
+  // The path is the user's (select -o): replace a regular file only, never a device, FIFO, directory or link.
+  if (std::optional<std::string> problem = outputPathProblem(path))
+    throw LayerChoicesError(*problem);
   const std::string text = writeJson(layerChoicesToJson(choices)) + "\n";
   if (std::optional<std::string> error = cache_files::writeFileAtomically(path, bytesOf(text)))
-    throw LayerChoicesError(path.string() + ": " + *error);
+    throw LayerChoicesError(*error); // names the path
 }
 
 } // namespace sage::runtime

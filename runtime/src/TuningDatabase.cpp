@@ -2,9 +2,11 @@
 #include "sage/runtime/TuningDatabase.h"
 
 #include "CacheFiles.h"
+
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/KernelCache.h"
 #include "sage/runtime/KernelKey.h"
+#include "sage/runtime/OutputPath.h"
 
 #include <fmt/core.h>
 
@@ -265,6 +267,9 @@ void TuningDatabase::store(const std::filesystem::path &path, const TuningDevice
     } catch (const JsonError &error) {
       throw TuningDatabaseError(path.string() + ": not stored: " + error.what());
     }
+  // Before the lock and the read: a FIFO or device at the path would otherwise be "corrupt" and moved aside.
+  if (std::optional<std::string> problem = outputPathProblem(path))
+    throw TuningDatabaseError(*problem);
   if (path.has_parent_path())
     if (std::optional<std::string> error = cache_files::prepareWritableDirectory(path.parent_path()))
       throw TuningDatabaseError(path.string() + ": " + *error);

@@ -76,11 +76,11 @@ AotKernelEntry entryFor(const KernelKey &key, bool with_cubin) {
   entry.arch = key.arch;
   entry.input = "f16";
   entry.entry_point = "aot_probe";
-  entry.source_file = "aot_probe.cu";
   entry.source_sha256 = sha256Hex(kSource);
+  entry.source_file = aotSourceFileName(entry.entry_point, entry.source_sha256);
   entry.grid_rule = "(1, 1, 1)";
   if (with_cubin) {
-    entry.cubin_file = "aot_probe.sm_80.cubin";
+    entry.cubin_file = aotImageFileName(entry.entry_point, entry.source_sha256, entry.arch, "cubin");
     entry.cubin_sha256 = sha256Hex(probeCubin());
   }
   return entry;
@@ -94,8 +94,8 @@ void writeDirectory(const fs::path &directory, const std::vector<AotKernelEntry>
   manifest.nvrtc_version = nvrtcVersion();
   manifest.kernels = entries;
   writeBytes(directory / "manifest.json", writeAotManifest(manifest));
-  writeBytes(directory / "aot_probe.cu", kSource);
-  writeBytes(directory / "aot_probe.sm_80.cubin", textOf(probeCubin()));
+  writeBytes(directory / aotSourceFileName("aot_probe", sha256Hex(kSource)), kSource);
+  writeBytes(directory / aotImageFileName("aot_probe", sha256Hex(kSource), "sm_80", "cubin"), textOf(probeCubin()));
 }
 
 struct Lookup {
@@ -147,7 +147,7 @@ TEST_CASE("a kernel emitted as source only is declined without a warning") {
 TEST_CASE("a damaged, missing or foreign cubin is rejected with a warning, never handed out") {
   TemporaryDirectory directory;
   writeDirectory(directory.path, {entryFor(probeKey(), true)});
-  const fs::path cubin = directory.path / "aot_probe.sm_80.cubin";
+  const fs::path cubin = directory.path / aotImageFileName("aot_probe", sha256Hex(kSource), "sm_80", "cubin");
 
   SUBCASE("one flipped byte") {
     std::string bytes(textOf(probeCubin()));

@@ -53,8 +53,8 @@ AotKernelEntry sampleEntry(const std::string &arch) {
   entry.arch = arch;
   entry.input = "f16";
   entry.entry_point = "sage_attention_x";
-  entry.source_file = "sage_attention_x-0123456789ab.cu";
   entry.source_sha256 = sha256Hex(std::string_view("source"));
+  entry.source_file = "sage_attention_x-" + entry.source_sha256.substr(0, 12) + ".cu";
   entry.block = {256, 1, 1};
   entry.grid_rule = "(ceil(tokens_q / 128), heads_q, batch)";
   entry.dynamic_shared_bytes = 65536;
@@ -69,9 +69,10 @@ AotManifest sampleManifest() {
   manifest.nvrtc_version = "13.0";
   manifest.kernels.push_back(sampleEntry("sm_80"));
   AotKernelEntry with_cubin = sampleEntry("sm_90a");
-  with_cubin.cubin_file = "sage_attention_x-0123456789ab.sm_90a.cubin";
+  const std::string stem = "sage_attention_x-" + with_cubin.source_sha256.substr(0, 12);
+  with_cubin.cubin_file = stem + ".sm_90a.cubin";
   with_cubin.cubin_sha256 = sha256Hex(std::string_view("cubin"));
-  with_cubin.ptx_file = "sage_attention_x-0123456789ab.sm_90a.ptx";
+  with_cubin.ptx_file = stem + ".sm_90a.ptx";
   manifest.kernels.push_back(with_cubin);
   manifest.skipped.push_back({"sage2-fp8", 64, false, "f16", "sm_80", "no schedule supports it"});
   return manifest;
@@ -189,8 +190,9 @@ TEST_CASE("malformed manifests are rejected with the field's path and the proble
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("source", "../../etc/passwd"); }) ==
         "test.json: kernels[0].source: expected a file name inside the manifest's directory, found "
         "\"../../etc/passwd\"");
-  CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("role", "epilogue"); }) ==
-        "test.json: kernels[0].role: expected \"prologue\", \"attention\", \"backward\" or \"sla\", found \"epilogue\"");
+  CHECK(
+      errorAfter([](JsonValue &root) { firstKernel(root).set("role", "epilogue"); }) ==
+      "test.json: kernels[0].role: expected \"prologue\", \"attention\", \"backward\" or \"sla\", found \"epilogue\"");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("arch", "sm_89"); }) ==
         "test.json: kernels[0].arch: \"sm_89\" does not match the key text's \"sm_80\"");
   CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("cubin_sha256", std::string(64, '0')); }) ==
@@ -218,6 +220,38 @@ TEST_CASE("malformed manifests are rejected with the field's path and the proble
         }) == "test.json: kernels[2].key_digest: listed twice");
   CHECK(errorAfter([](JsonValue &root) { removeField(root.find("skipped")->asArray()[0], "reason"); }) ==
         "test.json: skipped[0].reason: required field is missing");
+}
+
+TEST_CASE("file names must be the ones emit derives from the entry: swapped cubin/hash pairs are refused (issue 26)") {
+  AotManifest manifest = sampleManifest();
+  AotKernelEntry other = sampleEntry("sm_89");
+  const std::string stem = "sage_attention_x-" + other.source_sha256.substr(0, 12);
+  other.cubin_file = stem + ".sm_89.cubin";
+  other.cubin_sha256 = sha256Hex(std::string_view("another cubin"));
+  manifest.kernels.push_back(other);
+  CHECK(parseAotManifest(writeAotManifest(manifest), "test.json") == manifest);
+
+  // The sm_90a entry lists the sm_89 cubin and its hash, and the other way round: each pair is consistent, but each
+  // entry would load the other's cubin for its key.
+  std::swap(manifest.kernels[1].cubin_file, manifest.kernels[2].cubin_file);
+  std::swap(manifest.kernels[1].cubin_sha256, manifest.kernels[2].cubin_sha256);
+  CHECK_THROWS_WITH_AS(parseAotManifest(writeAotManifest(manifest), "test.json"),
+                       ("test.json: kernels[1].cubin: expected \"" + stem +
+                        ".sm_90a.cubin\" (from this entry's entry_point, source_sha256 and arch), found \"" + stem +
+                        ".sm_89.cubin\"")
+                           .c_str(),
+                       AotManifestError);
+
+  // A file emit did not name: a plain name in the directory, but not this kernel's.
+  CHECK(errorAfter([](JsonValue &root) {
+          firstKernel(root).set("source", "notes.txt");
+        }).starts_with("test.json: kernels[0].source: expected \"sage_attention_x-"));
+  CHECK(errorAfter([](JsonValue &root) {
+          root.find("kernels")->asArray()[1].set("ptx", "sage_attention_x-000000000000.sm_90a.ptx");
+        }).starts_with("test.json: kernels[1].ptx: expected"));
+  CHECK(errorAfter([](JsonValue &root) {
+          firstKernel(root).set("entry_point", "../x");
+        }).starts_with("test.json: kernels[0].entry_point: expected a name"));
 }
 
 TEST_CASE("text that is not JSON, and a missing manifest, are errors that say so") {

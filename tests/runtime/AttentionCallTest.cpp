@@ -151,6 +151,39 @@ TEST_CASE("o must not overlap itself or the inputs") {
   CHECK(contains(rejection([](AttentionCall &c, KernelRequirements &) { c.o.data = c.q.data; }, "o"), "overlaps q"));
 }
 
+TEST_CASE("the overlap rule covers lse and the block mask too (issue 26)") {
+  auto with_lse = [](AttentionCall &c, KernelRequirements &r, uintptr_t at) {
+    r.writes_lse = true;
+    TensorDescription t;
+    t.data = address(at);
+    t.rank = 3;
+    t.shape = {2, 8, 300, 0};
+    t.strides = {8 * 300, 300, 1, 0};
+    t.dtype = DataType::f32;
+    t.device = 0;
+    c.lse = t;
+  };
+  CHECK(contains(rejection([&](AttentionCall &c, KernelRequirements &r) { with_lse(c, r, 0x30000000); }, "lse"),
+                 "overlaps v"));
+  CHECK(contains(rejection([&](AttentionCall &c, KernelRequirements &r) { with_lse(c, r, 0x20000100); }, "lse"),
+                 "overlaps k"));
+  CHECK(contains(rejection([&](AttentionCall &c, KernelRequirements &r) { with_lse(c, r, 0x40000040); }, "lse"),
+                 "overlaps o"));
+  CHECK(contains(rejection(
+                     [](AttentionCall &c, KernelRequirements &r) {
+                       r.block_sparse = true;
+                       c.block_mask = contiguous({2, 8, 3, 8}, 0x40000010, DataType::u8);
+                     },
+                     "o"),
+                 "overlaps block_mask"));
+  // Inputs may alias one another: k = v.
+  AttentionCall call = goodCall();
+  call.v.data = call.k.data;
+  CHECK_NOTHROW(validateAttentionCall(call, requirements()));
+  // The regions come back for the workspace check.
+  CHECK(validateAttentionCall(goodCall(), requirements()).regions.size() == 4);
+}
+
 TEST_CASE("lse: required exactly when the kernel writes it, f32 [b, h_q, n_q] contiguous") {
   rejection([](AttentionCall &, KernelRequirements &r) { r.writes_lse = true; }, "lse");
   auto lse = [](AttentionCall &c) {

@@ -2,11 +2,13 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 
 using sage::runtime::JsonError;
 using sage::runtime::JsonValue;
 using sage::runtime::parseJson;
+using sage::runtime::requiredPath;
 using sage::runtime::writeJson;
 
 TEST_CASE("a document round-trips through write and parse, keys in insertion order") {
@@ -89,4 +91,13 @@ TEST_CASE("keys keep their document order through LLVM's parser, nested objects 
   CHECK(inner[2].second.asString() == "\"}{");
   CHECK(inner[1].second.asArray()[0].asObject()[0].first == "q");
   CHECK(parseJson(R"({"\u0041b": 1})").asObject()[0].first == "Ab"); // escaped keys are decoded
+}
+
+TEST_CASE("a path member with a NUL is refused, not cut short (issue 26)") {
+  const JsonValue object = parseJson(R"({"q": "samples/q.npy", "k": "samples/k.npy\u0000.txt", "v": ""})");
+  CHECK(requiredPath(object, "q", "[0]") == std::filesystem::path("samples/q.npy"));
+  CHECK_THROWS_WITH_AS(requiredPath(object, "k", "[0]"),
+                       "[0].k: expected a path without NUL characters, got \\u0000 at character 13", JsonError);
+  CHECK_THROWS_WITH_AS(requiredPath(object, "v", "[0]"), "[0].v: must not be empty", JsonError);
+  CHECK_THROWS_AS(requiredPath(object, "w", "[0]"), JsonError);
 }

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <string>
 
 namespace {
@@ -33,7 +34,22 @@ TEST_CASE("sage_sla_create refuses bad configurations naming the field") {
   config = validConfig();
   config.critical_percent = 150.0;
   CHECK(sage_sla_create(&config, &sla) == SAGE_INVALID_ARGUMENT);
-  CHECK(std::string(sage_last_error()).find("critical_percent (k_h) must lie in (0, 100]") != std::string::npos);
+  CHECK(std::string(sage_last_error()).find("config.critical_percent: expected a percentage in (0, 100], got 150") !=
+        std::string::npos);
+
+  // Not a number or infinite: refused by name, not replaced by the preset's value (issue 26).
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity()}) {
+    config = validConfig();
+    config.critical_percent = bad;
+    CHECK(sage_sla_create(&config, &sla) == SAGE_INVALID_ARGUMENT);
+    CHECK(std::string(sage_last_error()).find("config.critical_percent: expected a finite percentage") == 0);
+    config = validConfig();
+    config.negligible_percent = bad;
+    CHECK(sage_sla_create(&config, &sla) == SAGE_INVALID_ARGUMENT);
+    CHECK(std::string(sage_last_error()).find("config.negligible_percent: expected a finite percentage") == 0);
+    CHECK(sla == nullptr);
+  }
 
   config = validConfig();
   config.head_dim = 100;

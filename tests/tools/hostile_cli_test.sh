@@ -113,6 +113,55 @@ expect "npy claiming a 4 GiB header" 1 "bighead\.q\.npy.*header length 429496728
 mkfifo "$work/npy/fifo.q.npy"
 expect "npy FIFO does not block" 1 "fifo\.q\.npy.*expected a regular file" -- "$sagegen" select "$(layer fifo)" -o "$work/x.json"
 
+# --- issue 26: explain's IR file as check's, select's outputs, samples and budget
+expect "explain --ir of a FIFO does not block" 1 "--ir: '.*fifo\.mlir': expected a regular file" -- \
+  "$sagegen" explain --arch sm_80 --ir "$work/fifo.mlir"
+expect "explain --ir of /dev/zero does not eat memory" 1 "--ir: '/dev/zero': expected a regular file" -- \
+  "$sagegen" explain --arch sm_80 --ir /dev/zero
+truncate -s 16G "$work/sparse.mlir"
+expect "explain --ir of a sparse 16 GiB file" 1 "expected at most 1048576 bytes" -- "$sagegen" explain --arch sm_80 --ir "$work/sparse.mlir"
+rm "$work/sparse.mlir"
+python3 - "$work/npy" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def save(name, shape, data, descr="<f4"):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, ", ".join(map(str, shape)))
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+values = [((i * 37) % 101 - 50) / 25.0 for i in range(16 * 16)]
+save("nan.q.npy", (1, 16, 16), struct.pack("<256f", *(values[:100] + [float("nan")] + values[101:])))
+save("huge.v.npy", (1, 16, 16), struct.pack("<256f", *([3e38] * 256)))
+save("big.npy", (2, 16384, 64), b"\0" * (2 * 16384 * 64 * 2), "<f2")  # 4 MiB
+PY
+samples() { # samples NAME Q K V: a one-layer JSON list
+  printf '[{"layer": "x", "q": "%s", "k": "%s", "v": "%s"}]' "$2" "$3" "$4" >"$work/npy/$1.json"
+  echo "$work/npy/$1.json"
+}
+expect "select: a NaN sample names the file" 1 "SAMPLES: .*nan\.q\.npy: expected finite values, got nan at element 100" -- \
+  "$sagegen" select "$(samples nan nan.q.npy ok.k.npy ok.v.npy)" -o "$work/x.json"
+expect "select: values that overflow a candidate name the layer's files" 1 "SAMPLES: layer 'x' \(.*huge\.v\.npy\): preset .* is not finite" -- \
+  "$sagegen" select "$(samples huge ok.q.npy ok.k.npy huge.v.npy)" -o "$work/x.json"
+start=$(date +%s)
+expect "select: the reference's compute limit, before any work" 1 "layer 'x' .*big\.npy.* multiply-adds .* the limit is 2\^38" -- \
+  "$sagegen" select "$(samples big big.npy big.npy big.npy)" -o "$work/x.json"
+check "select refuses past the limit at once" test $(($(date +%s) - start)) -lt 10
+printf '[{"layer": "x", "q": "ok.q.npy\\u0000.txt", "k": "ok.k.npy", "v": "ok.v.npy"}]' >"$work/npy/nul.json"
+expect "select: a NUL in a JSON path is refused, not cut short" 1 "nul\.json: \[0\]\.q: expected a path without NUL characters" -- \
+  "$sagegen" select "$work/npy/nul.json" -o "$work/x.json"
+printf '[{"layer": "x", "q": "ok.q.npy", "k": "ok.k.npy", "v": "ok.v.npy"}, {"layer": "x", "q": "ok.q.npy", "k": "ok.k.npy", "v": "ok.v.npy"}]' >"$work/npy/dup.json"
+expect "select: a repeated layer name is refused" 1 "dup\.json: \[1\]\.layer: \"x\" is already the layer of \[0\]" -- \
+  "$sagegen" select "$work/npy/dup.json" -o "$work/x.json"
+expect "select -o refuses a character device" 1 "--output: /dev/null: expected a regular file or a new path, found a character device" -- \
+  "$sagegen" select "$(layer ok)" -o /dev/null
+check "/dev/null is still a character device" test -c /dev/null
+mkfifo "$work/out.fifo"
+expect "select -o refuses a FIFO" 1 "--output: .*out\.fifo: expected a regular file or a new path, found a FIFO" -- \
+  "$sagegen" select "$(layer ok)" -o "$work/out.fifo"
+check "the FIFO is still there" test -p "$work/out.fifo"
+expect "select -o writes a new file" 0 "wrote 1 layer choice" -- "$sagegen" select "$(layer ok)" -o "$work/choices.json"
+expect "select -o replaces a regular file" 0 "wrote 1 layer choice" -- "$sagegen" select "$(layer ok)" -o "$work/choices.json"
+
 # --- tuning database: linear load, fields checked against the vocabulary
 python3 - "$work/big.json" <<'PY'
 import json, sys
@@ -176,6 +225,27 @@ echo "edited by hand" >>"$out/$cu"
 expect "emit of another variant keeps a file changed since" 0 "no longer the file emit wrote: kept" -- \
   "$sagegen" emit --preset sage-t --headdim 64 --arch sm_80 --format cu -o "$out"
 check "the changed file is still there" test -e "$out/$cu"
+# A previous manifest that names a file emit did not write (here with that file's hash) is refused: the file stays.
+echo "my notes" >"$out/notes.txt"
+python3 - "$out" <<'PY'
+import hashlib, json, sys
+path = sys.argv[1] + "/manifest.json"
+manifest = json.load(open(path))
+manifest["kernels"][0]["source"] = "notes.txt"
+manifest["kernels"][0]["source_sha256"] = hashlib.sha256(open(sys.argv[1] + "/notes.txt", "rb").read()).hexdigest()
+json.dump(manifest, open(path, "w"))
+PY
+expect "emit refuses a previous manifest naming a foreign file" 0 "kernels\[0\]\.source: expected \".*\.cu\" .*found \"notes\.txt\"" -- \
+  "$sagegen" emit --preset sage-b --headdim 64 --arch sm_80 --format cu -o "$out"
+check "the file that manifest listed is still there" test -e "$out/notes.txt"
+# A FIFO under a kernel file's name: refused before anything is written.
+cu=$(cd "$out" && ls sage_attention_sage_b_*.cu | head -n 1)
+rm "$out/$cu" && mkfifo "$out/$cu"
+before=$(cd "$out" && ls -l --time-style=+%s%N | md5sum)
+expect "emit refuses to replace a FIFO" 1 "-o: .*$cu: expected a regular file or a new path, found a FIFO" -- \
+  "$sagegen" emit --preset sage-b --headdim 64 --arch sm_80 --format cu -o "$out"
+check "the refused emit changed nothing" test "$(cd "$out" && ls -l --time-style=+%s%N | md5sum)" = "$before"
+rm "$out/$cu"
 if command -v flock >/dev/null; then
   expect "a second emit into a locked directory fails" 1 "-o: another sagegen emit is writing" -- \
     flock "$out" "$sagegen" emit --preset sage-b --headdim 64 --arch sm_80 --format cu -o "$out"

@@ -4,6 +4,7 @@
 
 #include "sage/dsl/Presets.h"
 #include "sage/runtime/NvrtcCompiler.h"
+#include "sage/runtime/OutputPath.h"
 #include "sage/runtime/Sha256.h"
 
 #include <fmt/core.h>
@@ -37,10 +38,6 @@ struct CompileJob {
   runtime::CompileResult cubin;
   runtime::ByteBuffer ptx_text;
 };
-
-std::string contentStem(const std::string &entry_point, const std::string &source_sha256) {
-  return fmt::format("{}-{}", entry_point, source_sha256.substr(0, 12));
-}
 
 void runJobs(std::vector<CompileJob> &jobs, unsigned threads) {
   if (threads == 0)
@@ -84,6 +81,9 @@ void runJobs(std::vector<CompileJob> &jobs, unsigned threads) {
 }
 
 void writeFile(const std::filesystem::path &path, std::string_view bytes) {
+  // Only a regular file is replaced: a directory, device, FIFO or link planted under a kernel's name is named instead.
+  if (std::optional<std::string> problem = runtime::outputPathProblem(path))
+    throw UserError("-o: " + *problem);
   // Written to a fresh temporary beside the target (mkstemp: O_CREAT|O_EXCL, so a planted symlink or file of that
   // name is never followed or reused) and renamed over it, so an interrupted run never leaves half a file.
   std::string temporary = path.string() + ".tmp.XXXXXX";
@@ -167,7 +167,9 @@ std::string_view textOf(const runtime::ByteBuffer &bytes) {
 }
 
 // Files the directory's previous manifest listed, with the SHA-256 it gave each (empty for PTX, which it does not
-// hash): emit owns those, so the ones not written again are stale and removed, if they are still what emit wrote.
+// hash): emit owns those, so the ones not written again are stale and removed, if they are still what emit wrote. The
+// manifest reader accepts only the names emit derives from an entry (plain names in this directory, of the kernel-file
+// form with the source's hash), so a manifest cannot point emit at any other file.
 std::map<std::string, std::string> previouslyEmittedFiles(const std::filesystem::path &directory) {
   std::map<std::string, std::string> files;
   if (!std::filesystem::exists(directory / runtime::kAotManifestFileName))
@@ -270,16 +272,15 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
       entry.input = kernels.input;
       entry.entry_point = kernel.entry_point;
       entry.source_sha256 = runtime::sha256Hex(kernel.source);
-      const std::string stem = contentStem(kernel.entry_point, entry.source_sha256);
-      entry.source_file = stem + ".cu";
+      entry.source_file = runtime::aotSourceFileName(kernel.entry_point, entry.source_sha256);
       entry.block = {static_cast<int>(kernel.block[0]), static_cast<int>(kernel.block[1]),
                      static_cast<int>(kernel.block[2])};
       entry.grid_rule = kernel.grid_rule;
       entry.dynamic_shared_bytes = kernel.dynamic_shared_bytes;
       if (want_ptx)
-        entry.ptx_file = fmt::format("{}.{}.ptx", stem, entry.arch);
+        entry.ptx_file = runtime::aotImageFileName(kernel.entry_point, entry.source_sha256, entry.arch, "ptx");
       if (want_cubin)
-        entry.cubin_file = fmt::format("{}.{}.cubin", stem, entry.arch);
+        entry.cubin_file = runtime::aotImageFileName(kernel.entry_point, entry.source_sha256, entry.arch, "cubin");
       sources.emplace(entry.source_file, &kernel.source);
 
       auto [found, inserted] = job_of.try_emplace({entry.source_sha256, entry.arch}, jobs.size());
@@ -307,6 +308,17 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
                                 error ? ": " + error.message() : std::string()));
   const DirectoryLock lock(options.directory);
   const std::map<std::string, std::string> previous = previouslyEmittedFiles(options.directory);
+
+  // Every target before anything is written: a refused one leaves the directory as it was.
+  auto checkTarget = [&](const std::string &name) {
+    if (std::optional<std::string> problem = runtime::outputPathProblem(options.directory / name))
+      throw UserError("-o: " + *problem);
+  };
+  for (const runtime::AotKernelEntry &entry : manifest.kernels)
+    for (const std::string *name : {&entry.source_file, &entry.ptx_file, &entry.cubin_file})
+      if (!name->empty())
+        checkTarget(*name);
+  checkTarget(std::string(runtime::kAotManifestFileName));
 
   std::set<std::string> written;
   auto write = [&](const std::string &name, std::string_view bytes) {

@@ -1,8 +1,8 @@
 #include "Commands.h"
+#include "IrFile.h"
 
 #include "sage/ir/BackwardProgram.h"
 #include "sage/ir/Program.h"
-#include "sage/reference/RegularFile.h"
 
 #include <fmt/core.h>
 
@@ -15,7 +15,7 @@ CommandAction addCheckCommand(CLI::App &app) {
   auto path = std::make_shared<std::string>();
   command->add_option("FILE", *path, "the IR file")->required();
   return [path] {
-    const std::string text = reference::readRegularFile(*path, int64_t(ir::kMaxProgramBytes), "FILE");
+    const std::string text = readIrFile(*path, "FILE");
     if (ir::looksLikeBackwardProgram(text)) {
       const ir::BackwardProgram program = ir::BackwardProgram::parse(text, *path);
       fmt::print("{}: ok (sage.attention_backward @{}, IR version {})\n", *path, program.name(),

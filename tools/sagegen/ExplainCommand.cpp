@@ -1,5 +1,6 @@
 // `sagegen explain`: why a variant gets the kernel it gets on one arch. Every schedule's verdict in the arch's
 // order of preference, the one chosen, and the main facts of its default plan (what codegen will write).
+#include "IrFile.h"
 #include "KernelSetOptions.h"
 
 #include "sage/dsl/Attention.h"
@@ -10,7 +11,6 @@
 
 #include <fmt/core.h>
 
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -61,12 +61,7 @@ std::string mmaText(const schedules::MmaShape &mma) {
 }
 
 ir::Program programFromFile(const std::string &path) {
-  std::ifstream file(path);
-  if (!file)
-    throw UserError("--ir: cannot open '" + path + "'");
-  std::stringstream text;
-  text << file.rdbuf();
-  return ir::Program::parse(text.str(), path); // ProgramError with file:line:col
+  return ir::Program::parse(readIrFile(path, "--ir"), path); // ProgramError with file:line:col
 }
 
 // What `sagegen ir --legalize <arch>` does to the program: its sage.decode ops (FP4/INT4 operands the target's tensor

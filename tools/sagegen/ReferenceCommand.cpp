@@ -1,10 +1,10 @@
 // `sagegen reference`: runs variants on the CPU reference and compares them with exact attention.
+#include "IrFile.h"
 #include "PresetOptions.h"
 
 #include "sage/ir/Program.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Reference.h"
-#include "sage/reference/RegularFile.h"
 
 #include <fmt/core.h>
 
@@ -49,7 +49,7 @@ reference::Layout layoutOf(const std::string &text) {
 }
 
 AttentionVariant variantFromFile(const std::string &path) {
-  return ir::Program::parse(reference::readRegularFile(path, int64_t(ir::kMaxProgramBytes), "--ir"), path).variant();
+  return ir::Program::parse(readIrFile(path, "--ir"), path).variant();
 }
 
 void run(const ReferenceOptions &options) {

@@ -9,6 +9,7 @@
 // [batch, heads, tokens, head_dim].
 #include "KernelSetOptions.h"
 
+#include "sage/numerics/CheckedSize.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/NpyFile.h"
 #include "sage/reference/Reference.h"
@@ -17,6 +18,7 @@
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/Json.h"
 #include "sage/runtime/LayerChoices.h"
+#include "sage/runtime/OutputPath.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/GpuArch.h"
 
@@ -87,7 +89,7 @@ std::vector<LayerFiles> layersInList(const fs::path &list) {
       LayerFiles files;
       files.layer = items[i].at("layer").asString(where + ".layer");
       auto resolve = [&](const char *key) {
-        const fs::path path = items[i].at(key).asString(where + "." + key);
+        const fs::path path = runtime::requiredPath(items[i], key, where); // a NUL would cut the path short
         return path.is_absolute() ? path : list.parent_path() / path;
       };
       files.q = resolve("q");
@@ -95,6 +97,10 @@ std::vector<LayerFiles> layersInList(const fs::path &list) {
       files.v = resolve("v");
       if (files.layer.empty())
         throw runtime::JsonError(where + ".layer: must not be empty");
+      // The choices file names each layer once (loadLayerChoices refuses a repeat): refuse it here, not after the work.
+      for (size_t j = 0; j < layers.size(); ++j)
+        if (layers[j].layer == files.layer)
+          throw runtime::JsonError(fmt::format("{}.layer: \"{}\" is already the layer of [{}]", where, files.layer, j));
       layers.push_back(std::move(files));
     }
   } catch (const runtime::JsonError &error) {
@@ -105,12 +111,72 @@ std::vector<LayerFiles> layersInList(const fs::path &list) {
   return layers;
 }
 
+// A sample, refused by name when a value is not finite (the reference would only report NaN metrics, which the choices
+// file cannot hold).
 reference::HostTensor load(const fs::path &path) {
+  std::optional<reference::HostTensor> tensor;
   try {
-    return reference::loadNpyTensor(path.string());
+    tensor.emplace(reference::loadNpyTensor(path.string()));
   } catch (const std::invalid_argument &error) {
     throw UserError(std::string("SAMPLES: ") + error.what());
   }
+  const std::vector<float> &values = tensor->values();
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i]))
+      throw UserError(fmt::format("SAMPLES: {}: expected finite values, got {} at element {} (in storage order)",
+                                  path.string(), values[i], i));
+  return std::move(*tensor);
+}
+
+struct LayerSamples {
+  reference::HostTensor q, k, v;
+};
+
+LayerSamples loadLayer(const LayerFiles &files) {
+  LayerSamples samples{load(files.q), load(files.k), load(files.v)};
+  const reference::HostTensor &q = samples.q, &k = samples.k, &v = samples.v;
+  if (q.dim() != k.dim() || q.dim() != v.dim() || k.tokens() != v.tokens() || k.heads() != v.heads() ||
+      q.batch() != k.batch() || q.batch() != v.batch() || k.heads() == 0 || q.heads() % k.heads() != 0)
+    throw UserError(fmt::format("SAMPLES: layer '{}': shapes do not fit together (q [{}, {}, {}, {}], k [{}, {}, "
+                                "{}, {}], v [{}, {}, {}, {}]; expected one head_dim, K and V alike, q heads a "
+                                "multiple of k heads)",
+                                files.layer, q.batch(), q.heads(), q.tokens(), q.dim(), k.batch(), k.heads(),
+                                k.tokens(), k.dim(), v.batch(), v.heads(), v.tokens(), v.dim()));
+  try {
+    reference::checkReferenceShape(q.batch(), q.heads(), k.heads(), q.tokens(), k.tokens(), q.dim());
+  } catch (const std::invalid_argument &error) {
+    throw UserError(fmt::format("SAMPLES: layer '{}' ({}): {}", files.layer, files.q.string(), error.what()));
+  }
+  return samples;
+}
+
+// The reference's compute limit (`sagegen reference` refuses one run past it) for the whole command: every layer runs
+// exact attention and each candidate. Checked on every layer before any is computed, so that a large sample is refused
+// at once rather than after minutes of work on the others.
+void checkComputeLimit(const std::vector<LayerFiles> &layers, size_t candidates) {
+  int64_t total = 0;
+  for (const LayerFiles &files : layers) {
+    const LayerSamples samples = loadLayer(files);
+    const reference::HostTensor &q = samples.q, &k = samples.k;
+    const std::optional<int64_t> work = numerics::checkedProduct(
+        {q.batch(), q.heads(), q.tokens(), k.tokens(), q.dim(), 2, static_cast<int64_t>(candidates) + 1});
+    if (!work || __builtin_add_overflow(total, *work, &total) || total > reference::kMaxReferenceWork)
+      throw UserError(fmt::format(
+          "SAMPLES: layer '{}' ({}) brings the CPU reference's work to {} multiply-adds (batch x heads x n_q x n_kv x "
+          "d x 2, for exact attention and {} candidate{}, summed over the layers); the limit is 2^38 = {}, as for "
+          "`sagegen reference`: give fewer or shorter samples, or fewer --candidates",
+          files.layer, files.q.string(), work ? std::to_string(total) : std::string("more than 2^63"), candidates,
+          candidates == 1 ? "" : "s", reference::kMaxReferenceWork));
+  }
+}
+
+// An output that is not finite cannot be compared (and JSON cannot hold the NaN metrics): the values overflow.
+void checkFinite(const std::vector<double> &output, const LayerFiles &files, std::string_view what) {
+  for (double value : output)
+    if (!std::isfinite(value))
+      throw UserError(fmt::format("SAMPLES: layer '{}' ({}, {}, {}): {} is not finite on these values (they overflow "
+                                  "its arithmetic); expected samples whose attention stays finite",
+                                  files.layer, files.q.string(), files.k.string(), files.v.string(), what));
 }
 
 // The candidates from fastest to slowest: the tuning database's times for this GPU when it has every candidate at
@@ -156,6 +222,10 @@ void select(const SelectOptions &options) {
   if (!fs::exists(samples))
     throw UserError("SAMPLES: no such file or directory: " + samples.string());
   const std::vector<LayerFiles> layers = fs::is_directory(samples) ? layersInDirectory(samples) : layersInList(samples);
+  // Where the choices go, before any work: a regular file or a new path only.
+  if (std::optional<std::string> problem = runtime::outputPathProblem(options.output))
+    throw UserError("--output: " + *problem);
+  checkComputeLimit(layers, options.candidates.size());
 
   runtime::TuningDatabase database;
   std::optional<runtime::TuningDevice> device;
@@ -189,14 +259,8 @@ void select(const SelectOptions &options) {
   fmt::print("cosine similarity to exact attention (threshold {})\n{}  choice\n", options.threshold, header);
 
   for (const LayerFiles &files : layers) {
-    const reference::HostTensor q = load(files.q), k = load(files.k), v = load(files.v);
-    if (q.dim() != k.dim() || q.dim() != v.dim() || k.tokens() != v.tokens() || k.heads() != v.heads() ||
-        q.batch() != k.batch() || q.batch() != v.batch() || k.heads() == 0 || q.heads() % k.heads() != 0)
-      throw UserError(fmt::format("SAMPLES: layer '{}': shapes do not fit together (q [{}, {}, {}, {}], k [{}, {}, "
-                                  "{}, {}], v [{}, {}, {}, {}]; expected one head_dim, K and V alike, q heads a "
-                                  "multiple of k heads)",
-                                  files.layer, q.batch(), q.heads(), q.tokens(), q.dim(), k.batch(), k.heads(),
-                                  k.tokens(), k.dim(), v.batch(), v.heads(), v.tokens(), v.dim()));
+    const LayerSamples samples = loadLayer(files);
+    const reference::HostTensor &q = samples.q, &k = samples.k, &v = samples.v;
     const int head_dim = static_cast<int>(q.dim());
     PresetOptions preset_options;
     preset_options.head_dim = head_dim;
@@ -212,9 +276,12 @@ void select(const SelectOptions &options) {
       runs.push_back(
           std::async(std::launch::async, [&q, &k, &v, variant] { return reference::runReference(variant, q, k, v); }));
     const reference::AttentionResult exact_result = exact.get();
+    checkFinite(exact_result.output, files, "exact attention");
     std::vector<runtime::CandidateAccuracy> accuracies;
     for (size_t i = 0; i < runs.size(); ++i) {
-      const reference::AccuracyMetrics metrics = reference::compareOutputs(exact_result.output, runs[i].get().output);
+      const reference::AttentionResult result = runs[i].get();
+      checkFinite(result.output, files, "preset " + options.candidates[i]);
+      const reference::AccuracyMetrics metrics = reference::compareOutputs(exact_result.output, result.output);
       accuracies.push_back({options.candidates[i], metrics.cosine_similarity, metrics.relative_l1});
     }
 

@@ -4,8 +4,10 @@
  *
  * Every tensor is validated against the kernel before anything is launched: head dim, dtypes, batch / heads /
  * tokens agreement, GQA divisibility, the alignment the kernels need, output shapes, devices and the limits of the
- * launch grid. Every call returns a sage_status chosen by the kind of failure; on failure sage_last_error() returns
- * this thread's message, which names the argument and what was expected. No exception crosses this boundary.
+ * launch grid. Nothing a call writes (o, lse, d_q, d_k, d_v, the workspace) may share a byte with another argument;
+ * inputs may alias one another. Every call returns a sage_status chosen by the kind of failure; on failure
+ * sage_last_error() returns this thread's message, which names the argument and what was expected. No exception
+ * crosses this boundary.
  *
  * Version 1 (sage_attention_run with bare pointers and a shape without head dim) is gone: it could not be made safe.
  * Strides are in elements. */

@@ -2,10 +2,11 @@
  * caller applies its own Proj (the Python package: a torch.nn.Linear the caller owns) and differentiates it; its
  * backward takes dO^s and dO^l and returns dQ, dK, dV of the exact formula. Tensors: q/k/v f16 HND contiguous
  * ([batch, heads, tokens, head_dim]), o_sparse f16 and o_linear, d_sparse, d_linear, dq f32 [batch, heads_q, tokens_q,
- * head_dim], dk, dv f32 [batch, heads_kv, tokens_kv, head_dim], all contiguous on the SLA object's device. Errors as
- * in sage_c.h (sage_last_error() names the argument). The backward takes o_sparse too, optionally: the forward's O^s
- * as it returned it; with an exact sparse part (sla-f16, sla-f16-elu) the forward saved L in the workspace, and the
- * backward then forms D^s from O^s instead of recomputing the sparse part's statistics. */
+ * head_dim], dk, dv f32 [batch, heads_kv, tokens_kv, head_dim], all contiguous on the SLA object's device, aligned to
+ * their element size (the forward's q, k, v to 16 bytes, its o_sparse to 4); no output overlaps another argument or
+ * the workspace. Errors as in sage_c.h (sage_last_error() names the argument). The backward takes o_sparse too,
+ * optionally: the forward's O^s as it returned it; with an exact sparse part (sla-f16, sla-f16-elu) the forward saved L
+ * in the workspace, and the backward then forms D^s from O^s instead of recomputing the sparse part's statistics. */
 #ifndef SAGE_SLA_C_H
 #define SAGE_SLA_C_H
 
@@ -31,7 +32,7 @@ typedef struct sage_sla_args {
   const sage_tensor_desc *o_sparse, *o_linear; /* forward outputs; o_sparse optional in the backward (above) */
   const sage_tensor_desc *d_sparse, *d_linear; /* backward inputs (NULL in the forward) */
   const sage_tensor_desc *dq, *dk, *dv;        /* backward outputs (NULL in the forward) */
-  void *workspace;                             /* the same workspace for a forward and its backward */
+  void *workspace;                             /* the same for a forward and its backward; 256-byte aligned */
   size_t workspace_bytes;                      /* at least sage_sla_workspace()'s */
   void *stream;
 } sage_sla_args;

@@ -88,6 +88,13 @@ struct AotManifest {
   const AotKernelEntry *find(std::string_view key_digest) const;
 };
 
+// The names emit gives a kernel's files, from its entry point and its source's SHA-256: "<entry point>-<first 12
+// hex digits>.cu", and "<that stem>.<arch>.ptx" / ".cubin". A manifest must list exactly these names: a cubin listed
+// under another entry (swapped cubin/hash pairs) or a file emit did not write is refused.
+std::string aotSourceFileName(std::string_view entry_point, std::string_view source_sha256);
+std::string aotImageFileName(std::string_view entry_point, std::string_view source_sha256, std::string_view arch,
+                             std::string_view extension); // extension: "ptx" or "cubin"
+
 // Validates and reads a manifest. Throws AotManifestError "<origin>: <field path>: <problem>", e.g.
 // "manifest.json: kernels[3].block[1]: expected a positive integer, found -1".
 AotManifest parseAotManifest(std::string_view text, std::string_view origin = kAotManifestFileName);

@@ -2,11 +2,13 @@
 // the one function that checks the first against the second. Everything a caller can get wrong is checked here,
 // before any pointer reaches a kernel: shapes and their agreement (batch, heads, tokens, head dim, GQA), element
 // types, devices, the alignment and strides the kernels need, the optional LSE and block mask, and the limits of
-// the launch grid and of the kernels' 32-bit counters. Each error is an ArgumentError naming the argument.
+// the launch grid and of the kernels' 32-bit counters, and that nothing written overlaps anything else. Each error is
+// an ArgumentError naming the argument.
 #pragma once
 
 #include "sage/codegen/KernelAbi.h"
 #include "sage/runtime/TensorDescription.h"
+#include "sage/runtime/TensorValidation.h"
 #include "sage/schedules/InputType.h"
 #include "sage/schedules/WorkspaceLayout.h"
 
@@ -61,6 +63,7 @@ struct KernelRequirements {
 struct ValidatedCall {
   schedules::ProblemShape shape;
   AttentionTensors tensors;
+  MemoryRegions regions; // every tensor's span (disjoint where written): checkWorkspace adds the workspace's
 };
 
 // Throws ArgumentError naming the first argument that does not fit `requirements`.

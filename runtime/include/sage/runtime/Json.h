@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -86,6 +87,9 @@ std::string_view nameOf(JsonValue::Kind kind);
 // string (JsonError "<where>.<key>: ..." otherwise).
 const JsonValue &requiredMember(const JsonValue &object, std::string_view key, const std::string &where);
 std::string requiredNonEmptyString(const JsonValue &object, std::string_view key, const std::string &where);
+// A member that names a file: a non-empty string without NUL (JSON's \u0000 would cut the path short where the
+// operating system reads it, so a different file would be opened).
+std::filesystem::path requiredPath(const JsonValue &object, std::string_view key, const std::string &where);
 
 // Throws JsonError("line L, column C: ...") on malformed text, trailing garbage or nesting deeper than 256.
 JsonValue parseJson(std::string_view text);

@@ -71,7 +71,8 @@ JsonValue layerChoicesToJson(const LayerChoices &choices);
 LayerChoices layerChoicesFromJson(const JsonValue &json, std::string_view source);
 // Throws LayerChoicesError (unreadable file, JSON errors with line and column, schema errors naming the field).
 LayerChoices loadLayerChoices(const std::filesystem::path &path);
-// Writes atomically (temporary file + rename). Throws LayerChoicesError.
+// Writes atomically (temporary file + rename in the same directory) over a regular file or to a new path; anything
+// else at `path` is refused by name (OutputPath.h). Throws LayerChoicesError.
 void saveLayerChoices(const std::filesystem::path &path, const LayerChoices &choices);
 
 } // namespace sage::runtime
