@@ -76,9 +76,10 @@ void writeAotDirectory(const std::filesystem::path &directory, const GeneratedKe
   entry.arch = module.key.arch;
   entry.input = "f16";
   entry.entry_point = module.entry_point;
-  entry.source_file = "module.cu";
   entry.source_sha256 = sha256Hex(selfContainedSource(module));
-  entry.cubin_file = "module.cubin";
+  // The names emit derives from the entry: the manifest reader accepts no others.
+  entry.source_file = aotSourceFileName(entry.entry_point, entry.source_sha256);
+  entry.cubin_file = aotImageFileName(entry.entry_point, entry.source_sha256, entry.arch, "cubin");
   entry.cubin_sha256 = sha256Hex(cubin);
   entry.grid_rule = "per launch";
   AotManifest manifest;
@@ -87,8 +88,8 @@ void writeAotDirectory(const std::filesystem::path &directory, const GeneratedKe
   manifest.nvrtc_version = nvrtcVersion();
   manifest.kernels.push_back(entry);
   writeFile(directory / std::string(kAotManifestFileName), writeAotManifest(manifest));
-  writeFile(directory / "module.cu", selfContainedSource(module));
-  writeFile(directory / "module.cubin", cubin);
+  writeFile(directory / entry.source_file, selfContainedSource(module));
+  writeFile(directory / entry.cubin_file, cubin);
 }
 
 } // namespace
