@@ -1,5 +1,6 @@
 // Validation of a variant for the quantization prologue, and the launch plan.
 #include "sage/codegen/PrologueConfig.h"
+#include "sage/schedules/PrologueRotation.h"
 
 #include "sage/ir/AttentionVariant.h"
 
@@ -186,6 +187,11 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
   config.smooth_q = variant.smooth_q == SmoothScope::block;
   config.smooth_k = variant.smooth_k == SmoothScope::sequence;
   config.smooth_v = variant.smooth_v == SmoothScope::sequence;
+  if (variant.q.rotation_seed || variant.k.rotation_seed) {
+    const schedules::SupportResult rotation = schedules::prologueRotationSupport(variant);
+    require(rotation.supported, "rotation_seed: " + rotation.reason);
+    config.rotation_seed = variant.q.rotation_seed;
+  }
 
   const QuantizerSpec &v = variant.v;
   if (v.granularity == Granularity::none && v.static_scale <= 0.0) {

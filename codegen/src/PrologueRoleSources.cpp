@@ -74,6 +74,12 @@ std::string quantizeQBlock(const PrologueConfig &config) {
         "// Launch 2: psi_Q with a per-tensor scale, on the second read of a Q block: the amax is the max of "
         "launch 1's\n// block amax (every block computes the same); block 0 stores scale = amax / qmax.\n",
         "quantizeQBlock", "quantizePerTensorQBlockOf");
+  if (config.rotation_seed) {
+    std::string comment = "// Launch 1: psi_Q(x R_Q) on one Q block, x rotated by the randomized Hadamard transform: "
+                          "q_codes\n// [b, h_q, padded_q, d] (padded rows 0) and the block's q_scales";
+    comment += config.smooth_q ? " (and q_mean, unrotated).\n" : ".\n";
+    return qBlockRole(comment, "quantizeQBlock", "quantizeRotatedQBlockOf");
+  }
   std::string comment =
       "// Launch 1: psi_Q on one Q block: q_codes [b, h_q, padded_q, d] (padded rows 0) and the block's "
       "q_scales";
@@ -151,18 +157,24 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   text += R"cuda(  unsigned char *codes =
       params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * kHeadDim;
 )cuda";
+  // A rotated psi_K quantizes x R_K (after smoothing; Q smoothing's correction above took the unrotated x).
+  const std::string x = config.rotation_seed ? "x" : "k";
+  if (config.rotation_seed)
+    text += "  const RotatedTile<kKTileTokens> x = rotateTile<kKTileTokens, true>(k); // x R_K, issue 28\n";
   if (config.k.perTensor())
     text += R"cuda(  const SymmetricScale scale = symmetricScale(amax, KQuantizer::kCodeMax);
   if (first == 0 && threadIdx.x == 0)
     workspaceFloats(params, params.offsets.k_scales)[head] = scale.scale;
-  storeTileCodes<KQuantizer>(k, codes, stored_rows, [&](int) { return scale.inverse; });
+  storeTileCodes<KQuantizer>()cuda" +
+            x + R"cuda(, codes, stored_rows, [&](int) { return scale.inverse; });
 }
 )cuda";
   else
     text +=
         R"cuda(  float *scales = workspaceFloats(params, params.offsets.k_scales) + head * params.size.k_scale_count +
                   (long long)(first / kBlockKv) * KQuantizer::kGroupsPerBlock;
-  quantizeTile<KQuantizer>(k, codes, scales, stored_rows, stored_rows / kBlockKv * KQuantizer::kGroupsPerBlock, shared);
+  quantizeTile<KQuantizer>()cuda" +
+        x + R"cuda(, codes, scales, stored_rows, stored_rows / kBlockKv * KQuantizer::kGroupsPerBlock, shared);
 }
 )cuda";
   return text;

@@ -4,8 +4,13 @@
 // (the QBlock and KTile aliases, the VQuantizer struct).
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/codegen/PrologueDeviceCode.h"
+#include "sage/numerics/Hadamard.h"
+
+#include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace sage::codegen::prologue {
@@ -74,17 +79,40 @@ std::string vCodeSupport(const PrologueConfig &config) {
   return text;
 }
 
+// The randomized Hadamard rotation of Q and K (issue 28): the variant's signs and powers of two as constants, then
+// rotateTile. The values are sage/numerics/Hadamard.h's, computed here from the seed.
+std::string rotationSupport(const PrologueConfig &config) {
+  const uint32_t seed = *config.rotation_seed;
+  const auto signs = numerics::hadamardSigns(seed);
+  std::string text = "\n// ---- Q and K rotated before psi: x R, R = H D 2^-e (issue 28; seed " + std::to_string(seed) +
+                     ", sage/numerics/Hadamard.h) ----\n";
+  for (size_t word = 0; word < signs.size(); ++word)
+    text += fmt::format("[[maybe_unused]] constexpr unsigned long long kRotationSigns{} = 0x{:016x}ull; // D: channels "
+                        "{}-{}, bit c % 64 negates c\n",
+                        word, signs[word], 64 * word, 64 * word + 63);
+  for (bool for_k : {false, true})
+    text += fmt::format("[[maybe_unused]] constexpr float kRotationScale{} = {}f; // 2^-{}\n", for_k ? "K" : "Q",
+                        std::ldexp(1.0, -numerics::hadamardScaleExponent(config.head_dim, for_k)),
+                        numerics::hadamardScaleExponent(config.head_dim, for_k));
+  return text + pasteDeviceHeader("sage/device/prologue/rotation.cuh");
+}
+
 } // namespace
 
 std::string emitRoleSupport(const PrologueConfig &config, const std::vector<PrologueRole> &roles) {
   std::string text;
   if (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::q_block_statistics))
     text += qBlockSupport(config);
+  // Only where a role rotates (PrologueRotation.h keeps rotated variants to the per-group psi_Q and psi_K).
+  if (config.rotation_seed &&
+      (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::k_block_quantize)))
+    text += rotationSupport(config);
   // The psi_Q roles, by what they need: a per-tensor scale reads the statistics scratch, FP4 the microscaled tile.
   if (has(roles, PrologueRole::q_block_quantize) && config.q.cast())
     text += pasteDeviceHeader("sage/device/prologue/q_cast.cuh");
   else if (has(roles, PrologueRole::q_block_quantize) && !config.q.perTensor() && !config.q.microscaled())
-    text += pasteDeviceHeader("sage/device/prologue/q_quantize.cuh");
+    text += pasteDeviceHeader(config.rotation_seed ? "sage/device/prologue/q_rotated_quantize.cuh"
+                                                   : "sage/device/prologue/q_quantize.cuh");
   if (config.q.perTensor() &&
       (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::q_block_statistics)))
     text += pasteDeviceHeader("sage/device/prologue/q_per_tensor.cuh");

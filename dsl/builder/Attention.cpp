@@ -68,6 +68,12 @@ QkQuantization &QkQuantization::smooth_q() {
   return *this;
 }
 
+QkQuantization &QkQuantization::rotate(uint32_t seed) {
+  q.rotation_seed = seed;
+  k.rotation_seed = seed;
+  return *this;
+}
+
 QkQuantization &QkQuantization::groups(int q_group_tokens, int k_group_tokens) {
   if (q_group_tokens < 0 || k_group_tokens < 0)
     throw std::invalid_argument("groups: token counts must be >= 0 (0 means the whole tile)");

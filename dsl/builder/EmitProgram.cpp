@@ -104,7 +104,8 @@ private:
         toDialect(ir::symbolizeGranularity, nameOf(spec.granularity)), spec.group_tokens,
         toDialect(ir::symbolizeScaleType, nameOf(spec.scale_type)),
         spec.static_scale > 0.0 ? builder_.getF64FloatAttr(spec.static_scale) : mlir::FloatAttr(), spec.two_level,
-        spec.fold_softmax_scale);
+        spec.fold_softmax_scale,
+        spec.rotation_seed ? builder_.getI64IntegerAttr(*spec.rotation_seed) : mlir::IntegerAttr());
     return op.getResult();
   }
 

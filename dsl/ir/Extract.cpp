@@ -33,6 +33,8 @@ QuantizerSpec toQuantizerSpec(QuantizeOp op) {
   spec.static_scale = op.getStaticScale() ? op.getStaticScale()->convertToDouble() : 0.0;
   spec.two_level = op.getTwoLevel();
   spec.fold_softmax_scale = op.getFoldSoftmaxScale();
+  if (mlir::IntegerAttr seed = op.getRotationSeedAttr()) // range-checked by the verifier (verifyRotation)
+    spec.rotation_seed = static_cast<uint32_t>(seed.getInt());
   return spec;
 }
 

@@ -2,8 +2,13 @@
 #include "Dataflow.h"
 #include "SlaVerifier.h"
 #include "sage/ir/Dialect.h"
+#include "sage/numerics/Hadamard.h"
 
 #include "llvm/ADT/SmallVector.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
 
 namespace sage::ir {
 namespace {
@@ -16,6 +21,47 @@ template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
     if (auto typed = mlir::dyn_cast<OpType>(op))
       found.push_back(typed);
   return found;
+}
+
+// The randomized Hadamard rotation (issue 28), every rule in one place: it is a property of Q.K^T, so it lies on Q's
+// and K's quantizers with one seed, or on neither; it needs a head_dim whose Hadamard matrix exists.
+mlir::LogicalResult verifyRotation(AttentionOp attention, mlir::Block &body) {
+  std::optional<int64_t> q_seed, k_seed;
+  QuantizeOp first;
+  for (QuantizeOp quantize : opsOf<QuantizeOp>(body)) {
+    const mlir::IntegerAttr seed = quantize.getRotationSeedAttr();
+    const Origin origin = dataflow::originOf(quantize.getInput());
+    if (origin == Origin::q || origin == Origin::k)
+      (origin == Origin::q ? q_seed : k_seed) = seed ? std::optional<int64_t>(seed.getInt()) : std::nullopt;
+    if (!seed)
+      continue;
+    first = first ? first : quantize;
+    if (origin != Origin::q && origin != Origin::k)
+      return quantize.emitOpError() << "rotation_seed rotates the operands of Q.K^T along head_dim (their rotations "
+                                       "cancel in the product); "
+                                    << dataflow::originName(origin) << " cannot be rotated";
+    if (seed.getInt() < 0 || seed.getInt() > int64_t{UINT32_MAX})
+      return quantize.emitOpError() << "rotation_seed must lie in [0, 2^32 - 1], got " << seed.getInt();
+    if (quantize.getGranularity() == Granularity::none)
+      return quantize.emitOpError() << "rotation_seed spreads outlier channels over a quantizer's groups; a cast to "
+                                    << stringifyElementType(quantize.getDtype())
+                                    << " has no scale to protect, and rotating it would only add rounding";
+  }
+  if (!first)
+    return mlir::success();
+  if (q_seed != k_seed) {
+    auto seedText = [](std::optional<int64_t> seed) { return seed ? std::to_string(*seed) : std::string("none"); };
+    return first.emitOpError() << "Q and K must be rotated with the same seed, or neither (Q R (K R)^T = Q K^T "
+                                  "needs the same R on both sides): Q's rotation_seed is "
+                               << seedText(q_seed) << ", K's " << seedText(k_seed);
+  }
+  const int64_t head_dim = attention.getHeadDimAttr().getInt();
+  if (!numerics::isHadamardDim(head_dim))
+    return first.emitOpError() << "rotation_seed needs a Sylvester-Hadamard matrix of order head_dim, which exists "
+                                  "for powers of two; head_dim must be a power of two in ["
+                               << numerics::kMinHadamardDim << ", " << numerics::kMaxHadamardDim << "], got "
+                               << head_dim;
+  return mlir::success();
 }
 
 } // namespace
@@ -68,6 +114,8 @@ mlir::LogicalResult AttentionOp::verifyRegions() {
     if (quantize.getFoldSoftmaxScale() && softmaxes.front().getBase() != SoftmaxBase::exp2)
       return quantize.emitOpError() << "fold_softmax_scale folds log2(e) into Q for the exp2 softmax, but the "
                                        "softmax uses exp";
+  if (mlir::failed(verifyRotation(*this, body)))
+    return mlir::failure();
   if (opsOf<AccumulateOp>(body).size() != 1)
     return emitOpError() << "expects exactly one sage.accumulate";
 

@@ -58,11 +58,16 @@ def Sage_QuantizeOp : Sage_ValueOp<"quantize"> {
     `group_tokens` is the number of tokens sharing a scale for per_block, per_warp and per_thread.
     `static_scale` fixes the scale (P's 1/127). `two_level` adds a per-row f32 scale on top of
     microscales. `fold_softmax_scale` multiplies Q by 1/sqrt(d) * log2(e) before quantizing it.
+    `rotation_seed` (Q and K, both with the same seed, or neither) rotates each token along head_dim by a
+    randomized Hadamard transform, its signs drawn from the seed, before quantizing it: (Q R_Q)(K R_K)^T
+    = Q K^T in exact arithmetic, and an outlier channel no longer sets its group's scale alone
+    (sage/numerics/Hadamard.h defines it bit for bit).
   }];
   let arguments = (ins Sage_TileType:$input, Sage_ElementTypeAttr:$dtype, Sage_GranularityAttr:$granularity,
                        DefaultValuedAttr<I64Attr, "0">:$group_tokens,
                        DefaultValuedAttr<Sage_ScaleTypeAttr, "::sage::ir::ScaleType::f32">:$scale_type,
-                       OptionalAttr<F64Attr>:$static_scale, UnitAttr:$two_level, UnitAttr:$fold_softmax_scale);
+                       OptionalAttr<F64Attr>:$static_scale, UnitAttr:$two_level, UnitAttr:$fold_softmax_scale,
+                       OptionalAttr<I64Attr>:$rotation_seed);
   let results = (outs Sage_TileType:$result);
   let assemblyFormat = "$input `to` `` $dtype `` $granularity attr-dict";
 }

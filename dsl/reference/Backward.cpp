@@ -3,6 +3,7 @@
 
 #include "OperandQuantizer.h"
 #include "sage/numerics/CheckedSize.h"
+#include "sage/numerics/Hadamard.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Reference.h"
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -71,12 +73,35 @@ double dot(const double *a, const double *b, int64_t n) {
   return sum;
 }
 
+// x R^-1 in double for R = R_Q (or R_K when `for_k`) of sage/numerics/Hadamard.h: R_Q^-1 = D H 2^-e_K, R_K^-1 =
+// D H 2^-e_Q (H H = d I), i.e. the signs, the Walsh-Hadamard transform and the other operand's power of two.
+void unrotateRow(std::span<double> x, uint32_t seed, bool for_k) {
+  const int d = static_cast<int>(x.size());
+  for (int c = 0; c < d; ++c)
+    if (numerics::hadamardNegates(seed, c))
+      x[c] = -x[c];
+  for (int h = 1; h < d; h *= 2)
+    for (int c = 0; c < d; ++c)
+      if ((c & h) == 0) {
+        const double a = x[c], b = x[c + h];
+        x[c] = a + b;
+        x[c + h] = a - b;
+      }
+  const double scale = std::ldexp(1.0, -numerics::hadamardScaleExponent(d, !for_k));
+  for (double &value : x)
+    value *= scale;
+}
+
 // The quantized operands of one head, by quantizer: S and dK share Q's codes when their specs agree, and so on.
 // `smoothed`: the head's rows minus their mean (K smoothing), which every quantizer of the head then takes.
+// A spec with rotation_seed (issue 28; measured on the reference only, no backward kernel rotates yet) quantizes the
+// rotated rows x R (R_K for K, `rotated_as_k`) and hands out the dequantized values rotated back, x^ R^-1 in double:
+// every product then needs no unrotation of its own (S = Q~ K~^T with R_Q^-1 R_K^-T = I; dK = dS^T Q~ = (dS^T Q^)
+// R_Q^-1, dQ = dS K~ likewise), as a kernel that unrotates dK and dQ after their products computes them.
 class OperandCache {
 public:
-  OperandCache(const HostTensor &tensor, int64_t tile_tokens, bool smoothed = false)
-      : tensor_(tensor), tile_tokens_(tile_tokens), smoothed_(smoothed) {}
+  OperandCache(const HostTensor &tensor, int64_t tile_tokens, bool smoothed = false, bool rotated_as_k = false)
+      : tensor_(tensor), tile_tokens_(tile_tokens), smoothed_(smoothed), rotated_as_k_(rotated_as_k) {}
   void select(int64_t b, int64_t h) {
     if (b == b_ && h == h_)
       return;
@@ -94,14 +119,24 @@ public:
     for (auto &[cached_spec, cached] : values_)
       if (cached_spec == spec)
         return cached;
-    values_.emplace_back(spec, quantizeOperand(matrix_, spec, tile_tokens_));
+    if (!spec.rotation_seed) {
+      values_.emplace_back(spec, quantizeOperand(matrix_, spec, tile_tokens_));
+      return values_.back().second;
+    }
+    OperandMatrix rotated = matrix_;
+    rotateRows(rotated, *spec.rotation_seed, rotated_as_k_);
+    std::vector<double> values = quantizeOperand(rotated, spec, tile_tokens_);
+    for (int64_t t = 0; t < rotated.tokens; ++t)
+      unrotateRow(std::span<double>(values.data() + t * rotated.dim, static_cast<size_t>(rotated.dim)),
+                  *spec.rotation_seed, rotated_as_k_);
+    values_.emplace_back(spec, std::move(values));
     return values_.back().second;
   }
 
 private:
   const HostTensor &tensor_;
   int64_t tile_tokens_;
-  bool smoothed_;
+  bool smoothed_, rotated_as_k_;
   int64_t b_ = -1, h_ = -1;
   OperandMatrix matrix_;
   std::vector<float> mean_;
@@ -163,7 +198,7 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
   result.dv.assign(result.dk.size(), 0.0);
 
   const bool smooth_k = variant.smooth_k != SmoothScope::none;
-  OperandCache q_cache(q, bq), k_cache(k, bkv, smooth_k), v_cache(v, bkv), do_cache(d_o, bq);
+  OperandCache q_cache(q, bq), k_cache(k, bkv, smooth_k, true), v_cache(v, bkv), do_cache(d_o, bq);
   std::vector<double> p_tile(static_cast<size_t>(bq * bkv)), ds_tile(p_tile.size());
   for (int64_t b = 0; b < q.batch(); ++b)
     for (int64_t h_kv = 0; h_kv < k.heads(); ++h_kv) {

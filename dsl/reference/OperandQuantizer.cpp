@@ -1,9 +1,11 @@
 #include "OperandQuantizer.h"
 
+#include "sage/numerics/Hadamard.h"
 #include "sage/numerics/Quantizers.h"
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -202,6 +204,12 @@ void quantizeProbabilities(std::vector<double> &row, const QuantizerSpec &spec) 
   std::vector<double> values = quantizeOperand(matrix, per_row, 1);
   for (size_t i = 0; i < row.size(); ++i)
     row[i] = values[i] * row_scale;
+}
+
+void rotateRows(OperandMatrix &matrix, uint32_t seed, bool for_k) {
+  for (int64_t t = 0; t < matrix.tokens; ++t)
+    hadamardRotate(std::span<float>(matrix.values.data() + t * matrix.dim, static_cast<size_t>(matrix.dim)), seed,
+                   for_k);
 }
 
 std::vector<float> channelMean(const OperandMatrix &matrix, int64_t begin, int64_t end) {

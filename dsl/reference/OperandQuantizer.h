@@ -23,6 +23,9 @@ void quantizeProbabilities(std::vector<double> &row, const QuantizerSpec &spec);
 
 // Smoothing (the forward's and the backward's): the mean over rows [begin, end) per channel, summed in double and
 // rounded to f32 as a kernel holds it; and those rows minus it, one f32 subtraction per element.
+// The randomized Hadamard rotation of every row (sage/numerics/Hadamard.h): R_K when `for_k`, else R_Q.
+void rotateRows(OperandMatrix &matrix, uint32_t seed, bool for_k);
+
 std::vector<float> channelMean(const OperandMatrix &matrix, int64_t begin, int64_t end);
 void subtractRows(OperandMatrix &matrix, int64_t begin, int64_t end, const std::vector<float> &mean);
 

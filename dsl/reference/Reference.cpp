@@ -67,6 +67,15 @@ double dot(const double *a, const double *b, int64_t n) {
   return sum;
 }
 
+// What Q's or K's quantizer quantizes: the (smoothed) operand, rotated along head_dim when the spec says so (issue 28;
+// after smoothing, as the prologue does it). The scores' other uses of K (Q smoothing's GEMV) keep the unrotated one.
+OperandMatrix rotated(const OperandMatrix &matrix, const QuantizerSpec &spec, bool for_k) {
+  OperandMatrix result = matrix;
+  if (spec.rotation_seed)
+    rotateRows(result, *spec.rotation_seed, for_k);
+  return result;
+}
+
 // K and V of one KV head after smoothing and quantization.
 struct KvOperands {
   OperandMatrix k_smoothed;
@@ -81,7 +90,7 @@ KvOperands prepareKv(const AttentionVariant &variant, const HostTensor &k, const
     kv.k_mean = channelMean(kv.k_smoothed, 0, kv.k_smoothed.tokens);
     subtractRows(kv.k_smoothed, 0, kv.k_smoothed.tokens, kv.k_mean);
   }
-  kv.k_values = quantizeOperand(kv.k_smoothed, variant.k, variant.block_kv); // psi_K
+  kv.k_values = quantizeOperand(rotated(kv.k_smoothed, variant.k, true), variant.k, variant.block_kv); // psi_K
   OperandMatrix v_matrix = headMatrix(v, b, h);
   if (variant.smooth_v == SmoothScope::sequence) {
     kv.v_mean = channelMean(v_matrix, 0, v_matrix.tokens);
@@ -123,7 +132,7 @@ QOperands prepareQ(const AttentionVariant &variant, const HostTensor &q, int64_t
       result.block_means.push_back(channelMean(x, begin, end));
       subtractRows(x, begin, end, result.block_means.back());
     }
-  result.values = quantizeOperand(x, variant.q, variant.block_q); // psi_Q
+  result.values = quantizeOperand(rotated(x, variant.q, false), variant.q, variant.block_q); // psi_Q
   return result;
 }
 

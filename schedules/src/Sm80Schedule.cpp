@@ -3,6 +3,7 @@
 #include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
+#include "sage/schedules/PrologueRotation.h"
 
 #include "sage/ir/AttentionVariant.h"
 
@@ -438,6 +439,9 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
     return SupportResult::no("block_kv " + std::to_string(variant.block_kv) + ": expected 32, 64 or 128");
   if (variant.block_q % kMmaRows != 0 || variant.block_q <= 0)
     return SupportResult::no("block_q " + std::to_string(variant.block_q) + ": expected a multiple of 16");
+  // The kernel multiplies whatever codes the prologue wrote: a rotated variant runs where the prologue rotates it.
+  if (SupportResult rotation = prologueRotationSupport(variant); !rotation)
+    return rotation;
   if (anyFp4(variant))
     return checkFp4(variant, arch, extensions_);
   if (SupportResult qk = checkQk(variant, extensions_); !qk)

@@ -162,6 +162,13 @@ std::vector<ModelCase> modelCases() {
       fp4.name += "-unsmoothed-q";
       variants.push_back(fp4);
     }
+    // Issue 28: Q and K rotated before psi, per token, per block and per warp.
+    for (const char *preset : {"sage-b", "sage-t", "sage2-fp8"}) {
+      AttentionVariant rotated = dsl::preset(preset, head_dim)->describe();
+      rotated.name += "-rotated";
+      rotated.q.rotation_seed = rotated.k.rotation_seed = 77;
+      variants.push_back(rotated);
+    }
     for (const AttentionVariant &variant : variants) {
       cases.push_back(
           {variant, index % 2 ? StorageType::bf16 : StorageType::f16, index % 3 ? Layout::hnd : Layout::nhd});

@@ -8,11 +8,12 @@
 //
 // Covered: q_codes and q_scales (quantized, unsmoothed Q), k_mean, k_codes and k_scales (quantized K),
 // v_codes / v_scales / v_mean (per-channel V) and v_values (an f16 copy of V); FP4 (NVFP4/MXFP4) Q, K and V^T
-// codes and microscales from quantizeNvfp4Row / quantizeMxfp4Row. Not modelled: q_mean, delta_s and a smoothed Q,
-// casts of an unquantized Q or K.
+// codes and microscales from quantizeNvfp4Row / quantizeMxfp4Row; Q and K rotated before psi (issue 28). Not modelled:
+// q_mean, delta_s and a smoothed Q, casts of an unquantized Q or K.
 #pragma once
 
 #include "sage/codegen/PrologueConfig.h"
+#include "sage/numerics/Hadamard.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/HostTensor.h"
 #include "sage/schedules/WorkspaceLayout.h"
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -138,6 +140,23 @@ void quantizeTokens(const codegen::TokenQuantizerConfig &quantizer, const Quanti
       codes[token * d + c] = codeOf(quantizer.dtype, x(token, c) * scale[groupOf(token)].inverse);
 }
 
+// x of every token of one head [padded][d], rotated token by token as the prologue's rotateTile does (issue 28;
+// sage/numerics/Hadamard.h) when the variant rotates Q and K; empty otherwise.
+template <class Values>
+std::vector<float> rotatedTokens(const codegen::PrologueConfig &config, int64_t padded, int64_t d, Values x,
+                                 bool for_k) {
+  if (!config.rotation_seed)
+    return {};
+  std::vector<float> rows(static_cast<size_t>(padded * d));
+  for (int64_t token = 0; token < padded; ++token) {
+    for (int64_t c = 0; c < d; ++c)
+      rows[token * d + c] = x(token, c);
+    numerics::hadamardRotate(std::span<float>(rows.data() + token * d, static_cast<size_t>(d)), *config.rotation_seed,
+                             for_k);
+  }
+  return rows;
+}
+
 inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &variant,
                                                      const codegen::PrologueConfig &config,
                                                      const schedules::WorkspaceLayout &layout,
@@ -182,7 +201,11 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
         for (int64_t token = 0; token < q.tokens(); ++token)
           for (int64_t c = 0; c < d; ++c)
             tensor_amax = std::max(tensor_amax, std::fabs(x(token, c)));
-        quantizeTokens(config.q, variant.q, padded_q, d, layout.q_scale_count, x, tensor_amax,
+        const std::vector<float> rotated = rotatedTokens(config, padded_q, d, x, false);
+        const auto psi_input = [&](int64_t token, int64_t c) {
+          return rotated.empty() ? x(token, c) : rotated[token * d + c];
+        };
+        quantizeTokens(config.q, variant.q, padded_q, d, layout.q_scale_count, psi_input, tensor_amax,
                        codes.data() + head * padded_q * d,
                        reinterpret_cast<float *>(scales.data()) + head * layout.q_scale_count);
       }
@@ -232,7 +255,11 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
           const float low = config.smooth_k ? ks.low[c] - shift : ks.low[c];
           tensor_amax = std::max(tensor_amax, std::max(std::fabs(high), std::fabs(low)));
         }
-        quantizeTokens(config.k, variant.k, padded_kv, d, layout.k_scale_count, x, tensor_amax,
+        const std::vector<float> rotated = rotatedTokens(config, padded_kv, d, x, true);
+        const auto psi_input = [&](int64_t token, int64_t c) {
+          return rotated.empty() ? x(token, c) : rotated[token * d + c];
+        };
+        quantizeTokens(config.k, variant.k, padded_kv, d, layout.k_scale_count, psi_input, tensor_amax,
                        k_codes->data() + head * padded_kv * d,
                        reinterpret_cast<float *>(k_scales->data()) + head * layout.k_scale_count);
       }

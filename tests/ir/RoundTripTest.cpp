@@ -1,5 +1,6 @@
 // Every preset prints, parses back to the identical text, and lowers to the variant it was built from.
 #include "sage/dsl/Presets.h"
+#include "sage/ir/Program.h"
 
 #include <doctest/doctest.h>
 
@@ -94,4 +95,31 @@ TEST_CASE("the FP4 and INT4 presets say what they are in the IR") {
   CHECK(int4.find("to int4 per_thread") != std::string::npos);
   CHECK(int4.find("sage.q_mean_correction") != std::string::npos);
   CHECK(dsl::preset("sage2-int4-no-smooth-q", 128)->build().print().find("q_mean_correction") == std::string::npos);
+}
+
+TEST_CASE("a rotated variant round-trips and says so in the IR") {
+  for (uint32_t seed : {0u, 12345u, 4294967295u}) {
+    CAPTURE(seed);
+    dsl::AttentionBuilder builder = dsl::attention("rot").qk(dsl::int8(dsl::per_block).smooth_k().rotate(seed));
+    builder.pv(dsl::f16(dsl::accum::f16));
+    const ir::Program program = builder.build();
+    const std::string text = program.print();
+    CHECK(text.find("rotation_seed = " + std::to_string(seed) + " : i64") != std::string::npos);
+    const ir::Program reparsed = ir::Program::parse(text, "rot.mlir");
+    CHECK(reparsed.print() == text);
+    CHECK(reparsed.variant() == builder.describe());
+    CHECK(reparsed.variant().q.rotation_seed == seed);
+    CHECK(reparsed.variant().k.rotation_seed == seed);
+  }
+  // The seed is part of the program, hence of every cache key.
+  auto fingerprint = [](uint32_t seed) {
+    return dsl::attention("rot").qk(dsl::int8(dsl::per_block).smooth_k().rotate(seed)).build().fingerprint();
+  };
+  CHECK(fingerprint(1) != fingerprint(2));
+  CHECK(fingerprint(1) != dsl::attention("rot").qk(dsl::int8(dsl::per_block).smooth_k()).build().fingerprint());
+}
+
+TEST_CASE("the builder refuses a rotation the verifier refuses, with its reason") {
+  CHECK_THROWS_WITH_AS(dsl::attention("rot").head_dim(96).qk(dsl::int8(dsl::per_block).rotate()).build(),
+                       doctest::Contains("head_dim must be a power of two"), ir::ProgramError);
 }

@@ -349,11 +349,64 @@ const std::vector<RuleCase> kRules = {
      "its operand must come from sage.normalize",
      17},
     {"LSE of the output", {{"sage.write_lse %p {", "sage.write_lse %o {"}}, "writes the LSE of the softmax", 18},
+    // the randomized Hadamard rotation (issue 28)
+    {"only Q rotated",
+     {{"{fold_softmax_scale, group_tokens = 128 : i64}", "{fold_softmax_scale, group_tokens = 128 : i64, "
+                                                         "rotation_seed = 3 : i64}"}},
+     "Q and K must be rotated with the same seed, or neither",
+     6},
+    {"Q and K rotated with different seeds",
+     {{"group_tokens = 128 : i64}", "group_tokens = 128 : i64, rotation_seed = 3 : i64}"},
+      {"group_tokens = 64 : i64}", "group_tokens = 64 : i64, rotation_seed = 4 : i64}"}},
+     "Q's rotation_seed is 3, K's 4",
+     6},
+    {"rotated V",
+     {{"group_tokens = 128 : i64}", "group_tokens = 128 : i64, rotation_seed = 3 : i64}"},
+      {"group_tokens = 64 : i64}", "group_tokens = 64 : i64, rotation_seed = 3 : i64}"},
+      {"%v to f16 none", "%v to f16 none {rotation_seed = 3 : i64}"}},
+     "V cannot be rotated",
+     13},
+    {"a negative rotation seed",
+     {{"group_tokens = 128 : i64}", "group_tokens = 128 : i64, rotation_seed = -1 : i64}"},
+      {"group_tokens = 64 : i64}", "group_tokens = 64 : i64, rotation_seed = -1 : i64}"}},
+     "rotation_seed must lie in [0, 2^32 - 1], got -1",
+     6},
+    {"a rotation seed past 32 bits",
+     {{"group_tokens = 128 : i64}", "group_tokens = 128 : i64, rotation_seed = 4294967296 : i64}"},
+      {"group_tokens = 64 : i64}", "group_tokens = 64 : i64, rotation_seed = 4294967296 : i64}"}},
+     "rotation_seed must lie in [0, 2^32 - 1], got 4294967296",
+     6},
+    {"a rotated cast",
+     {{"%q_int8 = sage.quantize %q to int8 per_block {fold_softmax_scale, group_tokens = 128 : i64}",
+       "%q_int8 = sage.quantize %q to f16 none {rotation_seed = 1 : i64}"},
+      {"%k_int8 = sage.quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64}",
+       "%k_int8 = sage.quantize %k_smoothed to f16 none {rotation_seed = 1 : i64}"},
+      {"%k_int8 -> s32", "%k_int8 -> f32"},
+      {"  %s_dequant = sage.dequant %s\n", ""},
+      {"sage.mask %s_dequant causal", "sage.mask %s causal"}},
+     "a cast to f16 has no scale to protect",
+     6},
+    {"rotation at a head_dim that is no power of two",
+     {{"head_dim(128)", "head_dim(96)"},
+      {"group_tokens = 128 : i64}", "group_tokens = 128 : i64, rotation_seed = 3 : i64}"},
+      {"group_tokens = 64 : i64}", "group_tokens = 64 : i64, rotation_seed = 3 : i64}"}},
+     "head_dim must be a power of two in [16, 256], got 96",
+     6},
 };
 
 } // namespace
 
 TEST_CASE("the unedited program is valid") { CHECK_NOTHROW(sage::ir::Program::parse(kValidProgram, "test.mlir")); }
+
+TEST_CASE("Q and K rotated with one seed verify") {
+  const std::string text =
+      applyEdits(kValidProgram, {{"group_tokens = 128 : i64}", "group_tokens = 128 : i64, rotation_seed = 7 : i64}"},
+                                 {"group_tokens = 64 : i64}", "group_tokens = 64 : i64, rotation_seed = 7 : i64}"}});
+  const sage::AttentionVariant variant = sage::ir::Program::parse(text, "test.mlir").variant();
+  CHECK(variant.q.rotation_seed == 7u);
+  CHECK(variant.k.rotation_seed == 7u);
+  CHECK_FALSE(variant.v.rotation_seed.has_value());
+}
 
 TEST_CASE("every verifier rule reports its message at its location") {
   for (const RuleCase &rule : kRules) {

@@ -57,6 +57,15 @@ std::vector<AttentionVariant> variantsToCompile(int head_dim) {
   // codes and microscales of Q, K and V^T (sage3-fp4-direct-p's prologue is sage3-fp4's).
   for (const char *name : {"sage2-int4", "sage2-int4-no-smooth-q", "sage3-fp4", "sage3-mxfp4"})
     variants.push_back(dsl::preset(name, head_dim)->describe());
+  // Issue 28: Q and K rotated in the psi_Q and psi_K roles, per token, per block, per warp (e4m3 V) and per thread
+  // (int4, with Q smoothing's delta_s from the unrotated K).
+  for (const char *name : {"sage-t", "sage-b", "sage2-fp8", "sage2-int4"}) {
+    AttentionVariant rotated = dsl::preset(name, head_dim)->describe();
+    rotated.name += "-rot";
+    rotated.q.rotation_seed = 1234;
+    rotated.k.rotation_seed = 1234;
+    variants.push_back(rotated);
+  }
   return variants;
 }
 

@@ -467,3 +467,41 @@ TEST_CASE("the generator names what it cannot do") {
   tunables.v_tile_tokens = 64;
   rejects(base, "tunables.v_tile_tokens", 64, tunables);
 }
+
+TEST_CASE("rotation (issue 28): the psi_Q and psi_K roles rotate, with the seed's signs; Q smoothing's GEMV does not") {
+  AttentionVariant variant = prologue_test::makeVariant(kindNamed("per_block_smooth_qkv_f16_v"), 128);
+  const PrologueSource plain = codegen::PrologueGenerator::generate(variant, InputType::f16, 128);
+  variant.q.rotation_seed = 0;
+  variant.k.rotation_seed = 0;
+  const PrologueSource rotated = codegen::PrologueGenerator::generate(variant, InputType::f16, 128);
+  REQUIRE(rotated.kernels.size() == 2);
+  const std::string &first = rotated.kernels[0].source, &second = rotated.kernels[1].source;
+  // Launch 1 quantizes Q, launch 2 K (after mean(K) and q_mean); both rotate.
+  CHECK(first.find("quantizeRotatedQBlockOf<QBlock, QQuantizer>(params, cta, shared);") != std::string::npos);
+  CHECK(first.find("// ---- begin sage/device/prologue/rotation.cuh ----") != std::string::npos);
+  CHECK(first.find("kRotationSigns0 = 0xe220a8397b1dcdafull") != std::string::npos); // SplitMix64(0)'s first word
+  CHECK(first.find("kRotationScaleQ = 0.125f") != std::string::npos);                // d = 128: 2^-3 and 2^-4
+  CHECK(first.find("kRotationScaleK = 0.0625f") != std::string::npos);
+  const size_t correction = second.find("writeQMeanCorrection(k, params, head, first, stored_rows);");
+  const size_t rotation = second.find("const RotatedTile<kKTileTokens> x = rotateTile<kKTileTokens, true>(k);");
+  REQUIRE(correction != std::string::npos);
+  REQUIRE(rotation != std::string::npos);
+  CHECK(correction < rotation);
+  CHECK(second.find("quantizeTile<KQuantizer>(x, codes, scales,") != std::string::npos);
+  // Without rotation nothing of it is emitted.
+  for (const codegen::PrologueKernel &kernel : plain.kernels)
+    CHECK(kernel.source.find("rotat") == std::string::npos);
+}
+
+TEST_CASE("rotation: the generator refuses what the prologue cannot rotate, with the reason") {
+  AttentionVariant variant = prologue_test::makeVariant(kindNamed("per_tensor_unsmoothed_f16_v"), 64);
+  variant.q.rotation_seed = 1;
+  variant.k.rotation_seed = 1;
+  CHECK_THROWS_WITH_AS(codegen::PrologueGenerator::generate(variant, InputType::f16, 64),
+                       doctest::Contains("rotation_seed: rotation: a per-tensor Q scale"), std::invalid_argument);
+  variant = prologue_test::makeVariant(kindNamed("per_block_smooth_k_f16_v"), 64);
+  variant.q.rotation_seed = 1;
+  variant.k.rotation_seed = 2;
+  CHECK_THROWS_WITH_AS(codegen::PrologueGenerator::generate(variant, InputType::f16, 64),
+                       doctest::Contains("Q and K must be rotated with the same seed"), std::invalid_argument);
+}

@@ -210,3 +210,30 @@ TEST_CASE("sm90's tunable space: every candidate planned or refused with the sch
   }
   CHECK(supported > 10);
 }
+
+TEST_CASE("rotated variants (issue 28) run where the prologue rotates their Q and K codes, and are refused elsewhere") {
+  const Sm90Schedule sm90;
+  const auto rotated = [](AttentionVariant variant) {
+    variant.q.rotation_seed = 5;
+    variant.k.rotation_seed = 5;
+    return variant;
+  };
+  for (const char *name : {"sage-b", "sage2-fp8", "sage-t"}) {
+    CAPTURE(std::string(name));
+    CHECK(sm90.supports(rotated(test::presetVariant(name, 128)), GpuArch::sm90a, InputType::f16));
+    CHECK(bestSchedule(rotated(test::presetVariant(name, 64)), GpuArch::sm89, InputType::bf16).name() ==
+          "sm80.mma_sync");
+  }
+  AttentionVariant per_tensor = test::presetVariant("sage-b", 128);
+  per_tensor.q.granularity = per_tensor.k.granularity = Granularity::per_tensor;
+  per_tensor.q.group_tokens = per_tensor.k.group_tokens = 0;
+  CHECK(sm90.supports(per_tensor, GpuArch::sm90a, InputType::f16)); // the same variant unrotated runs
+  for (GpuArch arch : {GpuArch::sm90a, GpuArch::sm89}) {
+    int named = 0; // schedules that refuse it for the rotation (the others: for the arch)
+    for (const ScheduleVerdict &verdict : scheduleVerdicts(rotated(per_tensor), arch, InputType::f16)) {
+      CHECK_FALSE(verdict.support);
+      named += verdict.support.reason.find("rotation: a per-tensor Q scale") != std::string::npos ? 1 : 0;
+    }
+    CHECK(named >= 1);
+  }
+}

@@ -135,6 +135,10 @@ bool explainVariant(const ir::Program &program, const AttentionVariant &variant,
   fmt::print("variant '{}' d{} {}{}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask.kind),
              variant.epilogue.write_lse ? ", with LSE" : "", schedules::nameOf(input), schedules::archName(arch));
   fmt::print("legalized for {}: {}\n", schedules::archName(arch), legalizationSummary(program, arch));
+  if (variant.q.rotation_seed) // issue 28
+    fmt::print("rotation: Q and K rotated along d by a randomized Hadamard transform (seed {}) before quantization, "
+               "in the prologue\n",
+               *variant.q.rotation_seed);
   fmt::print("schedules, most preferred first:\n");
   std::optional<std::string_view> chosen;
   int rank = 0;

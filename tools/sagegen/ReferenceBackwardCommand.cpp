@@ -2,6 +2,7 @@
 // compares dQ, dK, dV with the exact gradients of softmax attention.
 #include "Commands.h"
 
+#include "sage/dsl/Attention.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/reference/Backward.h"
 #include "sage/reference/Reference.h"
@@ -27,7 +28,24 @@ struct BackwardReferenceOptions {
   std::string dtype = "f16";
   double k_bias = 0.0, v_bias = 0.0, q_outliers = 1.0;
   bool no_smooth_k = false;
+  bool rotate = false; // issue 28: Q and K rotated in the forward and in the backward's S, dQ and dK (reference only)
 };
+
+// Q's and K's quantizers of the forward, and of the backward's S, dQ (K) and dK (Q), rotated with one seed. The
+// forward goes through its IR (verified); the backward IR has no rotation yet, so its variant is set directly: a
+// measurement of what a rotating SageBwd would compute, not a kernel's variant.
+AttentionVariant rotatedForward(AttentionVariant forward) {
+  forward.q.rotation_seed = forward.k.rotation_seed = dsl::kDefaultRotationSeed;
+  return dsl::emitProgram(forward).variant();
+}
+BackwardVariant rotatedBackward(BackwardVariant backward) {
+  using P = BackwardProduct;
+  for (QuantizerSpec *spec : {&backward.product(P::s).lhs, &backward.product(P::s).rhs, &backward.product(P::dq).rhs,
+                              &backward.product(P::dk).rhs})
+    if (spec->quantized())
+      spec->rotation_seed = dsl::kDefaultRotationSeed;
+  return backward;
+}
 
 reference::StorageType storageOf(const std::string &text) {
   if (text == "f16")
@@ -94,17 +112,20 @@ void run(const BackwardReferenceOptions &options) {
   const auto exact = reference::exactAttentionBackward(q, k, v, d_o, options.causal);
 
   fmt::print("N(0,1) data (dO too), batch {} heads {}/{} n_q {} n_kv {} d {} {} causal={} k_bias={} v_bias={} "
-             "q_outliers={} seed={}; K smoothing {}; gradients against exact attention's, in double\n",
+             "q_outliers={} seed={}; K smoothing {}{}; gradients against exact attention's, in double\n",
              options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype,
              options.causal ? "yes" : "no", options.k_bias, options.v_bias, options.q_outliers, options.seed,
-             options.no_smooth_k ? "off (--no-smooth-k)" : "on");
+             options.no_smooth_k ? "off (--no-smooth-k)" : "on", options.rotate ? "; Q and K rotated (--rotate)" : "");
   fmt::print("{:<16} {:<8} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8}\n", "backward", "forward", "dq_cos", "dq_rl1",
              "dk_cos", "dk_rl1", "dv_cos", "dv_rl1", "seconds");
   for (const BackwardVariant &variant : variants) {
     const std::string_view forward_name = dsl::backwardPresetForward(variant.name);
-    const AttentionVariant forward = dsl::preset(forward_name, options.head_dim, mask)->lse().describe();
+    AttentionVariant forward = dsl::preset(forward_name, options.head_dim, mask)->lse().describe();
+    if (options.rotate)
+      forward = rotatedForward(forward);
     const auto start = std::chrono::steady_clock::now();
-    const auto result = reference::runForwardBackwardReference(forward, variant, q, k, v, d_o);
+    const auto result = reference::runForwardBackwardReference(
+        forward, options.rotate ? rotatedBackward(variant) : variant, q, k, v, d_o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto accuracy = reference::compareGradients(exact, result);
     fmt::print("{:<16} {:<8} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>8.2f}\n", variant.name,
@@ -152,6 +173,9 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
                    "q_outliers (20)")
       ->capture_default_str()
       ->check(finiteRange(1.0, 1e4));
+  command->add_flag("--rotate", options->rotate,
+                    "rotate Q and K by a randomized Hadamard transform before quantizing them, in the forward and in "
+                    "the backward's S, dQ and dK (issue 28; the backward's rotation exists in the reference only)");
   command->add_flag("--no-smooth-k", options->no_smooth_k,
                     "the ablation: the backward recomputes S and forms dQ from K as given, without K smoothing");
   return [options] { run(*options); };

@@ -2,6 +2,7 @@
 #include "IrFile.h"
 #include "PresetOptions.h"
 
+#include "sage/dsl/Attention.h"
 #include "sage/ir/Program.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Reference.h"
@@ -27,7 +28,9 @@ struct ReferenceOptions {
   int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 2, kv_heads = 0; // 0: not given (same as Q's)
   uint64_t seed = 0;
   std::string dtype = "f16", layout = "hnd";
-  double k_bias = 0.0, q_bias = 0.0;
+  double k_bias = 0.0, q_bias = 0.0, q_outliers = 1.0, k_outliers = 1.0;
+  bool rotate = false; // also run each variant with Q and K rotated (issue 28)
+  uint32_t rotation_seed = dsl::kDefaultRotationSeed;
 };
 
 reference::StorageType storageOf(const std::string &text) {
@@ -48,9 +51,20 @@ reference::Layout layoutOf(const std::string &text) {
   throw UserError("--layout: expected hnd or nhd, got '" + text + "'");
 }
 
+// `variant` with Q and K rotated by the randomized Hadamard transform (issue 28), named `<name>-rot`, verified.
+AttentionVariant rotatedVariant(AttentionVariant variant, uint32_t seed) {
+  variant.name += "-rot";
+  variant.q.rotation_seed = seed;
+  variant.k.rotation_seed = seed;
+  return dsl::emitProgram(variant).variant(); // the verifier's reason when it cannot be rotated (ProgramError)
+}
+
 AttentionVariant variantFromFile(const std::string &path) {
   return ir::Program::parse(readIrFile(path, "--ir"), path).variant();
 }
+
+// Channels that --q-outliers / --k-outliers scale: 4 (bench/accuracy_bench.py's q_outliers class), none at 1.
+int64_t outlierChannels(double factor) { return factor != 1.0 ? 4 : 0; }
 
 void run(const ReferenceOptions &options) {
   const int64_t kv_tokens = options.kv_tokens > 0 ? options.kv_tokens : options.tokens;
@@ -69,6 +83,14 @@ void run(const ReferenceOptions &options) {
   }
   if (variants.empty())
     variants.push_back(options.preset.builder("sage-b").build().variant());
+  if (options.rotate) {
+    const std::vector<AttentionVariant> given = variants;
+    variants.clear();
+    for (const AttentionVariant &variant : given) {
+      variants.push_back(variant);
+      variants.push_back(rotatedVariant(variant, options.rotation_seed));
+    }
+  }
 
   const auto storage = storageOf(options.dtype);
   const auto layout = layoutOf(options.layout);
@@ -81,18 +103,22 @@ void run(const ReferenceOptions &options) {
   } catch (const std::invalid_argument &error) {
     throw UserError(std::string("--batch/--heads/--kv-heads/--n/--n-kv: ") + error.what());
   }
-  auto q = reference::randomTensor(options.batch, options.heads, options.tokens, d, storage, layout,
-                                   {options.seed * 3 + 1, 0.0, 1.0, options.q_bias});
-  auto k = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
-                                   {options.seed * 3 + 2, 0.0, 1.0, options.k_bias});
+  auto q = reference::randomTensor(
+      options.batch, options.heads, options.tokens, d, storage, layout,
+      {options.seed * 3 + 1, 0.0, 1.0, options.q_bias, outlierChannels(options.q_outliers), options.q_outliers});
+  auto k = reference::randomTensor(
+      options.batch, kv_heads, kv_tokens, d, storage, layout,
+      {options.seed * 3 + 2, 0.0, 1.0, options.k_bias, outlierChannels(options.k_outliers), options.k_outliers});
   auto v = reference::randomTensor(options.batch, kv_heads, kv_tokens, d, storage, layout,
                                    {options.seed * 3 + 3, 0.0, 1.0, 0.0});
   const bool causal = variants.front().mask.kind == MaskKind::causal;
   const auto exact = reference::exactAttention(q, k, v, causal);
 
-  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} q_bias={} k_bias={} seed={}\n",
+  fmt::print("N(0,1) data, batch {} heads {}/{} n_q {} n_kv {} d {} {} {} causal={} q_bias={} k_bias={} "
+             "q_outliers={} k_outliers={} seed={}\n",
              options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype, options.layout,
-             causal ? "yes" : "no", options.q_bias, options.k_bias, options.seed);
+             causal ? "yes" : "no", options.q_bias, options.k_bias, options.q_outliers, options.k_outliers,
+             options.seed);
   size_t name_width = 12;
   for (const AttentionVariant &variant : variants)
     name_width = std::max(name_width, variant.name.size());
@@ -145,6 +171,20 @@ CommandAction addReferenceCommand(CLI::App &app) {
                    "stddev of a per-channel bias shared by all Q tokens (the outliers Q smoothing removes)")
       ->capture_default_str()
       ->check(finiteRange(0.0, 1e4));
+  command
+      ->add_option("--q-outliers", options->q_outliers,
+                   "multiply 4 channels of Q (bias included) by this factor: outlier channels that smoothing cannot "
+                   "remove (SageAttention2's Q outliers)")
+      ->capture_default_str()
+      ->check(finiteRange(1.0, 1e4));
+  command->add_option("--k-outliers", options->k_outliers, "the same for 4 channels of K")
+      ->capture_default_str()
+      ->check(finiteRange(1.0, 1e4));
+  command->add_flag("--rotate", options->rotate,
+                    "also run every variant with Q and K rotated by a randomized Hadamard transform before "
+                    "quantization (<name>-rot; head dim a power of two)");
+  command->add_option("--rotation-seed", options->rotation_seed, "the seed of --rotate's random signs")
+      ->capture_default_str();
   options->preset.addTo(*command);
   return [options] { run(*options); };
 }

@@ -6,6 +6,8 @@
 #include "sage/ir/AttentionVariant.h"
 #include "sage/schedules/InputType.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,9 @@ struct PrologueConfig {
   bool smooth_q = false;     // Q minus its block mean (SageAttention2)
   bool smooth_k = false;     // gamma(K) = K - mean(K) over the sequence
   bool smooth_v = false;     // V minus its sequence mean
+  // Q and K rotated by the randomized Hadamard transform with this seed after smoothing, before psi (issue 28;
+  // sage/numerics/Hadamard.h): the Q role and the K role rotate the tokens they quantize, in registers.
+  std::optional<uint32_t> rotation_seed = std::nullopt;
   VOutput v_output = VOutput::none;
   ElementType v_dtype = ElementType::f16;               // int8 or e4m3 when v_output == codes, e2m1 for fp4_codes
   Granularity v_granularity = Granularity::per_channel; // microscale_1x16 / 1x32 for fp4_codes

@@ -14,6 +14,7 @@
 #include "sage/ir/AttentionVariant.h"
 #include "sage/ir/Program.h"
 
+#include <cstdint>
 #include <string>
 
 namespace sage::dsl {
@@ -35,6 +36,9 @@ inline constexpr AccumulationKind f16_then_f32 = AccumulationKind::f16_then_f32;
 inline constexpr AccumulationKind f32_two_level = AccumulationKind::f32_two_level;
 } // namespace accum
 
+// The seed of `.rotate()` without one: any fixed value serves, the signs need only look random to the data.
+inline constexpr uint32_t kDefaultRotationSeed = 0;
+
 // How Q and K are smoothed and quantized for S = Q.K^T.
 struct QkQuantization {
   QuantizerSpec q, k;
@@ -43,6 +47,10 @@ struct QkQuantization {
 
   QkQuantization &smooth_k(); // K - mean over tokens (SageAttention)
   QkQuantization &smooth_q(); // Q - mean over each Q block (SageAttention2)
+  // Rotate Q and K along head_dim by the same randomized Hadamard transform (signs drawn from `seed`) before they are
+  // quantized, after smoothing: Q.K^T is unchanged in exact arithmetic, and outlier channels no longer set a group's
+  // scale alone (issue 28; sage/numerics/Hadamard.h). head_dim must be a power of two.
+  QkQuantization &rotate(uint32_t seed = kDefaultRotationSeed);
   // Tokens sharing one scale, for per_block / per_warp / per_thread (0: the tile).
   QkQuantization &groups(int q_group_tokens, int k_group_tokens);
 };

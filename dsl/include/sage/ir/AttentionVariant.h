@@ -89,6 +89,9 @@ struct QuantizerSpec {
   double static_scale = 0.0;       // > 0: a fixed scale (P's 1/127), no scale is computed
   bool two_level = false;          // SageAttention3: per-row f32 scale on top of the microscales
   bool fold_softmax_scale = false; // Q only: multiply by 1/sqrt(d) * log2(e) before quantizing
+  // Q and K only, both or neither, with the same seed (issue 28): rotate each token along the head dim by a randomized
+  // Hadamard transform before quantizing it (after smoothing). sage/numerics/Hadamard.h defines it bit for bit.
+  std::optional<uint32_t> rotation_seed = std::nullopt;
 
   bool quantized() const { return granularity != Granularity::none || static_scale > 0.0; }
   bool operator==(const QuantizerSpec &) const = default;
