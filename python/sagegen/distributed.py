@@ -328,6 +328,11 @@ class _Ring:
 
 # ---- ring attention ----------------------------------------------------------------------------------------------
 
+def _plan(rank, world_size, is_causal, tokens):
+    """ring_block of each step: step s computes with the K/V shard of rank (rank - s) mod W."""
+    return [ring_block(rank, (rank - step) % world_size, world_size, is_causal, tokens) for step in range(world_size)]
+
+
 def _lse_rows(lse, rows):
     return lse[..., rows]
 
@@ -337,13 +342,12 @@ def _ring_forward(q, k, v, group, is_causal, scale, layout, attention_fn):
     group, world_size, rank = _group_info(group)
     seq = _seq_dim(layout)
     tokens = q.shape[seq]
+    plan = _plan(rank, world_size, is_causal, tokens)  # refusals before any communication
     ring = _Ring(group, world_size, rank)
     acc_o = acc_lse = None
     k_now, v_now = k, v
-    for step in range(world_size):
+    for step, (rows, cols, causal) in enumerate(plan):
         transfer = ring.start([k_now, v_now]) if step + 1 < world_size else None
-        source = (rank - step) % world_size
-        rows, cols, causal = ring_block(rank, source, world_size, is_causal, tokens)
         o, lse = attention_fn(q[(slice(None),) * seq + (rows,)], k_now[(slice(None),) * seq + (cols,)],
                               v_now[(slice(None),) * seq + (cols,)], causal, scale, layout)
         if acc_o is None:  # step 0: the own shard, every row
@@ -363,14 +367,13 @@ def _ring_backward(q, k, v, o, lse, d_o, group, is_causal, scale, layout, backwa
     seq = _seq_dim(layout)
     tokens = q.shape[seq]
     at = lambda t, part: t[(slice(None),) * seq + (part,)]  # noqa: E731
+    plan = _plan(rank, world_size, is_causal, tokens)
     ring = _Ring(group, world_size, rank)
     d_q = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     k_now, v_now = k, v
     d_kv = None  # (dK, dV) accumulators of the block held now, or the transfer bringing them
-    for step in range(world_size):
+    for step, (rows, cols, causal) in enumerate(plan):
         kv_transfer = ring.start([k_now, v_now]) if step + 1 < world_size else None
-        source = (rank - step) % world_size
-        rows, cols, causal = ring_block(rank, source, world_size, is_causal, tokens)
         block_dq, block_dk, block_dv = backward_fn(at(q, rows), at(k_now, cols), at(v_now, cols), at(o, rows),
                                                    _lse_rows(lse, rows), at(d_o, rows), causal, scale, layout)
         at(d_q, rows).add_(block_dq)
@@ -465,6 +468,9 @@ def ring_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tensor_l
     if is_causal and q.shape[seq] != k.shape[seq]:
         raise SageArgumentError(f"k: causal ring attention needs q's and k's shards to hold the same tokens "
                                 f"({q.shape[seq]} local queries, {k.shape[seq]} local keys)")
+    if is_causal and q.shape[seq] % 2 != 0:
+        raise SageArgumentError(f"q: causal ring attention needs an even number of local tokens (the zig-zag "
+                                f"shard's two chunks), got {q.shape[seq]}")
     scale = _scale(sm_scale, q.shape[3])
     forward_fn = attention_fn or sage_block_forward(preset, tunables)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
