@@ -512,12 +512,17 @@ if torch is not None:
             return _all_to_all(grad.contiguous(), group, world_size, gather_dim, scatter_dim), None, None, None, None
 
 
-def _sage_local_attention(preset, tunables):
-    """Ulysses' default local attention: sageattn without gradients, sagebwd_attention (SageBwd) with them."""
+def _sage_local_attention(preset, tunables, need_lse):
+    """Ulysses' default local attention: sageattn without gradients (its LSE only when asked for: the kernel
+    without it is a little faster), sagebwd_attention (SageBwd) with them."""
     forward_only = sage_block_forward(preset, tunables)
 
     def attention(q, k, v, causal, scale, layout):
         if not _wants_grad(q, k, v):
+            if not need_lse:
+                from ._torch import sageattn
+                return sageattn(q, k, v, tensor_layout=layout, is_causal=causal, sm_scale=scale, preset=preset,
+                                tunables=tunables, causal_alignment=BOTTOM_RIGHT), None
             return forward_only(q, k, v, causal, scale, layout)
         from ._backward import sagebwd_attention
         q, k, v = (_to_hnd(t, layout) for t in (q, k, v))
@@ -546,7 +551,7 @@ def ulysses_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tenso
         group_size = q.shape[heads] // k.shape[heads]
         k, v = (t.repeat_interleave(group_size, dim=heads) for t in (k, v))
     scale = _scale(sm_scale, q.shape[3])
-    fn = attention_fn or _sage_local_attention(preset, tunables)
+    fn = attention_fn or _sage_local_attention(preset, tunables, bool(return_lse))
     to_heads = lambda t: _AllToAll.apply(t, group, world_size, heads, seq)  # noqa: E731
     q_h, k_h, v_h = to_heads(q), to_heads(k), to_heads(v)
     o_h, lse_h = fn(q_h.contiguous(), k_h.contiguous(), v_h.contiguous(), bool(is_causal), scale, tensor_layout)

@@ -62,7 +62,8 @@ def use_cpu_stand_ins():
         o, lse = sd.exact_block_forward(q, k, v, is_causal, scale or q.shape[-1] ** -0.5, "HND")
         return (o, lse) if return_lse else o
 
-    sagegen.sageattn, sagegen.sagebwd_attention = sageattn, sagebwd_attention
+    from sagegen import _torch
+    sagegen.sageattn, _torch.sageattn, sagegen.sagebwd_attention = sageattn, sageattn, sagebwd_attention
     sd.sage_block_forward = lambda preset="sage-b", tunables=None: sd.exact_block_forward
     sd.sage_block_backward = lambda: sd.exact_block_backward
     from sagegen import _backward
