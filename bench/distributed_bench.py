@@ -253,14 +253,26 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     timer = Timer(args.warmup, args.repeats)
     methods = args.methods.split(",")
-    rows = []
+    rows, profiles = [], {}
+    result = environment_facts(world) if rank == 0 else None
+    path = os.path.join(args.out, f"distributed_bench_w{world}.json")
+
+    def save():  # after every row: a run cut short still leaves what it measured
+        if rank == 0:
+            result.update({"script": "bench/distributed_bench.py " + " ".join(sys.argv[1:]), "rows": rows,
+                           "profiles": profiles, "dry_run": args.dry_run})
+            with open(path, "w") as handle:
+                json.dump(result, handle, indent=1)
+
+    if rank == 0:
+        print(table([], methods), flush=True)
     for preset in args.presets.split(","):
         for causal in (bool(int(c)) for c in args.causal.split(",")):
             for tokens in (int(n) for n in args.tokens.split(",")):
                 rows.append(run_case(args, timer, preset, causal, tokens, world, rank))
+                save()
                 if rank == 0:
                     print(table(rows[-1:], methods).splitlines()[-1], flush=True)
-    profiles = {}
     if args.profile:
         tokens = args.profile_tokens
         q, k, v = make_full((1, args.heads, tokens, args.dim), torch.float16, seed=7)
@@ -276,13 +288,8 @@ def main():
             gathered = [None] * world
             dist.all_gather_object(gathered, summary)
             profiles[label] = gathered
+            save()
     if rank == 0:
-        result = environment_facts(world)
-        result.update({"script": "bench/distributed_bench.py " + " ".join(sys.argv[1:]), "rows": rows,
-                       "profiles": profiles, "dry_run": args.dry_run})
-        path = os.path.join(args.out, f"distributed_bench_w{world}.json")
-        with open(path, "w") as handle:
-            json.dump(result, handle, indent=1)
         print(f"\n== sagegen.distributed scaling, {world} x {result.get('gpus', ['cpu'])[0]}, NCCL "
               f"{result.get('nccl')}, {result['date']}, env {result['environment']}")
         print(result["topology"])
