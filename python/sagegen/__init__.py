@@ -198,3 +198,4 @@ def __getattr__(name):
         return getattr(_sla, name)
     raise AttributeError(f"module 'sagegen' has no attribute {name!r}")
 from ._backward import sagebwd_attention  # noqa: E402  (SageBwd, issue 12: after _torch's forward op)
+from ._lse import merge_attention, merge_attention_into  # noqa: E402  (issue 30: the LSE merge; see sagegen.distributed)
