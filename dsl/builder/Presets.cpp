@@ -23,6 +23,10 @@ AttentionBuilder makePreset(std::string_view name) {
     // per-warp group is the 64-token tile. The FP8 mma's accumulator is flushed into f32 every 2 blocks (128
     // tokens), as SageAttention2's kernels do: the tensor cores' FP8 accumulation keeps fewer mantissa bits than f32.
     builder.qk(int8(per_warp).groups(16, 64).smooth_k()).pv(fp8_e4m3(accum::f32_two_level, 2));
+  else if (name == "sage-b-rot") // issue 28: Q and K rotated before their int8 quantizers (Q outlier channels)
+    builder.qk(int8(per_block).smooth_k().rotate()).pv(f16(accum::f16));
+  else if (name == "sage2-fp8-rot")
+    builder.qk(int8(per_warp).groups(16, 64).smooth_k().rotate()).pv(fp8_e4m3(accum::f32_two_level, 2));
   else if (name == "sage3-fp4")
     builder.qk(nvfp4().smooth_q().smooth_k()).pv(nvfp4_pv());
   else if (name == "sage3-fp4-direct-p")
@@ -76,6 +80,14 @@ const std::vector<PresetInfo> &referenceOnlyPresets() {
   return table;
 }
 
+const std::vector<PresetInfo> &rotatedPresets() {
+  static const std::vector<PresetInfo> table = {
+      {"sage-b-rot", "sage-b with Q and K rotated along d (randomized Hadamard) before quantization: outlier channels"},
+      {"sage2-fp8-rot", "sage2-fp8 with Q and K rotated along d (randomized Hadamard) before quantization"},
+  };
+  return table;
+}
+
 const std::vector<PresetInfo> &slaPresets() {
   static const std::vector<PresetInfo> table = {
       {"sla-f16", "SLA: predicted critical blocks exact (f16 Q/K/P/V, f32 accumulation), marginal ones linear "
@@ -87,7 +99,7 @@ const std::vector<PresetInfo> &slaPresets() {
 }
 
 std::optional<AttentionBuilder> preset(std::string_view name, int head_dim, MaskKind mask) {
-  for (const std::vector<PresetInfo> *table : {&presets(), &referenceOnlyPresets(), &slaPresets()})
+  for (const std::vector<PresetInfo> *table : {&presets(), &referenceOnlyPresets(), &rotatedPresets(), &slaPresets()})
     for (const PresetInfo &info : *table)
       if (info.name == name) {
         AttentionBuilder builder = makePreset(name);

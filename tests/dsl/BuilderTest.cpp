@@ -118,6 +118,21 @@ TEST_CASE("the reference-only presets: SageAttention3 FP4 and SageAttention2 INT
     CHECK_NOTHROW(preset(info.name, 64, MaskKind::causal)->lse().build());
 }
 
+TEST_CASE("the rotated presets are their base presets with Q and K rotated by the same seed") {
+  for (const auto &[rotated, base] : {std::pair{"sage-b-rot", "sage-b"}, std::pair{"sage2-fp8-rot", "sage2-fp8"}}) {
+    CAPTURE(rotated);
+    const AttentionVariant variant = preset(rotated)->describe();
+    AttentionVariant expected = preset(base)->describe();
+    CHECK(variant.q.rotation_seed.has_value());
+    CHECK(variant.q.rotation_seed == variant.k.rotation_seed);
+    expected.q.rotation_seed = variant.q.rotation_seed;
+    expected.k.rotation_seed = variant.k.rotation_seed;
+    expected.name = variant.name;
+    CHECK(variant == expected);
+    CHECK_NOTHROW(preset(rotated, 64, MaskKind::causal)->lse().build());
+  }
+}
+
 TEST_CASE("sagebwd's forward (Algorithm 2): per-block int8 Q/K/V, per-token int8 P, the LSE saved") {
   const AttentionVariant forward = preset("sagebwd")->describe();
   CHECK(forward.q.granularity == Granularity::per_block);

@@ -20,6 +20,10 @@ CommandAction addListCommand(CLI::App &app) {
                "  sagebwd: SageBwd's forward (Algorithm 2), CPU reference only\n");
     for (const auto &info : dsl::referenceOnlyPresets())
       fmt::print("{:<22} {}\n", info.name, info.summary);
+    fmt::print("\nQ and K rotated before quantization (issue 28; every forward schedule, not in the default kernel "
+               "set):\n");
+    for (const auto &info : dsl::rotatedPresets())
+      fmt::print("{:<22} {}\n", info.name, info.summary);
     fmt::print("\nSLA, sparse-linear attention (`sagegen ir` prints them; the CPU reference is sage/reference/Sla.h; "
                "the GPU runs them through SlaRunner / the C ABI's sage_sla_*, not `sagegen emit`):\n");
     for (const auto &info : dsl::slaPresets())

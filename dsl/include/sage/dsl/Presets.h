@@ -23,6 +23,11 @@ const std::vector<PresetInfo> &presets();
 // smoothing's delta_s) and the FP4 ones by emulation (decoded to f16/bf16). preset() resolves these names too.
 const std::vector<PresetInfo> &referenceOnlyPresets();
 
+// Presets with Q and K rotated before quantization (issue 28: a randomized Hadamard transform along d, exact in exact
+// arithmetic), for inputs with outlier channels. Every forward schedule runs them (the prologue rotates); they are
+// kept out of presets() so that the default AOT kernel set and its tests stay as they are. preset() resolves them.
+const std::vector<PresetInfo> &rotatedPresets();
+
 // SLA presets (issue 13): sparse-linear attention at the paper's settings (b_q = b_kv = 64, k_h = 5%, k_l = 10%,
 // phi = softmax). The CPU reference runs them (sage/reference/Sla.h); no kernel schedule runs them yet, so they
 // are in neither list above. preset() resolves these names too; they take no mask but no_mask.
