@@ -120,7 +120,7 @@ def test_diffusers_style_nhd_sm_scale_lse():
     for dtype in (torch.float16, torch.bfloat16):
         for is_causal in (False, True):
             q, k, v = (torch.randn(2, 1024, 8, 128, dtype=dtype, device="cuda") for _ in range(3))
-            scale = 0.07
+            scale = 0.05
             out, lse = integrations.sageattn(q=q, k=k, v=v, tensor_layout="NHD", is_causal=is_causal, sm_scale=scale,
                                              return_lse=True)
             expected, expected_lse = reference(q, k, v, "NHD", is_causal, scale)
