@@ -13,17 +13,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sagegen  # noqa: E402
 from sagegen import _library, _torch  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from test_checks import Device, FakeTensor  # noqa: E402
+
+
+class Device:
+    def __init__(self, kind, index=None):
+        self.type, self.index = kind, index
+
 
 _pointers = iter(range(0x100000, 1 << 40, 0x10000))
 CUDA0 = Device("cuda", 0)  # one object, as equal torch.device objects are one key
 
 
-class Tensor(FakeTensor):
+class Tensor:
+    """shape, stride(), dtype, device, data_ptr() and numel(), as torch.Tensor has them; a fresh pointer each."""
+
     def __init__(self, shape, dtype="torch.float16", device=None, strides=None, pointer=None):
-        super().__init__(shape, dtype, device or CUDA0, strides, pointer or next(_pointers))
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device or CUDA0
+        self._pointer = pointer or next(_pointers)
+        if strides is None:
+            strides, step = [], 1
+            for size in reversed(self.shape):
+                strides.insert(0, step)
+                step *= size
+        self._strides = tuple(strides)
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._pointer
 
     def numel(self):
         count = 1
