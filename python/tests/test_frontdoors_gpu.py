@@ -75,9 +75,8 @@ def _llama(attn_implementation):
     config = transformers.LlamaConfig(vocab_size=1000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=2,
                                       num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048)
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
-                                                          torch_dtype=torch.float16)
-    return model.to("cuda").eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    return model.to(device="cuda", dtype=torch.float16).eval()
 
 
 def test_transformers_llama_sagegen_matches_sdpa():
