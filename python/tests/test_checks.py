@@ -171,8 +171,8 @@ class RunnerLifetimeTest(unittest.TestCase):
 # The call plans' and the front doors' checks (test_frontdoors.py: a fake torch and library) run here too, so that
 # CTest's python_checks_test covers them.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_frontdoors import (FallbackOncePerReasonTest, PlanCacheTest, SageAttentionOptionsTest,  # noqa: E402,F401
-                             ShimTest)
+from test_frontdoors import (EagerSageattnTest, FallbackOncePerReasonTest, PlanCacheTest,  # noqa: E402,F401
+                             SageAttentionOptionsTest, ShimTest)
 
 
 if __name__ == "__main__":

@@ -273,6 +273,94 @@ class PlanCacheTest(FakedTest):
         self.assertIn("q: is in host memory", str(caught.exception))
 
 
+class EagerTensor(Tensor):
+    """Exactly the class the stand-in torch calls Tensor (dispatcher_free asks type(t) is torch.Tensor)."""
+    requires_grad, is_cuda = False, True
+
+    def dim(self):
+        return len(self.shape)
+
+    def __mul__(self, factor):
+        scaled = EagerTensor(self.shape, self.dtype, self.device, self._strides)
+        scaled.factor = factor
+        return scaled
+
+
+class EagerTorch(FakeTorch):
+    """FakeTorch plus what sageattn asks of torch on its eager route."""
+    Tensor, float16, bfloat16 = EagerTensor, "torch.float16", "torch.bfloat16"
+
+    def __init__(self):
+        super().__init__()
+        self.compiler = type("Compiler", (), {"is_compiling": staticmethod(lambda: False)})
+        self.ops = None  # the op route must not be taken here
+
+    @staticmethod
+    def is_grad_enabled():
+        return True
+
+    def empty(self, shape, dtype, device):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.allocations.append((shape, dtype))
+        return EagerTensor(shape, dtype, device if not isinstance(device, int) else Device("cuda", device))
+
+
+class EagerSageattnTest(FakedTest):
+    """sagegen.sageattn's eager route (no dispatcher) through the call plans, with the fake torch and library."""
+
+    def setUp(self):
+        super().setUp()
+        self.torch = EagerTorch()
+        sagegen._torch_module = self.torch
+        self.saved_torch = _torch.torch, getattr(_torch, "_get_current_dispatch_mode", None), dict(_torch._attentions)
+        _torch.torch, _torch._get_current_dispatch_mode = self.torch, lambda: None
+        _torch._attentions.clear()
+
+    def tearDown(self):
+        _torch.torch, mode, attentions = self.saved_torch
+        if mode is None:
+            del _torch._get_current_dispatch_mode
+        else:
+            _torch._get_current_dispatch_mode = mode
+        _torch._attentions.clear()
+        _torch._attentions.update(attentions)
+        super().tearDown()
+
+    def test_sageattn_runs_through_the_plans_and_allocates_lse_only_when_returned(self):
+        q, k, v = (EagerTensor((2, 256, 8, 64)) for _ in range(3))
+        out = sagegen.sageattn(q, k, v, tensor_layout="NHD", is_causal=True, smooth_k=True, attn_mask=None)
+        run = self.library.runs[-1]
+        self.assertEqual(run["layout"], _library.LAYOUT_NHD)
+        self.assertIsNone(run["lse"])
+        self.assertEqual(run["o"][0], out.data_ptr())
+        self.assertEqual([a for a in self.torch.allocations if a[1] == "torch.float32"], [])  # no lse
+        out, lse = sagegen.sageattn(q, k, v, tensor_layout="NHD", sm_scale=0.5, return_lse=True)
+        run = self.library.runs[-1]
+        self.assertEqual(lse.shape, (2, 8, 256))  # [b, h, n] in both layouts
+        self.assertEqual(run["lse"][0], lse.data_ptr())
+        self.assertIn(((2, 8, 256), "torch.float32"), self.torch.allocations)
+        self.assertNotEqual(run["q"][0], q.data_ptr())  # sm_scale 0.5 != 1/sqrt(64): a scaled copy of q
+        for _ in range(3):
+            sagegen.sageattn(q, k, v, tensor_layout="NHD", is_causal=True)
+        self.assertEqual(len(_torch._attentions), 2)
+        self.assertEqual(self.library.workspace_queries, 2)  # one shape: one size query per Attention (lse or not)
+
+    def test_sageattn_refuses_before_any_work(self):
+        q, k, v = (EagerTensor((2, 8, 256, 64)) for _ in range(3))
+        cases = [
+            (sagegen.SageUnsupportedError, "attn_mask", {"attn_mask": EagerTensor((1, 1, 256, 256))}),
+            (sagegen.SageUnsupportedError, "smooth_k", {"smooth_k": False}),
+            (sagegen.SageArgumentError, "sm_scale", {"sm_scale": -1.0}),
+            (sagegen.SageArgumentError, "tensor_layout", {"tensor_layout": "BHSD"}),
+            (sagegen.SageArgumentError, "window_size", {"window_size": 3}),
+        ]
+        for error, argument, kwargs in cases:
+            with self.assertRaises(error) as caught:
+                sagegen.sageattn(q, k, v, **kwargs)
+            self.assertTrue(str(caught.exception).startswith(argument + ":"), str(caught.exception))
+        self.assertEqual(self.library.runs, [])
+
+
 class SageAttentionOptionsTest(unittest.TestCase):
     """What diffusers', ComfyUI's and SGLang's Sage callers pass: accepted where the kernels do it, else refused
     naming the argument (checked before any tensor is looked at)."""
