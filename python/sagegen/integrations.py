@@ -44,6 +44,8 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
             return _strict_sageattn(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, **kwargs)
         except SageUnsupportedError as error:
             reason = str(error)
+    if kwargs.get("block_mask") is not None:  # PyTorch's SDPA would attend to the blocks the mask skips
+        raise SageUnsupportedError(f"block_mask: no PyTorch fallback computes block-sparse attention ({reason})")
     say_once(_SAGEATTN_DOOR, reason)
     return torch_attention(q, k, v, tensor_layout, bool(is_causal), sm_scale, bool(return_lse), attn_mask,
                            float(dropout_p or 0.0), kwargs.get("causal_alignment", "top-left") == "bottom-right")
@@ -51,8 +53,8 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
 
 def install_sageattention(force=False):
     """Registers a module named `sageattention` whose `sageattn` is the function above, so that code doing
-    `from sageattention import sageattn` (ComfyUI's --use-sage-attention, SGLang diffusion's sage_attn backend,
-    diffusers) runs sagegen. Call it before that code imports sageattention. A real SageAttention already imported
+    `from sageattention import sageattn` (ComfyUI's --use-sage-attention, SGLang diffusion's sage_attn backend)
+    runs sagegen; diffusers also reads the installed package's metadata, so use patch_diffusers() there. Call it before that code imports sageattention. A real SageAttention already imported
     is left alone unless force=True. Returns the module."""
     existing = sys.modules.get("sageattention")
     if existing is not None and not force and not getattr(existing, "__sagegen_shim__", False):

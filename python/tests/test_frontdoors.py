@@ -474,6 +474,14 @@ class FallbackOncePerReasonTest(unittest.TestCase):
         with self.assertRaises(sagegen.SageArgumentError):
             self.integrations.sageattn(DoorTensor(), DoorTensor(), DoorTensor())
 
+    def test_no_fallback_drops_a_block_mask(self):
+        cpu = Device("cpu")
+        with self.assertRaises(sagegen.SageUnsupportedError) as caught:
+            self.integrations.sageattn(DoorTensor(device=cpu), DoorTensor(device=cpu), DoorTensor(device=cpu),
+                                       block_mask=DoorTensor((1, 8, 1, 2)))
+        self.assertTrue(str(caught.exception).startswith("block_mask:"), str(caught.exception))
+        self.assertEqual(self.fallbacks, [])
+
     def test_runnable_inputs_go_to_sagegen_with_their_arguments(self):
         result = self.integrations.sageattn(DoorTensor(), DoorTensor(), DoorTensor(), tensor_layout="NHD",
                                             is_causal=True, sm_scale=0.5, return_lse=True)
