@@ -70,10 +70,12 @@ def run_attention(q, k, v, block_mask, preset, causal, top_left, layout, return_
 
 
 def run_attention_eager(q, k, v, block_mask, preset, causal, top_left, layout, return_lse, tunables):
-    """sageattn's eager route (no dispatcher, no autograd, not compiling): the Attention's call plans, its workspace
-    kept per stream, and no lse tensor unless asked for. Returns (out, lse or None)."""
+    """sageattn's eager route (no dispatcher, no autograd, not compiling): the Attention's call plans, and no lse
+    tensor unless asked for. The workspace comes per call from the caching allocator as the op's does (its size
+    from a cache): nothing is held between calls, which matters to large models. Returns (out, lse or None)."""
     attention = _attention(preset, int(q.shape[-1]), causal, top_left, return_lse, tunables)
-    result = attention(q, k, v, layout=layout, block_mask=block_mask)
+    workspace = torch.empty(max(attention.workspace_bytes(q, k, layout), 1), dtype=torch.uint8, device=q.device)
+    result = attention(q, k, v, layout=layout, block_mask=block_mask, workspace=workspace)
     return result if return_lse else (result, None)
 
 

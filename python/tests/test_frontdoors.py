@@ -342,6 +342,10 @@ class EagerSageattnTest(FakedTest):
         self.assertNotEqual(run["q"][0], q.data_ptr())  # sm_scale 0.5 != 1/sqrt(64): a scaled copy of q
         for _ in range(3):
             sagegen.sageattn(q, k, v, tensor_layout="NHD", is_causal=True)
+        workspaces = [run["workspace"] for run in self.library.runs[-3:]]
+        self.assertEqual([size for _, size in workspaces], [4096] * 3)
+        self.assertEqual(len({pointer for pointer, _ in workspaces}), 3)  # per call, from the allocator
+        self.assertEqual(len(_torch._attentions[("sage-b", 64, True, True, False, "")]._local.plans), 1)
         self.assertEqual(len(_torch._attentions), 2)
         self.assertEqual(self.library.workspace_queries, 2)  # one shape: one size query per Attention (lse or not)
 
