@@ -96,11 +96,12 @@ if torch is not None:
 _SAGEATTN_OPTIONS = ("preset", "causal_alignment", "tunables", "block_mask")
 # What SageAttention's kernel-specific entry points (sageattn_qk_int8_pv_fp16_cuda, ..._fp8_cuda, ..._triton) take,
 # and callers (ComfyUI nodes, diffusers' sage backends) pass on: accepted where it says what the preset does anyway.
+# (dsl/builder/Presets.cpp; the -rot presets are main's rotated ones, issue 28 item 4)
 _QK_GRANULARITY = {"sage-t": "per_token", "sage-vt": "per_token", "sage-b": "per_block", "sage-vb": "per_block",
-                   "sagebwd": "per_block", "sla-int8": "per_block", "sage2-fp8": "per_warp", "sage2-int4": "per_thread",
-                   "sage2-int4-no-smooth-q": "per_thread"}
-_PV_ACCUMULATION = {"sage-t": "fp16", "sage-b": "fp16", "sage2-fp8": "fp32+fp32", "sage2-int4": "fp32+fp32",
-                    "sage2-int4-no-smooth-q": "fp32+fp32"}
+                   "sage-b-rot": "per_block", "sagebwd": "per_block", "sla-int8": "per_block", "sage2-fp8": "per_warp",
+                   "sage2-fp8-rot": "per_warp", "sage2-int4": "per_thread", "sage2-int4-no-smooth-q": "per_thread"}
+_PV_ACCUMULATION = {"sage-t": "fp16", "sage-b": "fp16", "sage-b-rot": "fp16", "sage2-fp8": "fp32+fp32",
+                    "sage2-fp8-rot": "fp32+fp32", "sage2-int4": "fp32+fp32", "sage2-int4-no-smooth-q": "fp32+fp32"}
 _NO_K_QUANTIZATION = ("exact", "sla-f16", "sla-f16-elu")  # nothing to smooth: smooth_k changes nothing there
 _SAGEATTENTION_OPTIONS = ("smooth_k", "smooth_v", "attn_mask", "dropout_p", "qk_quant_gran", "pv_accum_dtype",
                           "quantization_backend")
