@@ -16,9 +16,9 @@ import ctypes
 import threading
 import weakref
 
-from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, PHASE_ALL, PHASE_ATTENTION,
-                       PHASE_PROLOGUE, TOP_LEFT, AttentionConfig, RunArgs, SageArgumentError, SageError,
-                       SageUnsupportedError, check, library)
+from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, DTYPE_F32, DTYPE_U8, PHASE_ALL,
+                       PHASE_ATTENTION, PHASE_PROLOGUE, TOP_LEFT, AttentionConfig, RunArgs, SageArgumentError,
+                       SageError, SageUnsupportedError, TensorDesc, check, library)
 from ._tensors import DTYPE_NAMES, describe, heads_tokens, layout_code
 
 __all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sdpa", "version",
@@ -65,12 +65,64 @@ class _Runner:
         return needed
 
 
+class _Plan:
+    """One shape of call, prebuilt (issue 24: host time per call): the descriptions and RunArgs for a (layout,
+    phase, tensors' shapes, strides, dtypes and devices) seen before, so that a repeated call only writes its data
+    pointers, workspace and stream. What Python checks depends only on what the key holds and was checked when the
+    plan was made; the library checks every call again in full."""
+
+    __slots__ = ("runner", "device", "torch_device", "descs", "lse_desc", "mask_desc", "lse_shape", "args",
+                 "args_ref", "workspace_needed")
+
+
+def _signature(tensor):
+    """What a tensor's description depends on besides its data pointer (AttributeError/TypeError: not a tensor)."""
+    return None if tensor is None else (tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
+
+
+def _contiguous_desc(shape, dtype, device):
+    """The description of torch.empty(shape): what a plan's allocated out and lse look like, before they exist."""
+    desc = TensorDesc()
+    desc.ndim = len(shape)
+    step, strides = 1, []
+    for size in reversed(shape):
+        strides.insert(0, step)
+        step *= size
+    desc.shape[:desc.ndim], desc.strides[:desc.ndim] = list(shape), strides
+    desc.dtype, desc.device = dtype, device
+    return desc
+
+
+_PLANS_PER_THREAD = 256  # bounded: many shapes (varying lengths) clear the cache rather than grow it
+_torch_module = None
+
+
+def _load_torch():
+    global _torch_module
+    if _torch_module is None:
+        import torch  # allocation and streams only; the kernels see validated descriptions
+        _torch_module = torch
+    return _torch_module
+
+
+def _current_raw_stream(torch, device):
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # the handle without a Stream object
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def _current_device(torch):
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    return get() if get is not None else torch.cuda.current_device()
+
+
 class Attention:
     """One attention variant, runnable on any CUDA device with f16 or bf16 tensors.
 
     Kernels are built per (device, dtype) on first use: a call with tensors on device 1 runs device 1's kernels.
     dtype: None (follow the tensors), "f16" or "bf16" (then other tensors are refused). causal_alignment: how a
     causal mask lines up when tokens_q != tokens_kv ("bottom-right" as FlashAttention, "top-left" as PyTorch SDPA).
+    Calls are planned: the first call of a shape (shapes, strides, dtypes, devices, layout, phase) is checked and
+    described in full; a repeated one reuses that work and only passes its new data pointers, workspace and stream.
     """
 
     def __init__(self, preset="sage-b", head_dim=128, causal=False, lse=False, dtype=None, ir=None, tunables=None,
@@ -87,6 +139,8 @@ class Attention:
         self._alignment = _alignment_code(causal_alignment)
         self._runners = {}
         self._workspaces = {}  # (device, stream handle) -> uint8 tensor, allocated on that stream
+        self._workspace_sizes = {}  # (layout, q's and k's signatures) -> bytes
+        self._local = threading.local()  # .plans: this thread's plans (a plan's RunArgs are written per call)
         self._lock = threading.Lock()
 
     def _runner(self, device, dtype):
@@ -123,18 +177,25 @@ class Attention:
         return block_q.value, block_kv.value
 
     def workspace_bytes(self, q, k, layout="HND"):
-        q_desc, k_desc = describe(q, "q"), describe(k, "k")
-        if q_desc.device < 0:
-            raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
-        return self._runner(q_desc.device, q_desc.dtype).workspace_bytes(layout_code(layout), q_desc, k_desc)
+        try:
+            key = (layout, _signature(q), _signature(k))
+            needed = self._workspace_sizes.get(key)
+        except (AttributeError, TypeError):  # not tensors: the checks below say which
+            key, needed = None, None
+        if needed is None:
+            layout_value = layout_code(layout)
+            q_desc, k_desc = describe(q, "q"), describe(k, "k")
+            if q_desc.device < 0:
+                raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
+            needed = self._runner(q_desc.device, q_desc.dtype).workspace_bytes(layout_value, q_desc, k_desc)
+            if key is not None:
+                if len(self._workspace_sizes) >= 1024:
+                    self._workspace_sizes.clear()
+                self._workspace_sizes[key] = needed
+        return needed
 
-    def __call__(self, q, k, v, layout="HND", phase=PHASE_ALL, out=None, lse=None, block_mask=None, stream=None,
-                 workspace=None):
-        """out (and lse when built with lse=True), allocated when not given. stream: a torch.cuda.Stream of q's
-        device (default: its current stream). workspace: a uint8 CUDA tensor of at least workspace_bytes(q, k)
-        (default: one per device and stream, kept by this object, allocated on that stream)."""
-        import torch  # allocation and streams only; the kernels see validated descriptions
-
+    def _plan(self, q, k, v, layout, phase, out, lse, block_mask, workspace):
+        """Every check Python makes, then the descriptions and RunArgs; raises SageArgumentError naming the argument."""
         layout_value = layout_code(layout)
         if phase not in (PHASE_ALL, PHASE_PROLOGUE, PHASE_ATTENTION):
             raise SageArgumentError(f"phase: expected PHASE_ALL, PHASE_PROLOGUE or PHASE_ATTENTION, got {phase!r}")
@@ -143,46 +204,96 @@ class Attention:
             raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
         device = q_desc.device
         batch, heads_q, tokens_q, _ = heads_tokens(q, layout, "q")
-        with torch.cuda.device(device):  # the device guard: allocations and the default stream are q's device's
-            if stream is None:
-                stream = torch.cuda.current_stream(device)
-            elif getattr(stream, "device", q.device) != q.device:
-                raise SageArgumentError(f"stream: is on {stream.device}, expected q's device {q.device}")
-            if out is None:
-                out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-            if self.write_lse and lse is None:
-                lse = torch.empty((batch, heads_q, tokens_q), dtype=torch.float32, device=q.device)
-            runner = self._runner(device, q_desc.dtype)
-            descs = {name: describe(tensor, name) for name, tensor in
-                     (("k", k), ("v", v), ("o", out), ("lse", lse), ("block_mask", block_mask)) if tensor is not None}
-            if workspace is None:
-                workspace = self._workspace(stream, device, runner.workspace_bytes(layout_value, q_desc, descs["k"]),
-                                            torch)
-            else:  # its size is the library's to check
-                ws = describe(workspace, "workspace")
-                if ws.device != device or ws.dtype != 4 or ws.ndim != 1:
-                    raise SageArgumentError(f"workspace: expected a 1-D uint8 tensor on CUDA device {device}")
-            args = RunArgs()
-            args.layout, args.phase, args.causal_alignment = layout_value, phase, self._alignment
-            args.q = ctypes.pointer(q_desc)
-            for name in ("k", "v", "o", "lse", "block_mask"):
-                if name in descs:
-                    setattr(args, name, ctypes.pointer(descs[name]))
-            args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
-            args.stream = stream.cuda_stream
-            check(library().sage_attention_run(runner.handle, ctypes.byref(args)))
+        runner = self._runner(device, q_desc.dtype)
+        k_desc, v_desc = describe(k, "k"), describe(v, "v")
+        o_desc = describe(out, "o") if out is not None else _contiguous_desc(tuple(q.shape), q_desc.dtype, device)
+        plan = _Plan()
+        plan.lse_shape = None
+        if lse is not None:
+            plan.lse_desc = describe(lse, "lse")
+        elif self.write_lse:
+            plan.lse_shape = (batch, heads_q, tokens_q)
+            plan.lse_desc = _contiguous_desc(plan.lse_shape, DTYPE_F32, device)
+        else:
+            plan.lse_desc = None
+        plan.mask_desc = describe(block_mask, "block_mask") if block_mask is not None else None
+        if workspace is None:
+            plan.workspace_needed = runner.workspace_bytes(layout_value, q_desc, k_desc)
+        else:  # its size is the library's to check
+            ws = describe(workspace, "workspace")
+            if ws.device != device or ws.dtype != DTYPE_U8 or ws.ndim != 1:
+                raise SageArgumentError(f"workspace: expected a 1-D uint8 tensor on CUDA device {device}")
+            plan.workspace_needed = None
+        args = RunArgs()
+        args.layout, args.phase, args.causal_alignment = layout_value, phase, self._alignment
+        args.q, args.k, args.v, args.o = (ctypes.pointer(desc) for desc in (q_desc, k_desc, v_desc, o_desc))
+        if plan.lse_desc is not None:
+            args.lse = ctypes.pointer(plan.lse_desc)
+        if plan.mask_desc is not None:
+            args.block_mask = ctypes.pointer(plan.mask_desc)
+        plan.runner, plan.device, plan.torch_device = runner, device, q.device
+        plan.descs, plan.args, plan.args_ref = (q_desc, k_desc, v_desc, o_desc), args, ctypes.byref(args)
+        return plan
+
+    def __call__(self, q, k, v, layout="HND", phase=PHASE_ALL, out=None, lse=None, block_mask=None, stream=None,
+                 workspace=None):
+        """out (and lse when built with lse=True), allocated when not given. stream: a torch.cuda.Stream of q's
+        device (default: its current stream). workspace: a uint8 CUDA tensor of at least workspace_bytes(q, k)
+        (default: one per device and stream, kept by this object, allocated on that stream)."""
+        torch = _load_torch()
+        plans = getattr(self._local, "plans", None)
+        if plans is None:
+            plans = self._local.plans = {}
+        try:
+            key = (layout, phase, q.shape, q.stride(), q.dtype, q.device, _signature(k), _signature(v),
+                   _signature(out), _signature(lse), _signature(block_mask), _signature(workspace))
+            plan = plans.get(key)
+        except (AttributeError, TypeError):  # not tensors, or unhashable stand-ins: the full checks say which
+            key, plan = None, None
+        if plan is None:
+            plan = self._plan(q, k, v, layout, phase, out, lse, block_mask, workspace)
+            if key is not None:
+                if len(plans) >= _PLANS_PER_THREAD:
+                    plans.clear()
+                plans[key] = plan
+        if stream is not None and getattr(stream, "device", q.device) != q.device:
+            raise SageArgumentError(f"stream: is on {stream.device}, expected q's device {q.device}")
+        if _current_device(torch) == plan.device:
+            out, lse = self._run(torch, plan, q, k, v, out, lse, block_mask, stream, workspace)
+        else:
+            with torch.cuda.device(plan.device):  # the guard: the current stream, capture state are q's device's
+                out, lse = self._run(torch, plan, q, k, v, out, lse, block_mask, stream, workspace)
         return (out, lse) if self.write_lse else out
 
-    def _workspace(self, stream, device, needed, torch):
-        # Allocated on `stream`: PyTorch's caching allocator then hands a dropped (regrown) workspace only to later
+    def _run(self, torch, plan, q, k, v, out, lse, block_mask, stream, workspace):
+        stream_handle = _current_raw_stream(torch, plan.device) if stream is None else stream.cuda_stream
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=plan.torch_device)
+        if lse is None and plan.lse_shape is not None:
+            lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=plan.torch_device)
+        if workspace is None:
+            workspace = self._workspace(stream, stream_handle, plan.device, plan.workspace_needed, torch)
+        q_desc, k_desc, v_desc, o_desc = plan.descs
+        q_desc.data, k_desc.data, v_desc.data, o_desc.data = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        if plan.lse_desc is not None:
+            plan.lse_desc.data = lse.data_ptr()
+        if plan.mask_desc is not None:
+            plan.mask_desc.data = block_mask.data_ptr()
+        args = plan.args
+        args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), workspace.numel(), stream_handle
+        check(library().sage_attention_run(plan.runner.handle, plan.args_ref))
+        return out, lse
+
+    def _workspace(self, stream, stream_handle, device, needed, torch):
+        # Allocated on its stream: PyTorch's caching allocator then hands a dropped (regrown) workspace only to later
         # work on the same stream, so it is never reused under a kernel still reading it. During CUDA-graph
         # capture a fresh one comes from the graph's pool instead of replacing the cached one.
         if torch.cuda.is_current_stream_capturing():
             return torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
-        key = (device, stream.cuda_stream)
+        key = (device, stream_handle)
         workspace = self._workspaces.get(key)
         if workspace is None or workspace.numel() < needed:
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream(device)):
                 workspace = torch.empty(max(needed, 1), dtype=torch.uint8, device=device)
             self._workspaces[key] = workspace
         return workspace

@@ -34,7 +34,7 @@ def device_index(tensor, name):
 
 
 def layout_code(layout):
-    if layout not in LAYOUTS:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise SageArgumentError(f"tensor_layout: expected 'HND' or 'NHD', got {layout!r}")
     return LAYOUTS[layout]
 

@@ -168,5 +168,12 @@ class RunnerLifetimeTest(unittest.TestCase):
         self.assertEqual(sorted(lines[1:]), ["destroyed backward 0x1234", "destroyed forward 0x5678"])
 
 
+# The call plans' and the front doors' checks (test_frontdoors.py: a fake torch and library) run here too, so that
+# CTest's python_checks_test covers them.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_frontdoors import (EagerSageattnTest, FallbackOncePerReasonTest, PlanCacheTest,  # noqa: E402,F401
+                             SageAttentionOptionsTest, ShimTest)
+
+
 if __name__ == "__main__":
     unittest.main()

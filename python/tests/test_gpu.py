@@ -92,7 +92,7 @@ def bad_calls():
         ("q", lambda: sagegen.sageattn(q[0], k, v)),
         ("tensor_layout", lambda: sagegen.sageattn(q, k, v, tensor_layout="BHSD")),
         ("sm_scale", lambda: sagegen.sageattn(q, k, v, sm_scale=-1.0)),
-        ("smooth_k", lambda: sagegen.sageattn(q, k, v, smooth_k=True)),
+        ("smooth_k", lambda: sagegen.sageattn(q, k, v, smooth_k="yes")),
         ("lse", lambda: sagegen.Attention("sage-b", head_dim=128, lse=True)(
             q, k, v, lse=torch.empty(2, 8, 255, device="cuda"))),
         ("lse", lambda: sagegen.Attention("sage-b", head_dim=128, lse=True)(

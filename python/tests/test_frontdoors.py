@@ -1,0 +1,548 @@
+"""The host fast path (issue 24: Attention's call plans) and the front doors' checks and fallbacks (issue 28),
+without PyTorch or a GPU: a fake torch module and a fake library stand in, so what the library is handed on every
+call can be read back. Runs with `python3 python/tests/test_frontdoors.py` (and under pytest)."""
+
+import contextlib
+import os
+import sys
+import threading
+import unittest
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import sagegen  # noqa: E402
+from sagegen import _library, _torch  # noqa: E402
+
+
+
+class Device:
+    def __init__(self, kind, index=None):
+        self.type, self.index = kind, index
+
+
+_pointers = iter(range(0x100000, 1 << 40, 0x10000))
+CUDA0 = Device("cuda", 0)  # one object, as equal torch.device objects are one key
+
+
+class Tensor:
+    """shape, stride(), dtype, device, data_ptr() and numel(), as torch.Tensor has them; a fresh pointer each."""
+
+    def __init__(self, shape, dtype="torch.float16", device=None, strides=None, pointer=None):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device or CUDA0
+        self._pointer = pointer or next(_pointers)
+        if strides is None:
+            strides, step = [], 1
+            for size in reversed(self.shape):
+                strides.insert(0, step)
+                step *= size
+        self._strides = tuple(strides)
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._pointer
+
+    def numel(self):
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+
+class FakeCuda:
+    def __init__(self, owner):
+        self.owner = owner
+
+    def is_current_stream_capturing(self):
+        return False
+
+    def current_stream(self, device):
+        return "stream"
+
+    def stream(self, stream):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def device(self, index):
+        self.owner.guards.append(index)
+        yield
+
+
+class FakeTorch:
+    """What Attention.__call__ uses of torch: empty, float32, uint8, cuda.*, and torch._C's raw getters."""
+    float32, uint8 = "torch.float32", "torch.uint8"
+
+    def __init__(self):
+        self.current, self.guards, self.allocations = 0, [], []
+        self.cuda = FakeCuda(self)
+        owner = self
+
+        class C:
+            @staticmethod
+            def _cuda_getDevice():
+                return owner.current
+
+            @staticmethod
+            def _cuda_getCurrentRawStream(device):
+                return 0x5000 + device
+        self._C = C
+
+    def empty(self, shape, dtype, device):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.allocations.append((shape, dtype))
+        return Tensor(shape, dtype, device if not isinstance(device, int) else Device("cuda", device))
+
+
+class FakeLibrary:
+    """Records what each sage_attention_run sees: the descriptions behind RunArgs' pointers."""
+
+    def __init__(self):
+        self.runs, self.workspace_queries = [], 0
+
+    def sage_attention_create(self, config, handle):
+        handle._obj.value = 0x1234
+        return 0
+
+    def sage_attention_destroy(self, handle):
+        pass
+
+    def sage_attention_workspace_bytes(self, handle, layout, q, k, size):
+        self.workspace_queries += 1
+        size._obj.value = 4096
+        return 0
+
+    def sage_attention_run(self, handle, args_ref):
+        args = args_ref._obj
+
+        def seen(pointer):
+            if not pointer:
+                return None
+            desc = pointer.contents
+            return (desc.data, tuple(desc.shape[:desc.ndim]), tuple(desc.strides[:desc.ndim]), desc.dtype,
+                    desc.device)
+        self.runs.append({"q": seen(args.q), "k": seen(args.k), "v": seen(args.v), "o": seen(args.o),
+                          "lse": seen(args.lse), "block_mask": seen(args.block_mask), "layout": args.layout,
+                          "phase": args.phase, "workspace": (args.workspace, args.workspace_bytes),
+                          "stream": args.stream})
+        return 0
+
+
+class FakedTest(unittest.TestCase):
+    def setUp(self):
+        self.torch, self.library = FakeTorch(), FakeLibrary()
+        self.saved = sagegen._torch_module, sagegen.library
+        sagegen._torch_module, sagegen.library = self.torch, lambda: self.library
+
+    def tearDown(self):
+        sagegen._torch_module, sagegen.library = self.saved
+
+
+def qkv(shape=(1, 8, 128, 64), **kwargs):
+    return Tensor(shape, **kwargs), Tensor(shape, **kwargs), Tensor(shape, **kwargs)
+
+
+class PlanCacheTest(FakedTest):
+    def test_a_repeated_call_reuses_its_plan_with_the_new_pointers(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q, k, v = qkv()
+        attention(q, k, v)
+        q2, k2, v2 = qkv()
+        attention(q2, k2, v2)
+        first, second = self.library.runs
+        self.assertEqual(len(attention._local.plans), 1)
+        self.assertEqual(self.library.workspace_queries, 1)  # the size came from the plan the second time
+        self.assertEqual(first["q"][0], q.data_ptr())
+        self.assertEqual(second["q"][0], q2.data_ptr())
+        self.assertEqual((second["k"][0], second["v"][0]), (k2.data_ptr(), v2.data_ptr()))
+        self.assertNotEqual(first["o"][0], second["o"][0])  # a fresh out each call
+        self.assertEqual(second["stream"], 0x5000)
+        self.assertEqual(first["workspace"], second["workspace"])  # kept per (device, stream)
+        self.assertEqual(second["workspace"][1], 4096)
+
+    def test_a_changed_stride_or_shape_makes_a_new_plan(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q, k, v = qkv()
+        attention(q, k, v)
+        # Same shape, other strides (k as a transposed view of an NHD buffer): described again.
+        k_view = Tensor((1, 8, 128, 64), strides=(8 * 128 * 64, 64, 8 * 64, 1))
+        attention(q, k_view, v)
+        self.assertEqual(self.library.runs[-1]["k"][2], (8 * 128 * 64, 64, 8 * 64, 1))
+        attention(q, k, v)  # the first plan again: the contiguous strides
+        self.assertEqual(self.library.runs[-1]["k"][2], (8 * 128 * 64, 128 * 64, 64, 1))
+        # Another length: new shapes for q, o and the workspace size asked again.
+        q3, k3, v3 = qkv((1, 8, 300, 64))
+        attention(q3, k3, v3)
+        run = self.library.runs[-1]
+        self.assertEqual(run["q"][1], (1, 8, 300, 64))
+        self.assertEqual(run["o"][1:3], ((1, 8, 300, 64), (8 * 300 * 64, 300 * 64, 64, 1)))
+        self.assertEqual(len(attention._local.plans), 3)
+        self.assertEqual(self.library.workspace_queries, 2)  # the library's size depends on shapes, not strides
+        # A changed layout or phase is a different plan too.
+        attention(q, k, v, layout="NHD")
+        self.assertEqual(self.library.runs[-1]["layout"], _library.LAYOUT_NHD)
+        attention(q, k, v, phase=sagegen.PHASE_PROLOGUE)
+        self.assertEqual(self.library.runs[-1]["phase"], sagegen.PHASE_PROLOGUE)
+
+    def test_bad_inputs_are_refused_after_a_good_call_of_the_same_shape(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q, k, v = qkv()
+        attention(q, k, v)
+        cases = [
+            ("q: is in host memory", lambda: attention(Tensor(q.shape, device=Device("cpu")), k, v)),
+            ("k: dtype float64", lambda: attention(q, Tensor(k.shape, dtype="torch.float64"), v)),
+            ("v: expected a tensor, got None", lambda: attention(q, k, None)),
+            ("v: expected a tensor", lambda: attention(q, k, [1, 2])),
+            ("tensor_layout", lambda: attention(q, k, v, layout="BHSD")),
+            ("tensor_layout", lambda: attention(q, k, v, layout=["HND"])),  # unhashable: the slow path says so
+            ("phase", lambda: attention(q, k, v, phase=7)),
+            ("q: expected a 4-D tensor", lambda: attention(Tensor((8, 128, 64)), k, v)),
+            ("q: expected dtype f16", lambda: sagegen.Attention("sage-b", head_dim=64, dtype="f16")(
+                Tensor(q.shape, dtype="torch.bfloat16"), k, v)),
+            ("workspace: expected a 1-D uint8", lambda: attention(q, k, v, workspace=Tensor((4096,)))),
+            ("workspace: expected a 1-D uint8", lambda: attention(
+                q, k, v, workspace=Tensor((4096,), dtype="torch.uint8", device=Device("cuda", 1)))),
+            ("o: dtype float64", lambda: attention(q, k, v, out=Tensor(q.shape, dtype="torch.float64"))),
+            ("stream: is on", lambda: attention(q, k, v, stream=type("S", (), {"device": "cuda:1"})())),
+        ]
+        runs = len(self.library.runs)
+        for message, call in cases:
+            for _ in range(2):  # a refusal is never cached: the second time raises the same
+                with self.assertRaises(sagegen.SageArgumentError) as caught:
+                    call()
+                self.assertIn(message, str(caught.exception))
+        self.assertEqual(len(self.library.runs), runs)  # nothing refused reached the library
+
+    def test_no_lse_allocated_unless_written_and_nothing_when_out_and_workspace_are_given(self):
+        q, k, v = qkv()
+        sagegen.Attention("sage-b", head_dim=64)(q, k, v)
+        self.assertEqual(self.torch.allocations[0], ((1, 8, 128, 64), "torch.float16"))
+        self.assertEqual(self.torch.allocations[1:], [((4096,), "torch.uint8")])  # the kept workspace, once
+        self.assertIsNone(self.library.runs[-1]["lse"])
+        self.torch.allocations.clear()
+        out, lse = sagegen.Attention("sage-b", head_dim=64, lse=True)(q, k, v)
+        self.assertEqual(lse.shape, (1, 8, 128))
+        self.assertEqual(self.library.runs[-1]["lse"][1:3], ((1, 8, 128), (8 * 128, 128, 1)))
+        self.assertEqual(self.library.runs[-1]["lse"][0], lse.data_ptr())
+        self.torch.allocations.clear()
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        out, workspace = Tensor(q.shape), Tensor((4096,), dtype="torch.uint8")
+        for _ in range(3):
+            self.assertIs(attention(q, k, v, out=out, workspace=workspace), out)
+        self.assertEqual(self.torch.allocations, [])
+        self.assertEqual(self.library.runs[-1]["workspace"], (workspace.data_ptr(), 4096))
+        self.assertEqual(self.library.runs[-1]["o"][0], out.data_ptr())
+
+    def test_the_device_guard_only_when_q_is_not_on_the_current_device(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q, k, v = qkv()
+        attention(q, k, v)
+        self.assertEqual(self.torch.guards, [])
+        self.torch.current = 1
+        attention(q, k, v)
+        self.assertEqual(self.torch.guards, [0])
+        cuda1 = Device("cuda", 1)
+        q1, k1, v1 = qkv(device=cuda1)
+        attention(q1, k1, v1)
+        self.assertEqual(self.torch.guards, [0])
+        self.assertEqual(self.library.runs[-1]["stream"], 0x5001)
+        self.assertEqual(self.library.runs[-1]["q"][4], 1)
+
+    def test_each_thread_has_its_own_plans(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q, k, v = qkv()
+        attention(q, k, v)
+        seen = []
+        thread = threading.Thread(target=lambda: (attention(q, k, v), seen.append(len(attention._local.plans))))
+        thread.start()
+        thread.join()
+        self.assertEqual(seen, [1])
+        self.assertEqual(len(self.library.runs), 2)
+        self.assertEqual(self.library.runs[0]["q"], self.library.runs[1]["q"])
+
+    def test_workspace_bytes_is_cached_per_signature(self):
+        attention = sagegen.Attention("sage-b", head_dim=64)
+        q, k, v = qkv()
+        self.assertEqual(attention.workspace_bytes(q, k), 4096)
+        self.assertEqual(attention.workspace_bytes(*qkv()[:2]), 4096)
+        self.assertEqual(self.library.workspace_queries, 1)
+        attention.workspace_bytes(*qkv((1, 8, 256, 64))[:2])
+        self.assertEqual(self.library.workspace_queries, 2)
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            attention.workspace_bytes(Tensor(q.shape, device=Device("cpu")), k)
+        self.assertIn("q: is in host memory", str(caught.exception))
+
+
+class EagerTensor(Tensor):
+    """Exactly the class the stand-in torch calls Tensor (dispatcher_free asks type(t) is torch.Tensor)."""
+    requires_grad, is_cuda = False, True
+
+    def dim(self):
+        return len(self.shape)
+
+    def __mul__(self, factor):
+        scaled = EagerTensor(self.shape, self.dtype, self.device, self._strides)
+        scaled.factor = factor
+        return scaled
+
+
+class EagerTorch(FakeTorch):
+    """FakeTorch plus what sageattn asks of torch on its eager route."""
+    Tensor, float16, bfloat16 = EagerTensor, "torch.float16", "torch.bfloat16"
+
+    def __init__(self):
+        super().__init__()
+        self.compiler = type("Compiler", (), {"is_compiling": staticmethod(lambda: False)})
+        self.ops = None  # the op route must not be taken here
+
+    @staticmethod
+    def is_grad_enabled():
+        return True
+
+    def empty(self, shape, dtype, device):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.allocations.append((shape, dtype))
+        return EagerTensor(shape, dtype, device if not isinstance(device, int) else Device("cuda", device))
+
+
+class EagerSageattnTest(FakedTest):
+    """sagegen.sageattn's eager route (no dispatcher) through the call plans, with the fake torch and library."""
+
+    def setUp(self):
+        super().setUp()
+        self.torch = EagerTorch()
+        sagegen._torch_module = self.torch
+        self.saved_torch = _torch.torch, getattr(_torch, "_get_current_dispatch_mode", None), dict(_torch._attentions)
+        _torch.torch, _torch._get_current_dispatch_mode = self.torch, lambda: None
+        _torch._attentions.clear()
+
+    def tearDown(self):
+        _torch.torch, mode, attentions = self.saved_torch
+        if mode is None:
+            del _torch._get_current_dispatch_mode
+        else:
+            _torch._get_current_dispatch_mode = mode
+        _torch._attentions.clear()
+        _torch._attentions.update(attentions)
+        super().tearDown()
+
+    def test_sageattn_runs_through_the_plans_and_allocates_lse_only_when_returned(self):
+        q, k, v = (EagerTensor((2, 256, 8, 64)) for _ in range(3))
+        out = sagegen.sageattn(q, k, v, tensor_layout="NHD", is_causal=True, smooth_k=True, attn_mask=None)
+        run = self.library.runs[-1]
+        self.assertEqual(run["layout"], _library.LAYOUT_NHD)
+        self.assertIsNone(run["lse"])
+        self.assertEqual(run["o"][0], out.data_ptr())
+        self.assertEqual([a for a in self.torch.allocations if a[1] == "torch.float32"], [])  # no lse
+        out, lse = sagegen.sageattn(q, k, v, tensor_layout="NHD", sm_scale=0.5, return_lse=True)
+        run = self.library.runs[-1]
+        self.assertEqual(lse.shape, (2, 8, 256))  # [b, h, n] in both layouts
+        self.assertEqual(run["lse"][0], lse.data_ptr())
+        self.assertIn(((2, 8, 256), "torch.float32"), self.torch.allocations)
+        self.assertNotEqual(run["q"][0], q.data_ptr())  # sm_scale 0.5 != 1/sqrt(64): a scaled copy of q
+        for _ in range(3):
+            sagegen.sageattn(q, k, v, tensor_layout="NHD", is_causal=True)
+        workspaces = [run["workspace"] for run in self.library.runs[-3:]]
+        self.assertEqual([size for _, size in workspaces], [4096] * 3)
+        self.assertEqual(len({pointer for pointer, _ in workspaces}), 3)  # per call, from the allocator
+        self.assertEqual(len(_torch._attentions[("sage-b", 64, True, True, False, "")]._local.plans), 1)
+        self.assertEqual(len(_torch._attentions), 2)
+        self.assertEqual(self.library.workspace_queries, 2)  # one shape: one size query per Attention (lse or not)
+
+    def test_sageattn_refuses_before_any_work(self):
+        q, k, v = (EagerTensor((2, 8, 256, 64)) for _ in range(3))
+        cases = [
+            (sagegen.SageUnsupportedError, "attn_mask", {"attn_mask": EagerTensor((1, 1, 256, 256))}),
+            (sagegen.SageUnsupportedError, "smooth_k", {"smooth_k": False}),
+            (sagegen.SageArgumentError, "sm_scale", {"sm_scale": -1.0}),
+            (sagegen.SageArgumentError, "tensor_layout", {"tensor_layout": "BHSD"}),
+            (sagegen.SageArgumentError, "window_size", {"window_size": 3}),
+        ]
+        for error, argument, kwargs in cases:
+            with self.assertRaises(error) as caught:
+                sagegen.sageattn(q, k, v, **kwargs)
+            self.assertTrue(str(caught.exception).startswith(argument + ":"), str(caught.exception))
+        self.assertEqual(self.library.runs, [])
+
+
+class SageAttentionOptionsTest(unittest.TestCase):
+    """What diffusers', ComfyUI's and SGLang's Sage callers pass: accepted where the kernels do it, else refused
+    naming the argument (checked before any tensor is looked at)."""
+
+    def check(self, preset="sage-b", **options):
+        _torch._check_sageattention_options(preset, options)
+
+    def test_accepted(self):
+        self.check(smooth_k=True, smooth_v=False, attn_mask=None, dropout_p=0.0, quantization_backend="triton")
+        self.check(qk_quant_gran="per_block", pv_accum_dtype="fp16")
+        self.check("sage2-fp8", qk_quant_gran="per_warp", pv_accum_dtype="fp32+fp32")
+        self.check("exact", smooth_k=False)  # nothing quantized: nothing to smooth
+
+    def test_refused_naming_the_argument(self):
+        cases = [
+            (sagegen.SageUnsupportedError, "smooth_k", {"smooth_k": False}),
+            (sagegen.SageArgumentError, "smooth_k", {"smooth_k": "yes"}),
+            (sagegen.SageUnsupportedError, "smooth_v", {"smooth_v": True}),
+            (sagegen.SageUnsupportedError, "attn_mask", {"attn_mask": object()}),
+            (sagegen.SageUnsupportedError, "dropout_p", {"dropout_p": 0.1}),
+            (sagegen.SageArgumentError, "dropout_p", {"dropout_p": 2.0}),
+            (sagegen.SageUnsupportedError, "qk_quant_gran", {"qk_quant_gran": "per_thread"}),
+            (sagegen.SageUnsupportedError, "pv_accum_dtype", {"pv_accum_dtype": "fp32+fp16"}),
+            (sagegen.SageArgumentError, "quantization_backend", {"quantization_backend": "cpu"}),
+        ]
+        for error, argument, options in cases:
+            with self.assertRaises(error) as caught:
+                self.check(**options)
+            self.assertTrue(str(caught.exception).startswith(argument + ":"), str(caught.exception))
+        with self.assertRaises(sagegen.SageUnsupportedError) as caught:
+            self.check(qk_quant_gran="per_warp")
+        self.assertIn("sage2-fp8", str(caught.exception))  # says which preset computes it
+
+
+class TorchStandIn:
+    """torch as fallback_reason and the doors see it: Tensor, the two dtypes, is_grad_enabled."""
+    float16, bfloat16 = "torch.float16", "torch.bfloat16"
+    Tensor = Tensor
+
+    @staticmethod
+    def is_grad_enabled():
+        return True
+
+
+class DoorTensor(Tensor):
+    def __init__(self, shape=(1, 128, 8, 64), dtype="torch.float16", device=None, requires_grad=False):
+        super().__init__(shape, dtype, device)
+        self.requires_grad = requires_grad
+
+    def dim(self):
+        return len(self.shape)
+
+
+class FallbackOncePerReasonTest(unittest.TestCase):
+    def setUp(self):
+        from sagegen import integrations
+        self.integrations = integrations
+        self.saved = (_torch.torch, integrations.torch, integrations.torch_attention, integrations._strict_sageattn,
+                      set(_torch._said))
+        self.fallbacks, self.sage_calls = [], []
+        _torch.torch = integrations.torch = TorchStandIn
+        integrations.torch_attention = lambda *args: self.fallbacks.append(args) or "pytorch"
+        integrations._strict_sageattn = lambda *args, **kwargs: self.sage_calls.append(args) or "sagegen"
+        _torch._said.clear()
+
+    def tearDown(self):
+        (_torch.torch, self.integrations.torch, self.integrations.torch_attention, self.integrations._strict_sageattn,
+         said) = self.saved
+        _torch._said.clear()
+        _torch._said.update(said)
+
+    def calls(self, door):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = [door() for _ in range(3)]
+        return results, [str(w.message) for w in caught]
+
+    def test_each_reason_warns_once_and_runs_pytorch(self):
+        sageattn = self.integrations.sageattn
+        cpu = dict(device=Device("cpu"))
+        cases = [
+            ("only CUDA tensors", lambda: sageattn(DoorTensor(**cpu), DoorTensor(**cpu), DoorTensor(**cpu),
+                                                   tensor_layout="NHD")),
+            ("dtype torch.float32", lambda: sageattn(*(DoorTensor(dtype="torch.float32") for _ in range(3)))),
+            ("mixed dtypes", lambda: sageattn(DoorTensor(), DoorTensor(dtype="torch.bfloat16"), DoorTensor())),
+            ("require grad", lambda: sageattn(DoorTensor(requires_grad=True), DoorTensor(), DoorTensor())),
+            ("attn_mask", lambda: sageattn(DoorTensor(), DoorTensor(), DoorTensor(), attn_mask=DoorTensor())),
+            ("dropout", lambda: sageattn(DoorTensor(), DoorTensor(), DoorTensor(), dropout_p=0.1)),
+        ]
+        for expected, door in cases:
+            results, messages = self.calls(door)
+            self.assertEqual(results, ["pytorch"] * 3, expected)
+            self.assertEqual(len(messages), 1, (expected, messages))
+            self.assertIn("sagegen.integrations.sageattn: falling back to PyTorch", messages[0])
+            self.assertIn(expected, messages[0])
+        self.assertEqual(self.sage_calls, [])
+        self.assertEqual(len(self.fallbacks), 3 * len(cases))
+
+    def test_an_unsupported_refusal_falls_back_and_an_argument_error_is_raised(self):
+        def unsupported(*args, **kwargs):
+            raise sagegen.SageUnsupportedError("q: head dim 96: no kernel")
+        self.integrations._strict_sageattn = unsupported
+        results, messages = self.calls(lambda: self.integrations.sageattn(DoorTensor(), DoorTensor(), DoorTensor()))
+        self.assertEqual(results, ["pytorch"] * 3)
+        self.assertEqual(len(messages), 1)
+        self.assertIn("head dim 96", messages[0])
+
+        def wrong(*args, **kwargs):
+            raise sagegen.SageArgumentError("k: expected 8 heads")
+        self.integrations._strict_sageattn = wrong
+        with self.assertRaises(sagegen.SageArgumentError):
+            self.integrations.sageattn(DoorTensor(), DoorTensor(), DoorTensor())
+
+    def test_no_fallback_drops_a_block_mask(self):
+        cpu = Device("cpu")
+        with self.assertRaises(sagegen.SageUnsupportedError) as caught:
+            self.integrations.sageattn(DoorTensor(device=cpu), DoorTensor(device=cpu), DoorTensor(device=cpu),
+                                       block_mask=DoorTensor((1, 8, 1, 2)))
+        self.assertTrue(str(caught.exception).startswith("block_mask:"), str(caught.exception))
+        self.assertEqual(self.fallbacks, [])
+
+    def test_runnable_inputs_go_to_sagegen_with_their_arguments(self):
+        result = self.integrations.sageattn(DoorTensor(), DoorTensor(), DoorTensor(), tensor_layout="NHD",
+                                            is_causal=True, sm_scale=0.5, return_lse=True)
+        self.assertEqual(result, "sagegen")
+        self.assertEqual(self.sage_calls[0][3:], ("NHD", True, 0.5, True))
+
+    def test_transformers_door_decides_causal_as_sdpa_and_falls_back_for_masks(self):
+        door = self.integrations.transformers_attention
+        module = type("Module", (), {"is_causal": True})()
+        q, k, v = DoorTensor((1, 8, 128, 64)), DoorTensor((1, 2, 128, 64)), DoorTensor((1, 2, 128, 64))
+
+        class Out:
+            def transpose(self, a, b):
+                self.dims = (a, b)
+                return self
+
+            def contiguous(self):
+                return self
+        self.integrations._strict_sageattn = lambda *args: self.sage_calls.append(args) or Out()
+        out, weights = door(module, q, k, v, None, scaling=0.125)
+        self.assertIsNone(weights)
+        self.assertEqual(out.dims, (1, 2))
+        self.assertEqual(self.sage_calls[-1][3:], ("HND", True, 0.125))
+        door(module, q, k, v, None, is_causal=False)  # the caller's is_causal wins over the module's
+        self.assertFalse(self.sage_calls[-1][4])
+        door(module, DoorTensor((1, 8, 1, 64)), k, v, None)  # one query token: not causal, as SDPA decides
+        self.assertFalse(self.sage_calls[-1][4])
+        door(type("Encoder", (), {"is_causal": False})(), q, k, v, None)
+        self.assertFalse(self.sage_calls[-1][4])
+        calls = len(self.sage_calls)
+        with self.assertRaises(ImportError):  # a padding mask: transformers' own SDPA (not installed here)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                door(module, q, k, v, DoorTensor((1, 1, 128, 128)))
+        self.assertEqual(len(self.sage_calls), calls)
+        self.assertIn("sagegen (transformers attention): falling back", str(caught[0].message))
+        self.assertIn("attn_mask", str(caught[0].message))
+
+
+class ShimTest(unittest.TestCase):
+    def test_install_sageattention_makes_the_import_work_and_keeps_a_real_one(self):
+        from sagegen import integrations
+        saved = sys.modules.pop("sageattention", None)
+        try:
+            module = integrations.install_sageattention()
+            from sageattention import sageattn
+            self.assertIs(sageattn, integrations.sageattn)
+            self.assertIs(integrations.install_sageattention(), sys.modules["sageattention"])
+            real = sys.modules["sageattention"] = type(sys)("sageattention")
+            self.assertIs(integrations.install_sageattention(), real)  # a real SageAttention stays
+            self.assertIsNot(integrations.install_sageattention(force=True), real)
+            self.assertTrue(module.__sagegen_shim__)
+        finally:
+            sys.modules.pop("sageattention", None)
+            if saved is not None:
+                sys.modules["sageattention"] = saved
+
+
+if __name__ == "__main__":
+    unittest.main()
