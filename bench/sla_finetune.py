@@ -35,7 +35,7 @@ and python/tests/test_sla_gpu.py document it: block-mean pooled Q.K^T / sqrt(d) 
 ceil(k_h% * blocks) critical, the bottom floor(k_l% * blocks) negligible, the rest marginal, ties to the lower block;
 O^s = softmax over the critical keys, O^l = phi(Q) phi(K)^T V over the marginal keys, normalised, phi = softmax over
 the head dim; classes held fixed in the backward). It runs on the CPU; --tiny shrinks everything (grid 80 x 16,
-blocks of 8, width 64, 2 layers) so that the whole pipeline runs on 2 cores in about a minute.
+blocks of 8, width 64, 2 layers) so that the whole pipeline runs on 2 cores (3.5 minutes here; a pipeline check, too short to learn the task).
 
     PYTHONPATH=python python3 bench/sla_finetune.py --out bench/results/sla_finetune       # one H200, ~3-4 min
     python3 bench/sla_finetune.py --reference --tiny --out /tmp/sla_ft_tiny                # CPU, pure PyTorch
@@ -341,7 +341,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", required=True, help="folder for sla_finetune.json and sla_finetune.png")
     p.add_argument("--reference", action="store_true", help="pure-PyTorch SLA instead of sagegen's (CPU or GPU)")
-    p.add_argument("--tiny", action="store_true", help="a CPU-sized run of the whole pipeline (about a minute)")
+    p.add_argument("--tiny", action="store_true", help="a CPU-sized run of the whole pipeline (a few minutes)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--grid-h", type=int, default=80)
@@ -371,7 +371,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.tiny:
         for name, value in dict(grid_h=80, grid_w=8, block=8, channels=4, dim=64, heads=4, head_dim=16, layers=2,
-                                batch=4, dense_steps=150, finetune_steps=40, warmup=20, finetune_warmup=5,
+                                batch=4, dense_steps=60, finetune_steps=20, warmup=10, finetune_warmup=5,
                                 eval_every=20, eval_batches=2, lr=2e-3, finetune_lr=5e-4).items():
             if getattr(args, name) == p.get_default(name):
                 setattr(args, name, value)
