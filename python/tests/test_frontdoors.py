@@ -6,7 +6,9 @@ import contextlib
 import os
 import sys
 import threading
+import types
 import unittest
+from unittest import mock
 import warnings
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -516,11 +518,20 @@ class FallbackOncePerReasonTest(unittest.TestCase):
         door(type("Encoder", (), {"is_causal": False})(), q, k, v, None)
         self.assertFalse(self.sage_calls[-1][4])
         calls = len(self.sage_calls)
-        with self.assertRaises(ImportError):  # a padding mask: transformers' own SDPA (not installed here)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                door(module, q, k, v, DoorTensor((1, 1, 128, 128)))
+        # A padding mask goes to transformers' own SDPA function: a stand-in here, whether or not transformers is
+        # installed (the real one needs real tensors).
+        fallbacks = []
+        sdpa_module = types.ModuleType("transformers.integrations.sdpa_attention")
+        sdpa_module.sdpa_attention_forward = lambda *args, **kwargs: fallbacks.append((args, kwargs)) or ("sdpa", None)
+        stand_ins = {"transformers": types.ModuleType("transformers"),
+                     "transformers.integrations": types.ModuleType("transformers.integrations"),
+                     "transformers.integrations.sdpa_attention": sdpa_module}
+        with mock.patch.dict(sys.modules, stand_ins), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mask = DoorTensor((1, 1, 128, 128))
+            self.assertEqual(door(module, q, k, v, mask), ("sdpa", None))
         self.assertEqual(len(self.sage_calls), calls)
+        self.assertIs(fallbacks[0][0][4], mask)
         self.assertIn("sagegen (transformers attention): falling back", str(caught[0].message))
         self.assertIn("attn_mask", str(caught[0].message))
 
