@@ -106,7 +106,7 @@ TEST_CASE("8-bit P.V: interleaved S columns, transposed V codes, dequantized per
   CHECK(contains(fp8, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"));
   CHECK(contains(fp8, "constexpr int kFlushPeriod = 2;"));
   CHECK(contains(fp8, "flush_accumulator(state.o_flushed, state.o_accumulator)"));
-  CHECK(contains(fp8, "constexpr int kQScaleTokensPerGroup = 32;"));
+  CHECK(contains(fp8, "constexpr int kQScaleTokensPerGroup = 16;"));
 }
 
 TEST_CASE("exact: Q.K^T in the input's type with the softmax scale applied in the kernel, bf16 output") {
