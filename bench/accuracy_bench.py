@@ -9,8 +9,6 @@ channels (x 20 on 4 channels) plus K's mean; an attention sink (token 0's key al
 """
 
 import argparse
-import re
-import subprocess
 import json
 import os
 import sys
@@ -48,24 +46,6 @@ def metrics(out, reference):
     return {"cos": cos, "rel_l1": rel_l1, "rmse": rmse}
 
 
-def rotated_ir(sagegen_cli, preset, head_dim, causal):
-    """The preset's IR with Q's and K's quantizers given rotation_seed 0."""
-    if not sagegen_cli:
-        raise SystemExit("--rotated needs --sagegen (the CLI prints the preset's IR)")
-    command = [sagegen_cli, "ir", "--preset", preset, "--headdim", str(head_dim)] + (["--causal"] if causal else [])
-    lines = subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()
-    rotated = 0
-    for index, line in enumerate(lines):
-        match = re.match(r"(\s*%(q|k)\w* = sage\.quantize %\w+ to .*?)( \{(.*)\})?$", line)
-        if match and not line.lstrip().startswith(("%p", "%v")):
-            attributes = [match.group(4)] if match.group(4) else []
-            lines[index] = f"{match.group(1)} {{{', '.join(attributes + ['rotation_seed = 0 : i64'])}}}"
-            rotated += 1
-    if rotated != 2:
-        raise SystemExit(f"{preset}: expected the Q and K quantizers in its IR, found {rotated}")
-    return "\n".join(lines) + "\n"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--presets", default="sage-b,sage2-fp8")
@@ -73,10 +53,6 @@ def main():
     parser.add_argument("--classes", default="normal,k_mean,kv_mean,q_outliers,sink,sharp")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--sageattn", help="SageAttention2's built source directory")
-    parser.add_argument("--rotated", default="",
-                        help="presets also run with Q and K rotated before quantization (issue 28: a randomized "
-                             "Hadamard rotation, IR attribute rotation_seed), as PRESET+rot; needs --sagegen")
-    parser.add_argument("--sagegen", help="the sagegen CLI, to print the rotated presets' IR")
     parser.add_argument("--json")
     args = parser.parse_args()
     shape = tuple(map(int, args.shape.split(",")))
@@ -94,9 +70,6 @@ def main():
             outputs = {}
             for preset in args.presets.split(","):
                 outputs[preset] = sagegen.Attention(preset, head_dim=shape[3], causal=args.causal)(q, k, v)
-            for preset in filter(None, args.rotated.split(",")):
-                ir = rotated_ir(args.sagegen, preset, shape[3], args.causal)
-                outputs[preset + "+rot"] = sagegen.Attention(ir=ir, head_dim=shape[3], causal=args.causal)(q, k, v)
             if sageattention:
                 outputs["sageattn"] = sageattention["module"].sageattn_qk_int8_pv_fp8_cuda_sm90(
                     q, k, v, tensor_layout="HND", is_causal=args.causal, qk_quant_gran="per_warp",
