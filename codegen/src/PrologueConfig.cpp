@@ -115,6 +115,11 @@ void validateTunables(const PrologueTunables &tunables, int head_dim) {
                                           std::to_string(head_dim) + " V tile exceeds 32 KiB of shared memory");
   require(tunables.k_blocks_per_tile >= 0 && tunables.k_blocks_per_tile <= 16,
           "tunables.k_blocks_per_tile: expected 0 (derived) to 16, got " + std::to_string(tunables.k_blocks_per_tile));
+  require(tunables.min_ctas_per_sm >= 0 && tunables.min_ctas_per_sm <= 8,
+          "tunables.min_ctas_per_sm: expected 0 to 8, got " + std::to_string(tunables.min_ctas_per_sm));
+  require(tunables.one_pass_lookahead_heads >= 0 && tunables.one_pass_lookahead_heads <= 8,
+          "tunables.one_pass_lookahead_heads: expected 0 to 8, got " +
+              std::to_string(tunables.one_pass_lookahead_heads));
 }
 
 } // namespace
@@ -257,6 +262,27 @@ std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
   const bool v_statistics = config.vStatistics();
   const bool q_per_tensor = config.q.perTensor();
 
+  if (config.onePass()) {
+    // Along the tickets: the KV heads' statistics and the tiles that wait for them, head by head; then the roles
+    // that wait for nothing (sage/device/prologue/one_pass.cuh).
+    std::vector<Role> roles;
+    if (k_statistics)
+      roles.push_back(Role::k_column_statistics);
+    if (v_statistics)
+      roles.push_back(Role::v_column_statistics);
+    if (k_statistics)
+      roles.push_back(Role::k_block_quantize);
+    if (v_statistics)
+      roles.push_back(config.v_output == VOutput::codes ? Role::v_tile_quantize : Role::v_tile_convert);
+    roles.push_back(Role::q_block_quantize);
+    if (!k_statistics)
+      roles.push_back(Role::k_block_quantize);
+    if (!v_statistics && (config.v_output == VOutput::f16_values || config.v_output == VOutput::fp4_codes))
+      roles.push_back(config.v_output == VOutput::fp4_codes ? Role::v_tile_quantize : Role::v_tile_convert);
+    return {{"sage_prologue_one_pass", "one read of Q, K and V: statistics on chip, tiles after their head's",
+             std::move(roles), true}};
+  }
+
   std::vector<Role> first, second_read;
   // Long column reductions first, so that they start early and the tile roles fill the machine around them.
   if (k_statistics)
@@ -279,10 +305,11 @@ std::vector<PlannedLaunch> planPrologueLaunches(const PrologueConfig &config) {
     second_read.push_back(Role::q_block_quantize);
 
   std::vector<PlannedLaunch> launches;
-  launches.push_back({"sage_prologue_read_inputs", "first read of Q, K and V", std::move(first)});
+  launches.push_back({"sage_prologue_read_inputs", "first read of Q, K and V", std::move(first), false});
   if (!second_read.empty())
     launches.push_back({"sage_prologue_quantize_after_statistics",
-                        "second read: quantize with the statistics of the whole sequence", std::move(second_read)});
+                        "second read: quantize with the statistics of the whole sequence", std::move(second_read),
+                        false});
   return launches;
 }
 

@@ -67,6 +67,17 @@ std::string emitConstants(const PrologueConfig &config) {
   text += "[[maybe_unused]] constexpr int kKTileTokens = kBlockKv * kKBlocksPerTile;\n";
   text += "[[maybe_unused]] constexpr int kVTileWords = kVTileTokens / 4; // a transposed V row packs 4 tokens' codes "
           "per word\n";
+  const bool one_pass = config.onePass();
+  text += std::string("[[maybe_unused]] constexpr bool kOnePass = ") + (one_pass ? "true" : "false") +
+          "; // statistics and the tiles that wait for them in one launch\n";
+  text += std::string("[[maybe_unused]] constexpr bool kOnePassKStatistics = ") +
+          (one_pass && config.kStatistics() ? "true" : "false") + ";\n";
+  text += std::string("[[maybe_unused]] constexpr bool kOnePassVStatistics = ") +
+          (one_pass && config.vStatistics() ? "true" : "false") + ";\n";
+  text += constant("kMinCtasPerSm", std::max(1, tunables.min_ctas_per_sm),
+                   "__launch_bounds__' minimum: registers are capped to fit that many CTAs on an SM");
+  text += constant("kOnePassLookaheadHeads", tunables.one_pass_lookahead_heads,
+                   "one pass: heads whose statistics run ahead of a head's tiles");
   return text;
 }
 
@@ -254,6 +265,7 @@ __device__ __forceinline__ StatisticsScratch statisticsScratch(const SagePrologu
     take("v_max", "unsigned short", 2);
   }
   text += "  return scratch;\n}\n";
+  text += pasteDeviceHeader("sage/device/prologue/one_pass.cuh"); // the combines wait there in the one-pass launch
   if (with_reduction)
     text += pasteDeviceHeader("sage/device/prologue/column_reduction.cuh");
   return text;

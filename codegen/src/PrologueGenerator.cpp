@@ -130,7 +130,7 @@ std::string header(const PrologueConfig &config, const std::vector<PlannedLaunch
 
 std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
   std::string text = "\n// ---- The launch: each CTA finds its role from blockIdx.x ----\n";
-  text += "extern \"C\" __global__ void __launch_bounds__(kThreads)\n" + launch.entry_point +
+  text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
           "(const __grid_constant__ SagePrologueParams params) {\n";
   text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
   text += "  long long cta = blockIdx.x;\n";
@@ -144,6 +144,76 @@ std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
     text += declaration;
     text += "  if (cta < " + count + ")\n    return " + roleFunctionName(role, config) + "(params, cta, shared);\n";
     if (i + 1 < launch.roles.size())
+      text += "  cta -= " + count + ";\n";
+  }
+  text += "}\n";
+  return text;
+}
+
+// The one-pass launch: each CTA draws a ticket (sage/device/prologue/one_pass.cuh) and does its work; the roles that
+// wait for nothing follow in the order of the plan.
+std::string onePassEntry(const PrologueConfig &config, const PlannedLaunch &launch) {
+  const auto waits = [&](PrologueRole role) {
+    switch (role) {
+    case PrologueRole::k_column_statistics:
+    case PrologueRole::v_column_statistics:
+      return true;
+    case PrologueRole::k_block_quantize:
+      return config.kStatistics();
+    case PrologueRole::v_tile_quantize:
+    case PrologueRole::v_tile_convert:
+      return config.vStatistics();
+    default:
+      return false;
+    }
+  };
+  std::string text = "\n// ---- The launch: each CTA draws a ticket, which orders the work (one_pass.cuh) ----\n";
+  text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
+          "(const __grid_constant__ SagePrologueParams params) {\n";
+  text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
+  text += "  __shared__ long long ticket;\n";
+  std::vector<PrologueRole> independent;
+  for (PrologueRole role : launch.roles)
+    if (!waits(role))
+      independent.push_back(role);
+  std::string independent_ctas;
+  for (PrologueRole role : independent)
+    independent_ctas += (independent_ctas.empty() ? "" : " +\n      ") + roleCtaCountExpression(role);
+  text += "  // The CTAs of the roles that wait for nothing, spread over the heads' segments\n";
+  text += "  const long long independent_ctas =\n      " + independent_ctas + ";\n";
+  text += "  const OnePassItem item = drawOnePassItem(params, independent_ctas, &ticket);\n";
+  text += "  switch (item.work) {\n";
+  for (PrologueRole role : launch.roles) {
+    if (!waits(role))
+      continue;
+    const std::string call = roleFunctionName(role, config) + "(params, item.cta, shared);\n";
+    switch (role) {
+    case PrologueRole::k_column_statistics:
+      text += "  case OnePassWork::k_statistics:\n    " + call + "    return publishStatistics(params, item.head);\n";
+      break;
+    case PrologueRole::v_column_statistics:
+      text += "  case OnePassWork::v_statistics:\n    " + call + "    return publishStatistics(params, item.head);\n";
+      break;
+    case PrologueRole::k_block_quantize:
+      text += "  case OnePassWork::k_tile: // waits for its head's statistics\n    return " + call;
+      break;
+    default:
+      text += "  case OnePassWork::v_tile: // waits for its head's statistics\n    return " + call;
+      break;
+    }
+  }
+  text += "  default:\n    break;\n  }\n";
+  text += "  long long cta = item.cta; // the roles that wait for nothing\n";
+  for (size_t i = 0; i < independent.size(); ++i) {
+    const PrologueRole role = independent[i];
+    const std::string count = std::string(nameOf(role)) + "_ctas";
+    text += commentLines("  // ", roleSummary(role, config));
+    std::string declaration = "  const long long " + count + " = " + roleCtaCountExpression(role) + ";\n";
+    if (declaration.size() > 121)
+      declaration = "  const long long " + count + " =\n      " + roleCtaCountExpression(role) + ";\n";
+    text += declaration;
+    text += "  if (cta < " + count + ")\n    return " + roleFunctionName(role, config) + "(params, cta, shared);\n";
+    if (i + 1 < independent.size())
       text += "  cta -= " + count + ";\n";
   }
   text += "}\n";
@@ -172,7 +242,7 @@ PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<Planne
   source += emitRoleSupport(config, roles);
   for (PrologueRole role : roles)
     source += emitRoleFunction(role, config);
-  source += entry(config, launch);
+  source += launch.one_pass ? onePassEntry(config, launch) : entry(config, launch);
 
   PrologueKernel kernel;
   kernel.name = launch.name;
@@ -180,6 +250,7 @@ PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<Planne
   kernel.source = std::move(source);
   kernel.block_threads = config.tunables.threads;
   kernel.roles = roles;
+  kernel.one_pass = launch.one_pass;
   kernel.grid_rule = gridRule(config, roles);
   return kernel;
 }

@@ -90,6 +90,16 @@ std::vector<LaunchGrid> prologueGrids(const PrologueSource &prologue, const sche
   return grids;
 }
 
+size_t prologueCounterBytes(const PrologueSource &prologue, const schedules::WorkspaceLayout &layout) {
+  for (const PrologueKernel &kernel : prologue.kernels)
+    if (kernel.one_pass) {
+      require(layout.prologue_counters.bytes > 0,
+              "layout: a one-pass prologue needs the workspace's prologue_counters");
+      return layout.prologue_counters.bytes;
+    }
+  return 0;
+}
+
 bool prologueOnlyCopiesQk(const AttentionVariant &variant, schedules::InputType input) {
   PrologueConfig config;
   try {
@@ -172,6 +182,7 @@ SagePrologueParams makePrologueParams(const AttentionVariant &variant, const sch
   params.offsets.v_mean = layout.v_mean.offset;
   params.offsets.delta_s = layout.delta_s.offset;
   params.statistics_offset = layout.prologue_statistics.offset;
+  params.counters_offset = layout.prologue_counters.offset;
   return params;
 }
 

@@ -41,6 +41,7 @@ struct ShapePlan {
   schedules::ProblemShape shape;
   schedules::WorkspaceLayout layout;
   std::vector<codegen::LaunchGrid> prologue_grids;
+  size_t prologue_counter_bytes = 0; // zeroed on the stream before a one-pass prologue
   std::array<int64_t, 3> attention_grid{};
 };
 
@@ -102,6 +103,7 @@ struct AttentionRunner::State {
     shape_plan->shape = shape;
     shape_plan->layout = schedules::computeWorkspaceLayout(variant, shape, options.input);
     shape_plan->prologue_grids = codegen::prologueGrids(kernels.prologue, shape);
+    shape_plan->prologue_counter_bytes = codegen::prologueCounterBytes(kernels.prologue, shape_plan->layout);
     shape_plan->attention_grid = kernels.attention.grid.gridFor(shape, multiprocessors);
     const auto &grid = shape_plan->attention_grid;
     if (grid[0] > std::numeric_limits<int32_t>::max() || grid[1] > 65535 || grid[2] > 65535)
@@ -309,6 +311,10 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
         codegen::makePrologueParams(state.variant, shape, layout, q_tensor, k_tensor, {tensors.v, tensors.v_strides},
                                     static_cast<unsigned char *>(workspace));
     const std::vector<codegen::LaunchGrid> &grids = shape_plan->prologue_grids;
+    if (shape_plan->prologue_counter_bytes > 0) // the one-pass prologue's ticket and per-head counts start at zero
+      CudaDriver::instance().fillWordsAsync(reinterpret_cast<driver::DevicePointer>(workspace) +
+                                                layout.prologue_counters.offset,
+                                            0u, shape_plan->prologue_counter_bytes / 4, stream);
     for (size_t i = 0; i < state.prologue_kernels.size(); ++i) {
       const CompiledKernel &kernel = state.prologue_kernels[i];
       kernel.kernel.launch(params,

@@ -80,6 +80,7 @@ struct CudaDriver::EntryPoints {
   Result (*copy_host_to_device)(DevicePointer destination, const void *source, std::size_t bytes) = nullptr;
   Result (*copy_device_to_host)(void *destination, DevicePointer source, std::size_t bytes) = nullptr;
   Result (*fill_bytes)(DevicePointer destination, unsigned char value, std::size_t bytes) = nullptr;
+  Result (*fill_words_async)(DevicePointer destination, unsigned value, std::size_t words, Stream stream) = nullptr;
   Result (*tensor_map_encode_tiled)(void *map, int data_type, unsigned rank, void *address, const std::uint64_t *dims,
                                     const std::uint64_t *strides, const unsigned *box, const unsigned *element_strides,
                                     int interleave, int swizzle, int l2_promotion, int oob_fill) = nullptr;
@@ -132,6 +133,7 @@ const char *resolveEntryPoints(void *library, CudaDriver::EntryPoints &points) {
   bind("cuMemcpyHtoD_v2", points.copy_host_to_device);
   bind("cuMemcpyDtoH_v2", points.copy_device_to_host);
   bind("cuMemsetD8_v2", points.fill_bytes);
+  bind("cuMemsetD32Async", points.fill_words_async);
   bind("cuTensorMapEncodeTiled", points.tensor_map_encode_tiled);
   return missing;
 }
@@ -398,6 +400,10 @@ void CudaDriver::encodeTensorMap(TensorMap &map, unsigned rank, const void *addr
 
 void CudaDriver::fillBytes(DevicePointer destination, unsigned char value, std::size_t bytes) const {
   check(entryPoints("cuMemsetD8").fill_bytes(destination, value, bytes), "cuMemsetD8");
+}
+
+void CudaDriver::fillWordsAsync(DevicePointer destination, unsigned value, std::size_t words, Stream stream) const {
+  check(entryPoints("cuMemsetD32Async").fill_words_async(destination, value, words, stream), "cuMemsetD32Async");
 }
 
 } // namespace sage::runtime

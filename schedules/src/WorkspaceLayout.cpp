@@ -276,6 +276,8 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
   const size_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? bytes({q_heads, q_blocks}, 4) : 0;
   layout.prologue_statistics =
       allocator.take(q_amax_bytes + (column_bytes > 0 ? bytes({kv_heads, slices, d}, column_bytes) : 0));
+  // The one-pass prologue's counters: a ticket, then per KV head the statistics CTAs that have published.
+  layout.prologue_counters = allocator.take(column_bytes > 0 ? bytes({kv_heads + 1}, sizeof(uint32_t)) : 0);
   layout.total_bytes = allocator.end();
   return layout;
 }

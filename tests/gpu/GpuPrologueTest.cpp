@@ -19,12 +19,15 @@
 #include "sage/runtime/LoadedKernel.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/schedules/GpuArch.h"
+#include "sage/schedules/PrologueRotation.h"
 #include "sage/schedules/WorkspaceLayout.h"
 
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,8 +75,9 @@ SageTensorStrides stridesOf(const HostTensor &tensor) {
 // The prologue's kernels compiled for this GPU, launched in order with one parameter block.
 class DevicePrologue {
 public:
-  DevicePrologue(const AttentionVariant &variant, schedules::InputType input, const codegen::PrologueOptions &options)
-      : source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, {}, options)) {
+  DevicePrologue(const AttentionVariant &variant, schedules::InputType input, const codegen::PrologueOptions &options,
+                 const codegen::PrologueTunables &tunables = {})
+      : source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, tunables, options)) {
     for (const codegen::PrologueKernel &kernel : source_.kernels) {
       runtime::CompileRequest request;
       request.key = kernel.entry_point;
@@ -87,8 +91,13 @@ public:
 
   size_t launches() const { return kernels_.size(); }
 
-  void run(const schedules::ProblemShape &shape, const SagePrologueParams &params) const {
+  void run(const schedules::ProblemShape &shape, const schedules::WorkspaceLayout &layout,
+           const SagePrologueParams &params) const {
     const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(source_, shape);
+    if (const size_t counter_bytes = codegen::prologueCounterBytes(source_, layout); counter_bytes > 0)
+      driver().fillWordsAsync(reinterpret_cast<runtime::driver::DevicePointer>(params.workspace) +
+                                  params.counters_offset,
+                              0u, counter_bytes / 4, nullptr);
     for (size_t i = 0; i < kernels_.size(); ++i)
       kernels_[i].launch(params, {{grids[i].x, 1, 1},
                                   {static_cast<unsigned>(source_.kernels[i].block_threads), 1, 1},
@@ -129,7 +138,7 @@ std::vector<unsigned char> workspaceAfter(const DevicePrologue &prologue, const 
                                           const AttentionVariant &variant, const schedules::WorkspaceLayout &layout) {
   DeviceBuffer workspace(layout.total_bytes);
   driver().fillBytes(workspace.pointer, 0xff, workspace.bytes);
-  prologue.run(problem.shape, problem.params(variant, layout, workspace));
+  prologue.run(problem.shape, layout, problem.params(variant, layout, workspace));
   driver().synchronizeContext();
   std::vector<unsigned char> bytes(layout.total_bytes);
   driver().copyToHost(bytes.data(), workspace.pointer, bytes.size());
@@ -333,6 +342,142 @@ TEST_CASE("v_codes in the wgmma token order are the natural codes, permuted in g
   }
 }
 
+TEST_CASE("the one-pass prologue writes the two launches' bytes, call after call") {
+  if (skipWithoutGpu())
+    return;
+  driver().ensureContext(); // runners launch in their own context and leave the thread's as it was
+  codegen::PrologueTunables two_launches;
+  two_launches.one_pass = false;
+  struct Case {
+    const char *preset;
+    int head_dim;
+    StorageType storage;
+    Layout layout;
+    schedules::ProblemShape shape;
+    int lookahead;
+  };
+  // One head and many; one slice per head and the most; ragged blocks; GQA; lookahead 0 (tiles right after their
+  // own head's statistics) and beyond the head count.
+  const Case cases[] = {
+      {"sage-b", 128, StorageType::f16, Layout::hnd, {1, 1, 1, 100, 77, 128}, 1},
+      {"sage-b", 64, StorageType::bf16, Layout::nhd, {3, 8, 2, 700, 4099, 64}, 1},
+      {"sage2-fp8", 128, StorageType::f16, Layout::nhd, {2, 16, 16, 513, 1027, 128}, 1},
+      {"sage2-fp8", 128, StorageType::bf16, Layout::hnd, {1, 4, 4, 256, 16384, 128}, 0},
+      {"sage-vb", 64, StorageType::f16, Layout::hnd, {4, 6, 3, 333, 2222, 64}, 8},
+      {"sage-vt", 128, StorageType::bf16, Layout::nhd, {1, 32, 8, 1000, 3000, 128}, 2},
+  };
+  for (const Case &c : cases) {
+    for (bool rotated : {false, true}) {
+      AttentionVariant variant = dsl::preset(c.preset, c.head_dim)->describe();
+      if (rotated)
+        variant.q.rotation_seed = variant.k.rotation_seed = 5;
+      if (rotated && !schedules::prologueRotationSupport(variant).supported)
+        continue;
+      const schedules::InputType input =
+          c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+      const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(variant, c.shape, input);
+      codegen::PrologueTunables one_pass;
+      one_pass.one_pass = true;
+      one_pass.one_pass_lookahead_heads = c.lookahead;
+      const DevicePrologue fused(variant, input, {}, one_pass), split(variant, input, {}, two_launches);
+      REQUIRE(fused.launches() == 1);
+      REQUIRE(split.launches() == 2);
+      const PrologueProblem problem(c.shape, c.storage, c.layout);
+      std::vector<unsigned char> expected = workspaceAfter(split, problem, variant, layout);
+      // The counters are the one-pass launch's own; everything else must match, on every call.
+      const auto without_counters = [&](std::vector<unsigned char> bytes) {
+        std::memset(bytes.data() + layout.prologue_counters.offset, 0, layout.prologue_counters.bytes);
+        return bytes;
+      };
+      expected = without_counters(expected);
+      int same = 0;
+      constexpr int kCalls = 5;
+      for (int call = 0; call < kCalls; ++call)
+        same += without_counters(workspaceAfter(fused, problem, variant, layout)) == expected ? 1 : 0;
+      CAPTURE(c.preset);
+      CAPTURE(c.head_dim);
+      CAPTURE(rotated);
+      CAPTURE(c.shape.batch * c.shape.heads_kv);
+      CAPTURE(c.shape.tokens_kv);
+      CHECK(same == kCalls);
+      std::printf("gpu_prologue_test: one pass %-9s%s d%-3d b%lld h_kv %2lld n_kv %5lld lookahead %d: %d of %d calls "
+                  "byte for byte the two launches'\n",
+                  c.preset, rotated ? "-rot" : "    ", c.head_dim, static_cast<long long>(c.shape.batch),
+                  static_cast<long long>(c.shape.heads_kv), static_cast<long long>(c.shape.tokens_kv), c.lookahead,
+                  same, kCalls);
+    }
+  }
+}
+
+// Microseconds per call of `prologue` (counters cleared on the stream, as the runtime does), after a warm-up.
+double microsecondsPerCall(const DevicePrologue &prologue, const schedules::ProblemShape &shape,
+                           const schedules::WorkspaceLayout &layout, const SagePrologueParams &params) {
+  constexpr int kCalls = 20;
+  const runtime::driver::Event start = driver().createEvent(), end = driver().createEvent();
+  prologue.run(shape, layout, params);
+  driver().recordEvent(start, nullptr);
+  for (int call = 0; call < kCalls; ++call)
+    prologue.run(shape, layout, params);
+  driver().recordEvent(end, nullptr);
+  driver().synchronizeEvent(end);
+  const double microseconds = 1000.0 * driver().elapsedMilliseconds(start, end) / kCalls;
+  driver().destroyEvent(start);
+  driver().destroyEvent(end);
+  return microseconds;
+}
+
+TEST_CASE("prologue tunables sweep (SAGEGEN_PROLOGUE_SWEEP=1)") {
+  // A measurement to choose the defaults from, not a check: off unless asked for.
+  if (skipWithoutGpu() || std::getenv("SAGEGEN_PROLOGUE_SWEEP") == nullptr)
+    return;
+  driver().ensureContext();
+  struct Candidate {
+    std::string name;
+    codegen::PrologueTunables tunables;
+  };
+  std::vector<Candidate> candidates;
+  for (int target : {256, 1024})
+    for (int min_ctas : {0, 3, 4})
+      for (int k_blocks : {0, 1, 4}) {
+        Candidate candidate;
+        candidate.tunables.statistics_target_ctas = target;
+        candidate.tunables.min_ctas_per_sm = min_ctas;
+        candidate.tunables.k_blocks_per_tile = k_blocks;
+        candidate.name = "two launches statistics_target_ctas " + std::to_string(target) + " min_ctas_per_sm " +
+                         std::to_string(min_ctas) + " k_blocks_per_tile " + std::to_string(k_blocks);
+        candidates.push_back(candidate);
+      }
+  for (int lookahead : {2, 4}) {
+    Candidate candidate;
+    candidate.tunables.one_pass = true;
+    candidate.tunables.min_ctas_per_sm = 4;
+    candidate.tunables.one_pass_lookahead_heads = lookahead;
+    candidate.name = "one pass min_ctas_per_sm 4 lookahead " + std::to_string(lookahead);
+    candidates.push_back(candidate);
+  }
+  for (const char *preset : {"sage2-fp8", "sage-b"})
+    for (int head_dim : {128, 64}) {
+      const AttentionVariant variant = dsl::preset(preset, head_dim)->describe();
+      std::vector<std::unique_ptr<DevicePrologue>> prologues;
+      for (const Candidate &candidate : candidates)
+        prologues.push_back(std::make_unique<DevicePrologue>(variant, schedules::InputType::f16,
+                                                             codegen::PrologueOptions{}, candidate.tunables));
+      const int64_t heads = 2048 / head_dim;
+      for (int64_t tokens : {int64_t{1024}, int64_t{4096}, int64_t{16384}}) {
+        const schedules::ProblemShape shape{1, heads, heads, tokens, tokens, head_dim};
+        const PrologueProblem problem(shape, StorageType::f16, Layout::hnd);
+        const schedules::WorkspaceLayout layout =
+            schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
+        DeviceBuffer workspace(layout.total_bytes);
+        const SagePrologueParams params = problem.params(variant, layout, workspace);
+        for (size_t i = 0; i < candidates.size(); ++i)
+          std::printf("gpu_prologue_test: sweep %-9s d%-3d N %5lld: %-78s %7.1f us\n", preset, head_dim,
+                      static_cast<long long>(tokens), candidates[i].name.c_str(),
+                      microsecondsPerCall(*prologues[i], shape, layout, params));
+      }
+    }
+}
+
 TEST_CASE("prologue time per call at hidden 2048") {
   if (skipWithoutGpu())
     return;
@@ -341,14 +486,17 @@ TEST_CASE("prologue time per call at hidden 2048") {
   constexpr int kCalls = 20;
   driver().ensureContext();
   const runtime::driver::Event start = driver().createEvent(), end = driver().createEvent();
-  const char *const presets[] = {"sage-b", "sage-vb", "sage2-fp8"};
+  const char *const presets[] = {"sage-b", "sage-b", "sage-vb", "sage2-fp8", "sage2-fp8"};
+  const bool one_pass[] = {true, false, true, true, false}; // against the two launches where it matters most
   for (int head_dim : {64, 128}) {
     std::vector<AttentionVariant> variants;
     std::vector<std::unique_ptr<DevicePrologue>> prologues;
-    for (const char *preset : presets) {
-      variants.push_back(dsl::preset(preset, head_dim)->describe());
-      prologues.push_back(
-          std::make_unique<DevicePrologue>(variants.back(), schedules::InputType::f16, codegen::PrologueOptions{}));
+    for (size_t i = 0; i < std::size(presets); ++i) {
+      variants.push_back(dsl::preset(presets[i], head_dim)->describe());
+      codegen::PrologueTunables tunables;
+      tunables.one_pass = one_pass[i];
+      prologues.push_back(std::make_unique<DevicePrologue>(variants.back(), schedules::InputType::f16,
+                                                           codegen::PrologueOptions{}, tunables));
     }
     for (int64_t tokens : {1024, 2048, 4096, 8192, 16384}) {
       const int64_t heads = 2048 / head_dim;
@@ -359,10 +507,10 @@ TEST_CASE("prologue time per call at hidden 2048") {
             schedules::computeWorkspaceLayout(variants[i], shape, schedules::InputType::f16);
         DeviceBuffer workspace(layout.total_bytes);
         const SagePrologueParams params = problem.params(variants[i], layout, workspace);
-        prologues[i]->run(shape, params); // warm-up
+        prologues[i]->run(shape, layout, params); // warm-up
         driver().recordEvent(start, nullptr);
         for (int call = 0; call < kCalls; ++call)
-          prologues[i]->run(shape, params);
+          prologues[i]->run(shape, layout, params);
         driver().recordEvent(end, nullptr);
         driver().synchronizeEvent(end);
         const double microseconds = 1000.0 * driver().elapsedMilliseconds(start, end) / kCalls;

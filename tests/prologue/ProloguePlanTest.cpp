@@ -35,6 +35,28 @@ PrologueSource generate(const std::string &kind, InputType input = InputType::f1
   return codegen::PrologueGenerator::generate(prologue_test::makeVariant(kindNamed(kind), head_dim), input, head_dim);
 }
 
+codegen::PrologueTunables twoLaunches() {
+  codegen::PrologueTunables tunables;
+  tunables.one_pass = false;
+  return tunables;
+}
+
+codegen::PrologueTunables onePassTunables() {
+  codegen::PrologueTunables tunables;
+  tunables.one_pass = true;
+  return tunables;
+}
+
+PrologueSource generateOnePass(const std::string &kind, InputType input = InputType::f16, int head_dim = 64) {
+  return codegen::PrologueGenerator::generate(prologue_test::makeVariant(kindNamed(kind), head_dim), input, head_dim,
+                                              onePassTunables());
+}
+
+PrologueSource generateTwoLaunches(const std::string &kind, InputType input = InputType::f16, int head_dim = 64) {
+  return codegen::PrologueGenerator::generate(prologue_test::makeVariant(kindNamed(kind), head_dim), input, head_dim,
+                                              twoLaunches());
+}
+
 std::vector<std::vector<PrologueRole>> rolesOf(const PrologueSource &prologue) {
   std::vector<std::vector<PrologueRole>> roles;
   for (const codegen::PrologueKernel &kernel : prologue.kernels)
@@ -70,34 +92,91 @@ using Role = PrologueRole;
 
 TEST_CASE("launch plans: statistics and the first read, then the second read that combines them") {
   // SageAttn-B, f16 input: mean(K) needs the whole sequence; V is read in place.
-  CHECK(rolesOf(generate("per_block_smooth_k_f16_v")) ==
+  CHECK(rolesOf(generateTwoLaunches("per_block_smooth_k_f16_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize}, {Role::k_block_quantize}});
   // bf16 input: V is converted to f16 in the first read.
-  CHECK(rolesOf(generate("per_block_smooth_k_f16_v", InputType::bf16)) ==
+  CHECK(rolesOf(generateTwoLaunches("per_block_smooth_k_f16_v", InputType::bf16)) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize, Role::v_tile_convert},
                                        {Role::k_block_quantize}});
   // Nothing to reduce over the sequence: one launch.
-  CHECK(rolesOf(generate("per_block_unsmoothed_f16_v")) ==
+  CHECK(rolesOf(generateTwoLaunches("per_block_unsmoothed_f16_v")) ==
         std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::k_block_quantize}});
   // Per-channel V: its amax is reduced with mean(K); K and V are quantized in the second launch.
-  CHECK(rolesOf(generate("per_token_smooth_k_int8_v")) ==
+  CHECK(rolesOf(generateTwoLaunches("per_token_smooth_k_int8_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
                                        {Role::k_block_quantize, Role::v_tile_quantize}});
   // Smoothed f16 V is converted once mean(V) is known.
-  CHECK(rolesOf(generate("per_block_smooth_qkv_f16_v")) ==
+  CHECK(rolesOf(generateTwoLaunches("per_block_smooth_qkv_f16_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_quantize},
                                        {Role::k_block_quantize, Role::v_tile_convert}});
   // Per-tensor scales: amax first, codes and scales on the second read.
-  CHECK(rolesOf(generate("per_tensor_smooth_qk_int8_v")) ==
+  CHECK(rolesOf(generateTwoLaunches("per_tensor_smooth_qk_int8_v")) ==
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::q_block_statistics},
                                        {Role::k_block_quantize, Role::v_tile_quantize, Role::q_block_quantize}});
   // A K that needs no statistics is quantized in the first read even when V has some.
   VariantKind unsmoothed_k = kindNamed("per_token_smooth_k_int8_v");
   unsmoothed_k.smooth_k = false;
+  CHECK(rolesOf(codegen::PrologueGenerator::generate(prologue_test::makeVariant(unsmoothed_k, 64), InputType::f16, 64,
+                                                     twoLaunches())) ==
+        std::vector<std::vector<Role>>{{Role::v_column_statistics, Role::q_block_quantize, Role::k_block_quantize},
+                                       {Role::v_tile_quantize}});
+}
+
+TEST_CASE(
+    "one-pass plans (opt-in): the statistics, the tiles that wait for them, then the roles that wait for nothing") {
+  const auto onePass = [](const PrologueSource &prologue) {
+    return prologue.kernels.size() == 1 && prologue.kernels[0].one_pass &&
+           prologue.kernels[0].entry_point == "sage_prologue_one_pass";
+  };
+  // SageAttn-B: mean(K), then K's tiles; Q's blocks last.
+  const PrologueSource sage_b = generateOnePass("per_block_smooth_k_f16_v");
+  CHECK(onePass(sage_b));
+  CHECK(rolesOf(sage_b) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::k_block_quantize, Role::q_block_quantize}});
+  // bf16: V's f16 copy needs no statistics.
+  CHECK(rolesOf(generateOnePass("per_block_smooth_k_f16_v", InputType::bf16)) ==
+        std::vector<std::vector<Role>>{
+            {Role::k_column_statistics, Role::k_block_quantize, Role::q_block_quantize, Role::v_tile_convert}});
+  CHECK(rolesOf(generateOnePass("per_token_smooth_k_int8_v")) ==
+        std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::v_column_statistics, Role::k_block_quantize,
+                                        Role::v_tile_quantize, Role::q_block_quantize}});
+  CHECK(rolesOf(generateOnePass("per_block_smooth_qkv_f16_v")).size() ==
+        2); // Q smoothing: K's tiles need launch 1's q_mean
+  // Only V has statistics: K's tiles wait for nothing.
+  VariantKind unsmoothed_k = kindNamed("per_token_smooth_k_int8_v");
+  unsmoothed_k.smooth_k = false;
+  CHECK(rolesOf(codegen::PrologueGenerator::generate(prologue_test::makeVariant(unsmoothed_k, 64), InputType::f16, 64,
+                                                     onePassTunables())) ==
+        std::vector<std::vector<Role>>{
+            {Role::v_column_statistics, Role::v_tile_quantize, Role::q_block_quantize, Role::k_block_quantize}});
+  // A per-tensor psi_Q needs its amax before its codes: two launches.
+  CHECK(rolesOf(generateOnePass("per_tensor_smooth_qk_int8_v")).size() == 2);
+  // Nothing to reduce: one ordinary launch, no counters.
+  const PrologueSource plain = generateOnePass("per_block_unsmoothed_f16_v");
+  CHECK(!plain.kernels[0].one_pass);
+  const AttentionVariant sage2 = dsl::preset("sage2-fp8", 128)->describe();
+  const schedules::ProblemShape shape = shapeOf(2, 8, 4, 1000, 3000, 128);
+  const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(sage2, shape, InputType::f16);
+  // The ticket, then one count per KV head, zeroed before the launch; none for a plan without one pass.
+  CHECK(layout.prologue_counters.bytes >= (1 + 2 * 4) * 4);
   CHECK(
-      rolesOf(codegen::PrologueGenerator::generate(prologue_test::makeVariant(unsmoothed_k, 64), InputType::f16, 64)) ==
-      std::vector<std::vector<Role>>{{Role::v_column_statistics, Role::q_block_quantize, Role::k_block_quantize},
-                                     {Role::v_tile_quantize}});
+      codegen::prologueCounterBytes(codegen::PrologueGenerator::generate(sage2, InputType::f16, 128, onePassTunables()),
+                                    layout) == layout.prologue_counters.bytes);
+  CHECK(codegen::prologueCounterBytes(codegen::PrologueGenerator::generate(sage2, InputType::f16, 128, twoLaunches()),
+                                      layout) == 0);
+  // The same total of CTAs as the two launches together: one ticket each.
+  const std::vector<unsigned> one =
+      gridsOf(codegen::PrologueGenerator::generate(sage2, InputType::f16, 128, onePassTunables()), shape);
+  const std::vector<unsigned> two =
+      gridsOf(codegen::PrologueGenerator::generate(sage2, InputType::f16, 128, twoLaunches()), shape);
+  REQUIRE(one.size() == 1);
+  REQUIRE(two.size() == 2);
+  CHECK(one[0] == two[0] + two[1]);
+  codegen::PrologueTunables bad = onePassTunables();
+  bad.one_pass_lookahead_heads = 9;
+  CHECK_THROWS_WITH_AS(codegen::PrologueGenerator::generate(sage2, InputType::f16, 128, bad),
+                       doctest::Contains("tunables.one_pass_lookahead_heads: expected 0 to 8, got 9"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("Q smoothing: the K tiles write delta_s after launch 1's q_mean; int4 codes one per byte") {
@@ -183,7 +262,8 @@ TEST_CASE("FP4: microscaled Q and K along the channels, V^T along the tokens, wi
                        doctest::Contains("v.dtype: microscaled V codes are e2m1"), std::invalid_argument);
 }
 
-TEST_CASE("every preset and variant kind takes one launch, or two when it reduces over the sequence") {
+TEST_CASE(
+    "every preset and variant kind takes one launch, or two when it reduces over the sequence and cannot in one") {
   std::vector<AttentionVariant> variants;
   for (const VariantKind &kind : prologue_test::variantKinds())
     variants.push_back(prologue_test::makeVariant(kind, 128));
@@ -193,8 +273,13 @@ TEST_CASE("every preset and variant kind takes one launch, or two when it reduce
     for (InputType input : {InputType::f16, InputType::bf16}) {
       const codegen::PrologueConfig config = codegen::makePrologueConfig(variant, input, 128, {});
       CAPTURE(variant.name);
-      CHECK(codegen::PrologueGenerator::generate(variant, input, 128).kernels.size() ==
+      CHECK(codegen::PrologueGenerator::generate(variant, input, 128, twoLaunches()).kernels.size() ==
             (config.usesStatisticsScratch() ? 2u : 1u));
+      CHECK(codegen::PrologueGenerator::generate(variant, input, 128, onePassTunables()).kernels.size() ==
+            (config.usesStatisticsScratch() &&
+                     !codegen::makePrologueConfig(variant, input, 128, onePassTunables()).onePass()
+                 ? 2u
+                 : 1u));
     }
 }
 

@@ -41,9 +41,10 @@ AttentionVariant variantOf(Granularity granularity, int q_group, int k_group, bo
 }
 
 std::vector<BufferSlice> slicesOf(const WorkspaceLayout &layout) {
-  return {layout.q_codes,  layout.q_scales, layout.k_codes,  layout.k_scales,
-          layout.k_mean,   layout.q_mean,   layout.v_values, layout.v_codes,
-          layout.v_scales, layout.v_mean,   layout.delta_s,  layout.prologue_statistics};
+  return {layout.q_codes,          layout.q_scales, layout.k_codes,  layout.k_scales,
+          layout.k_mean,           layout.q_mean,   layout.v_values, layout.v_codes,
+          layout.v_scales,         layout.v_mean,   layout.delta_s,  layout.prologue_statistics,
+          layout.prologue_counters};
 }
 
 // Every buffer 256-byte aligned, inside total_bytes, and no two used buffers overlap.
@@ -123,7 +124,10 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   // The prologue's scratch for mean(K): 4 KV heads x min(64, ceil(333 / 16) = 21) slices x 64 channels x 4 bytes.
   CHECK(layout.prologue_statistics.offset == 296448);
   CHECK(layout.prologue_statistics.bytes == 21504);
-  CHECK(layout.total_bytes == 317952);
+  // The one-pass prologue's ticket and one count per KV head, last.
+  CHECK(layout.prologue_counters.offset == 317952);
+  CHECK(layout.prologue_counters.bytes == 20);
+  CHECK(layout.total_bytes == 318208);
   checkAlignedAndDisjoint(layout);
 
   // A bf16 input adds the prologue's f16 copy of V before the scratch; nothing else moves.
@@ -132,7 +136,7 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   CHECK(bf16.v_values.offset == 296448);
   CHECK(bf16.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
   CHECK(bf16.prologue_statistics.offset == 493056);
-  CHECK(bf16.total_bytes == 514560);
+  CHECK(bf16.total_bytes == 514816);
   checkAlignedAndDisjoint(bf16);
 
   // A smoothed f16 V is copied too (V - mean(V), rounded to f16).
@@ -157,8 +161,9 @@ TEST_CASE("computeWorkspaceLayout: the exact preset stores Q and K in the input 
     CHECK(layout.q_codes.bytes == 393216); // 2 * 4 heads * 384 * 64 * 2 bytes
     CHECK(layout.k_codes.offset == 393216);
     CHECK(layout.k_codes.bytes == 196608); // 2 * 2 heads * 384 * 64 * 2 bytes
-    for (const BufferSlice &unused : {layout.q_scales, layout.k_scales, layout.k_mean, layout.q_mean, layout.v_codes,
-                                      layout.v_scales, layout.v_mean, layout.delta_s, layout.prologue_statistics})
+    for (const BufferSlice &unused :
+         {layout.q_scales, layout.k_scales, layout.k_mean, layout.q_mean, layout.v_codes, layout.v_scales,
+          layout.v_mean, layout.delta_s, layout.prologue_statistics, layout.prologue_counters})
       CHECK(unused.bytes == 0);
     // exact's f32 V runs through the f16 P.V: copied to f16 only from a bf16 input.
     CHECK(layout.v_values.offset == 589824);

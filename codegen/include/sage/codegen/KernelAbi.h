@@ -31,6 +31,7 @@ struct SagePrologueParams {
   unsigned char *workspace;
   struct SageWorkspaceOffsets offsets;
   unsigned long long statistics_offset; // the prologue's own scratch (WorkspaceLayout::prologue_statistics)
+  unsigned long long counters_offset;   // the one-pass prologue's counters (WorkspaceLayout::prologue_counters)
 };
 
 // Attention main loop: reads the workspace (and V directly when it needs no conversion).

@@ -70,6 +70,10 @@ struct PrologueConfig {
   int vGroupTokens() const { return v_output == VOutput::fp4_codes ? microscaleGroupSize(v_granularity) : 0; }
   bool usesFp4() const { return q.microscaled() || k.microscaled() || v_output == VOutput::fp4_codes; }
   bool vMinMax() const { return v_output == VOutput::codes; }
+  // One launch with the statistics on chip (PrologueGenerator.h): whenever K's or V's tiles need the column
+  // statistics of the whole sequence and nothing else from another role (a per-tensor psi_Q's amax or Q
+  // smoothing's q_mean need the second launch).
+  bool onePass() const { return tunables.one_pass && (kStatistics() || vStatistics()) && !q.perTensor() && !smooth_q; }
   // Whether launch 1 leaves anything in the workspace's prologue_statistics for launch 2.
   bool usesStatisticsScratch() const { return kStatistics() || vStatistics() || q.perTensor(); }
   float vCodeMax() const { return v_dtype == ElementType::e4m3 ? 448.0f : 127.0f; }
@@ -92,6 +96,7 @@ struct PlannedLaunch {
   std::string entry_point;
   std::string name;
   std::vector<PrologueRole> roles;
+  bool one_pass = false; // the roles run in ticket order (PrologueConfig::onePass)
 };
 
 // The launches, in order (see PrologueGenerator.h for why there are two).

@@ -8,18 +8,27 @@
 // Every kernel takes one SagePrologueParams by value (KernelAbi.h) and uses blockDim = (block_threads, 1, 1);
 // gridDim.x comes from prologueGrid (PrologueLaunch.h), which adds up the CTA counts of the kernel's roles.
 //
-// At most two launches. mean(K), mean(V), V's per-channel amax and a per-tensor amax must be known over the whole
-// sequence before the tensor is quantized, and a launch boundary is the only grid-wide barrier that needs no
-// zero-initialised counter (the workspace is the caller's memory, never cleared). So:
+// mean(K), mean(V), V's per-channel amax and a per-tensor amax must be known over the whole sequence before the
+// tensor is quantized. Two plans (planPrologueLaunches, PrologueConfig.h, decides):
+// - Two launches (the default):
 //   1. sage_prologue_read_inputs: column statistics of K and V per slice of tokens (sums, min/max) into the
 //      workspace's prologue_statistics scratch, while psi_Q (or a per-tensor Q's block amax), an unsmoothed
 //      f16 copy of V and a K that needs no statistics are done in the same pass.
-//   2. sage_prologue_quantize_after_statistics: the second read of K and V (and of a per-tensor Q). Every CTA
-//      combines its head's slices itself, in slice order (a few KiB from L2, overlapped with its own loads), so
-//      every CTA holds the same bits and no combine launch is needed; the head's first tile stores k_mean,
-//      v_mean, v_scales and the per-tensor scale.
-// Variants with nothing to reduce over the sequence get the first launch only. planPrologueLaunches
-// (PrologueConfig.h) decides.
+//   2. sage_prologue_quantize_after_statistics: the second read of K and V (and of a per-tensor Q).
+// - One pass (opt-in, tunables.one_pass; PrologueConfig::onePass says which variants can): one launch,
+//   sage_prologue_one_pass. Each CTA draws a ticket from the workspace's prologue_counters; tickets order the work
+//   head by head: the column statistics of a KV head's slices, then (one_pass_lookahead_heads later) its K and V
+//   tiles, which wait until that head's statistics have published and read K and V again, from L2 if it still
+//   holds them; psi_Q's blocks are spread between. A tile only waits for CTAs with earlier tickets, which never
+//   wait themselves: no deadlock, whatever the residency. The counters must be zero at the launch
+//   (prologueCounterBytes: the runtime clears them on the stream first). Measured on an H200 (2026-11-29) it is
+//   slower than the two launches (sage2-fp8 d128, 16k tokens: 177 against 137 us): a short lookahead leaves tiles
+//   waiting, a long one lets L2 drop what the statistics read. It stays as the base for a one-pass prologue that
+//   keeps the tiles on chip while their head's statistics complete.
+// In both, every tile combines its head's slices itself, in slice order (a few KiB from L2, overlapped with its
+// own loads), so every CTA holds the same bits and both plans write the same bytes; the head's first tile stores
+// k_mean, v_mean, v_scales and the per-tensor scale. Variants with nothing to reduce over the sequence get the
+// first launch only.
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"
@@ -43,6 +52,9 @@ struct PrologueTunables {
   int statistics_unroll = 8;             // independent 16-byte loads in flight per thread while reducing columns
   int v_tile_tokens = 0;                 // tokens of one V tile (128, 256 or 512); 0: max(128, 16384 / head_dim)
   int k_blocks_per_tile = 0;             // KV blocks one psi_K CTA quantizes; 0: about 32 KiB of K per CTA
+  bool one_pass = false;                 // opt-in: one launch, tiles after their head's statistics (onePass)
+  int one_pass_lookahead_heads = 1;      // one pass: heads whose statistics run ahead of a head's tiles (0..8)
+  int min_ctas_per_sm = 3;               // __launch_bounds__' minimum CTAs per SM (0..8; 0: no register cap)
   bool operator==(const PrologueTunables &) const = default;
 };
 
@@ -88,7 +100,8 @@ struct PrologueKernel {
   std::string source;              // one self-contained CUDA C++ translation unit (no includes) for NVRTC
   int block_threads = 256;         // blockDim = (block_threads, 1, 1)
   int dynamic_shared_bytes = 0;    // all shared memory is static
-  std::vector<PrologueRole> roles; // CTA ranges along blockIdx.x, in this order
+  std::vector<PrologueRole> roles; // CTA ranges along blockIdx.x, in this order (one pass: along the tickets)
+  bool one_pass = false;           // draws tickets from prologue_counters, which must be zero at the launch
   std::string grid_rule;           // gridDim.x in words (prologueGrid computes it)
 };
 

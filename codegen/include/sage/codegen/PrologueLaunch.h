@@ -25,6 +25,10 @@ int64_t prologueRoleCtas(PrologueRole role, const PrologueGeometry &geometry, co
 LaunchGrid prologueGrid(const PrologueSource &prologue, size_t kernel, const schedules::ProblemShape &shape);
 std::vector<LaunchGrid> prologueGrids(const PrologueSource &prologue, const schedules::ProblemShape &shape);
 
+// Bytes at the workspace's prologue_counters that must be zero when the prologue's kernels start (one memset on the
+// stream before them): the layout's whole prologue_counters slice when a kernel is one-pass, else 0.
+size_t prologueCounterBytes(const PrologueSource &prologue, const schedules::WorkspaceLayout &layout);
+
 // The f32 factor psi_Q multiplies Q by: (float)(1/sqrt(d) * log2(e)) (log2(e) only for an exp2 softmax) when
 // the variant folds the softmax scale into Q, else 1. The CPU reference rounds the same double product.
 float prologueQPrescale(const AttentionVariant &variant);

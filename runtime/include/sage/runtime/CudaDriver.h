@@ -132,6 +132,9 @@ public:
   void copyToDevice(driver::DevicePointer destination, const void *source, std::size_t bytes) const;
   void copyToHost(void *destination, driver::DevicePointer source, std::size_t bytes) const;
   void fillBytes(driver::DevicePointer destination, unsigned char value, std::size_t bytes) const;
+  // 32-bit words set on `stream` (4-byte aligned `destination`); capturable in a CUDA graph.
+  void fillWordsAsync(driver::DevicePointer destination, unsigned value, std::size_t words,
+                      driver::Stream stream) const;
 
   // cuTensorMapEncodeTiled for a tensor of bytes: `rank` dims (innermost first), `strides` of dims 1.. in bytes
   // (multiples of 16), boxes of `box` elements, zero fill out of bounds, L2 promotion of 256 bytes.

@@ -28,11 +28,14 @@
 //   delta_s   f32        [b, h_q, q_blocks, padded_kv] Q smoothing's correction (sage.q_mean_correction):
 //             delta_s[i, j] = sum_c q_mean[i, c] * (K[j, c] - mean_k[c]) in f32, in Q's domain (the folded
 //             softmax scale included), 0 for padded tokens; the attention kernel adds it to S
-//   prologue_statistics                              the prologue's scratch between its two launches (the
-//             attention kernel never reads it): per-tensor Q's block amax [b, h_q, q_blocks] f32, then per
-//             (KV head, slice of tokens, channel) K's and V's sums (f32) and min/max (input type), for the
-//             variants that reduce K or V over the sequence; slices <= min(kMaxPrologueStatisticsSlices,
-//             ceil(tokens_kv / 16)) bound its size
+//   prologue_statistics                              the prologue's scratch between its statistics and the
+//             tiles that wait for them (the attention kernel never reads it): per-tensor Q's block amax
+//             [b, h_q, q_blocks] f32, then per (KV head, slice of tokens, channel) K's and V's sums (f32) and
+//             min/max (input type), for the variants that reduce K or V over the sequence; slices <=
+//             min(kMaxPrologueStatisticsSlices, ceil(tokens_kv / 16)) bound its size
+//   prologue_counters u32 [1 + b * h_kv]            the one-pass prologue's ticket and, per KV head, the count of
+//             statistics CTAs that have published (variants with column statistics); the caller zeroes it
+//             before every one-pass launch (AttentionRunner does)
 //
 // v_codes' token order: `natural` puts token t at position t. `wgmma_interleaved_32` (for a Hopper wgmma P.V
 // whose 8-bit A operand is the S accumulator itself, with no register shuffles) permutes the tokens inside every
@@ -88,7 +91,8 @@ struct WorkspaceLayout {
   int64_t q_scale_count = 0; // scales per (batch, head) of Q
   int64_t k_scale_count = 0; // scales per (batch, head) of K
   BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean, delta_s;
-  BufferSlice prologue_statistics; // the prologue's scratch, last
+  BufferSlice prologue_statistics; // the prologue's scratch
+  BufferSlice prologue_counters;   // the one-pass prologue's counters, zeroed before each of its launches; last
   size_t total_bytes = 0;
 };
 

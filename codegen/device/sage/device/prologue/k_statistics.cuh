@@ -13,6 +13,8 @@ template <bool kSmoothed, bool kMinMax>
 __device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head,
                                                     [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
                                                     [[maybe_unused]] unsigned *amax_slot) {
+  if constexpr (kOnePass) // the head's statistics CTAs run in this launch (one_pass.cuh)
+    awaitStatistics(params, head);
   const int slices = statisticsSlices(params.size);
   const StatisticsScratch scratch = statisticsScratch(params);
   float tensor_amax = 0.0f;

@@ -17,10 +17,11 @@ struct StatisticsScratch {
 
 // One channel's statistics over the whole sequence, from its entries of launch 1's slices (`first_entry`,
 // `first_entry + kHeadDim`, ...) combined in slice order. The mean: the slices' sums added in order, one f32 division.
+// Read through L2 (ld.global.cg): in the one-pass prologue other CTAs wrote them during this launch.
 __device__ __forceinline__ float combinedMean(const float *sums, long long first_entry, int slices, int tokens) {
   float sum = 0.0f;
   for (int slice = 0; slice < slices; ++slice)
-    sum = __fadd_rn(sum, sums[first_entry + slice * kHeadDim]);
+    sum = __fadd_rn(sum, __ldcg(sums + first_entry + slice * kHeadDim));
   return __fdiv_rn(sum, (float)tokens);
 }
 
@@ -31,8 +32,8 @@ __device__ __forceinline__ float combinedAmax(const unsigned short *minima, cons
                                               long long first_entry, int slices, [[maybe_unused]] float mean) {
   float low = positiveInfinity(), high = -positiveInfinity();
   for (int slice = 0; slice < slices; ++slice) {
-    low = fminf(low, inputToFloat(minima[first_entry + slice * kHeadDim]));
-    high = fmaxf(high, inputToFloat(maxima[first_entry + slice * kHeadDim]));
+    low = fminf(low, inputToFloat(__ldcg(minima + first_entry + slice * kHeadDim)));
+    high = fmaxf(high, inputToFloat(__ldcg(maxima + first_entry + slice * kHeadDim)));
   }
   if constexpr (kCentred)
     return fmaxf(fabsf(__fsub_rn(high, mean)), fabsf(__fsub_rn(low, mean)));

@@ -12,6 +12,8 @@ template <bool kSmoothed, bool kCodes, class VQuantizer = void>
 __device__ __forceinline__ void combineVStatistics(const SagePrologueParams &params, long long head,
                                                    [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
                                                    [[maybe_unused]] float *channel_inverse) {
+  if constexpr (kOnePass) // the head's statistics CTAs run in this launch (one_pass.cuh)
+    awaitStatistics(params, head);
   const int slices = statisticsSlices(params.size);
   const StatisticsScratch scratch = statisticsScratch(params);
   for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
