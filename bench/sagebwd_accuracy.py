@@ -2,7 +2,8 @@
 
 For each data class, dtype and causality: q, k, v are drawn in f32, rounded to the dtype, and every implementation's
 dQ, dK, dV (for one fixed dO) are compared with f32 autograd of exact attention on the same rounded inputs: cosine
-similarity and relative L1 (sum |x - ref| / sum |ref|). Classes:
+similarity and relative L1 (sum |x - ref| / sum |ref|). Implementations: cuDNN, sagebwd (forward sage-b) and
+sagebwd-rot (forward sage-b-rot, backward sagebwd-rot: Q and K rotated in both passes). Classes:
   normal      N(0, 1)
   k_bias      K plus a per-channel mean with std --bias (8 by default): the channel offsets of real models' keys
   k_bias_qout the same, plus --outliers Q channels scaled by 20 (Q outlier channels)
@@ -66,7 +67,7 @@ def main():
     rows = []
     print(f"# {torch.cuda.get_device_name()}  N={args.tokens} h={args.heads} d={args.dim}; "
           "reference: f32 autograd on the same rounded inputs; cos / rel-L1")
-    print(f"{'class':<12} {'dtype':<5} {'causal':<6} {'impl':<8} {'dQ':>18} {'dK':>18} {'dV':>18}")
+    print(f"{'class':<12} {'dtype':<5} {'causal':<6} {'impl':<11} {'dQ':>18} {'dK':>18} {'dV':>18}")
     for kind in args.classes.split(","):
         for dtype_name in args.dtypes.split(","):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
@@ -83,9 +84,12 @@ def main():
                 def sagebwd(q_, k_, v_):
                     return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal)
 
+                def sagebwd_rot(q_, k_, v_):
+                    return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
+
                 with sdpa_kernel(SDPBackend.MATH):
                     reference = gradients(exact, q, k, v, d_o)
-                for name, run in (("cudnn", cudnn), ("sagebwd", sagebwd)):
+                for name, run in (("cudnn", cudnn), ("sagebwd", sagebwd), ("sagebwd-rot", sagebwd_rot)):
                     grads = gradients(run, q, k, v, d_o)
                     row = {"class": kind, "dtype": dtype_name, "causal": causal, "impl": name}
                     cells = []
@@ -94,7 +98,7 @@ def main():
                         row[f"{label}_cos"], row[f"{label}_rel_l1"] = cos, rel
                         cells.append(f"{cos:.5f} / {rel:.4f}")
                     rows.append(row)
-                    print(f"{kind:<12} {dtype_name:<5} {int(causal):<6} {name:<8} " +
+                    print(f"{kind:<12} {dtype_name:<5} {int(causal):<6} {name:<11} " +
                           " ".join(f"{c:>18}" for c in cells), flush=True)
     if args.json:
         with open(args.json, "w") as handle:

@@ -77,6 +77,11 @@ AttentionBackwardBuilder &AttentionBackwardBuilder::smooth_k(bool smoothed) {
   return *this;
 }
 
+AttentionBackwardBuilder &AttentionBackwardBuilder::rotate(uint32_t seed) {
+  rotation_seed_ = seed;
+  return *this;
+}
+
 AttentionBackwardBuilder &AttentionBackwardBuilder::name(std::string name) {
   name_ = std::move(name);
   return *this;
@@ -91,12 +96,16 @@ BackwardVariant AttentionBackwardBuilder::describe() const {
   variant.mask = mask_;
   variant.smooth_k = smooth_k_ ? SmoothScope::sequence : SmoothScope::none;
   if (full_precision_) {
+    if (rotation_seed_)
+      throw std::invalid_argument("rotate: a full-precision backward quantizes nothing; the rotation protects the "
+                                  "int8 quantizers of Q and K from outlier channels");
     for (BackwardProduct which : kBackwardProducts)
       variant.product(which) = product(cast(ElementType::f32), cast(ElementType::f32));
     return variant;
   }
-  const QuantizerSpec q = int8PerBlock(block_q_), d_o = int8PerBlock(block_q_);
-  const QuantizerSpec k = int8PerBlock(block_kv_), v = int8PerBlock(block_kv_);
+  QuantizerSpec q = int8PerBlock(block_q_), k = int8PerBlock(block_kv_);
+  q.rotation_seed = k.rotation_seed = rotation_seed_; // one rotation, shared by S, dQ and dK
+  const QuantizerSpec d_o = int8PerBlock(block_q_), v = int8PerBlock(block_kv_);
   const QuantizerSpec tile = int8PerBlock(0); // P and dS: one scale per b_q x b_kv tile
   variant.product(BackwardProduct::s) = product(q, k);
   variant.product(BackwardProduct::dp) =
@@ -115,6 +124,8 @@ const std::vector<PresetInfo> &backwardPresets() {
   static const std::vector<PresetInfo> table = {
       {"sagebwd", "SageBwd (Algorithm 3): int8 per-block S, dV, dQ, dK with K smoothed (K - mean(K), the LSE shifted "
                   "to match); dO.V^T in f16; f32 accumulation"},
+      {"sagebwd-rot", "sagebwd with Q and K rotated along d (randomized Hadamard) before quantization, dQ and dK "
+                      "rotated back: Q outlier channels (pairs with the rotated forward presets)"},
       {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
       {"exact-bwd", "the backward in f32 throughout, K unsmoothed (the accuracy baseline)"},
   };
@@ -125,6 +136,8 @@ std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, in
   AttentionBackwardBuilder builder = attention_backward(std::string(name));
   if (name == "sagebwd-int8-dp")
     builder.quantize_dp();
+  else if (name == "sagebwd-rot")
+    builder.rotate();
   else if (name == "exact-bwd")
     builder.full_precision().smooth_k(false);
   else if (name != "sagebwd")
@@ -135,6 +148,13 @@ std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, in
 
 std::string_view backwardPresetForward(std::string_view backward_name) {
   return backward_name == "exact-bwd" ? "exact" : "sagebwd";
+}
+
+std::string_view backwardPresetFor(std::string_view forward_preset) {
+  for (const PresetInfo &info : rotatedPresets())
+    if (info.name == forward_preset)
+      return "sagebwd-rot";
+  return "sagebwd";
 }
 
 } // namespace sage::dsl

@@ -74,7 +74,8 @@ private:
         return done.codes;
     mlir::Value codes = builder_.create<ir::BwdQuantizeOp>(
         location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, nameOf(spec.dtype)),
-        toDialect(ir::symbolizeGranularity, nameOf(spec.granularity)), spec.group_tokens);
+        toDialect(ir::symbolizeGranularity, nameOf(spec.granularity)), spec.group_tokens,
+        spec.rotation_seed ? builder_.getI64IntegerAttr(*spec.rotation_seed) : mlir::IntegerAttr());
     quantized_.push_back({value, spec, codes});
     return codes;
   }

@@ -57,6 +57,8 @@ QuantizerSpec toQuantizerSpec(BwdQuantizeOp op) {
   spec.granularity = mapByName(parseGranularity(stringifyGranularity(op.getGranularity()).str()),
                                stringifyGranularity(op.getGranularity()));
   spec.group_tokens = static_cast<int>(op.getGroupTokens());
+  if (const mlir::IntegerAttr seed = op.getRotationSeedAttr()) // the verifier checked its range
+    spec.rotation_seed = static_cast<uint32_t>(seed.getInt());
   return spec;
 }
 

@@ -4,10 +4,14 @@
 #include "Dataflow.h"
 #include "sage/ir/AttentionVariant.h"
 #include "sage/ir/Dialect.h"
+#include "sage/numerics/Hadamard.h"
 
 #include "llvm/ADT/SmallVector.h"
 
 #include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
 
 namespace sage::ir {
 namespace {
@@ -60,6 +64,40 @@ template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
   return found;
 }
 
+// The randomized Hadamard rotation (issue 25): one rotation per program. S = (Q R_Q)(K R_K)^T needs the same seed on
+// both sides, and the kernels quantize Q and K once, so S, dQ and dK share the rotated codes: every quantizer of Q
+// and K carries the same rotation_seed, or none does.
+mlir::LogicalResult verifyRotation(AttentionBackwardOp program, mlir::Block &body) {
+  auto seedText = [](std::optional<int64_t> seed) { return seed ? std::to_string(*seed) : std::string("none"); };
+  BwdQuantizeOp first, rotated;
+  std::optional<int64_t> first_seed;
+  for (BwdQuantizeOp quantize : opsOf<BwdQuantizeOp>(body)) {
+    const Origin origin = originOf(quantize.getResult());
+    if (origin != Origin::q && origin != Origin::k)
+      continue;
+    const mlir::IntegerAttr attribute = quantize.getRotationSeedAttr();
+    const std::optional<int64_t> seed = attribute ? std::optional<int64_t>(attribute.getInt()) : std::nullopt;
+    if (attribute && !rotated)
+      rotated = quantize;
+    if (!first) {
+      first = quantize;
+      first_seed = seed;
+    } else if (seed != first_seed) {
+      return quantize.emitOpError() << "Q and K are rotated with one rotation_seed wherever they meet (S = (Q R)(K "
+                                       "R)^T needs the same R on both sides; S, dQ and dK share the rotated codes): "
+                                    << originName(origin) << "'s rotation_seed is " << seedText(seed) << ", "
+                                    << originName(originOf(first.getResult())) << "'s " << seedText(first_seed);
+    }
+  }
+  const int64_t head_dim = signedValue(program.getHeadDimAttr());
+  if (rotated && !numerics::isHadamardDim(head_dim))
+    return rotated.emitOpError() << "rotation_seed needs a Sylvester-Hadamard matrix of order head_dim, which exists "
+                                    "for powers of two; head_dim must be a power of two in ["
+                                 << numerics::kMinHadamardDim << ", " << numerics::kMaxHadamardDim << "], got "
+                                 << head_dim;
+  return mlir::success();
+}
+
 } // namespace
 
 mlir::LogicalResult AttentionBackwardOp::verify() {
@@ -110,6 +148,17 @@ mlir::LogicalResult BwdQuantizeOp::verify() {
   if (!tile_operand && !getInput().getDefiningOp<BwdInputOp>() && !getInput().getDefiningOp<BwdSmoothOp>())
     return emitOpError() << "quantizes " << originName(origin) << " as the caller gave it (or K smoothed): its "
                          << "operand must be a sage.bwd_input or a sage.bwd_smooth";
+  if (const mlir::IntegerAttr seed = getRotationSeedAttr()) {
+    if (origin != Origin::q && origin != Origin::k)
+      return emitOpError() << "rotation_seed rotates Q and K along head_dim (their rotations cancel in S = Q.K^T and "
+                              "are undone on dQ and dK); "
+                           << originName(origin) << " cannot be rotated";
+    if (seed.getInt() < 0 || seed.getInt() > int64_t{UINT32_MAX})
+      return emitOpError() << "rotation_seed must lie in [0, 2^32 - 1], got " << seed.getInt();
+    if (granularity == Granularity::none)
+      return emitOpError() << "rotation_seed spreads outlier channels over a quantizer's groups; a cast to "
+                           << stringifyElementType(dtype) << " has no scale to protect";
+  }
   if (isCast(dtype)) {
     if (granularity != Granularity::none)
       return emitOpError() << "casting to " << stringifyElementType(dtype)
@@ -265,6 +314,9 @@ mlir::LogicalResult AttentionBackwardOp::verifyRegions() {
       if (originOf(quantize.getResult()) == Origin::k && !smoothOf(quantize))
         return quantize.emitOpError() << "quantizes K unsmoothed, but K is smoothed (sage.bwd_smooth): S and dQ "
                                          "= dS.K both take the smoothed K";
+
+  if (mlir::LogicalResult rotation = verifyRotation(*this, body); mlir::failed(rotation))
+    return rotation;
 
   if (opsOf<BwdMaskOp>(body).size() > 1)
     return emitOpError() << "expects at most one sage.bwd_mask";

@@ -63,9 +63,13 @@ def Sage_BwdQuantizeOp : Sage_BackwardValueOp<"bwd_quantize"> {
   let description = [{
     Q and dO groups are `group_tokens` query tokens, K and V groups key tokens. P and dS are quantized per_block
     with one scale per b_q x b_kv tile (group_tokens stays 0): their products reduce over both of a tile's axes.
+    `rotation_seed` (issue 25; the forward's sage.quantize attribute, sage/numerics/Hadamard.h) rotates each token
+    of Q (by R_Q) or K (by R_K) along head_dim before quantizing it. Every quantizer of Q and K carries the same
+    seed, or none: S = (Q R_Q)(K R_K)^T is exact, and dQ = dS (K R_K) R_K^-1, dK = dS^T (Q R_Q) R_Q^-1 are
+    computed in the rotated basis and rotated back after their sums.
   }];
   let arguments = (ins Sage_TileType:$input, Sage_ElementTypeAttr:$dtype, Sage_GranularityAttr:$granularity,
-                       DefaultValuedAttr<I64Attr, "0">:$group_tokens);
+                       DefaultValuedAttr<I64Attr, "0">:$group_tokens, OptionalAttr<I64Attr>:$rotation_seed);
   let results = (outs Sage_TileType:$result);
   let assemblyFormat = "$input `to` `` $dtype `` $granularity attr-dict";
 }

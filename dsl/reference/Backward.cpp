@@ -94,7 +94,7 @@ void unrotateRow(std::span<double> x, uint32_t seed, bool for_k) {
 
 // The quantized operands of one head, by quantizer: S and dK share Q's codes when their specs agree, and so on.
 // `smoothed`: the head's rows minus their mean (K smoothing), which every quantizer of the head then takes.
-// A spec with rotation_seed (issue 28; measured on the reference only, no backward kernel rotates yet) quantizes the
+// A spec with rotation_seed (issue 25; the IR's sage.bwd_quantize attribute, as sagebwd-rot) quantizes the
 // rotated rows x R (R_K for K, `rotated_as_k`) and hands out the dequantized values rotated back, x^ R^-1 in double:
 // every product then needs no unrotation of its own (S = Q~ K~^T with R_Q^-1 R_K^-T = I; dK = dS^T Q~ = (dS^T Q^)
 // R_Q^-1, dQ = dS K~ likewise), as a kernel that unrotates dK and dQ after their products computes them.

@@ -8,6 +8,11 @@ scales, dO.V^T in the input type; K smoothed: S and dQ from K - mean(K), P from 
 heads, tokens, head_dim] (HND), f16 or bf16, head_dim 64 or 128; k and v may have fewer heads (GQA). Causal masks are
 bottom-right aligned (the same as top-left when tokens_q == tokens_kv).
 The LSE output carries no gradient (its incoming gradient is ignored).
+
+Rotation (issue 25): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`: Q and K rotated along d by a randomized
+Hadamard transform before quantization, for Q outlier channels) pairs with the rotated backward preset `sagebwd-rot`;
+`rotate=True` picks both (the forward preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward
+preset's name.
 """
 
 import ctypes
@@ -123,7 +128,24 @@ def run_backward(q, k, v, o, lse, d_o, d_q, d_k, d_v, causal, scale, workspace_a
     check(_library().sage_backward_run(runner.handle, ctypes.byref(args)))
 
 
-def _backward_body(q, k, v, o, lse, d_o, causal, scale):
+ROTATED_SUFFIX = "-rot"  # the rotated forward presets' names (rotatedPresets() in dsl/builder/Presets.cpp)
+
+
+def paired_presets(forward_preset, rotate):
+    """(forward preset, backward preset) for sagebwd_attention: a rotated forward pairs with `sagebwd-rot`."""
+    if not isinstance(forward_preset, str) or not forward_preset:
+        raise SageArgumentError(f"forward_preset: expected a preset name, got {forward_preset!r}")
+    if rotate not in (None, True, False):
+        raise SageArgumentError(f"rotate: expected None, True or False, got {rotate!r}")
+    rotated = forward_preset.endswith(ROTATED_SUFFIX)
+    if rotate and not rotated:
+        forward_preset, rotated = forward_preset + ROTATED_SUFFIX, True
+    elif rotate is False and rotated:
+        raise SageArgumentError(f"rotate: False, but forward_preset '{forward_preset}' rotates Q and K")
+    return forward_preset, ("sagebwd-rot" if rotated else "sagebwd")
+
+
+def _backward_body(q, k, v, o, lse, d_o, causal, scale, preset="sagebwd"):
     """The body of `sagegen::attention_backward`: (dQ, dK, dV)."""
     q, k, v, o, lse, d_o = (t.contiguous() for t in (q, k, v, o, lse, d_o))
     d_q, d_k, d_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -131,7 +153,7 @@ def _backward_body(q, k, v, o, lse, d_o, causal, scale):
         stream = torch.cuda.current_stream(q.device).cuda_stream
         # From the caching allocator on this stream: never reused under a running kernel.
         allocate = lambda size: torch.empty(max(size, 1), dtype=torch.uint8, device=q.device)  # noqa: E731
-        run_backward(q, k, v, o, lse, d_o.to(q.dtype), d_q, d_k, d_v, causal, scale, allocate, stream)
+        run_backward(q, k, v, o, lse, d_o.to(q.dtype), d_q, d_k, d_v, causal, scale, allocate, stream, preset)
     return d_q, d_k, d_v
 
 
@@ -145,12 +167,12 @@ def _forward_body(q, k, v, causal, scale, forward_preset):
 if torch is not None:
     @torch.library.custom_op("sagegen::attention_backward", mutates_args=())
     def attention_backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                              d_o: torch.Tensor, causal: bool,
-                              scale: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return _backward_body(q, k, v, o, lse, d_o, causal, scale)
+                              d_o: torch.Tensor, causal: bool, scale: float,
+                              preset: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _backward_body(q, k, v, o, lse, d_o, causal, scale, preset)
 
     @attention_backward_op.register_fake
-    def _attention_backward_fake(q, k, v, o, lse, d_o, causal, scale):
+    def _attention_backward_fake(q, k, v, o, lse, d_o, causal, scale, preset):
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
     @torch.library.custom_op("sagegen::sagebwd_attention", mutates_args=())
@@ -163,10 +185,11 @@ if torch is not None:
         return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
     def _setup_context(ctx, inputs, output):
-        q, k, v, causal, scale, _ = inputs
+        q, k, v, causal, scale, forward_preset = inputs
         out, lse = output
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale = causal, scale
+        ctx.backward_preset = paired_presets(forward_preset, None)[1]
         # The LSE's gradient is ignored: without this the engine fills a zero tensor for it on every backward, whose
         # launch from the autograd thread took ~0.6 ms of host time per step (H100, N = 4096, torch profiler).
         ctx.set_materialize_grads(False)
@@ -175,7 +198,8 @@ if torch is not None:
         if grad_out is None:  # only the LSE was used: no gradient reaches q, k, v
             return None, None, None, None, None, None
         q, k, v, out, lse = ctx.saved_tensors
-        d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+        d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale,
+                                                             ctx.backward_preset)
         return d_q, d_k, d_v, None, None, None
 
     torch.library.register_autograd("sagegen::sagebwd_attention", _backward, setup_context=_setup_context)
@@ -193,6 +217,7 @@ if torch is not None:
                 out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, causal, scale, forward_preset)
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.causal, ctx.scale = causal, scale
+            ctx.backward_preset = paired_presets(forward_preset, None)[1]
             ctx.mark_non_differentiable(lse)
             ctx.set_materialize_grads(False)  # as _setup_context: no zero tensor for the LSE's ignored gradient
             return out, lse
@@ -203,18 +228,21 @@ if torch is not None:
                 return None, None, None, None, None, None
             q, k, v, out, lse = ctx.saved_tensors
             if dispatcher_free(q, k, v, out, lse, grad_out):
-                d_q, d_k, d_v = _backward_body(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+                d_q, d_k, d_v = _backward_body(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale,
+                                               ctx.backward_preset)
             else:
                 d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out, ctx.causal,
-                                                                     ctx.scale)
+                                                                     ctx.scale, ctx.backward_preset)
             return d_q, d_k, d_v, None, None, None
 
 
-def sagebwd_attention(q, k, v, is_causal=False, scale=None, forward_preset="sage-b", return_lse=False):
+def sagebwd_attention(q, k, v, is_causal=False, scale=None, forward_preset="sage-b", return_lse=False, rotate=None):
     """Trainable quantized attention: o = softmax(q k^T * scale) v with SageBwd's gradients. q [b, h_q, n_q, d],
-    k/v [b, h_kv, n_kv, d] (HND), f16/bf16 CUDA tensors, d 64 or 128; scale defaults to 1/sqrt(d)."""
+    k/v [b, h_kv, n_kv, d] (HND), f16/bf16 CUDA tensors, d 64 or 128; scale defaults to 1/sqrt(d). rotate: Q and K
+    rotated in both passes (for Q outlier channels; None: as forward_preset, whose `-rot` presets rotate)."""
     if torch is None:
         raise ImportError("sagegen.sagebwd_attention needs PyTorch")
+    forward_preset, _ = paired_presets(forward_preset, rotate)
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
             raise SageArgumentError(f"{name}: expected a 4-D torch.Tensor [batch, heads, tokens, head_dim]")

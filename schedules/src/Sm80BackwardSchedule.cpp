@@ -23,7 +23,9 @@ int mainSharedBytes(int head_dim, int keys) {
          (2 * kBlock + 4 * (keys / 16)) * 4;
 }
 
-bool isInt8PerBlock(const QuantizerSpec &spec, int group_tokens) {
+// Whether `spec` is int8 with one scale per `group_tokens` tokens, rotated or not (the rotation is checked apart).
+bool isInt8PerBlock(QuantizerSpec spec, int group_tokens) {
+  spec.rotation_seed = std::nullopt;
   return spec == QuantizerSpec{ElementType::int8, Granularity::per_block, group_tokens};
 }
 
@@ -48,7 +50,8 @@ std::string BackwardKernelPlan::describe() const {
   return schedule + " " + std::string(archName(arch)) + " " + std::string(nameOf(input)) + " d" +
          std::to_string(head_dim) + (causal ? " causal" : "") + " tiles " + std::to_string(block_q) + "x" +
          std::to_string(block_kv) + " (" + std::to_string(kv_tile) + " keys per CTA) warps " + std::to_string(warps) +
-         (smooth_k ? " smooth-k" : "") + " launches " + std::to_string(launches.size());
+         (smooth_k ? " smooth-k" : "") + (rotation_seed ? " rotated" : "") + " launches " +
+         std::to_string(launches.size());
 }
 
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
@@ -106,6 +109,8 @@ SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, Gpu
                              "64-token block");
   if (dq.rhs != s.rhs || dk.rhs != s.lhs)
     return SupportResult::no("dQ = dS.K and dK = dS^T.Q reuse the codes of S's K and Q in the kernel");
+  if (s.lhs.rotation_seed != s.rhs.rotation_seed)
+    return SupportResult::no("S = Q.K^T: the kernel rotates Q and K with one seed, or neither");
   return SupportResult::yes();
 }
 
@@ -123,6 +128,7 @@ BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant 
   plan.kv_tile = keys;
   plan.warps = warps;
   plan.smooth_k = variant.smooth_k != SmoothScope::none;
+  plan.rotation_seed = variant.product(BackwardProduct::s).lhs.rotation_seed;
   if (plan.smooth_k) // mean(K) before the preprocess kernels, which both use it
     plan.launches.push_back({"sage_bwd_k_sums", BackwardGrid::kv_slices, 0, 128, kBlock, kKMeanSlices});
   plan.launches.push_back({"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0});

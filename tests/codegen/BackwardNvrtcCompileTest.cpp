@@ -1,7 +1,8 @@
 // SageBwd's kernels (issue 12) through NVRTC: sagebwd (K smoothed, issue 25) x head_dim {64, 128} x mask {none,
 // causal} x input {f16, bf16} x arch {sm_80, sm_89, sm_90a, sm_100f, sm_120f} x every backward schedule that supports
 // the arch compile to cubins (libnvrtc only: no GPU or driver). ptxas' report gives each kernel's registers and spills;
-// the wgmma main kernel must not spill (its dK/dV accumulators fill most of the register file).
+// the wgmma main kernel must not spill (its dK/dV accumulators fill most of the register file). The rotated backward
+// (sagebwd-rot, issue 25) on the two archs whose schedules differ, both head dims and input types.
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -42,7 +43,38 @@ Outcome compile(const std::string &source, const std::string &name, GpuArch arch
   return outcome;
 }
 
+// The "Function properties" report of each kernel in a ptxas log: {kernel, stack, spill stores, registers}.
+const std::regex kReport(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
+                         R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
+
 } // namespace
+
+TEST_CASE("the rotated SageBwd kernels (issue 25) compile, the wgmma main kernel without spills") {
+  for (int head_dim : {64, 128})
+    for (InputType input : {InputType::f16, InputType::bf16})
+      for (GpuArch arch : {GpuArch::sm80, GpuArch::sm90a})
+        for (const BackwardSchedule *schedule : allBackwardSchedules()) {
+          const BackwardVariant variant =
+              dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal)
+                  ->float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16)
+                  .describe();
+          if (!schedule->supports(variant, arch, input))
+            continue;
+          const codegen::BackwardKernelSource kernel =
+              codegen::BackwardKernelGenerator::generate(variant, schedule->plan(variant, arch, input));
+          CAPTURE(kernel.name);
+          const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+          INFO(outcome.log);
+          REQUIRE(outcome.compiled);
+          for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), kReport), end; it != end; ++it) {
+            std::printf("%-64s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
+                        std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
+                        (*it)[2].str().c_str(), (*it)[3].str().c_str());
+            if (schedule->name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
+              CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
+          }
+        }
+}
 
 TEST_CASE("the SageBwd kernels of every schedule compile for sm_80, sm_89, sm_90a, sm_100f and sm_120f") {
   for (int head_dim : {64, 128})

@@ -3,8 +3,12 @@
 #include "sage/schedules/BackwardSchedule.h"
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/dsl/AttentionBackward.h"
+#include "sage/numerics/Hadamard.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <optional>
 
 using namespace sage;
 using namespace sage::schedules;
@@ -171,4 +175,43 @@ TEST_CASE("the sm90 wgmma backward schedule: sm_90a only, the mma.sync schedule'
   }
   CHECK_THROWS_WITH_AS(schedule.plan(sagebwd(), GpuArch::sm89, InputType::f16), doctest::Contains("has no wgmma"),
                        std::invalid_argument);
+}
+
+TEST_CASE("the rotated backward (issue 25): both schedules plan it, the Config carries the rotation") {
+  const BackwardVariant rotated = dsl::backwardPreset("sagebwd-rot", 64, MaskKind::causal)->describe();
+  for (const BackwardSchedule *schedule : allBackwardSchedules()) {
+    CAPTURE(schedule->name());
+    REQUIRE(schedule->supports(rotated, GpuArch::sm90a, InputType::f16));
+    const BackwardKernelPlan plan = schedule->plan(rotated, GpuArch::sm90a, InputType::f16);
+    CHECK(plan.rotation_seed == std::optional<uint32_t>(dsl::kDefaultRotationSeed));
+    CHECK(plan.describe().find(" rotated") != std::string::npos);
+    // No launch of its own: the preprocess rotates, write_dq and the main kernel's epilogue rotate back.
+    CHECK(plan.launches.size() ==
+          schedule->plan(sagebwd(64, MaskKind::causal), GpuArch::sm90a, InputType::f16).launches.size());
+    const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(rotated, plan);
+    CHECK(kernel.name.ends_with("_rot0"));
+    CHECK(kernel.source.find("static constexpr bool kRotate = true;") != std::string::npos);
+    // d = 64: e_Q = e_K = 3, and seed 0's first sign word (sage/numerics/Hadamard.h)
+    CHECK(kernel.source.find("kRotationScaleQ = 0.125f, kRotationScaleK = 0.125f") != std::string::npos);
+    CHECK(kernel.source.find(fmt::format("kRotationSigns0 = 0x{:016x}ull", numerics::hadamardSigns(0)[0])) !=
+          std::string::npos);
+    // The unrotated kernels say so, and carry no rotation constants.
+    const codegen::BackwardKernelSource plain = codegen::BackwardKernelGenerator::generate(
+        sagebwd(64, MaskKind::causal), schedule->plan(sagebwd(64, MaskKind::causal), GpuArch::sm90a, InputType::f16));
+    CHECK(plain.source.find("static constexpr bool kRotate = false;") != std::string::npos);
+    CHECK(plain.source.find("kRotationSigns0") == std::string::npos);
+    // A plan that disagrees with the variant is refused.
+    CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(sagebwd(64, MaskKind::causal), plan),
+                         doctest::Contains("rotation"), std::invalid_argument);
+  }
+  const BackwardVariant d128 = dsl::backwardPreset("sagebwd-rot", 128)->describe();
+  const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(
+      d128, Sm80BackwardSchedule().plan(d128, GpuArch::sm80, InputType::f16));
+  CHECK(kernel.source.find("kRotationScaleQ = 0.125f, kRotationScaleK = 0.0625f") != std::string::npos);
+  // Q and K rotated with different seeds (a variant the IR refuses) is refused by the schedule too.
+  BackwardVariant mismatched = d128;
+  mismatched.product(BackwardProduct::s).rhs.rotation_seed = 5u;
+  mismatched.product(BackwardProduct::dq).rhs.rotation_seed = 5u;
+  CHECK(Sm80BackwardSchedule().supports(mismatched, GpuArch::sm80, InputType::f16).reason.find("one seed") !=
+        std::string::npos);
 }

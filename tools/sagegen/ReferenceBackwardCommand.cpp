@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -28,23 +29,17 @@ struct BackwardReferenceOptions {
   std::string dtype = "f16";
   double k_bias = 0.0, v_bias = 0.0, q_outliers = 1.0;
   bool no_smooth_k = false;
-  bool rotate = false; // issue 28: Q and K rotated in the forward and in the backward's S, dQ and dK (reference only)
+  bool rotate = false; // issue 25/28: Q and K rotated in the forward and in the backward's S, dQ and dK
 };
 
-// Q's and K's quantizers of the forward, and of the backward's S, dQ (K) and dK (Q), rotated with one seed. The
-// forward goes through its IR (verified); the backward IR has no rotation yet, so its variant is set directly: a
-// measurement of what a rotating SageBwd would compute, not a kernel's variant.
-AttentionVariant rotatedForward(AttentionVariant forward) {
-  forward.q.rotation_seed = forward.k.rotation_seed = dsl::kDefaultRotationSeed;
+// The forward rotated as its backward is (one seed for both passes: a rotating backward's variant says so on S's Q),
+// through its IR (verified).
+AttentionVariant pairedForward(AttentionVariant forward, const BackwardVariant &backward) {
+  const std::optional<uint32_t> seed = backward.product(BackwardProduct::s).lhs.rotation_seed;
+  if (!seed)
+    return forward;
+  forward.q.rotation_seed = forward.k.rotation_seed = *seed;
   return dsl::emitProgram(forward).variant();
-}
-BackwardVariant rotatedBackward(BackwardVariant backward) {
-  using P = BackwardProduct;
-  for (QuantizerSpec *spec : {&backward.product(P::s).lhs, &backward.product(P::s).rhs, &backward.product(P::dq).rhs,
-                              &backward.product(P::dk).rhs})
-    if (spec->quantized())
-      spec->rotation_seed = dsl::kDefaultRotationSeed;
-  return backward;
 }
 
 reference::StorageType storageOf(const std::string &text) {
@@ -89,8 +84,20 @@ void run(const BackwardReferenceOptions &options) {
   if (names.empty())
     names = {"sagebwd", "sagebwd-int8-dp"};
   std::vector<BackwardVariant> variants;
-  for (const std::string &name : names)
-    variants.push_back(backwardBuilder(name, options.head_dim, mask).smooth_k(!options.no_smooth_k).build().variant());
+  for (const std::string &name : names) {
+    dsl::AttentionBackwardBuilder builder = backwardBuilder(name, options.head_dim, mask);
+    builder.smooth_k(!options.no_smooth_k);
+    if (options.rotate) {
+      if (name == "exact-bwd")
+        throw UserError("--rotate: exact-bwd quantizes nothing, so there is nothing to rotate; drop it from --preset");
+      builder.rotate();
+    }
+    try { // through the IR: the verifier checks the rotation (a power-of-two head_dim)
+      variants.push_back(builder.build().variant());
+    } catch (const ir::ProgramError &error) {
+      throw UserError(std::string(options.rotate ? "--rotate/--headdim: " : "--preset/--headdim: ") + error.what());
+    }
+  }
 
   const int64_t d = options.head_dim;
   try {
@@ -120,12 +127,10 @@ void run(const BackwardReferenceOptions &options) {
              "dk_cos", "dk_rl1", "dv_cos", "dv_rl1", "seconds");
   for (const BackwardVariant &variant : variants) {
     const std::string_view forward_name = dsl::backwardPresetForward(variant.name);
-    AttentionVariant forward = dsl::preset(forward_name, options.head_dim, mask)->lse().describe();
-    if (options.rotate)
-      forward = rotatedForward(forward);
+    const AttentionVariant forward =
+        pairedForward(dsl::preset(forward_name, options.head_dim, mask)->lse().describe(), variant);
     const auto start = std::chrono::steady_clock::now();
-    const auto result = reference::runForwardBackwardReference(
-        forward, options.rotate ? rotatedBackward(variant) : variant, q, k, v, d_o);
+    const auto result = reference::runForwardBackwardReference(forward, variant, q, k, v, d_o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto accuracy = reference::compareGradients(exact, result);
     fmt::print("{:<16} {:<8} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>8.2f}\n", variant.name,
@@ -175,7 +180,8 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
       ->check(finiteRange(1.0, 1e4));
   command->add_flag("--rotate", options->rotate,
                     "rotate Q and K by a randomized Hadamard transform before quantizing them, in the forward and in "
-                    "the backward's S, dQ and dK (issue 28; the backward's rotation exists in the reference only)");
+                    "the backward's S, dQ and dK (issue 25/28: the presets' rotate(), as sagebwd-rot; a rotating "
+                    "backward preset rotates its forward too)");
   command->add_flag("--no-smooth-k", options->no_smooth_k,
                     "the ablation: the backward recomputes S and forms dQ from K as given, without K smoothing");
   return [options] { run(*options); };

@@ -1,8 +1,12 @@
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/SourceText.h"
 
+#include "sage/numerics/Hadamard.h"
+
 #include <fmt/format.h>
 
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 
 namespace sage::codegen {
@@ -34,7 +38,7 @@ struct SageBackwardConfig {{
   static constexpr bool kBulkTiles = false;       // the preprocess writes the Q-side codes in natural order
   static constexpr bool kSmoothK = {smooth_k};        // K - mean(K) quantized, the LSE shifted by q . mean(K) / sqrt(d)
   static constexpr int kKMeanSlices = {slices};        // k_sums' slices per KV head (at most)
-}};
+{rotation}}};
 static_assert(sage::device::sm80::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
 
@@ -67,7 +71,7 @@ struct SageBackwardConfig {{
   static constexpr bool kBulkTiles = true; // Q^, Q^^T, dO^^T and a dO copy as the main kernel's tiles (bulk copies)
   static constexpr bool kSmoothK = {smooth_k}; // K - mean(K) quantized, the LSE shifted by q . mean(K) / sqrt(d)
   static constexpr int kKMeanSlices = {slices}; // k_sums' slices per KV head (at most)
-}};
+{rotation}}};
 static_assert(sage::device::sm90::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
 static_assert(SageBackwardConfig::kKeys == sage::device::sm90::backward::kKeys, "the kernel owns 128 keys per CTA");
@@ -110,13 +114,33 @@ sage_bwd_write_dq(const SageBackwardParams params) {{
 }}
 )";
 
+// The Config's rotation (issue 25): kRotate, and where it is true the constants sm80/backward_rotation.cuh reads,
+// from sage/numerics/Hadamard.h (the same signs and powers of two as the forward's prologue and the CPU reference).
+std::string rotationConstants(const std::optional<uint32_t> &seed, int head_dim) {
+  std::string text =
+      fmt::format("  static constexpr bool kRotate = {}; // Q R_Q and K R_K quantized, dQ and dK rotated "
+                  "back\n",
+                  seed ? "true" : "false");
+  if (!seed)
+    return text;
+  const auto signs = numerics::hadamardSigns(*seed);
+  text += fmt::format("  // rotation_seed {}: bit c of word c / 64 negates channel c; 2^-e of Q and of K\n", *seed);
+  for (size_t word = 0; word < signs.size(); ++word)
+    text += fmt::format("  static constexpr unsigned long long kRotationSigns{} = 0x{:016x}ull;\n", word, signs[word]);
+  text += fmt::format("  static constexpr float kRotationScaleQ = {}f, kRotationScaleK = {}f;\n",
+                      std::ldexp(1.0, -numerics::hadamardScaleExponent(head_dim, false)),
+                      std::ldexp(1.0, -numerics::hadamardScaleExponent(head_dim, true)));
+  return text;
+}
+
 } // namespace
 
 std::string BackwardKernelGenerator::kernelName(const BackwardVariant &variant,
                                                 const schedules::BackwardKernelPlan &plan) {
   return identifier(sourceSafe(variant.name)) + "_d" + std::to_string(plan.head_dim) + (plan.causal ? "_causal" : "") +
          "_" + std::string(schedules::nameOf(plan.input)) + "_" + identifier(schedules::archName(plan.arch)) + "_" +
-         identifier(plan.schedule) + (plan.smooth_k ? "" : "_unsmoothed_k");
+         identifier(plan.schedule) + (plan.smooth_k ? "" : "_unsmoothed_k") +
+         (plan.rotation_seed ? "_rot" + std::to_string(*plan.rotation_seed) : "");
 }
 
 BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &variant,
@@ -131,6 +155,11 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
     throw std::invalid_argument("plan: no backward kernel writer for schedule '" + plan.schedule + "'");
   if (plan.smooth_k != (variant.smooth_k != SmoothScope::none))
     throw std::invalid_argument("plan: its K smoothing is not the variant's");
+  if (plan.rotation_seed != variant.product(BackwardProduct::s).lhs.rotation_seed)
+    throw std::invalid_argument("plan: its rotation is not the variant's");
+  if (plan.rotation_seed && !numerics::isHadamardDim(plan.head_dim))
+    throw std::invalid_argument("plan: the rotation needs a power-of-two head_dim, got " +
+                                std::to_string(plan.head_dim));
   int shared = 0, slices = 1;
   for (const schedules::BackwardLaunch &launch : plan.launches) {
     shared = std::max(shared, launch.dynamic_shared_bytes);
@@ -145,14 +174,14 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
   BackwardKernelSource kernel;
   kernel.name = kernelName(variant, plan);
   kernel.plan = plan;
-  kernel.source =
-      fmt::format(fmt::runtime(text), fmt::arg("name", kernel.name), fmt::arg("schedule", plan.schedule),
-                  fmt::arg("variant", sourceSafe(variant.name)), fmt::arg("d", plan.head_dim),
-                  fmt::arg("arch", schedules::archName(plan.arch)), fmt::arg("input", schedules::nameOf(plan.input)),
-                  fmt::arg("mask", nameOf(variant.mask)), fmt::arg("causal", plan.causal ? "true" : "false"),
-                  fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"),
-                  fmt::arg("shared", shared), fmt::arg("keys", plan.kv_tile),
-                  fmt::arg("smooth_k", plan.smooth_k ? "true" : "false"), fmt::arg("slices", slices));
+  kernel.source = fmt::format(
+      fmt::runtime(text), fmt::arg("name", kernel.name), fmt::arg("schedule", plan.schedule),
+      fmt::arg("variant", sourceSafe(variant.name)), fmt::arg("d", plan.head_dim),
+      fmt::arg("arch", schedules::archName(plan.arch)), fmt::arg("input", schedules::nameOf(plan.input)),
+      fmt::arg("mask", nameOf(variant.mask)), fmt::arg("causal", plan.causal ? "true" : "false"),
+      fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"), fmt::arg("shared", shared),
+      fmt::arg("keys", plan.kv_tile), fmt::arg("smooth_k", plan.smooth_k ? "true" : "false"),
+      fmt::arg("slices", slices), fmt::arg("rotation", rotationConstants(plan.rotation_seed, plan.head_dim)));
   return kernel;
 }
 

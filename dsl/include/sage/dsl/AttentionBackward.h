@@ -36,6 +36,10 @@ public:
   // S and dQ from K - mean(K) (the mean per KV head over the sequence) and P from the LSE shifted by
   // q . mean(K) / sqrt(d): SageAttention's K smoothing in the backward. Default on; off is the ablation.
   AttentionBackwardBuilder &smooth_k(bool smoothed = true);
+  // Q and K rotated along d by a randomized Hadamard transform before their int8 quantizers (issue 25, as the
+  // forward's QkQuantization::rotate): for Q outlier channels. S, dQ and dK share the rotated codes; the kernels
+  // rotate dQ and dK back. Needs a power-of-two head_dim; a full-precision backward has nothing to rotate.
+  AttentionBackwardBuilder &rotate(uint32_t seed = kDefaultRotationSeed);
   AttentionBackwardBuilder &name(std::string name);
 
   BackwardVariant describe() const;
@@ -50,6 +54,7 @@ private:
   bool int8_dp_ = false;
   bool full_precision_ = false;
   bool smooth_k_ = true;
+  std::optional<uint32_t> rotation_seed_;
   ElementType float_type_ = ElementType::f16;
 };
 
@@ -59,12 +64,17 @@ AttentionBackwardBuilder attention_backward(std::string name = "custom_backward"
 // quantizers share one sage.bwd_quantize (Q and K codes feed S and dK / dQ).
 ir::BackwardProgram emitBackwardProgram(const BackwardVariant &variant);
 
-// The backward presets: "sagebwd" (Algorithm 3, K smoothed), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s
-// ablation), "exact-bwd" (f32 throughout, K as given). Each pairs with a forward preset (backwardPresetForward).
+// The backward presets: "sagebwd" (Algorithm 3, K smoothed), "sagebwd-rot" (sagebwd with Q and K rotated: Q outlier
+// channels), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s ablation), "exact-bwd" (f32 throughout, K as
+// given). Each pairs with a forward preset (backwardPresetForward); a rotating backward with a rotated forward.
 const std::vector<PresetInfo> &backwardPresets();
 std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, int head_dim = 128,
                                                        MaskKind mask = MaskKind::none);
-// The forward preset whose O and LSE a backward preset consumes: "sagebwd" (Algorithm 2) or "exact".
+// The forward preset whose O and LSE a backward preset consumes: "sagebwd" (Algorithm 2) or "exact". For a rotating
+// backward (sagebwd-rot) the forward is to be rotated with the backward's seed (Q's rotation_seed of its S product).
 std::string_view backwardPresetForward(std::string_view backward_name);
+// The backward preset that pairs with a forward preset for training: "sagebwd-rot" for the rotated forward presets
+// (rotatedPresets(): the rotation pays where Q has outlier channels, in both passes), "sagebwd" otherwise.
+std::string_view backwardPresetFor(std::string_view forward_preset);
 
 } // namespace sage::dsl

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,9 @@ struct BackwardKernelPlan {
   // K smoothing (variant.smooth_k): the first launch sums K's columns per slice (k_sums), the preprocess subtracts
   // mean(K) from K and shifts each query row's LSE by q . mean(K) / sqrt(d); the main kernels are unchanged.
   bool smooth_k = false;
+  // The randomized Hadamard rotation of Q and K (issue 25; the variant's Q and K quantizers' one seed): the preprocess
+  // quantizes Q R_Q and K R_K, write_dq and the main kernel's epilogue rotate dQ and dK back; no launch is added.
+  std::optional<uint32_t> rotation_seed;
   std::vector<BackwardLaunch> launches; // in launch order, on one stream
   std::string describe() const;         // one line for logs
 };

@@ -5,6 +5,8 @@
 // of two 2^-e), whose names it uses.
 #pragma once
 
+#include "sage/device/hadamard.cuh"
+
 namespace sage::device::prologue {
 
 // A tile's rotated x, in registers: what psi quantizes instead of the tile's own values.
@@ -22,11 +24,10 @@ __device__ __forceinline__ unsigned rotationSignBits(int channel) {
   return (unsigned)(word >> (channel % 64)) & 0xffu;
 }
 
-// x R_Q (kForK false) or x R_K of every row of a tile: the fast Walsh-Hadamard transform's strides 1, 2, 4 inside the
-// thread's 8 channels, then 8, 16, ... across the row's kVectorsPerRow lanes (neighbours in one warp), in that order;
-// at each stride the lower channel gets a + b and the upper a - b (the lane holding the upper one subtracts its own
-// value from its partner's); then one multiply by +-2^-e. Every thread of the CTA calls it (the shuffles take the full
-// warp); rows past the sequence hold x = 0 and stay 0.
+// x R_Q (kForK false) or x R_K of every row of a tile: the fast Walsh-Hadamard transform over the row's kVectorsPerRow
+// lanes (hadamard.cuh's walsh_hadamard_row: strides 1, 2, 4 inside the thread's 8 channels, then 8, 16, ... across
+// lanes), then one multiply by +-2^-e. Every thread of the CTA calls it (the shuffles take the full warp); rows past
+// the sequence hold x = 0 and stay 0.
 template <int kTileTokens, bool kForK, class Values>
 __device__ __forceinline__ RotatedTile<kTileTokens> rotateTile(const Values &values) {
   using Tile = TokenTile<kTileTokens>;
@@ -40,27 +41,11 @@ __device__ __forceinline__ RotatedTile<kTileTokens> rotateTile(const Values &val
 #pragma unroll
     for (int j = 0; j < kVectorElements; ++j)
       x[j] = values(pass, j);
-#pragma unroll
-    for (int stride = 1; stride < kVectorElements; stride *= 2)
-#pragma unroll
-      for (int j = 0; j < kVectorElements; ++j)
-        if ((j & stride) == 0) {
-          const float a = x[j], b = x[j + stride];
-          x[j] = __fadd_rn(a, b);
-          x[j + stride] = __fsub_rn(a, b);
-        }
-#pragma unroll
-    for (int lanes = 1; lanes < kVectorsPerRow; lanes *= 2) {
-      const bool upper = (lane_in_row & lanes) != 0;
-#pragma unroll
-      for (int j = 0; j < kVectorElements; ++j) {
-        const float other = __shfl_xor_sync(0xffffffffu, x[j], lanes);
-        x[j] = upper ? __fsub_rn(other, x[j]) : __fadd_rn(x[j], other);
-      }
-    }
+    walsh_hadamard_row<kVectorElements, kVectorsPerRow>(x, lane_in_row);
+    apply_signs(x, signs, scale);
 #pragma unroll
     for (int j = 0; j < kVectorElements; ++j)
-      rotated.value[pass][j] = __fmul_rn(x[j], (signs >> j & 1u) != 0 ? -scale : scale);
+      rotated.value[pass][j] = x[j];
   }
   return rotated;
 }

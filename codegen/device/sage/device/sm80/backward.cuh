@@ -16,6 +16,9 @@
 //                 64 x 64 tile (a block reduction); then dV_j += P^T dO^ and dK_j += dS^T Q^ in registers (f32, summed
 //                 over the group's query heads without atomics) and dQ_i += dS K^ by f32 atomics.
 //   write_dq      (Q block, head_q, batch): dq_accum -> dQ in the input type.
+// With the randomized Hadamard rotation (issue 25, Config::kRotate; backward_rotation.cuh) the preprocess quantizes
+// Q R_Q and K R_K, `main` computes as before (S is unchanged; dQ and dK come out in the rotated basis) except that its
+// epilogue rotates dK back through shared memory, and write_dq rotates dQ back.
 //
 // Why atomics for dQ: a CTA owns one KV tile and visits every Q tile, so dQ_i gets one partial sum per KV tile.
 // Keeping dQ_i in registers would need the transposed loop order (a second pass recomputing S, P and dS per Q tile,
@@ -503,9 +506,21 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     }
   }
 
-  // dK_j (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV_j in the input type
+  // dK_j (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV_j in the input type; with the rotation dK_j R_Q^-1,
+  // staged per warp in the shared memory the loop is done with
   auto *d_k = static_cast<unsigned *>(p.d_k);
   auto *d_v = static_cast<unsigned *>(p.d_v);
+  if constexpr (Config::kRotate) {
+    static_assert(kUnrotateStagingBytes<kHeadDim, kWarpCount> <= kMainSharedBytes<Config>, "dK's staging fits");
+    __syncthreads(); // every warp is done with the tiles
+    float *staging = reinterpret_cast<float *>(shared) + warp * 16 * kUnrotateRowFloats<kHeadDim>;
+    write_unrotated_key_rows<Config>(
+        staging,
+        [&](int nc, int half) {
+          return make_float2(dk[nc][2 * half] * p.softmax_scale, dk[nc][2 * half + 1] * p.softmax_scale);
+        },
+        d_k + kv_head * p.tokens_kv * kHeadDim / 2, key0 + warp * 16, p.tokens_kv);
+  }
 #pragma unroll
   for (int nc = 0; nc < kChannelTiles; ++nc)
 #pragma unroll
@@ -514,8 +529,9 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       if (key >= p.tokens_kv)
         continue;
       const long long pair = ((kv_head * p.tokens_kv + key) * kHeadDim + channel) / 2;
-      d_k[pair] =
-          pack_output<Config::kBf16>(dk[nc][2 * half] * p.softmax_scale, dk[nc][2 * half + 1] * p.softmax_scale);
+      if constexpr (!Config::kRotate)
+        d_k[pair] =
+            pack_output<Config::kBf16>(dk[nc][2 * half] * p.softmax_scale, dk[nc][2 * half + 1] * p.softmax_scale);
       d_v[pair] = pack_output<Config::kBf16>(dv[nc][2 * half], dv[nc][2 * half + 1]);
     }
 }

@@ -6,11 +6,14 @@
 //                 shifted by q . mean(K) / sqrt(d) (q the caller's row), the LSE of the scores S_s = Q (K - mean(K))^T.
 //   preprocess_k  psi(K_j), natural and transposed; of K_j - mean(K) with K smoothing.
 //   write_dq      dq_accum -> dQ in the input type.
+// With the rotation (issue 25, Config::kRotate: backward_rotation.cuh) the preprocess quantizes Q R_Q and K R_K (K
+// after smoothing; the LSE shift takes the caller's q, before its rotation) and write_dq rotates dQ back by R_K^-1.
 // Memory-bound: each thread reads its 8-element pieces once with 16-byte loads and keeps them in registers. K
 // smoothing adds one read of K (k_sums) and, per preprocess CTA, one of the slices' sums (min(8, blocks) x d floats).
 #pragma once
 
 #include "sage/device/sm80/backward_params.cuh"
+#include "sage/device/sm80/backward_rotation.cuh"
 #include "sage/device/sm90/common.cuh"
 #include "sage/device/sm90/shared_tiles.cuh"
 
@@ -43,6 +46,9 @@ __device__ __forceinline__ float block_max(float value, float *scratch) {
 // What quantize_block does with mean(K) (Config::kSmoothK): nothing; subtract it from every valid token (K_j -
 // mean(K), padding stays zero); or dot each token with it (q . mean(K) per row of a Q block, for the LSE shift).
 enum class MeanUse { none, subtract, row_dot };
+
+// Whether quantize_block rotates each token (after subtracting mean(K)) before psi: by R_Q, by R_K, or not.
+enum class Rotation { none, q, k };
 
 // psi's code: cvt.rni of x * inverse, saturated to [-127, 127] (numerics::roundToInt8; NaN gives 0).
 __device__ __forceinline__ signed char int8_code(float x, float inverse) {
@@ -103,6 +109,22 @@ __device__ __forceinline__ unsigned code_word(signed char first, signed char sec
          static_cast<unsigned>(static_cast<unsigned char>(fourth)) << 24;
 }
 
+// row_dot[t] = the dot of token t's values with `mean`, from the piece of channels c .. c + 7 this lane holds: a row's
+// pieces lie on kPiecesPerRow consecutive lanes of one warp, whose partial dots are added across them.
+template <int kPiecesPerRow>
+__device__ __forceinline__ void store_row_dot(const float (&values)[8], const float *mean, int t, int c,
+                                              float *row_dot) {
+  float dot = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    dot = fmaf(values[j], mean[c + j], dot);
+#pragma unroll
+  for (int offset = kPiecesPerRow / 2; offset > 0; offset >>= 1)
+    dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+  if (c == 0)
+    row_dot[t] = dot;
+}
+
 // psi of one 64-token block of a head: one int8 scale for its 64 x head_dim values (zeros beyond `tokens`).
 // Writes the codes natural ([token][channel], when `codes` is given) and transposed ([channel][token] per block);
 // kWgmmaTokenOrder: the transposed rows hold each 32-token group in the order of an 8-bit wgmma A fragment packed
@@ -113,7 +135,9 @@ __device__ __forceinline__ unsigned code_word(signed char first, signed char sec
 // the codes (2-byte loads, each element read twice: preprocess_k took 115 us instead of 65 at N = 4k, b = 4, h = 16).
 // kMean (with `mean`, kHeadDim floats of shared memory): subtract mean(K) first, or write each token's dot with it
 // into `row_dot` (kBlock floats of shared memory; the barrier before the transposed codes publishes it).
-template <class Config, bool kWgmmaTokenOrder, bool kBulkLayout, MeanUse kMean = MeanUse::none>
+// kRotation: quantize x R_Q or x R_K (backward_rotation.cuh) instead of x; row_dot still dots the unrotated x.
+template <class Config, bool kWgmmaTokenOrder, bool kBulkLayout, MeanUse kMean = MeanUse::none,
+          Rotation kRotation = Rotation::none>
 __device__ void quantize_block(const unsigned short *head, int tokens, int block, signed char *codes,
                                signed char *codes_t, unsigned short *raw, float *scales, float *scratch,
                                [[maybe_unused]] const float *mean = nullptr,
@@ -147,6 +171,11 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
         for (int j = 0; j < 8; ++j)
           values[i][j] = __fsub_rn(values[i][j], mean[c + j]); // one f32 subtraction, as the reference
     }
+    if constexpr (kRotation != Rotation::none) {
+      if constexpr (kMean == MeanUse::row_dot) // the LSE shift dots the caller's q, before its rotation
+        store_row_dot<kPiecesPerRow>(values[i], mean, t, c, row_dot);
+      rotate_piece<Config, kRotation == Rotation::k>(values[i], c); // padding rows are zeros and stay zeros
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       amax = fmaxf(amax, fabsf(values[i][j]));
@@ -162,18 +191,8 @@ __device__ void quantize_block(const unsigned short *head, int tokens, int block
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       piece_codes[j] = int8_code(values[i][j], inverse);
-    if constexpr (kMean == MeanUse::row_dot) { // here, where the piece's values are read for the last time
-      // A row's pieces lie on kPiecesPerRow consecutive lanes of one warp: add their partial dots across them.
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        dot = fmaf(values[i][j], mean[c + j], dot);
-#pragma unroll
-      for (int offset = kPiecesPerRow / 2; offset > 0; offset >>= 1)
-        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      if (c == 0)
-        row_dot[t] = dot;
-    }
+    if constexpr (kMean == MeanUse::row_dot && kRotation == Rotation::none) // where the values are read last
+      store_row_dot<kPiecesPerRow>(values[i], mean, t, c, row_dot);
     const unsigned low = code_word(piece_codes[0], piece_codes[1], piece_codes[2], piece_codes[3]);
     const unsigned high = code_word(piece_codes[4], piece_codes[5], piece_codes[6], piece_codes[7]);
     if (codes) // whole blocks of the workspace: 8-byte aligned (8 bytes stay within one swizzled 16-byte unit)
@@ -281,16 +300,17 @@ template <class Config> __device__ void preprocess_q(const SageBackwardParams &p
   // {s_Q, Q^_i} = psi(Q_i), {s_dO, dO^_i} = psi(dO_i) (Algorithm 3, line 6); with K smoothing also q . mean(K) per row
   // of the block, from the Q values the quantizer holds (mean(K) of this query head's KV head)
   [[maybe_unused]] __shared__ float k_mean[Config::kSmoothK ? kHeadDim : 1], q_dot_mean[Config::kSmoothK ? kBlock : 1];
+  constexpr Rotation kQRotation = Config::kRotate ? Rotation::q : Rotation::none; // psi(Q_i R_Q)
   if constexpr (Config::kSmoothK) {
     load_k_mean<Config>(p, static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv),
                         k_mean);
-    quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles, MeanUse::row_dot>(
+    quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles, MeanUse::row_dot, kQRotation>(
         q, p.tokens_q, block, p.q_codes + head_codes, p.q_codes_t + head_codes, nullptr, p.q_scales + head * blocks,
         scratch, k_mean, q_dot_mean);
   } else {
-    quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(q, p.tokens_q, block, p.q_codes + head_codes,
-                                                                         p.q_codes_t + head_codes, nullptr,
-                                                                         p.q_scales + head * blocks, scratch);
+    quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles, MeanUse::none, kQRotation>(
+        q, p.tokens_q, block, p.q_codes + head_codes, p.q_codes_t + head_codes, nullptr, p.q_scales + head * blocks,
+        scratch);
   }
   quantize_block<Config, Config::kWgmmaQueryOrder, Config::kBulkTiles>(
       d_o, p.tokens_q, block, nullptr, p.do_codes_t + head_codes,
@@ -363,16 +383,19 @@ template <class Config> __device__ void preprocess_k(const SageBackwardParams &p
   const long long head = static_cast<long long>(blockIdx.z) * p.heads_kv + blockIdx.y;
   const long long head_codes = head * blocks * kBlock * kHeadDim;
   const auto *k = static_cast<const unsigned short *>(p.k) + head * p.tokens_kv * kHeadDim;
-  // {s_K, K^_j} = psi(K_j), of K_j - mean(K) with K smoothing (SageAttention's gamma, issue 25)
+  // {s_K, K^_j} = psi(K_j), of K_j - mean(K) with K smoothing (SageAttention's gamma, issue 25), of that times R_K
+  // with the rotation
+  constexpr Rotation kKRotation = Config::kRotate ? Rotation::k : Rotation::none;
   if constexpr (Config::kSmoothK) {
     __shared__ float k_mean[kHeadDim];
     load_k_mean<Config>(p, head, k_mean);
-    quantize_block<Config, false, false, MeanUse::subtract>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes,
-                                                            p.k_codes_t + head_codes, nullptr,
-                                                            p.k_scales + head * blocks, scratch, k_mean);
+    quantize_block<Config, false, false, MeanUse::subtract, kKRotation>(
+        k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes, nullptr,
+        p.k_scales + head * blocks, scratch, k_mean);
   } else {
-    quantize_block<Config, false, false>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes, p.k_codes_t + head_codes,
-                                         nullptr, p.k_scales + head * blocks, scratch);
+    quantize_block<Config, false, false, MeanUse::none, kKRotation>(k, p.tokens_kv, blockIdx.x, p.k_codes + head_codes,
+                                                                    p.k_codes_t + head_codes, nullptr,
+                                                                    p.k_scales + head * blocks, scratch);
   }
 }
 
@@ -385,7 +408,35 @@ template <class Config> __device__ __forceinline__ int dq_accum_column(int row, 
     return channel;
 }
 
+// write_dq with the rotation: dQ = dq_accum R_K^-1. A row's 8-channel pieces on kHeadDim / 8 consecutive lanes (for
+// the butterflies' shuffles); every lane runs every pass (rows beyond tokens_q are dq_accum's zero padding, unstored).
+template <class Config> __device__ void write_unrotated_dq(const SageBackwardParams &p) {
+  constexpr int kHeadDim = Config::kHeadDim, kLanes = kRotationLanes<Config>, kRowsPerPass = kThreads / kLanes;
+  const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
+  const long long padded_q = static_cast<long long>((p.tokens_q + kBlock - 1) / kBlock) * kBlock;
+  const int channel = static_cast<int>(threadIdx.x) % kLanes * 8;
+  auto *d_q = static_cast<unsigned *>(p.d_q);
+#pragma unroll
+  for (int pass = 0; pass < kBlock / kRowsPerPass; ++pass) {
+    const int token = blockIdx.x * kBlock + pass * kRowsPerPass + static_cast<int>(threadIdx.x) / kLanes;
+    const float *row = p.dq_accum + (head * padded_q + token) * kHeadDim;
+    const float4 low = *reinterpret_cast<const float4 *>(row + dq_accum_column<Config>(token, channel));
+    const float4 high = *reinterpret_cast<const float4 *>(row + dq_accum_column<Config>(token, channel + 4));
+    float x[8] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
+    unrotate_piece<Config, true>(x, channel);
+    if (token < p.tokens_q) {
+      const uint4 words = pack_eight<Config::kBf16>(x);
+      unsigned *out = d_q + ((head * p.tokens_q + token) * kHeadDim + channel) / 2;
+      out[0] = words.x, out[1] = words.y, out[2] = words.z, out[3] = words.w;
+    }
+  }
+}
+
 template <class Config> __device__ void write_dq(const SageBackwardParams &p) {
+  if constexpr (Config::kRotate) {
+    write_unrotated_dq<Config>(p);
+    return;
+  }
   constexpr int kHeadDim = Config::kHeadDim;
   const long long head = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
   const long long padded_q = static_cast<long long>((p.tokens_q + kBlock - 1) / kBlock) * kBlock;

@@ -1,7 +1,8 @@
 // SageBwd's main kernel on wgmma (sm_90a; issue 12): SageAttention3's Algorithm 3, lines 7-12, with warpgroup MMAs.
 // The preprocess, write_dq and (K smoothing, issue 25) k_sums launches are sm80/backward.cuh's (same workspace; the
 // transposed Q and dO codes and dq_accum's rows are in the orders explained below). With K smoothing the K codes are
-// of K - mean(K) and L is the correspondingly shifted LSE: this kernel reads them unchanged.
+// of K - mean(K) and L is the correspondingly shifted LSE: this kernel reads them unchanged. With the rotation
+// (Config::kRotate) the codes are of Q R_Q and K R_K: only the epilogue changes, rotating dK back (as sm80's).
 //
 // A CTA owns 128 keys (two 64-key K blocks) of one KV head and walks every visible 64-query tile of every query head
 // of its GQA group, FlashAttention-2's backward order. Warpgroup w owns K block w; per Q tile i it computes
@@ -501,9 +502,22 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   }
 
   // dK_w (x 1/sqrt(d): dS is the gradient of S / sqrt(d)) and dV_w in the input type; element 4j + e is key
-  // 16 warp + g + 8 (e / 2), channel 8j + 2t + e % 2
+  // 16 warp + g + 8 (e / 2), channel 8j + 2t + e % 2. With the rotation dK_w R_Q^-1, staged per warp in shared memory
+  // once the bulk reduction has read the last dQ tile.
   auto *d_k = static_cast<unsigned *>(p.d_k);
   auto *d_v = static_cast<unsigned *>(p.d_v);
+  if constexpr (Config::kRotate) {
+    static_assert(sm80::backward::kUnrotateStagingBytes<kD, 8> <= Layout::kTotal, "dK's staging fits");
+    __syncthreads(); // thread 0's bulk reduction has completed
+    float *staging =
+        reinterpret_cast<float *>(shared) + (threadIdx.x >> 5) * 16 * sm80::backward::kUnrotateRowFloats<kD>;
+    sm80::backward::write_unrotated_key_rows<Config>(
+        staging,
+        [&](int j, int half) {
+          return make_float2(dk[4 * j + 2 * half] * p.softmax_scale, dk[4 * j + 2 * half + 1] * p.softmax_scale);
+        },
+        d_k + kv_head * p.tokens_kv * kD / 2, key0 + warpgroup * kBlock + 16 * warp, p.tokens_kv);
+  }
 #pragma unroll
   for (int j = 0; j < kD / 8; ++j)
 #pragma unroll
@@ -513,7 +527,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         continue;
       const int e = 4 * j + 2 * half;
       const long long pair = ((kv_head * p.tokens_kv + row_key) * kD + channel) / 2;
-      d_k[pair] = pack_output<Config::kBf16>(dk[e] * p.softmax_scale, dk[e + 1] * p.softmax_scale);
+      if constexpr (!Config::kRotate)
+        d_k[pair] = pack_output<Config::kBf16>(dk[e] * p.softmax_scale, dk[e + 1] * p.softmax_scale);
       d_v[pair] = pack_output<Config::kBf16>(dv[e], dv[e + 1]);
     }
 }
