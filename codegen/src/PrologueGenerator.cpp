@@ -128,14 +128,11 @@ std::string header(const PrologueConfig &config, const std::vector<PlannedLaunch
   return text;
 }
 
-std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
-  std::string text = "\n// ---- The launch: each CTA finds its role from blockIdx.x ----\n";
-  text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
-          "(const __grid_constant__ SagePrologueParams params) {\n";
-  text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
-  text += "  long long cta = blockIdx.x;\n";
-  for (size_t i = 0; i < launch.roles.size(); ++i) {
-    const PrologueRole role = launch.roles[i];
+// Hands `cta` (counted from 0 over `roles`' CTA ranges, in order) to its role's function.
+std::string roleDispatch(const PrologueConfig &config, const std::vector<PrologueRole> &roles) {
+  std::string text;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const PrologueRole role = roles[i];
     const std::string count = std::string(nameOf(role)) + "_ctas";
     text += commentLines("  // ", roleSummary(role, config));
     std::string declaration = "  const long long " + count + " = " + roleCtaCountExpression(role) + ";\n";
@@ -143,11 +140,19 @@ std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
       declaration = "  const long long " + count + " =\n      " + roleCtaCountExpression(role) + ";\n";
     text += declaration;
     text += "  if (cta < " + count + ")\n    return " + roleFunctionName(role, config) + "(params, cta, shared);\n";
-    if (i + 1 < launch.roles.size())
+    if (i + 1 < roles.size())
       text += "  cta -= " + count + ";\n";
   }
-  text += "}\n";
   return text;
+}
+
+std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
+  std::string text = "\n// ---- The launch: each CTA finds its role from blockIdx.x ----\n";
+  text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
+          "(const __grid_constant__ SagePrologueParams params) {\n";
+  text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
+  text += "  long long cta = blockIdx.x;\n";
+  return text + roleDispatch(config, launch.roles) + "}\n";
 }
 
 // The one-pass launch: each CTA draws a ticket (sage/device/prologue/one_pass.cuh) and does its work; the roles that
@@ -204,20 +209,7 @@ std::string onePassEntry(const PrologueConfig &config, const PlannedLaunch &laun
   }
   text += "  default:\n    break;\n  }\n";
   text += "  long long cta = item.cta; // the roles that wait for nothing\n";
-  for (size_t i = 0; i < independent.size(); ++i) {
-    const PrologueRole role = independent[i];
-    const std::string count = std::string(nameOf(role)) + "_ctas";
-    text += commentLines("  // ", roleSummary(role, config));
-    std::string declaration = "  const long long " + count + " = " + roleCtaCountExpression(role) + ";\n";
-    if (declaration.size() > 121)
-      declaration = "  const long long " + count + " =\n      " + roleCtaCountExpression(role) + ";\n";
-    text += declaration;
-    text += "  if (cta < " + count + ")\n    return " + roleFunctionName(role, config) + "(params, cta, shared);\n";
-    if (i + 1 < independent.size())
-      text += "  cta -= " + count + ";\n";
-  }
-  text += "}\n";
-  return text;
+  return text + roleDispatch(config, independent) + "}\n";
 }
 
 PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<PlannedLaunch> &plan, size_t index) {

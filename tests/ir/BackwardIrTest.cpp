@@ -3,6 +3,8 @@
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/BackwardProgram.h"
 
+#include "BackwardIrEdits.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
@@ -12,57 +14,9 @@ using namespace sage;
 
 namespace {
 
-// sagebwd (K smoothed), causal. Line numbers matter: each case names the line its error points at.
-const std::string kValidProgram =
-    R"(sage.attention_backward @b version(1) head_dim(128) block_q(64) block_kv(64) {
-  %q = sage.bwd_input q
-  %k = sage.bwd_input k
-  %v = sage.bwd_input v
-  %o = sage.bwd_input o
-  %lse = sage.bwd_input lse
-  %do = sage.bwd_input do
-  %delta = sage.bwd_row_dot %do, %o
-  %k_smoothed = sage.bwd_smooth %k over sequence
-  %q_int8 = sage.bwd_quantize %q to int8 per_block {group_tokens = 64 : i64}
-  %k_int8 = sage.bwd_quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64}
-  %s = sage.bwd_mma %q_int8, %k_int8 -> s32
-  %s_masked = sage.bwd_mask %s causal
-  %p = sage.bwd_recompute_p %s_masked, %lse {smoothing_shift}
-  %p_int8 = sage.bwd_quantize %p to int8 per_block
-  %do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}
-  %dv = sage.bwd_mma %p_int8, %do_int8 -> s32
-  %do_f16 = sage.bwd_quantize %do to f16 none
-  %v_f16 = sage.bwd_quantize %v to f16 none
-  %dp = sage.bwd_mma %do_f16, %v_f16 -> f32
-  %ds = sage.bwd_ds %p, %dp, %delta
-  %ds_int8 = sage.bwd_quantize %ds to int8 per_block
-  %dq = sage.bwd_mma %ds_int8, %k_int8 -> s32
-  %dk = sage.bwd_mma %ds_int8, %q_int8 -> s32
-  sage.bwd_write_grad %dq as f32
-  sage.bwd_write_grad %dk as f32
-  sage.bwd_write_grad %dv as f32
-}
-)";
+using namespace sage::ir_test;
 
-struct Edit {
-  std::string find, replace;
-};
-
-struct RuleCase {
-  const char *rule;
-  std::vector<Edit> edits;
-  const char *message; // a substring of the first diagnostic
-  int line;            // the line it points at
-};
-
-std::string applyEdits(std::string text, const std::vector<Edit> &edits) {
-  for (const Edit &edit : edits) {
-    size_t at = text.find(edit.find);
-    REQUIRE_MESSAGE(at != std::string::npos, "edit target not found: " << edit.find);
-    text.replace(at, edit.find.size(), edit.replace);
-  }
-  return text;
-}
+const std::string &kValidProgram = kSageBwdCausalProgram;
 
 const std::string kKInt8 = "%k_int8 = sage.bwd_quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64}";
 const std::string kDoInt8 = "%do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}";

@@ -4,6 +4,8 @@
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/BackwardProgram.h"
 
+#include "BackwardIrEdits.h"
+
 #include <doctest/doctest.h>
 
 #include <string>
@@ -13,56 +15,19 @@ using namespace sage;
 
 namespace {
 
-// sagebwd-rot (K smoothed, Q and K rotated with seed 0), not causal. Line numbers matter: each case names the line
-// its error points at.
-const std::string kRotatedProgram =
-    R"(sage.attention_backward @r version(1) head_dim(128) block_q(64) block_kv(64) {
-  %q = sage.bwd_input q
-  %k = sage.bwd_input k
-  %v = sage.bwd_input v
-  %o = sage.bwd_input o
-  %lse = sage.bwd_input lse
-  %do = sage.bwd_input do
-  %delta = sage.bwd_row_dot %do, %o
-  %k_smoothed = sage.bwd_smooth %k over sequence
-  %q_int8 = sage.bwd_quantize %q to int8 per_block {group_tokens = 64 : i64, rotation_seed = 0 : i64}
-  %k_int8 = sage.bwd_quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64, rotation_seed = 0 : i64}
-  %s = sage.bwd_mma %q_int8, %k_int8 -> s32
-  %p = sage.bwd_recompute_p %s, %lse {smoothing_shift}
-  %p_int8 = sage.bwd_quantize %p to int8 per_block
-  %do_int8 = sage.bwd_quantize %do to int8 per_block {group_tokens = 64 : i64}
-  %dv = sage.bwd_mma %p_int8, %do_int8 -> s32
-  %do_f16 = sage.bwd_quantize %do to f16 none
-  %v_f16 = sage.bwd_quantize %v to f16 none
-  %dp = sage.bwd_mma %do_f16, %v_f16 -> f32
-  %ds = sage.bwd_ds %p, %dp, %delta
-  %ds_int8 = sage.bwd_quantize %ds to int8 per_block
-  %dq = sage.bwd_mma %ds_int8, %k_int8 -> s32
-  %dk = sage.bwd_mma %ds_int8, %q_int8 -> s32
-  sage.bwd_write_grad %dq as f32
-  sage.bwd_write_grad %dk as f32
-  sage.bwd_write_grad %dv as f32
-}
-)";
+using namespace sage::ir_test;
 
-struct Edit {
-  std::string find, replace;
-};
-
-struct RuleCase {
-  const char *rule;
-  std::vector<Edit> edits;
-  const char *message; // a substring of the first diagnostic
-  int line;            // the line it points at
-};
-
-std::string applyEdits(std::string text, const std::vector<Edit> &edits) {
-  for (const Edit &edit : edits) {
-    const size_t at = text.find(edit.find);
-    REQUIRE_MESSAGE(at != std::string::npos, "edit target not found: " << edit.find);
-    text.replace(at, edit.find.size(), edit.replace);
-  }
-  return text;
+// sagebwd-rot (K smoothed, Q and K rotated with seed 0), not causal: sagebwd's program without its mask, one line
+// shorter (the cases' lines count that way).
+std::string rotatedProgram() {
+  return applyEdits(kSageBwdCausalProgram,
+                    {{"@b", "@r"},
+                     {"  %s_masked = sage.bwd_mask %s causal\n", ""},
+                     {"%s_masked, %lse", "%s, %lse"},
+                     {"%q to int8 per_block {group_tokens = 64 : i64}",
+                      "%q to int8 per_block {group_tokens = 64 : i64, rotation_seed = 0 : i64}"},
+                     {"%k_smoothed to int8 per_block {group_tokens = 64 : i64}",
+                      "%k_smoothed to int8 per_block {group_tokens = 64 : i64, rotation_seed = 0 : i64}"}});
 }
 
 const std::string kQSeed = "%q_int8 = sage.bwd_quantize %q to int8 per_block {group_tokens = 64 : i64, rotation_seed";
@@ -112,11 +77,11 @@ const std::vector<RuleCase> kRules = {
 } // namespace
 
 TEST_CASE("the rotated backward program parses, prints as it was read and lowers to sagebwd-rot") {
-  const ir::BackwardProgram program = ir::BackwardProgram::parse(kRotatedProgram, "rotated.mlir");
+  const ir::BackwardProgram program = ir::BackwardProgram::parse(rotatedProgram(), "rotated.mlir");
   BackwardVariant expected = dsl::backwardPreset("sagebwd-rot", 128)->describe();
   expected.name = "r";
   CHECK(program.variant() == expected);
-  CHECK(program.print() == kRotatedProgram);
+  CHECK(program.print() == rotatedProgram());
   using P = BackwardProduct;
   const BackwardVariant variant = program.variant();
   for (const QuantizerSpec *spec : {&variant.product(P::s).lhs, &variant.product(P::s).rhs, &variant.product(P::dq).rhs,
@@ -128,11 +93,11 @@ TEST_CASE("the rotated backward program parses, prints as it was read and lowers
     CHECK_FALSE(spec->rotation_seed.has_value());
   // The seed is part of the program: another seed is another fingerprint.
   const std::string seven =
-      applyEdits(kRotatedProgram, {{kQSeed + " = 0", kQSeed + " = 7"},
-                                   {"per_block {group_tokens = 64 : i64, rotation_seed = 0 : i64}\n"
-                                    "  %s",
-                                    "per_block {group_tokens = 64 : i64, rotation_seed = 7 : i64}\n"
-                                    "  %s"}});
+      applyEdits(rotatedProgram(), {{kQSeed + " = 0", kQSeed + " = 7"},
+                                    {"per_block {group_tokens = 64 : i64, rotation_seed = 0 : i64}\n"
+                                     "  %s",
+                                     "per_block {group_tokens = 64 : i64, rotation_seed = 7 : i64}\n"
+                                     "  %s"}});
   const ir::BackwardProgram reseeded = ir::BackwardProgram::parse(seven, "seven.mlir");
   CHECK(reseeded.variant().product(P::s).rhs.rotation_seed == std::optional<uint32_t>(7));
   CHECK(reseeded.fingerprint() != program.fingerprint());
@@ -141,7 +106,7 @@ TEST_CASE("the rotated backward program parses, prints as it was read and lowers
 TEST_CASE("each backward rotation rule reports its message, naming rotation_seed, at its line") {
   for (const RuleCase &rule : kRules) {
     CAPTURE(rule.rule);
-    const std::string text = applyEdits(kRotatedProgram, rule.edits);
+    const std::string text = applyEdits(rotatedProgram(), rule.edits);
     try {
       (void)ir::BackwardProgram::parse(text, "edited.mlir");
       FAIL("the edited program verified");
