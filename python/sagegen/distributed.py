@@ -27,12 +27,18 @@ The attention of one block is an injectable function, so the algorithm is testab
 `attention_fn(q, k, v, causal, scale, layout) -> (o, lse)` (causal bottom-right aligned, lse natural-log f32
 [b, h, n]) and, for the ring backward, `attention_backward_fn(q, k, v, o, lse, d_o, causal, scale, layout) -> (dq,
 dk, dv)` with o and lse the *global* ones. Defaults: sagegen's kernels (`sage_block_forward(preset)`,
-`sage_block_backward()`); `exact_block_forward` / `exact_block_backward` are plain-torch references.
+`sage_block_backward(backward_preset)`); `exact_block_forward` / `exact_block_backward` are plain-torch references.
+
+Rotation (issue 25): the backward preset pairs with the forward one as in sagegen.sagebwd_attention (the same helper,
+sagegen._backward.paired_presets): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`) gets `sagebwd-rot`,
+others `sagebwd`. `rotate=True` picks the forward preset's `-rot` form (and so `sagebwd-rot`), `rotate=False`
+refuses a rotated preset, `rotate=None` (default) follows the preset's name.
 """
 
 import math
 import os
 
+from ._backward import paired_presets
 from ._library import BOTTOM_RIGHT, SageArgumentError
 from ._lse import merge_attention, merge_attention_into
 
@@ -202,18 +208,68 @@ def sage_block_forward(preset="sage-b", tunables=None):
     return _forward_fns[key]
 
 
-def sage_block_backward():
-    """The ring backward's default block function: SageBwd's kernels (preset "sagebwd") from the given O and LSE,
-    which the ring passes global, so each block's dQ, dK, dV are its exact share of the full gradient."""
+def sage_block_backward(preset="sagebwd"):
+    """The ring backward's default block function: SageBwd's kernels (backward preset "sagebwd", or "sagebwd-rot"
+    after a rotated forward: ring_attention picks it with paired_presets) from the given O and LSE, which the ring
+    passes global, so each block's dQ, dK, dV are its exact share of the full gradient. The function's `preset`
+    attribute names its backward preset."""
+    if not isinstance(preset, str) or not preset:
+        raise SageArgumentError(f"preset: expected a backward preset name, got {preset!r}")
+
     def backward(q, k, v, o, lse, d_o, causal, scale, layout):
-        from ._backward import _backward_body
+        from . import _backward  # looked up per call (the module's function, so a test can stand in for it)
         if layout == "NHD":  # the backward kernels take HND
             q, k, v, o, d_o = (t.transpose(1, 2) for t in (q, k, v, o, d_o))
-        d_q, d_k, d_v = _backward_body(q, k, v, o, lse, d_o, causal, scale)
+        d_q, d_k, d_v = _backward._backward_body(q, k, v, o, lse, d_o, causal, scale, preset)
         if layout == "NHD":
             d_q, d_k, d_v = (t.transpose(1, 2) for t in (d_q, d_k, d_v))
         return d_q, d_k, d_v
+    backward.preset = preset
+    backward.__qualname__ = f"sage_block_backward({preset!r})"
     return backward
+
+
+def _named_rotation(block_fn, preset, rotated):
+    """block_fn, whose kernel is the preset `rotated` that rotate=True made of `preset`: a refusal of that name
+    (no such rotated preset: the library's error, on the first call, the same on every rank) names rotate."""
+    def fn(*args):
+        try:
+            return block_fn(*args)
+        except SageArgumentError as error:
+            if f"'{rotated}'" not in str(error):
+                raise
+            raise SageArgumentError(f"rotate: True, but preset {preset!r} has no rotated form ({error})") from error
+    fn.__qualname__ = getattr(block_fn, "__qualname__", "block_fn")
+    return fn
+
+
+def _ring_block_functions(preset, rotate, tunables, attention_fn, attention_backward_fn):
+    """(forward block function, backward block function) of ring_attention: the given ones, or sagegen's kernels
+    for `preset` and its paired backward preset (paired_presets, as sagebwd_attention: `-rot` -> `sagebwd-rot`)."""
+    forward_preset, backward_preset = _paired(preset, rotate, attention_fn is not None and
+                                              attention_backward_fn is not None)
+    forward_fn = attention_fn
+    if forward_fn is None:
+        forward_fn = sage_block_forward(forward_preset, tunables)
+        if forward_preset != preset:
+            forward_fn = _named_rotation(forward_fn, preset, forward_preset)
+    backward_fn = attention_backward_fn
+    if backward_fn is None:
+        # sagebwd's as sage_block_backward(), the call from before rotation: a stand-in for it that takes no
+        # argument (test_distributed_gpu.py --dry-run's) keeps working for the unrotated presets.
+        backward_fn = sage_block_backward() if backward_preset == "sagebwd" else sage_block_backward(backward_preset)
+    return forward_fn, backward_fn
+
+
+def _paired(preset, rotate, replaced):
+    """paired_presets(preset, rotate), refusing arguments by ring_attention's and ulysses_attention's names:
+    rotate=True where the block functions given replace every kernel it would rotate."""
+    if not isinstance(preset, str) or not preset:
+        raise SageArgumentError(f"preset: expected a preset name, got {preset!r}")
+    if rotate is True and replaced:
+        raise SageArgumentError("rotate: True, but the block functions given replace sagegen's kernels (rotate "
+                                "picks sagegen's rotated presets): rotate inside them, or pass rotate=None")
+    return paired_presets(preset, rotate)
 
 
 def _to_hnd(t, layout):
@@ -450,7 +506,7 @@ def _wants_grad(*tensors):
 
 
 def ring_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tensor_layout="HND", preset="sage-b",
-                   return_lse=False, tunables=None, attention_fn=None, attention_backward_fn=None):
+                   return_lse=False, tunables=None, attention_fn=None, attention_backward_fn=None, rotate=None):
     """Attention of this rank's queries over the whole sharded sequence, K/V passed around the ring.
 
     q, k, v: this rank's shards, [b, h, n_local, d] ("HND") or [b, n_local, h, d] ("NHD"), k/v with h_kv heads
@@ -461,7 +517,10 @@ def ring_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tensor_l
     [b, h, n_local], the natural-log LSE over the whole sequence.
 
     Autograd: with inputs requiring gradients the ring backward runs (SageBwd's kernels by default, with the
-    global O and LSE: exact per block, each block quantized on its own); the LSE output has no gradient.
+    global O and LSE: exact per block, each block quantized on its own); the LSE output has no gradient. Its
+    backward preset pairs with `preset` as sagebwd_attention's does: `sagebwd-rot` after a rotated (`-rot`)
+    forward preset, `sagebwd` otherwise. rotate: None (the preset's name decides), True (Q and K rotated in both
+    passes: the preset's `-rot` form and `sagebwd-rot`) or False (refuses a `-rot` preset).
     attention_fn / attention_backward_fn replace the block kernels (module docstring)."""
     _need_torch("ring_attention")
     seq, _ = _check_qkv(q, k, v, tensor_layout)
@@ -472,10 +531,9 @@ def ring_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tensor_l
         raise SageArgumentError(f"q: causal ring attention needs an even number of local tokens (the zig-zag "
                                 f"shard's two chunks), got {q.shape[seq]}")
     scale = _scale(sm_scale, q.shape[3])
-    forward_fn = attention_fn or sage_block_forward(preset, tunables)
+    forward_fn, backward_fn = _ring_block_functions(preset, rotate, tunables, attention_fn, attention_backward_fn)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if _wants_grad(q, k, v):
-        backward_fn = attention_backward_fn or sage_block_backward()
         o, lse = _RingAttention.apply(q, k, v, group, bool(is_causal), scale, tensor_layout, forward_fn,
                                       backward_fn)
     else:
@@ -514,7 +572,8 @@ if torch is not None:
 
 def _sage_local_attention(preset, tunables, need_lse):
     """Ulysses' default local attention: sageattn without gradients (its LSE only when asked for: the kernel
-    without it is a little faster), sagebwd_attention (SageBwd) with them."""
+    without it is a little faster), sagebwd_attention (SageBwd) with them, whose backward preset pairs with
+    `preset` (paired_presets: `sagebwd-rot` after a `-rot` preset)."""
     forward_only = sage_block_forward(preset, tunables)
 
     def attention(q, k, v, causal, scale, layout):
@@ -524,15 +583,16 @@ def _sage_local_attention(preset, tunables, need_lse):
                 return sageattn(q, k, v, tensor_layout=layout, is_causal=causal, sm_scale=scale, preset=preset,
                                 tunables=tunables, causal_alignment=BOTTOM_RIGHT), None
             return forward_only(q, k, v, causal, scale, layout)
-        from ._backward import sagebwd_attention
+        from . import _backward  # looked up per call (the module's function, so a test can stand in for it)
         q, k, v = (_to_hnd(t, layout) for t in (q, k, v))
-        o, lse = sagebwd_attention(q, k, v, is_causal=causal, scale=scale, forward_preset=preset, return_lse=True)
+        o, lse = _backward.sagebwd_attention(q, k, v, is_causal=causal, scale=scale, forward_preset=preset,
+                                             return_lse=True)
         return (o if layout == "HND" else o.transpose(1, 2)), lse
     return attention
 
 
 def ulysses_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tensor_layout="HND", preset="sage-b",
-                      return_lse=False, tunables=None, attention_fn=None):
+                      return_lse=False, tunables=None, attention_fn=None, rotate=None):
     """Attention over the whole sharded sequence by all-to-all over heads (DeepSpeed-Ulysses / USP).
 
     q, k, v: this rank's contiguous shards (`shard_sequence`: rank r holds tokens [r N/W, (r+1) N/W)), layouts as
@@ -540,9 +600,11 @@ def ulysses_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tenso
     repeated up to q's heads first (GQA with fewer KV heads than ranks). Returns o (this rank's rows), or (o, lse).
     Differentiable: the all-to-alls are their own adjoints and the local attention is sagegen.sagebwd_attention
     (SageBwd) when gradients are wanted; attention_fn(q, k, v, causal, scale, layout) -> (o, lse) replaces it (it
-    must be differentiable itself to train)."""
+    must be differentiable itself to train). rotate: as ring_attention's (True: the preset's `-rot` form, whose
+    SageBwd backward is `sagebwd-rot`)."""
     _need_torch("ulysses_attention")
     seq, heads = _check_qkv(q, k, v, tensor_layout)
+    forward_preset, _ = _paired(preset, rotate, attention_fn is not None)
     group, world_size, _ = _group_info(group)
     if q.shape[heads] % world_size != 0:
         raise SageArgumentError(f"q: {q.shape[heads]} heads do not split over {world_size} ranks (Ulysses shards "
@@ -551,7 +613,11 @@ def ulysses_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tenso
         group_size = q.shape[heads] // k.shape[heads]
         k, v = (t.repeat_interleave(group_size, dim=heads) for t in (k, v))
     scale = _scale(sm_scale, q.shape[3])
-    fn = attention_fn or _sage_local_attention(preset, tunables, bool(return_lse))
+    fn = attention_fn
+    if fn is None:
+        fn = _sage_local_attention(forward_preset, tunables, bool(return_lse))
+        if forward_preset != preset:
+            fn = _named_rotation(fn, preset, forward_preset)
     to_heads = lambda t: _AllToAll.apply(t, group, world_size, heads, seq)  # noqa: E731
     q_h, k_h, v_h = to_heads(q), to_heads(k), to_heads(v)
     o_h, lse_h = fn(q_h.contiguous(), k_h.contiguous(), v_h.contiguous(), bool(is_causal), scale, tensor_layout)

@@ -4,7 +4,9 @@ The ring and all-to-all algorithms run with the exact block functions (exact_blo
 in place of sagegen's kernels, so their results must equal exact attention over the full sequence to rounding:
 forward O and LSE, and the gradients of q, k, v against PyTorch autograd through full attention. Also: the merge
 (masked rows, layouts, the in-place form), the causal ring's block plan (every visible (query, key) pair exactly
-once), the zig-zag sharding and the refusals. The GPU counterpart is test_distributed_gpu.py (torchrun).
+once), the zig-zag sharding and the refusals, and the backward preset's pairing with a rotated forward preset
+(`sagebwd-rot`, issue 25: in the ring backward and Ulysses' local attention, the kernels stood in for by exact
+ones that record the preset they are called with). The GPU counterpart is test_distributed_gpu.py (torchrun).
 
     python3 python/tests/test_distributed.py [-k NAME]     (or pytest python/tests/test_distributed.py)
 
@@ -262,6 +264,66 @@ def test_refusals_before_any_communication():
         sd.ulysses_attention(q, k, v, tensor_layout="BSHD")
 
 
+def test_rotated_forward_preset_pairs_with_sagebwd_rot_in_the_ring_backward():
+    """ring_attention's block functions: the backward preset pairs with the forward one through the single-GPU
+    path's helper (sagegen._backward.paired_presets), so a rotated forward gets sagebwd-rot. A pure function: no
+    GPU, no process group."""
+    if _skip_without_torch():
+        return
+    from sagegen._backward import paired_presets
+    pick = sd._ring_block_functions
+    for preset, rotate, forward, backward in (("sage-b", None, "sage-b", "sagebwd"),
+                                              ("sage2-fp8", None, "sage2-fp8", "sagebwd"),
+                                              ("sage2-fp8", False, "sage2-fp8", "sagebwd"),
+                                              ("sage2-fp8-rot", None, "sage2-fp8-rot", "sagebwd-rot"),
+                                              ("sage-b-rot", True, "sage-b-rot", "sagebwd-rot"),
+                                              ("sage-b", True, "sage-b-rot", "sagebwd-rot"),
+                                              ("sage2-fp8", True, "sage2-fp8-rot", "sagebwd-rot")):
+        assert paired_presets(preset, rotate) == (forward, backward)  # the same pairing as sagebwd_attention's
+        forward_fn, backward_fn = pick(preset, rotate, None, None, None)
+        assert backward_fn.preset == backward, (preset, rotate, backward_fn.preset)
+        assert forward_fn.__qualname__ == f"sage_block_forward({forward!r})", (preset, rotate, forward_fn)
+        # A forward block function given: the default backward still pairs with the preset.
+        given_fn, backward_fn = pick(preset, rotate, None, sd.exact_block_forward, None)
+        assert given_fn is sd.exact_block_forward and backward_fn.preset == backward
+    assert pick("sage-b-rot", None, None, sd.exact_block_forward, sd.exact_block_backward) == \
+        (sd.exact_block_forward, sd.exact_block_backward)
+    assert sd.sage_block_backward().preset == "sagebwd"
+    # Refusals, naming the argument, before any communication (no process group needed).
+    q, k, v = _qkv(0, 1, 2, 2, 8, 8)
+    with raises(SageArgumentError, match="rotate: expected None, True or False, got 'yes'"):
+        sd.ring_attention(q, k, v, rotate="yes")
+    with raises(SageArgumentError, match="rotate: False, but forward_preset 'sage2-fp8-rot' rotates Q and K"):
+        sd.ring_attention(q, k, v, preset="sage2-fp8-rot", rotate=False)
+    with raises(SageArgumentError, match="rotate: True, but the block functions given replace sagegen's kernels"):
+        sd.ring_attention(q, k, v, rotate=True, attention_fn=sd.exact_block_forward,
+                          attention_backward_fn=sd.exact_block_backward)
+    with raises(SageArgumentError, match="rotate: True, but the block functions given replace sagegen's kernels"):
+        sd.ulysses_attention(q, k, v, rotate=True, attention_fn=sd.exact_block_forward)
+    with raises(SageArgumentError, match="rotate: False, but forward_preset 'sage-b-rot'"):
+        sd.ulysses_attention(q, k, v, preset="sage-b-rot", rotate=False)
+    with raises(SageArgumentError, match="preset: expected a preset name"):
+        sd.ring_attention(q, k, v, preset=None)
+    # rotate=True on a preset without a rotated form: the library refuses the name it made (on the first block,
+    # the same on every rank); the error names rotate. The library's refusal is stood in for here.
+    def unknown(name, tunables=None):
+        def forward(*args):
+            raise SageArgumentError(f"config.preset: unknown preset '{name}' (`sagegen list` lists them)")
+        return forward
+    saved = sd.sage_block_forward
+    sd.sage_block_forward = unknown
+    try:
+        forward_fn, backward_fn = pick("sage2-int4", True, None, None, None)
+        assert backward_fn.preset == "sagebwd-rot"
+        with raises(SageArgumentError, match="rotate: True, but preset 'sage2-int4' has no rotated form"):
+            forward_fn(q, k, v, False, 0.3, "HND")
+        forward_fn, _ = pick("sage2-int4", None, None, None, None)  # not made by rotate: the library's own error
+        with raises(SageArgumentError, match="config.preset: unknown preset 'sage2-int4'"):
+            forward_fn(q, k, v, False, 0.3, "HND")
+    finally:
+        sd.sage_block_forward = saved
+
+
 # ---- several processes on gloo ---------------------------------------------------------------------------------
 
 def _grads_of_full(q, k, v, causal, layout, grad_out):
@@ -308,10 +370,64 @@ def _check_group(group, world, rank, tag):
     return results
 
 
+def _check_rotated_backward(group, world, rank):
+    """The backward preset that sagegen's kernels are called with after a rotated forward preset: the ring backward's
+    blocks and Ulysses' local SageBwd, the kernels stood in for by exact ones that record their preset (so no GPU);
+    the gradients must still be exact."""
+    from sagegen import _backward
+    calls = []
+
+    def backward_body(q, k, v, o, lse, d_o, causal, scale, preset="sagebwd"):
+        calls.append(preset)
+        return sd.exact_block_backward(q, k, v, o, lse, d_o, causal, scale, "HND")
+
+    def sagebwd_attention(q, k, v, is_causal=False, scale=None, forward_preset="sage-b", return_lse=False,
+                          rotate=None):
+        calls.append(_backward.paired_presets(forward_preset, rotate)[1])
+        o, lse = sd.exact_block_forward(q, k, v, is_causal, scale, "HND")
+        return (o, lse) if return_lse else o
+
+    saved = _backward._backward_body, _backward.sagebwd_attention
+    _backward._backward_body, _backward.sagebwd_attention = backward_body, sagebwd_attention
+    results = []
+    try:
+        for layout in ("HND", "NHD"):
+            seq = 2 if layout == "HND" else 1
+            q, k, v = _qkv(5, 1, 12, 6, 4 * world, 8, layout)
+            grad_out = _qkv(55, 1, 12, 12, 4 * world, 8, layout)[0]
+            full_grads = _grads_of_full(q, k, v, True, layout, grad_out)
+            for preset, rotate, expected in (("sage2-fp8-rot", None, "sagebwd-rot"),
+                                             ("sage-b-rot", None, "sagebwd-rot"), ("sage-b", True, "sagebwd-rot"),
+                                             ("sage-b", None, "sagebwd"), ("sage2-fp8", False, "sagebwd")):
+                for method in ("ring", "ulysses"):
+                    shard = ((lambda t: sd.zigzag_shard(t, rank, world, dim=seq)) if method == "ring"
+                             else (lambda t: sd.shard_sequence(t, rank, world, dim=seq)))
+                    local = [shard(t).requires_grad_() for t in (q, k, v)]
+                    calls.clear()
+                    if method == "ring":  # sagegen's forward replaced, its backward kept: the preset still pairs
+                        o = sd.ring_attention(*local, group=group, is_causal=True, tensor_layout=layout, preset=preset,
+                                              rotate=rotate, attention_fn=sd.exact_block_forward)
+                    else:
+                        o = sd.ulysses_attention(*local, group=group, is_causal=True, tensor_layout=layout,
+                                                 preset=preset, rotate=rotate)
+                    o.backward(shard(grad_out))
+                    name = f"{method} {layout} preset={preset} rotate={rotate}"
+                    # The ring: one backward block per step; Ulysses: one local SageBwd.
+                    assert calls == [expected] * (world if method == "ring" else 1), (name, calls)
+                    for grad_name, tensor, expected_grad in zip("qkv", local, full_grads):
+                        gathered = sd.gather_sequence(tensor.grad, group, dim=seq, zigzag=method == "ring")
+                        _close(gathered, expected_grad, 5e-5, f"{name} d{grad_name}")
+                    results.append(name)
+    finally:
+        _backward._backward_body, _backward.sagebwd_attention = saved
+    return results
+
+
 def _worker(rank, world, init_file, queue):
     try:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
         done = _check_group(None, world, rank, f"world {world}")
+        done += _check_rotated_backward(None, world, rank)
         if world == 4:  # two rings in subgroups {0, 1} and {2, 3}: the group's ranks are mapped to global ones
             groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
             done += _check_group(groups[rank // 2], 2, rank % 2, "subgroup of 2")
