@@ -74,7 +74,8 @@ std::string emitConstants(const PrologueConfig &config) {
           (one_pass && config.kStatistics() ? "true" : "false") + ";\n";
   text += std::string("[[maybe_unused]] constexpr bool kOnePassVStatistics = ") +
           (one_pass && config.vStatistics() ? "true" : "false") + ";\n";
-  text += constant("kMinCtasPerSm", std::max(1, tunables.min_ctas_per_sm),
+  // At most 768 threads' worth, so that the cap leaves >= 85 registers a thread (it was measured on 256-thread CTAs).
+  text += constant("kMinCtasPerSm", std::max(1, std::min(tunables.min_ctas_per_sm, 768 / tunables.threads)),
                    "__launch_bounds__' minimum: registers are capped to fit that many CTAs on an SM");
   text += constant("kOnePassLookaheadHeads", tunables.one_pass_lookahead_heads,
                    "one pass: heads whose statistics run ahead of a head's tiles");

@@ -54,7 +54,7 @@ struct PrologueTunables {
   int k_blocks_per_tile = 0;             // KV blocks one psi_K CTA quantizes; 0: about 32 KiB of K per CTA
   bool one_pass = false;                 // opt-in: one launch, tiles after their head's statistics (onePass)
   int one_pass_lookahead_heads = 1;      // one pass: heads whose statistics run ahead of a head's tiles (0..8)
-  int min_ctas_per_sm = 3;               // __launch_bounds__' minimum CTAs per SM (0..8; 0: no register cap)
+  int min_ctas_per_sm = 3;               // __launch_bounds__' minimum CTAs per SM (0..8, at most 768 / threads)
   bool operator==(const PrologueTunables &) const = default;
 };
 
