@@ -255,9 +255,7 @@ def _ring_block_functions(preset, rotate, tunables, attention_fn, attention_back
             forward_fn = _named_rotation(forward_fn, preset, forward_preset)
     backward_fn = attention_backward_fn
     if backward_fn is None:
-        # sagebwd's as sage_block_backward(), the call from before rotation: a stand-in for it that takes no
-        # argument (test_distributed_gpu.py --dry-run's) keeps working for the unrotated presets.
-        backward_fn = sage_block_backward() if backward_preset == "sagebwd" else sage_block_backward(backward_preset)
+        backward_fn = sage_block_backward(backward_preset)
     return forward_fn, backward_fn
 
 

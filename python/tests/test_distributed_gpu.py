@@ -65,7 +65,7 @@ def use_cpu_stand_ins():
     from sagegen import _torch
     sagegen.sageattn, _torch.sageattn, sagegen.sagebwd_attention = sageattn, sageattn, sagebwd_attention
     sd.sage_block_forward = lambda preset="sage-b", tunables=None: sd.exact_block_forward
-    sd.sage_block_backward = lambda: sd.exact_block_backward
+    sd.sage_block_backward = lambda preset="sagebwd": sd.exact_block_backward
     from sagegen import _backward
     _backward.sagebwd_attention = sagebwd_attention
 
