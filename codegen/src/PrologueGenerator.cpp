@@ -155,8 +155,9 @@ std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
   return text + roleDispatch(config, launch.roles) + "}\n";
 }
 
-// The one-pass launch: each CTA draws a ticket (sage/device/prologue/one_pass.cuh) and does its work; the roles that
-// wait for nothing follow in the order of the plan.
+// The one-pass launch: what the variant decides (which role functions do each kind of work, and the roles that wait
+// for nothing, dispatched by CTA range) as OnePassRoles; the ticket, the waits and the publishing are
+// runOnePassCta's (sage/device/prologue/one_pass.cuh).
 std::string onePassEntry(const PrologueConfig &config, const PlannedLaunch &launch) {
   const auto waits = [&](PrologueRole role) {
     switch (role) {
@@ -172,44 +173,44 @@ std::string onePassEntry(const PrologueConfig &config, const PlannedLaunch &laun
       return false;
     }
   };
-  std::string text = "\n// ---- The launch: each CTA draws a ticket, which orders the work (one_pass.cuh) ----\n";
-  text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
-          "(const __grid_constant__ SagePrologueParams params) {\n";
-  text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
-  text += "  __shared__ long long ticket;\n";
   std::vector<PrologueRole> independent;
   for (PrologueRole role : launch.roles)
     if (!waits(role))
       independent.push_back(role);
+  std::string text = "\n// ---- The roles that wait for nothing, by CTA range ----\n";
+  text += "__device__ __forceinline__ void runIndependentRole(const SagePrologueParams &params, long long cta,\n"
+          "                                                   unsigned char *shared) {\n";
+  text += roleDispatch(config, independent) + "}\n";
   std::string independent_ctas;
   for (PrologueRole role : independent)
-    independent_ctas += (independent_ctas.empty() ? "" : " +\n      ") + roleCtaCountExpression(role);
-  text += "  // The CTAs of the roles that wait for nothing, spread over the heads' segments\n";
-  text += "  const long long independent_ctas =\n      " + independent_ctas + ";\n";
-  text += "  const OnePassItem item = drawOnePassItem(params, independent_ctas, &ticket);\n";
-  text += "  switch (item.work) {\n";
+    independent_ctas += (independent_ctas.empty() ? "" : " +\n         ") + roleCtaCountExpression(role);
+  text += "\n// ---- What each kind of one-pass work runs (runOnePassCta, one_pass.cuh) ----\n";
+  text += "struct OnePassRoles {\n";
+  const std::string head = "  static __device__ __forceinline__ ";
+  const std::string arguments = "(const SagePrologueParams &params, long long cta, unsigned char *shared) {\n";
+  const auto member = [&](const char *name, const std::string &body) {
+    text += head + "void " + name + arguments + "    " + body + "\n  }\n";
+  };
   for (PrologueRole role : launch.roles) {
     if (!waits(role))
       continue;
-    const std::string call = roleFunctionName(role, config) + "(params, item.cta, shared);\n";
-    switch (role) {
-    case PrologueRole::k_column_statistics:
-      text += "  case OnePassWork::k_statistics:\n    " + call + "    return publishStatistics(params, item.head);\n";
-      break;
-    case PrologueRole::v_column_statistics:
-      text += "  case OnePassWork::v_statistics:\n    " + call + "    return publishStatistics(params, item.head);\n";
-      break;
-    case PrologueRole::k_block_quantize:
-      text += "  case OnePassWork::k_tile: // waits for its head's statistics\n    return " + call;
-      break;
-    default:
-      text += "  case OnePassWork::v_tile: // waits for its head's statistics\n    return " + call;
-      break;
-    }
+    const std::string call = roleFunctionName(role, config) + "(params, cta, shared);";
+    member(role == PrologueRole::k_column_statistics   ? "kStatistics"
+           : role == PrologueRole::v_column_statistics ? "vStatistics"
+           : role == PrologueRole::k_block_quantize    ? "kTile"
+                                                       : "vTile",
+           call);
   }
-  text += "  default:\n    break;\n  }\n";
-  text += "  long long cta = item.cta; // the roles that wait for nothing\n";
-  return text + roleDispatch(config, independent) + "}\n";
+  member("independent", "runIndependentRole(params, cta, shared);");
+  text += head + "long long independentCtas(const SagePrologueParams &params) {\n    return " + independent_ctas +
+          ";\n  }\n};\n";
+  text += "\n// ---- The launch: each CTA draws a ticket, which orders the work (one_pass.cuh) ----\n";
+  text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
+          "(const __grid_constant__ SagePrologueParams params) {\n";
+  text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
+  text += "  __shared__ long long ticket;\n";
+  text += "  runOnePassCta<OnePassRoles>(params, shared, &ticket);\n}\n";
+  return text;
 }
 
 PrologueKernel emitKernel(const PrologueConfig &config, const std::vector<PlannedLaunch> &plan, size_t index) {

@@ -10,6 +10,7 @@
 #include <nvrtc.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace sage;
@@ -143,9 +144,45 @@ void compileInterleavedVCodes(const char *arch) {
   CHECK(compiled == 2 * 2 * per_channel_kinds); // d 64 and 128, f16 and bf16: one V-quantizing kernel each
 }
 
+// The opt-in one-pass launch (PrologueTunables::one_pass), on every arch: K statistics only (sage-b, f16 V read in
+// place; bf16 adds V's copy as a role that waits for nothing), K and V statistics (sage2-fp8, rotated), V statistics
+// only (K unsmoothed).
+void compileOnePass(const char *arch) {
+  codegen::PrologueTunables tunables;
+  tunables.one_pass = true;
+  std::vector<std::pair<AttentionVariant, schedules::InputType>> cases = {
+      {dsl::preset("sage-b", 128)->describe(), schedules::InputType::f16},
+      {dsl::preset("sage-b", 64)->describe(), schedules::InputType::bf16},
+      {dsl::preset("sage2-fp8", 128)->describe(), schedules::InputType::bf16}};
+  AttentionVariant rotated = dsl::preset("sage2-fp8", 64)->describe();
+  rotated.q.rotation_seed = rotated.k.rotation_seed = 9;
+  cases.emplace_back(rotated, schedules::InputType::f16);
+  AttentionVariant v_only = dsl::preset("sage-vb", 128)->describe();
+  v_only.smooth_k = SmoothScope::none;
+  cases.emplace_back(v_only, schedules::InputType::f16);
+  for (const auto &[variant, input] : cases) {
+    const codegen::PrologueSource prologue =
+        codegen::PrologueGenerator::generate(variant, input, variant.head_dim, tunables);
+    REQUIRE(prologue.kernels.size() == 1);
+    REQUIRE(prologue.kernels[0].one_pass);
+    CAPTURE(variant.name);
+    CAPTURE(variant.head_dim);
+    const CompileResult result = compileWithNvrtc(prologue.kernels[0], arch);
+    INFO(result.log);
+    CHECK(result.ok);
+    CHECK(result.log.empty());
+    CHECK(result.cubin_bytes > 0);
+  }
+}
+
 TEST_CASE("prologue kernels compile for sm_80") { compileEveryVariantKind("sm_80", 0); }
 TEST_CASE("prologue kernels compile for sm_89") { compileEveryVariantKind("sm_89", 1); }
 TEST_CASE("prologue kernels compile for sm_90a") { compileEveryVariantKind("sm_90a", 2); }
 TEST_CASE("interleaved V codes compile for sm_90a") { compileInterleavedVCodes("sm_90a"); }
 TEST_CASE("prologue kernels compile for sm_100f") { compileEveryVariantKind("sm_100f", 3); }
 TEST_CASE("prologue kernels compile for sm_120f") { compileEveryVariantKind("sm_120f", 4); }
+TEST_CASE("one-pass prologue kernels compile for sm_80") { compileOnePass("sm_80"); }
+TEST_CASE("one-pass prologue kernels compile for sm_89") { compileOnePass("sm_89"); }
+TEST_CASE("one-pass prologue kernels compile for sm_90a") { compileOnePass("sm_90a"); }
+TEST_CASE("one-pass prologue kernels compile for sm_100f") { compileOnePass("sm_100f"); }
+TEST_CASE("one-pass prologue kernels compile for sm_120f") { compileOnePass("sm_120f"); }

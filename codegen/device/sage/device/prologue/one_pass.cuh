@@ -129,4 +129,38 @@ __device__ __forceinline__ void awaitStatistics(const SagePrologueParams &params
   __syncthreads();
 }
 
+// One CTA of the one-pass launch: its ticket, then its work. Roles (generated: the variant's role functions) has
+// static kStatistics, vStatistics, kTile, vTile (those the variant has: kOnePassKStatistics, kOnePassVStatistics),
+// independent (the roles that wait for nothing, by CTA range) and independentCtas (their CTA count), each taking
+// (params, cta, shared). Statistics publish when done; the tiles wait in their combine (awaitStatistics).
+template <class Roles>
+__device__ __forceinline__ void runOnePassCta(const SagePrologueParams &params, unsigned char *shared,
+                                              long long *ticket) {
+  const OnePassItem item = drawOnePassItem(params, Roles::independentCtas(params), ticket);
+  switch (item.work) {
+  case OnePassWork::k_statistics:
+    if constexpr (kOnePassKStatistics) {
+      Roles::kStatistics(params, item.cta, shared);
+      publishStatistics(params, item.head);
+    }
+    return;
+  case OnePassWork::v_statistics:
+    if constexpr (kOnePassVStatistics) {
+      Roles::vStatistics(params, item.cta, shared);
+      publishStatistics(params, item.head);
+    }
+    return;
+  case OnePassWork::k_tile:
+    if constexpr (kOnePassKStatistics)
+      Roles::kTile(params, item.cta, shared);
+    return;
+  case OnePassWork::v_tile:
+    if constexpr (kOnePassVStatistics)
+      Roles::vTile(params, item.cta, shared);
+    return;
+  default:
+    return Roles::independent(params, item.cta, shared);
+  }
+}
+
 } // namespace sage::device::prologue
