@@ -69,6 +69,14 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
   require(tunables.stages >= kMinStages && tunables.stages <= kMaxStages,
           "tunables.stages: expected " + std::to_string(kMinStages) + ".." + std::to_string(kMaxStages) + ", got " +
               std::to_string(tunables.stages));
+  if (tunables.inline_loads) {
+    require(tunables.warps == kWarpgroupWarps,
+            "tunables.inline_loads: the consumer issues its own loads with one consumer warpgroup only: expected "
+            "warps = 4, got " +
+                std::to_string(tunables.warps));
+    require(variant.mask.kind != MaskKind::block_sparse,
+            "tunables.inline_loads: a block-sparse kernel walks its mask row in a producer warpgroup: expected 0");
+  }
   // Both warp roles walk one mask row per CTA: a CTA's rows and a step's tokens must be one block of the mask.
   if (variant.mask.kind == MaskKind::block_sparse)
     require(tunables.block_q == variant.block_q && tunables.block_kv == variant.block_kv,
@@ -119,10 +127,36 @@ void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
   plan.min_blocks_per_multiprocessor = kCtas;
 }
 
+// Without a producer warpgroup a CTA is one consumer warpgroup (128 threads) that issues its own loads, as
+// SageAttention2's sm90 kernel is built: with S and the P.V's product never live together (the product is issued
+// after the softmax), a thread needs ~170 registers, and three CTAs share an SM's register file, so three warpgroups'
+// softmax and GEMMs interleave. Default tunables give up pipeline stages to fit three CTAs' shared memory.
+void shareMultiprocessorInline(KernelPlan &plan, bool explicit_tunables) {
+  constexpr int kCtas = 3;
+  const GpuLimits limits = gpuLimits(plan.arch);
+  const auto ctas = [&](const SharedMemoryLayout &shared) {
+    return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block);
+  };
+  if (!explicit_tunables && ctas(plan.shared) < kCtas)
+    for (int stages = plan.tunables.stages - 1; stages >= kMinStages; --stages)
+      if (const SharedMemoryLayout shorter = layoutSharedMemory(plan, stages); ctas(shorter) >= kCtas) {
+        plan.shared = shorter;
+        plan.tunables.stages = stages;
+        break;
+      }
+  WarpSpecialization &ws = plan.warp_specialization;
+  ws.producer_warpgroup = false;
+  ws.producer_registers = 0;
+  ws.consumer_registers = 0; // no hand-over: __launch_bounds__ caps the registers for min_blocks CTAs
+  ws.softmax_under_product = false;
+  plan.min_blocks_per_multiprocessor = std::clamp(ctas(plan.shared), 1, kCtas);
+}
+
 } // namespace
 
 std::string_view Sm90Schedule::summary() const {
-  return "wgmma (s8/e4m3/f16) + TMA with mbarriers; a producer warpgroup and 64-row consumer warpgroups "
+  return "wgmma (s8/e4m3/f16) + TMA with mbarriers; a producer warpgroup (or, e4m3 P.V, none: the consumer loads) "
+         "and 64-row consumer warpgroups "
          "(setmaxnreg); P~ from registers";
 }
 
@@ -150,6 +184,11 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   tunables.block_q = kConsumerRows * tunables.warps / kWarpgroupWarps;
   tunables.block_kv = 128;
   tunables.stages = kDefaultStages; // fewer where shared memory is short (two CTAs per SM: 3 at d = 128)
+  // e4m3 P.V: no producer warpgroup, three CTAs per SM (2 stages). H200, sage2-fp8 kernel alone at N = 1k / 4k / 16k
+  // (2026-11-29, outputs bit-identical): d128 498 / 687 / 766 TOPS against 434 / 647 / 733 with the producer, causal
+  // 4k / 16k 559 / 710 against 516 / 673; d64 408 / 484 / 523 against 337 / 426 / 466. sage-b (f16 P.V, two
+  // consumers) lost that way: 469 / 614 / 619 against 546 / 751 / 771.
+  tunables.inline_loads = variant.p.dtype == ElementType::e4m3;
   return tunables;
 }
 
@@ -185,7 +224,8 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   plan.head_dim = variant.head_dim;
   plan.block_sparse = variant.mask.kind == MaskKind::block_sparse;
   const int consumers = chosen.warps / kWarpgroupWarps;
-  plan.threads = (chosen.warps + kWarpgroupWarps) * kWarpSize; // the consumers and one producer warpgroup
+  // the consumers and one producer warpgroup (none with inline loads)
+  plan.threads = (chosen.warps + (chosen.inline_loads ? 0 : kWarpgroupWarps)) * kWarpSize;
   plan.rows_per_warp = 16;
   plan.row_tiles_per_warp = 1;
 
@@ -259,14 +299,17 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
                                           kMinStages, explicit_tunables, arch);
   plan.tunables.stages = stages;
   plan.min_blocks_per_multiprocessor = 1;
-  if (consumers == 1)
+  if (chosen.inline_loads)
+    shareMultiprocessorInline(plan, explicit_tunables);
+  else if (consumers == 1)
     shareMultiprocessor(plan, explicit_tunables);
   plan.grid.block_q = chosen.block_q;
   plan.grid.reverse_q_blocks = variant.mask.kind == MaskKind::causal;
   // Dense kernels are persistent: a CTA's producer loads the next tile's Q and first K/V stages while its consumers
   // finish the last one, so a tile's start and end no longer leave the SM idle (a short row is a few blocks only).
   // Block-sparse CTAs read their mask row into shared memory before the roles split: one tile each.
-  if (!plan.block_sparse)
+  // Inline loads: one tile per CTA, and the hardware's block scheduler starts the next as one ends.
+  if (!plan.block_sparse && ws.producer_warpgroup)
     plan.grid.persistent_ctas_per_multiprocessor = plan.min_blocks_per_multiprocessor;
   return plan;
 }
@@ -279,17 +322,20 @@ TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch
   const bool block_sparse = variant.mask.kind == MaskKind::block_sparse;
   for (int warps : {4, 8, 12})
     for (int block_kv : {64, 128})
-      for (int stages = kMinStages; stages <= kMaxStages; ++stages) {
-        Tunables candidate{kConsumerRows * warps / kWarpgroupWarps, block_kv, warps, stages};
-        if (block_sparse && (candidate.block_q != variant.block_q || candidate.block_kv != variant.block_kv))
-          continue;
-        try {
-          plan(variant, arch, input, candidate);
-          space.candidates.push_back({candidate, SupportResult::yes()});
-        } catch (const std::invalid_argument &error) {
-          space.candidates.push_back({candidate, SupportResult::no(error.what())});
+      for (int stages = kMinStages; stages <= kMaxStages; ++stages)
+        for (bool inline_loads : {false, true}) {
+          Tunables candidate{kConsumerRows * warps / kWarpgroupWarps, block_kv, warps, stages, inline_loads};
+          if (block_sparse && (candidate.block_q != variant.block_q || candidate.block_kv != variant.block_kv))
+            continue;
+          if (inline_loads && (warps != kWarpgroupWarps || block_sparse)) // not a choice there: not listed
+            continue;
+          try {
+            plan(variant, arch, input, candidate);
+            space.candidates.push_back({candidate, SupportResult::yes()});
+          } catch (const std::invalid_argument &error) {
+            space.candidates.push_back({candidate, SupportResult::no(error.what())});
+          }
         }
-      }
   return space;
 }
 

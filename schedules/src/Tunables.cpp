@@ -38,7 +38,8 @@ Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch) {
 
 std::string tunablesText(const Tunables &tunables) {
   return "block_q=" + std::to_string(tunables.block_q) + ",block_kv=" + std::to_string(tunables.block_kv) +
-         ",warps=" + std::to_string(tunables.warps) + ",stages=" + std::to_string(tunables.stages);
+         ",warps=" + std::to_string(tunables.warps) + ",stages=" + std::to_string(tunables.stages) +
+         (tunables.inline_loads ? ",inline_loads=1" : "");
 }
 
 Tunables parseTunables(std::string_view text, const Tunables &base) {
@@ -59,7 +60,14 @@ Tunables parseTunables(std::string_view text, const Tunables &base) {
     seen += "," + std::string(name) + ",";
     int value = 0;
     auto [end, error] = std::from_chars(value_text.data(), value_text.data() + value_text.size(), value);
-    if (error != std::errc() || end != value_text.data() + value_text.size() || value <= 0)
+    const bool parsed = error == std::errc() && end == value_text.data() + value_text.size();
+    if (name == "inline_loads") {
+      if (!parsed || (value != 0 && value != 1))
+        throw std::invalid_argument("tunables: inline_loads expects 0 or 1, got '" + std::string(value_text) + "'");
+      tunables.inline_loads = value == 1;
+      continue;
+    }
+    if (!parsed || value <= 0)
       throw std::invalid_argument("tunables: " + std::string(name) + " expects a positive integer, got '" +
                                   std::string(value_text) + "'");
     if (name == "block_q")
@@ -72,7 +80,7 @@ Tunables parseTunables(std::string_view text, const Tunables &base) {
       tunables.stages = value;
     else
       throw std::invalid_argument("tunables: unknown name '" + std::string(name) +
-                                  "' (expected block_q, block_kv, warps or stages)");
+                                  "' (expected block_q, block_kv, warps, stages or inline_loads)");
   }
   return tunables;
 }

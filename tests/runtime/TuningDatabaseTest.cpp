@@ -228,7 +228,18 @@ TEST_CASE("fields are checked against the vocabulary, and each key appears once"
   check(R"("tunables": "block_q=128,block_kv=64,warps=8")", "expected all of block_q, block_kv, warps and stages");
   check(R"("tunables": "block_q=128,block_kv=64,warps=8,stages=3,turbo=1")", "entries[0].tunables");
   check(R"("tunables": "block_q=-128,block_kv=64,warps=8,stages=3")", "entries[0].tunables");
+  check(R"("tunables": "block_q=64,block_kv=128,warps=4,stages=2,inline_loads=2")", "entries[0].tunables");
+  check(R"("tunables": "block_q=64,inline_loads=1,block_kv=128,warps=4,stages=2,inline_loads=1")",
+        "entries[0].tunables");
   check(R"("variant": "../../x")", "entries[0].variant: expected a preset name or an IR fingerprint");
+
+  // The sm90 schedule's flag, as tunablesText writes it, is a valid record
+  std::string inline_text = file(R"("variant": "sage2-fp8")");
+  inline_text.erase(inline_text.find(R"("variant": "sage-b", )"), std::string(R"("variant": "sage-b", )").size());
+  const std::string old_tunables = "block_q=128,block_kv=64,warps=8,stages=3";
+  inline_text.replace(inline_text.find(old_tunables), old_tunables.size(),
+                      "block_q=64,block_kv=128,warps=4,stages=2,inline_loads=1");
+  CHECK(TuningDatabase::fromJson(parseJson(inline_text), "db.json").groups().size() == 1);
 
   const std::string entry_text = R"({"variant": "sage-b", "head_dim": 128, "causal": false, "input": "f16",
     "tokens": 1024, "tunables": "block_q=128,block_kv=64,warps=8,stages=3", "milliseconds": 1.0,

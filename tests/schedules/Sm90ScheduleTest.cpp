@@ -116,13 +116,16 @@ TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") 
   SUBCASE("sage2-fp8 d128: int8 Q.K^T, e4m3 P.V against V^T codes in wgmma token order") {
     const KernelPlan plan = sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
     CHECK(plan.schedule == Sm90Schedule::kName);
-    // Two-level accumulation keeps both sums of O in registers: one consumer warpgroup per CTA, two CTAs per SM.
-    CHECK(plan.threads == 256); // a producer and one consumer warpgroup
+    // Two-level accumulation keeps both sums of O in registers: one consumer warpgroup per CTA that issues its own
+    // loads (no producer warpgroup), three CTAs per SM, one tile each.
+    CHECK(plan.tunables.inline_loads);
+    CHECK(plan.threads == 128);
+    CHECK_FALSE(plan.warp_specialization.producer_warpgroup);
     CHECK(plan.warp_specialization.consumer_warpgroups == 1);
-    CHECK(plan.min_blocks_per_multiprocessor == 2);
-    CHECK(plan.grid.persistent_ctas_per_multiprocessor == 2);
-    CHECK(plan.warp_specialization.producer_registers == 24);
-    CHECK(plan.warp_specialization.consumer_registers == 232);
+    CHECK(plan.min_blocks_per_multiprocessor == 3);
+    CHECK(plan.grid.persistent_ctas_per_multiprocessor == 0);
+    CHECK(plan.warp_specialization.producer_registers == 0);
+    CHECK(plan.warp_specialization.consumer_registers == 0); // no setmaxnreg: __launch_bounds__ caps them
     CHECK(plan.qk_mma == MmaShape{64, 128, 32, ElementType::int8, ElementType::int8, AccumulatorType::s32});
     CHECK(plan.pv_mma == MmaShape{64, 128, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
     CHECK(plan.v_source == ValueSource::workspace_codes);
@@ -130,8 +133,20 @@ TEST_CASE("sm90 plans: warp roles, wgmma shapes, V's source and the TMA boxes") 
     CHECK(plan.warp_specialization.q_box == TensorMapBox{128, 64});
     CHECK(plan.warp_specialization.k_box == TensorMapBox{128, 128});
     CHECK(plan.tunables.block_kv == 128);
-    CHECK(plan.tunables.stages == 3); // 4 do not fit twice in shared memory
-    CHECK(2 * (plan.shared.total_bytes + 1024) <= 228 * 1024);
+    CHECK(plan.tunables.stages == 2); // 3 do not fit three times in shared memory
+    CHECK(3 * (plan.shared.total_bytes + 1024) <= 228 * 1024);
+    // With the producer warpgroup (inline_loads off): two persistent CTAs per SM, the producer's registers handed over
+    Tunables with_producer = plan.tunables;
+    with_producer.inline_loads = false;
+    with_producer.stages = 3;
+    const KernelPlan produced =
+        sm90.plan(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16, with_producer);
+    CHECK(produced.threads == 256);
+    CHECK(produced.warp_specialization.producer_warpgroup);
+    CHECK(produced.min_blocks_per_multiprocessor == 2);
+    CHECK(produced.grid.persistent_ctas_per_multiprocessor == 2);
+    CHECK(produced.warp_specialization.producer_registers == 24);
+    CHECK(produced.warp_specialization.consumer_registers == 232);
     // The preset flushes every 2 of its 64-token blocks (128 tokens): after each of the kernel's, whose product is
     // folded into the f32 sum before the next softmax (the product, the sum and a 64 x 128 S do not fit the
     // registers together).
@@ -195,13 +210,26 @@ TEST_CASE("sm90 tunables are checked, naming the tunable") {
   CHECK(plan({64, 128, 4, 4}).min_blocks_per_multiprocessor == 1);
   CHECK(plan({64, 128, 4, 4}).warp_specialization.producer_registers == 0);
   CHECK(plan({192, 128, 12, 2}).warp_specialization.consumer_registers == 160);
+  // Inline loads: one consumer warpgroup and a dense mask only
+  CHECK_THROWS_WITH_AS(plan({128, 128, 8, 2, true}), doctest::Contains("tunables.inline_loads"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(sm90.plan(test::presetVariant("sage-b", 128, MaskKind::block_sparse), GpuArch::sm90a,
+                                 InputType::f16, Tunables{64, 64, 4, 2, true}),
+                       doctest::Contains("tunables.inline_loads"), std::invalid_argument);
+  // Explicit stages are kept: 4 stages of 32 KiB fit once per SM, and the plan says so
+  const KernelPlan deep = plan({64, 128, 4, 4, true});
+  CHECK(deep.threads == 128);
+  CHECK(deep.tunables.stages == 4);
+  CHECK(deep.min_blocks_per_multiprocessor == 1);
+  // sage-b's f16 V makes a 128-token stage 48 KiB: two CTAs fit, and so many are asked of the launch
+  CHECK(plan({64, 128, 4, 2, true}).min_blocks_per_multiprocessor == 2);
+  CHECK(plan({64, 64, 4, 2, true}).min_blocks_per_multiprocessor == 3);
 }
 
 TEST_CASE("sm90's tunable space: every candidate planned or refused with the schedule's reason") {
   const Sm90Schedule sm90;
   const TunableSpace space = sm90.tunableSpace(test::presetVariant("sage2-fp8", 128), GpuArch::sm90a, InputType::f16);
   CHECK(space.schedule == Sm90Schedule::kName);
-  CHECK(space.defaults == Tunables{64, 128, 4, 3}); // two CTAs per SM: 8 KiB of Q + 3 x 32 KiB of K/V each
+  CHECK(space.defaults == Tunables{64, 128, 4, 2, true}); // three CTAs per SM: 8 KiB of Q + 2 x 32 KiB of K/V each
   int supported = 0;
   for (const TunableCandidate &candidate : space.candidates) {
     supported += candidate.verdict ? 1 : 0;

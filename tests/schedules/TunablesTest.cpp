@@ -58,6 +58,12 @@ TEST_CASE("tunables text is canonical and parses back") {
   const Tunables partial = parseTunables("stages=2", tunables);
   CHECK(partial.stages == 2);
   CHECK(partial.warps == 8);
+  // sm90's flag is written only when set, so that the text (and cache keys) of every other plan stay as they were
+  Tunables inline_loads = tunables;
+  inline_loads.inline_loads = true;
+  CHECK(tunablesText(inline_loads) == "block_q=128,block_kv=64,warps=8,stages=4,inline_loads=1");
+  CHECK(parseTunables(tunablesText(inline_loads), Tunables{}) == inline_loads);
+  CHECK_FALSE(parseTunables("inline_loads=0", inline_loads).inline_loads);
 }
 
 TEST_CASE("malformed tunables text names the problem") {
@@ -75,5 +81,7 @@ TEST_CASE("malformed tunables text names the problem") {
   CHECK_THROWS_WITH_AS(parseTunables("threads=4", Tunables{}), doctest::Contains("unknown name 'threads'"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(parseTunables("warps", Tunables{}), doctest::Contains("expected name=value"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("inline_loads=2", Tunables{}), doctest::Contains("inline_loads expects 0 or 1"),
                        std::invalid_argument);
 }

@@ -75,7 +75,8 @@ expect "explain prints the block-sparse mask walk" 0 "mask +block-sparse: the CT
 expect "explain falls back to sm80 where sm90 cannot run" 0 "chosen: sm80\.mma_sync \(default plan\)" -- "$sagegen" explain --preset sage-b --arch sm_89
 expect "explain prints the tunables" 0 "tunables +block_q=128,block_kv=128,warps=8,stages=[0-9]+" -- "$sagegen" explain --preset sage-b --causal --arch sm_90a
 expect "explain prints the warp roles" 0 "1 producer warpgroup, 2 consumer warpgroups" -- "$sagegen" explain --preset sage-b --arch sm_90a
-expect "explain prints a persistent grid" 0 "persistent: 2 CTA\(s\) per SM" -- "$sagegen" explain --preset sage2-fp8 --arch sm_90a
+expect "explain prints a persistent grid" 0 "persistent: 1 CTA\(s\) per SM" -- "$sagegen" explain --preset sage-b --arch sm_90a
+expect "explain prints inline loads" 0 "no producer warpgroup: 1 consumer warpgroup" -- "$sagegen" explain --preset sage2-fp8 --arch sm_90a
 expect "explain prints the Q.K^T mma" 0 "Q\.K\^T mma +m16n8k32 int8\.int8 -> s32" -- "$sagegen" explain --preset sage-b --headdim 64 --arch sm_80
 expect "explain prints the P.V path" 0 "P\.V path +e4m3 P x e4m3 V\^T, f32 accumulator" -- "$sagegen" explain --preset sage2-fp8 --arch sm_89
 expect "explain prints the V source" 0 "V source +workspace v_values" -- "$sagegen" explain --preset sage-b --arch sm_80 --input bf16

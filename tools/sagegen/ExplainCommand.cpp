@@ -86,8 +86,13 @@ void printPlan(const schedules::KernelPlan &plan, const AttentionVariant &varian
   fmt::print("  tunables     {}\n", schedules::tunablesText(plan.tunables));
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
   if (ws.consumer_warpgroups > 0) {
-    fmt::print("  threads      {} (1 producer warpgroup, {} consumer warpgroups of 64 Q rows)\n", plan.threads,
-               ws.consumer_warpgroups);
+    if (ws.producer_warpgroup)
+      fmt::print("  threads      {} (1 producer warpgroup, {} consumer warpgroups of 64 Q rows)\n", plan.threads,
+                 ws.consumer_warpgroups);
+    else
+      fmt::print("  threads      {} (no producer warpgroup: {} consumer warpgroup of 64 Q rows issues its own TMA "
+                 "loads)\n",
+                 plan.threads, ws.consumer_warpgroups);
     if (ws.producer_registers > 0)
       fmt::print("  registers    setmaxnreg: producer {}, consumers {}\n", ws.producer_registers,
                  ws.consumer_registers);

@@ -88,6 +88,7 @@ struct Config {{
   static constexpr int kProducerRegisters = {producer_registers}; // setmaxnreg (0: no hand-over)
   static constexpr bool kSoftmaxUnderProduct = {softmax_under_product}; // S_j's softmax while P~_(j-1) V runs
   static constexpr int kConsumerRegisters = {consumer_registers};
+  static constexpr bool kInlineLoads = {inline_loads}; // no producer warpgroup: the consumer issues the loads
   // ---- The variant ----
   static constexpr bool kCausal = {causal};
   static constexpr bool kBlockSparse = {block_sparse}; // visit only the kept KV blocks of params.base.block_mask
@@ -129,7 +130,8 @@ std::string_view Sm90KernelWriter::schedule() const { return schedules::Sm90Sche
 
 KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
-  if (ws.consumer_warpgroups <= 0 || plan.threads != (ws.consumer_warpgroups + 1) * 128 || plan.shared.total_bytes <= 0)
+  if (ws.consumer_warpgroups <= 0 || plan.threads != (ws.consumer_warpgroups + (ws.producer_warpgroup ? 1 : 0)) * 128 ||
+      plan.shared.total_bytes <= 0)
     throw std::invalid_argument("plan: incomplete (make it with Sm90Schedule::plan)");
   const detail::KernelContext context =
       detail::makeContext(variant, plan, AttentionKernelGenerator::kernelName(variant, plan));
@@ -169,8 +171,9 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
       fmt::arg("consumers", ws.consumer_warpgroups), fmt::arg("stages", plan.tunables.stages),
       fmt::arg("producer_registers", ws.producer_registers),
       fmt::arg("softmax_under_product", ws.softmax_under_product),
-      fmt::arg("consumer_registers", ws.consumer_registers), fmt::arg("causal", context.causal),
-      fmt::arg("block_sparse", context.block_sparse), fmt::arg("reverse", plan.grid.reverse_q_blocks),
+      fmt::arg("consumer_registers", ws.consumer_registers), fmt::arg("inline_loads", !ws.producer_warpgroup),
+      fmt::arg("causal", context.causal), fmt::arg("block_sparse", context.block_sparse),
+      fmt::arg("reverse", plan.grid.reverse_q_blocks),
       fmt::arg("persistent", plan.grid.persistent_ctas_per_multiprocessor > 0), fmt::arg("qk", qkOperands(plan)),
       fmt::arg("pv", pvOperands(plan.pv_path)), fmt::arg("values", valueTiles(plan.v_source)),
       fmt::arg("two_level", plan.two_level_flush_blocks > 0),

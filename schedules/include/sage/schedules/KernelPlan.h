@@ -108,6 +108,9 @@ struct WarpSpecialization {
   int consumer_warpgroups = 0; // 0: not warp-specialised (the sm80 schedule)
   int producer_registers = 0;  // setmaxnreg targets per thread
   int consumer_registers = 0;
+  // false: no producer warpgroup; the consumer's thread 0 issues the TMA loads as its warpgroup releases each stage
+  // (tunables.inline_loads: one consumer warpgroup of 128 threads, non-persistent, three CTAs per SM)
+  bool producer_warpgroup = true;
   // A consumer computes S_j's softmax while its P~_(j-1) V wgmma runs; false where the P.V's accumulator, the outer f32
   // sum of O and S_j would not fit its registers together (the other consumer's GEMMs still overlap the softmax).
   bool softmax_under_product = true;

@@ -121,6 +121,39 @@ __device__ __forceinline__ void load_q(const SageSm90AttentionParams &params, co
                 chunk * Layout::kQkChunkBytes, q_row);
 }
 
+// K_j's and V_j's TMA loads into a stage (one thread; the stage is free): each announces its bytes on the stage's
+// full barrier.
+template <class Config>
+__device__ __forceinline__ void load_k(const SageSm90AttentionParams &params, const TileCoordinates &tile, int block,
+                                       unsigned stage_base, unsigned full_k) {
+  using Layout = SharedLayout<Config>;
+  const int k_row = static_cast<int>(tile.kv_head_index * params.base.size.padded_kv + block * Config::kBlockKv);
+  mbarrier_arrive_expect_tx(full_k, Layout::kKBytes);
+#pragma unroll
+  for (int chunk = 0; chunk < Layout::kQkChunks; ++chunk)
+    tma_load_2d(stage_base + Layout::kKOffset + chunk * Layout::kKChunkStride, &params.k_map, full_k,
+                chunk * Layout::kQkChunkBytes, k_row);
+}
+template <class Config>
+__device__ __forceinline__ void load_v(const SageSm90AttentionParams &params, const TileCoordinates &tile, int block,
+                                       unsigned stage_base, unsigned full_v) {
+  using Layout = SharedLayout<Config>;
+  const int kv_begin = block * Config::kBlockKv;
+  const int k_row = static_cast<int>(tile.kv_head_index * params.base.size.padded_kv + kv_begin);
+  mbarrier_arrive_expect_tx(full_v, Layout::kVBytes);
+#pragma unroll
+  for (int chunk = 0; chunk < Layout::kVChunks; ++chunk) {
+    const unsigned destination = stage_base + Layout::kVOffset + chunk * Layout::kVChunkStride;
+    if constexpr (Config::kValues == ValueTiles::workspace_codes) // [b * h_kv * d rows][padded_kv bytes]
+      tma_load_2d(destination, &params.v_map, full_v, kv_begin + chunk * Layout::kVChunkBytes,
+                  static_cast<int>(tile.kv_head_index * Config::kHeadDim));
+    else if constexpr (Config::kValues == ValueTiles::workspace_values) // [b * h_kv * padded_kv rows][2d bytes]
+      tma_load_2d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, k_row);
+    else // the caller's V: [b][h_kv][tokens_kv][2d bytes], any strides TMA accepts
+      tma_load_4d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head, tile.batch);
+  }
+}
+
 // The producer's loads of one tile: K_j and V_j for every visited block j into stage (position % kStages), each as
 // soon as the consumers released that stage's K or V. `position` counts the CTA's visited blocks over all its tiles.
 template <class Config>
@@ -128,34 +161,14 @@ __device__ __forceinline__ void produce_tile(const SageSm90AttentionParams &para
                                              const VisitedBlocks<Config> &visits, unsigned shared_base,
                                              const StageBarriers<Config> &barriers, int &position) {
   using Layout = SharedLayout<Config>;
-  const SageProblemSize &size = params.base.size;
   for (int block = visits.next(0); block < visits.block_end; block = visits.next(block + 1), ++position) {
     // A fresh barrier passes parity 1: the first kStages loads go straight out.
     const unsigned released = StageBarriers<Config>::phase(position) ^ 1u;
     const unsigned stage_base = shared_base + Layout::kStageOffset + (position % Config::kStages) * Layout::kStageBytes;
-    const int kv_begin = block * Config::kBlockKv;
-    const int k_row = static_cast<int>(tile.kv_head_index * size.padded_kv + kv_begin);
-    const unsigned full_k = barriers.full_k(position), full_v = barriers.full_v(position);
     mbarrier_wait_suspended(barriers.empty_k(position), released);
-    mbarrier_arrive_expect_tx(full_k, Layout::kKBytes);
-#pragma unroll
-    for (int chunk = 0; chunk < Layout::kQkChunks; ++chunk)
-      tma_load_2d(stage_base + Layout::kKOffset + chunk * Layout::kKChunkStride, &params.k_map, full_k,
-                  chunk * Layout::kQkChunkBytes, k_row);
+    load_k<Config>(params, tile, block, stage_base, barriers.full_k(position));
     mbarrier_wait_suspended(barriers.empty_v(position), released);
-    mbarrier_arrive_expect_tx(full_v, Layout::kVBytes);
-#pragma unroll
-    for (int chunk = 0; chunk < Layout::kVChunks; ++chunk) {
-      const unsigned destination = stage_base + Layout::kVOffset + chunk * Layout::kVChunkStride;
-      if constexpr (Config::kValues == ValueTiles::workspace_codes) // [b * h_kv * d rows][padded_kv bytes]
-        tma_load_2d(destination, &params.v_map, full_v, kv_begin + chunk * Layout::kVChunkBytes,
-                    static_cast<int>(tile.kv_head_index * Config::kHeadDim));
-      else if constexpr (Config::kValues == ValueTiles::workspace_values) // [b * h_kv * padded_kv rows][2d bytes]
-        tma_load_2d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, k_row);
-      else // the caller's V: [b][h_kv][tokens_kv][2d bytes], any strides TMA accepts
-        tma_load_4d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head,
-                    tile.batch);
-    }
+    load_v<Config>(params, tile, block, stage_base, barriers.full_v(position));
   }
 }
 
@@ -198,6 +211,51 @@ template <class Config> struct TurnTaking {
   }
 };
 
+// A consumer thread's state before a tile's first block: its rows' factors (delta_Q x the base-2 factor), m = -inf,
+// l = 0 and the outer sum zeroed.
+template <class Config>
+__device__ __forceinline__ void start_consumer(ConsumerState<Config> &state, const SageAttentionParams &base,
+                                               const TileCoordinates &tile, const int (&rows)[2]) {
+  const SageProblemSize &size = base.size;
+  float q_row_scale[2] = {1.0f, 1.0f};
+  if constexpr (Config::kQk == QkOperands::int8) {
+    const float *q_scales = reinterpret_cast<const float *>(base.workspace + base.offsets.q_scales) +
+                            tile.q_head_index * size.q_scale_count;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int group = scale_group<Config::kQScaleTokensPerGroup, Config::kQScaleInterleave>(rows[half]);
+      group = group < size.q_scale_count ? group : size.q_scale_count - 1; // rows past the padded sequence
+      q_row_scale[half] = q_scales[group];
+    }
+  }
+  const float domain_factor =
+      Config::kDomainFactorFromParams ? base.softmax_scale * Config::kLog2e : Config::kDomainFactor;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    state.row_factor[half] = q_row_scale[half] * domain_factor;
+    state.row_max[half] = negative_infinity();
+    state.row_sum[half] = 0.0f;
+  }
+  // `output` is not zeroed: the tile's first P.V restarts it (scale-d 0). A persistent CTA's loop would otherwise
+  // define wgmma accumulator registers between two tiles' wgmma, and ptxas then serializes every wgmma (C7515).
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(state.flushed) / sizeof(float)); ++i)
+    state.flushed[i] = 0.0f;
+  state.blocks_since_flush = 0;
+}
+
+// Blocks from the returned one on cross the sequence's end or (causal) the diagonal of the consumer's first row.
+template <class Config>
+__device__ __forceinline__ int unmasked_block_end(const SageProblemSize &size, const TileCoordinates &tile,
+                                                  int consumer_row) {
+  int unmasked_end = size.tokens_kv / Config::kBlockKv;
+  if constexpr (Config::kCausal) {
+    const int diagonal_limit = consumer_row + tile.causal_offset + 1;
+    unmasked_end = diagonal_limit <= 0 ? 0 : min(unmasked_end, diagonal_limit / Config::kBlockKv);
+  }
+  return unmasked_end;
+}
+
 // A consumer warpgroup's main loop, software-pipelined by one P.V: in step j it issues S_j = Q K_j^T and
 // O += P~_(j-1) V_(j-1) back to back, then computes the softmax of S_j while the P.V runs (kSoftmaxUnderProduct; else
 // after it, when the P.V's product and S_j would not both fit the registers), then packs P~_j.
@@ -222,40 +280,10 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   const unsigned char *workspace = base.workspace;
 
   ConsumerState<Config> state;
-  float q_row_scale[2] = {1.0f, 1.0f};
-  if constexpr (Config::kQk == QkOperands::int8) {
-    const float *q_scales =
-        reinterpret_cast<const float *>(workspace + base.offsets.q_scales) + tile.q_head_index * size.q_scale_count;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      int group = scale_group<Config::kQScaleTokensPerGroup, Config::kQScaleInterleave>(rows[half]);
-      group = group < size.q_scale_count ? group : size.q_scale_count - 1; // rows past the padded sequence
-      q_row_scale[half] = q_scales[group];
-    }
-  }
-  const float domain_factor =
-      Config::kDomainFactorFromParams ? base.softmax_scale * Config::kLog2e : Config::kDomainFactor;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    state.row_factor[half] = q_row_scale[half] * domain_factor;
-    state.row_max[half] = negative_infinity();
-    state.row_sum[half] = 0.0f;
-  }
-  // `output` is not zeroed: the tile's first P.V restarts it (scale-d 0). A persistent CTA's loop would otherwise
-  // define wgmma accumulator registers between two tiles' wgmma, and ptxas then serializes every wgmma (C7515).
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(state.flushed) / sizeof(float)); ++i)
-    state.flushed[i] = 0.0f;
-  state.blocks_since_flush = 0;
+  start_consumer<Config>(state, base, tile, rows);
   const float *k_scales =
       reinterpret_cast<const float *>(workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
-
-  // Blocks from `unmasked_end` on cross the sequence's end or (causal) this consumer's first row's diagonal.
-  int unmasked_end = size.tokens_kv / Config::kBlockKv;
-  if constexpr (Config::kCausal) {
-    const int diagonal_limit = consumer_row + tile.causal_offset + 1;
-    unmasked_end = diagonal_limit <= 0 ? 0 : min(unmasked_end, diagonal_limit / Config::kBlockKv);
-  }
+  const int unmasked_end = unmasked_block_end<Config>(size, tile, consumer_row);
   const unsigned q_tile = shared_base + Layout::kQOffset + consumer * 64 * Layout::kQkChunkBytes;
   // Pipeline positions of this tile's blocks, counted over all of the CTA's tiles.
   auto stage_base = [&](int position) {
@@ -395,6 +423,132 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   return first_block < block_end ? position : 0;
 }
 
+// A compile-time flag for a main-loop step: whether its block needs the sequence-end or causal mask.
+template <bool kMaskedBlock> struct MaskStep { static constexpr bool kMasked = kMaskedBlock; };
+
+// The kernel without a producer warpgroup (Config::kInlineLoads): one warpgroup, one tile, which issues its own TMA
+// loads: Q_i and the first kStages blocks up front (thread 0), then K_(j+kStages) while P~_j V_j runs and
+// V_(j+kStages) as block j + 1 starts (see `refill_k`). Each block runs in order: S_j = Q K_j^T, its softmax, P~_j V_j,
+// the product folded into O. S_j and the P.V's product are never live together, so a thread needs ~170 registers and
+// three CTAs share an SM: their GEMMs and softmaxes interleave as the warp schedulers pick (SageAttention2's sm90
+// kernel is built this way).
+template <class Config>
+__device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &params, const TileCoordinates &tile,
+                                               unsigned shared_base, const StageBarriers<Config> &barriers) {
+  static_assert(Config::kConsumers == 1 && !Config::kPersistent && !Config::kBlockSparse,
+                "inline loads: one consumer warpgroup, one dense tile per CTA");
+  using Layout = SharedLayout<Config>;
+  using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
+  const SageAttentionParams &base = params.base;
+  const SageProblemSize &size = base.size;
+  const int thread = static_cast<int>(threadIdx.x);
+  const int warp = thread / 32, lane = thread % 32, quad_lane = lane % 4;
+  const int rows[2] = {tile.q_begin + warp * 16 + lane / 4, tile.q_begin + warp * 16 + lane / 4 + 8};
+  const int block_end = tile.block_end;
+  auto stage_base = [&](int block) {
+    return shared_base + Layout::kStageOffset + (block % Config::kStages) * Layout::kStageBytes;
+  };
+  if (thread == 0) {
+    load_q<Config>(params, tile, shared_base, barriers);
+    for (int block = 0; block < min(block_end, Config::kStages); ++block) {
+      load_k<Config>(params, tile, block, stage_base(block), barriers.full_k(block));
+      load_v<Config>(params, tile, block, stage_base(block), barriers.full_v(block));
+    }
+  }
+  ConsumerState<Config> state;
+  start_consumer<Config>(state, base, tile, rows);
+  const float *k_scales =
+      reinterpret_cast<const float *>(base.workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
+  const int unmasked_end = unmasked_block_end<Config>(size, tile, tile.q_begin);
+  const unsigned q_tile = shared_base + Layout::kQOffset;
+  using BlockScales = typename CodesSoftmax<Config>::BlockScales;
+
+  Accumulator accumulator[Config::kBlockKv / 2];
+  float scores[Config::kBlockKv / 2];
+  float rescale[2];
+  ProbabilityFragments<Config> p;
+  int block_product[Config::kPv == PvOperands::int8 ? Config::kHeadDim / 2 : 1];
+  mbarrier_wait(barriers.q_full(), 0);
+  // Warp 0 refills a released stage where its wait is (nearly) free: K_j's right after issuing P~_j V_j, V_j's as block
+  // j + 1 starts. Every thread arrived on K_j's empty barrier before that wgmma, which they issue together, and on
+  // V_j's as they left its wait together. The whole warp waits (a warp-uniform branch: its lanes stay converged, so
+  // the next wgmma needs no reconvergence) and one elected lane issues. Refilling each stage from thread 0 as soon as
+  // it was released kept the other warps waiting for warp 0 at the next wgmma (H200, ncu, sage2-fp8 d128 at 16k
+  // tokens: 11% of the stall samples on the P.V's first wgmma, 3.94 against 3.41 ms with warp-uniform refills). These
+  // places also keep ptxas within 168 registers without spills; K's refill at the loop's top spilled 64 bytes.
+  const int warp_uniform = __shfl_sync(0xffffffffu, warp, 0);
+  auto refills = [&](int block) { // whether warp 0 refills the stage of `block` with block + kStages
+    return warp_uniform == 0 && block >= 0 && block + Config::kStages < block_end;
+  };
+  auto refill_k = [&](int block) {
+    if (!refills(block))
+      return;
+    mbarrier_wait(barriers.empty_k(block), StageBarriers<Config>::phase(block));
+    if (elect_one_sync())
+      load_k<Config>(params, tile, block + Config::kStages, stage_base(block), barriers.full_k(block));
+    __syncwarp();
+  };
+  auto refill_v = [&](int block) {
+    if (!refills(block))
+      return;
+    mbarrier_wait(barriers.empty_v(block), StageBarriers<Config>::phase(block));
+    if (elect_one_sync())
+      load_v<Config>(params, tile, block + Config::kStages, stage_base(block), barriers.full_v(block));
+    __syncwarp();
+  };
+  auto run_block = [&](int block, bool masked) { // causal: inlined twice, `masked` a constant
+    const unsigned phase = StageBarriers<Config>::phase(block);
+    BlockScales block_scales{};
+    if constexpr (CodesSoftmax<Config>::kApplies)
+      block_scales = CodesSoftmax<Config>::load(k_scales, size.k_scale_count, block * Config::kBlockKv);
+    refill_v(block - 1);
+    mbarrier_wait(barriers.full_k(block), phase);
+    issue_q_k<Config>(accumulator, q_tile, stage_base(block) + Layout::kKOffset);
+    wgmma_wait_group<0>();
+    warpgroup_fence_operands(accumulator);
+    mbarrier_arrive(barriers.empty_k(block)); // K_j is no longer read
+    if (masked)
+      score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, block_scales, rows,
+                                block * Config::kBlockKv, quad_lane, rescale);
+    else
+      score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, block_scales, rows,
+                                 block * Config::kBlockKv, quad_lane, rescale);
+    pack_probabilities<Config>(p, scores);
+    rescale_output(state, rescale);
+    mbarrier_wait(barriers.full_v(block), phase);
+    const unsigned v_tile = stage_base(block) + Layout::kVOffset;
+    if constexpr (Config::kPv == PvOperands::int8)
+      issue_p_v<Config>(block_product, p, v_tile, false);
+    else
+      issue_p_v<Config>(state.output, p, v_tile, accumulates(state));
+    refill_k(block);
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
+      warpgroup_fence_operands(p.registers[step]);
+    if constexpr (Config::kPv == PvOperands::int8)
+      warpgroup_fence_operands(block_product);
+    else
+      warpgroup_fence_operands(state.output);
+    mbarrier_arrive(barriers.empty_v(block)); // V_j is no longer read
+    finish_block(state, block_product);
+  };
+  // Causal: the blocks that need no mask first, then those that cross the diagonal or the sequence's end, each loop
+  // with one softmax path (one loop with both spilled 88 bytes at d128, these two 8). Without the causal mask one loop
+  // with both paths keeps ptxas within its 168 registers without spills (two loops spilled 44 bytes).
+  if constexpr (Config::kCausal) {
+    int block = 0;
+    for (; block < min(unmasked_end, block_end); ++block)
+      run_block(block, false);
+    for (; block < block_end; ++block)
+      run_block(block, true);
+  } else {
+    for (int block = 0; block < block_end; ++block)
+      run_block(block, block >= unmasked_end);
+  }
+  write_results<Config>(state, params, tile, rows, quad_lane);
+}
+
 // A consumer warpgroup's tiles, in the order the producer loads them; the ping-pong's turns carry on across tiles.
 template <class Config>
 __device__ __forceinline__ void consume_tiles(const SageSm90AttentionParams &params,
@@ -436,7 +590,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     tma_prefetch_descriptor(&params.q_map);
     tma_prefetch_descriptor(&params.k_map);
     tma_prefetch_descriptor(&params.v_map);
-    if constexpr (!Config::kPersistent) // its own thread's barrier: no CTA barrier needed first
+    if constexpr (!Config::kPersistent && !Config::kInlineLoads) // its own thread's barrier: no CTA barrier first
       load_q<Config>(params, schedule.coordinates(0, params.base.size, params.base.causal_offset), shared_base,
                      barriers);
   }
@@ -451,6 +605,11 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   }
   __syncthreads();
 
+  if constexpr (Config::kInlineLoads) {
+    consume_inline<Config>(params, schedule.coordinates(0, params.base.size, params.base.causal_offset), shared_base,
+                           barriers);
+    return;
+  }
   // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers
   // divergent gets serialized (ptxas C7518).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);

@@ -81,6 +81,19 @@ template <int kRegisters> __device__ __forceinline__ void warpgroup_claim_regist
 }
 
 // bar.sync on a named barrier among `threads` threads (a multiple of 32); id 0 is __syncthreads'.
+// True in one lane of the calling (converged) warp: a warp-uniform branch to it keeps the warp's other work
+// convergent, where `threadIdx.x == 0` makes ptxas open a divergent region.
+__device__ __forceinline__ bool elect_one_sync() {
+  unsigned elected = 0;
+  asm volatile("{\n"
+               "  .reg .pred p;\n"
+               "  elect.sync _|p, 0xffffffff;\n"
+               "  selp.u32 %0, 1, 0, p;\n"
+               "}\n"
+               : "=r"(elected));
+  return elected != 0;
+}
+
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
