@@ -9,7 +9,7 @@
 
 namespace {
 
-sage_sla_config validConfig() { return {"sla-f16", 128, 0.0, -1.0, -1, 0}; }
+sage_sla_config validConfig() { return {"sla-f16", 128, 0.0, -1.0, -1, 0, SAGE_DTYPE_F16}; }
 
 } // namespace
 
