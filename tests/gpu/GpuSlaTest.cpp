@@ -1,6 +1,7 @@
 // SLA's forward on the GPU (issue 13) against the CPU reference: P_c, the block classes, the lookup tables, O^l and
-// O, with f16 and bf16 inputs (a runner each); the backward's gradients likewise. The reference runs with the classes the GPU predicted (a near-tie may rank differently in f32 than in double;
-// such rows are counted and bounded). Skipped, with a message, where no GPU is present. Prints one line per case.
+// O, with f16 and bf16 inputs (a runner each); the backward's gradients likewise. The reference runs with the classes
+// the GPU predicted (a near-tie may rank differently in f32 than in double; such rows are counted and bounded).
+// Skipped, with a message, where no GPU is present. Prints one line per case.
 #include "../support/SkipWithoutGpu.h"
 #include "NanFilledDeviceBuffer.h"
 #include "sage/dsl/Presets.h"
@@ -344,14 +345,14 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     // bf16: the sparse part's operands (Q, K, V, dO^s, P, dS) are bf16 there.
     const BlockMagnitudes uniform = BlockMagnitudes::uniform;
     const StorageType bf16 = StorageType::bf16;
-    backward_cases.push_back({"bf16 sla-f16", dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 700, 1300, uniform,
-                              bf16});
-    backward_cases.push_back({"bf16 sla-f16-elu", dsl::preset("sla-f16-elu", head_dim)->describe(), 1, 1, 512, 512,
-                              uniform, bf16});
-    backward_cases.push_back({"bf16 sla-f16 |V| ~ 1e5", dsl::preset("sla-f16", head_dim)->describe(), 2, 2, 512, 768,
-                              uniform, bf16, 1e5});
-    backward_cases.push_back({"bf16 sla-int8", dsl::preset("sla-int8", head_dim)->describe(), 2, 2, 640, 900,
-                              uniform, bf16});
+    backward_cases.push_back(
+        {"bf16 sla-f16", dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 700, 1300, uniform, bf16});
+    backward_cases.push_back(
+        {"bf16 sla-f16-elu", dsl::preset("sla-f16-elu", head_dim)->describe(), 1, 1, 512, 512, uniform, bf16});
+    backward_cases.push_back(
+        {"bf16 sla-f16 |V| ~ 1e5", dsl::preset("sla-f16", head_dim)->describe(), 2, 2, 512, 768, uniform, bf16, 1e5});
+    backward_cases.push_back(
+        {"bf16 sla-int8", dsl::preset("sla-int8", head_dim)->describe(), 2, 2, 640, 900, uniform, bf16});
   }
   for (const BackwardCase &item : backward_cases) {
     const AttentionVariant &variant = item.variant;
