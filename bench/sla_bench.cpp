@@ -4,15 +4,17 @@
 // forward's O^s passed, and without: backward_recomputed_statistics_ms, the statistics kernel's way). Prints one
 // JSON object per line; bench/sla_bench.py runs it and compares with dense cuDNN SDPA in the same run.
 //
-//   sla_bench --preset sla-f16 --dim 128 --tokens 32768 --batch 1 --heads 16 --sparsities 50,75,90,95,97
+//   sla_bench --preset sla-f16 --dim 128 --tokens 32768 --batch 1 --heads 16 --sparsities 50,75,90,95,97 [--input bf16]
 #include "sage/dsl/Presets.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/SlaRunner.h"
+#include "sage/schedules/InputType.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +30,7 @@ struct Options {
   long long tokens = 32768, batch = 1, heads = 16;
   std::vector<double> sparsities = {50, 60, 70, 80, 85, 90, 95, 97};
   int repeats = 20;
+  schedules::InputType input = schedules::InputType::f16; // of Q, K, V and O
 };
 
 std::vector<double> parseList(const std::string &text) {
@@ -56,7 +59,12 @@ Options parse(int argc, char **argv) {
       options.sparsities = parseList(value);
     else if (flag == "--repeats")
       options.repeats = std::stoi(value);
-    else
+    else if (flag == "--input") {
+      const std::optional<schedules::InputType> input = schedules::parseInputType(value);
+      if (!input)
+        throw std::invalid_argument("--input: expected f16 or bf16, got '" + value + "'");
+      options.input = *input;
+    } else
       throw std::invalid_argument("unknown flag " + flag);
   }
   return options;
@@ -91,12 +99,14 @@ int main(int argc, char **argv) {
     const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
     driver.ensureContext();
     const long long elements = options.batch * options.heads * options.tokens * options.dim;
-    // Random-ish f16 inputs (a fixed pattern of small values: timing does not depend on them).
+    // Random-ish inputs (a fixed pattern of small values: timing does not depend on them).
+    const bool bf16 = options.input == schedules::InputType::bf16;
     std::vector<unsigned short> bits(static_cast<size_t>(elements));
     unsigned state = 12345u;
     for (unsigned short &value : bits) {
       state = state * 1664525u + 1013904223u;
-      value = static_cast<unsigned short>(0x3000u + (state >> 22)); // f16 in [0.125, 0.25), sign from bit 0
+      // f16 or bf16 in [0.125, 0.25), sign from bit 0
+      value = static_cast<unsigned short>(bf16 ? 0x3E00u + (state >> 25) : 0x3000u + (state >> 22));
       if (state & 1u)
         value |= 0x8000u;
     }
@@ -131,6 +141,7 @@ int main(int argc, char **argv) {
       variant.sla.negligible_percent = negligible;
       runtime::AttentionRunnerOptions runner_options;
       runner_options.tokens_hint = options.tokens;
+      runner_options.input = options.input;
       const runtime::SlaRunner runner(variant, runner_options);
       const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true); // forward offsets, + backward
       const runtime::driver::DevicePointer workspace = driver.allocate(layout.total);
@@ -185,15 +196,15 @@ int main(int argc, char **argv) {
           medianMilliseconds([&] { runner.backward(shape, gradients, workspace_pointer, layout.total, nullptr); },
                              std::max(3, options.repeats / 4));
       std::printf(
-          "{\"preset\": \"%s\", \"dim\": %d, \"tokens\": %lld, \"batch\": %lld, \"heads\": %lld, "
+          "{\"preset\": \"%s\", \"input\": \"%s\", \"dim\": %d, \"tokens\": %lld, \"batch\": %lld, \"heads\": %lld, "
           "\"sparsity\": %.1f, \"critical_percent\": %.1f, \"negligible_percent\": %.1f, "
           "\"critical_blocks_per_row\": %d, \"kv_blocks\": %d, \"pre_aggregation\": %s, "
           "\"forward_ms\": %.4f, \"mask_prediction_ms\": %.4f, \"sparse_part_ms\": %.4f, \"backward_ms\": %.4f, "
           "\"backward_recomputed_statistics_ms\": %.4f, \"workspace_mib\": %.1f}\n",
-          options.preset.c_str(), options.dim, options.tokens, options.batch, options.heads, sparsity, critical,
-          negligible, layout.shape.critical_per_row, layout.shape.kv_blocks,
-          layout.marginal_majority ? "true" : "false", forward, prediction, sparse, backward, backward_recomputed,
-          static_cast<double>(layout.total) / (1 << 20));
+          options.preset.c_str(), std::string(schedules::nameOf(options.input)).c_str(), options.dim, options.tokens,
+          options.batch, options.heads, sparsity, critical, negligible, layout.shape.critical_per_row,
+          layout.shape.kv_blocks, layout.marginal_majority ? "true" : "false", forward, prediction, sparse, backward,
+          backward_recomputed, static_cast<double>(layout.total) / (1 << 20));
       std::fflush(stdout);
       driver.free(workspace);
     }

@@ -2,12 +2,13 @@
 and the mask prediction's cost alone.
 
 Runs build-gpu/bench/sla_bench (the C++ timing program: whole SLA forward, mask prediction alone, sparse part alone;
-one JSON line per sparsity), then times torch's cuDNN SDPA forward (dense, fp16, HND) at the same shape, and prints a
+one JSON line per sparsity), then times torch's cuDNN SDPA forward (dense, HND, in --dtype: f16 or bf16, as SLA's
+q, k, v) at the same shape, and prints a
 table: speedup = cuDNN ms / SLA forward ms. Sparsity s means k_h = 100 - s % of the kv blocks of each row are
 computed exactly (k_l = min(10, s) % skipped, the rest through the linear branch). --plot writes the curve as a PNG
 (matplotlib, if installed); --json writes the rows.
 
-  python3 bench/sla_bench.py --binary build-gpu/bench/sla_bench --dim 128 --tokens 32768 --heads 16
+  python3 bench/sla_bench.py --binary build-gpu/bench/sla_bench --dim 128 --tokens 32768 --heads 16 [--dtype bf16]
 """
 
 import argparse
@@ -23,11 +24,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from cuda_timing import time_ms  # bench/ is the script's directory
 
 
-def dense_cudnn_ms(batch, heads, tokens, dim, repeats):
+def dense_cudnn_ms(batch, heads, tokens, dim, repeats, dtype=torch.float16):
     """(forward ms, backward ms) of dense cuDNN SDPA; the backward is forward+backward minus the forward."""
-    q, k, v = (torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.float16, requires_grad=True)
+    q, k, v = (torch.randn(batch, heads, tokens, dim, device="cuda", dtype=dtype, requires_grad=True)
                for _ in range(3))
-    grad = torch.randn(batch, heads, tokens, dim, device="cuda", dtype=torch.float16)
+    grad = torch.randn(batch, heads, tokens, dim, device="cuda", dtype=dtype)
 
     def forward():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION), torch.no_grad():
@@ -54,20 +55,22 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--plot", help="write the sparsity-vs-speedup curve to this PNG")
+    parser.add_argument("--dtype", choices=("f16", "bf16"), default="f16", help="of q, k, v (SLA's and cuDNN's)")
     args = parser.parse_args()
 
     command = [args.binary, "--preset", args.preset, "--dim", str(args.dim), "--tokens", str(args.tokens),
                "--batch", str(args.batch), "--heads", str(args.heads), "--sparsities", args.sparsities,
-               "--repeats", str(args.repeats)]
+               "--repeats", str(args.repeats), "--input", args.dtype]
     completed = subprocess.run(command, capture_output=True, text=True)
     if completed.returncode != 0:
         sys.exit(f"sla_bench failed ({completed.returncode}): {completed.stderr.strip()}")
     rows = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
-    dense, dense_backward = dense_cudnn_ms(args.batch, args.heads, args.tokens, args.dim, args.repeats)
+    dense, dense_backward = dense_cudnn_ms(args.batch, args.heads, args.tokens, args.dim, args.repeats,
+                                           torch.bfloat16 if args.dtype == "bf16" else torch.float16)
 
     device = torch.cuda.get_device_name()
     print(f"SLA forward vs dense cuDNN SDPA: {device}, {args.preset}, b={args.batch} h={args.heads} "
-          f"N={args.tokens} d={args.dim}, fp16; cuDNN dense forward {dense:.3f} ms, backward {dense_backward:.3f} ms")
+          f"N={args.tokens} d={args.dim}, {args.dtype}; cuDNN dense forward {dense:.3f} ms, backward {dense_backward:.3f} ms")
     header = (f"{'sparsity':>8} {'k_h%':>5} {'crit/row':>8} {'preagg':>6} {'SLA fwd ms':>10} {'speedup':>8} "
               f"{'mask ms':>8} {'sparse ms':>9} {'sparse x':>8} {'rest ms':>8} {'bwd ms':>8} {'bwd x':>7} {'bwd-stats ms':>12}")
     print(header)
@@ -104,7 +107,7 @@ def main():
         plt.axhline(1.0, color="grey", linewidth=0.5)
         plt.xlabel("sparsity (%)")
         plt.ylabel("speedup over dense cuDNN SDPA")
-        plt.title(f"SLA, {device}, N={args.tokens}, d={args.dim}")
+        plt.title(f"SLA, {device}, N={args.tokens}, d={args.dim}, {args.dtype}")
         plt.legend()
         plt.savefig(args.plot, dpi=120)
         print(f"plot: {args.plot}")

@@ -15,7 +15,7 @@ bool slaMarginalMajority(const SlaSpec &spec, long long kv_blocks) {
   return 2 * marginal > kv_blocks;
 }
 
-SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
+SlaKernelSource generateSlaKernels(const AttentionVariant &variant, schedules::InputType input) {
   if (!variant.sla.enabled)
     throw std::invalid_argument("variant: '" + variant.name + "' is not an SLA variant");
   const int d = variant.head_dim;
@@ -26,7 +26,10 @@ SlaKernelSource generateSlaKernels(const AttentionVariant &variant) {
                                 std::to_string(variant.block_q) + ", block_kv=" + std::to_string(variant.block_kv));
   SlaKernelSource kernel;
   const std::string_view phi = nameOf(variant.sla.feature_map);
-  kernel.name = fmt::format("sage_sla_d{}_bq{}_bkv{}_{}", d, variant.block_q, variant.block_kv, phi);
+  const bool bf16 = input == schedules::InputType::bf16;
+  // An f16 module keeps the name (and the source) it had before bf16 modules existed.
+  kernel.name =
+      fmt::format("sage_sla_d{}_bq{}_bkv{}_{}{}", d, variant.block_q, variant.block_kv, phi, bf16 ? "_bf16" : "");
   kernel.source = fmt::format(
       R"(// SLA (sparse-linear attention): mask prediction and the linear branch of '{name}'.
 #include "sage/device/sla/backward.cuh"
@@ -41,11 +44,12 @@ constexpr int kHeadDim = {d};
 constexpr int kBlockQ = {block_q};
 constexpr int kBlockKv = {block_kv};
 constexpr int kPhi = {phi_number}; // {phi}
+constexpr bool kBf16 = {bf16}; // Q, K, V, O^s and O in bf16 (else f16)
 }} // namespace
 
 // Algorithm 1, line 5: pool(Q), pool(K)
 extern "C" __global__ void __launch_bounds__(256) {pool}(const SageSlaPoolParams p) {{
-  sage::device::sla::pool_blocks<kHeadDim, kBlockQ, kBlockKv>(p);
+  sage::device::sla::pool_blocks<kHeadDim, kBlockQ, kBlockKv, kBf16>(p);
 }}
 
 // Lines 5-6: P_c, M_c (top {critical}% critical, bottom {negligible}% negligible) and the lookup tables. Two CTAs
@@ -56,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) {predict}(const SageSlaPred
 
 // Line 4: h_j = phi(K_j)^T V_j (tensor cores; f16 h_j / s_j), z_j = rowsum(phi(K_j)^T)
 extern "C" __global__ void __launch_bounds__(256, 2) {states}(const SageSlaStateParams p) {{
-  sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi>(p);
+  sage::device::sla::linear_states<kHeadDim, kBlockKv, kPhi, kBf16>(p);
 }}
 
 // Pre-aggregation of Z_i: sum_j z_j
@@ -71,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kMaskGemmMi
 
 // Lines 13 and 16: H_i, Z_i, O^l_i = phi(Q_i) H_i / (phi(Q_i) Z_i); O = O^s + Proj(O^l)
 extern "C" __global__ void __launch_bounds__(256, sage::device::sla::output_min_blocks(kHeadDim, kBlockQ)) {output}(const SageSlaOutputParams p) {{
-  sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi>(p);
+  sage::device::sla::linear_output<kHeadDim, kBlockQ, kPhi, kBf16>(p);
 }}
 
 // Backward (Algorithm 2): the column lookup tables of M_c
@@ -81,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(256) {columns}(const SageSlaColumns
 
 // Lines 4-6 per q block, linear branch: dQ, dH_i, dZ_i
 extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kRowsBackwardMinBlocks) {rows}(const SageSlaRowsBackwardParams p) {{
-  sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
+  sage::device::sla::rows_backward<kHeadDim, kBlockQ, kBlockKv, kPhi, kBf16>(p);
 }}
 
 // Pre-aggregation of the backward's dz_j: sum_i dZ_i
@@ -96,22 +100,22 @@ extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kMaskGemmMi
 
 // Lines 7-17 per kv block, linear branch: dK, dV
 extern "C" __global__ void __launch_bounds__(256, sage::device::sla::kKvBackwardMinBlocks) {kv}(const SageSlaColumnsBackwardParams p) {{
-  sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi>(p);
+  sage::device::sla::columns_backward<kHeadDim, kBlockQ, kBlockKv, kPhi, kBf16>(p);
 }}
 
 // Lines 2-3 per q block, sparse part: L, D^s (and dO^s in f16) for the fused kernel
 extern "C" __global__ void __launch_bounds__(2 * kBlockQ, sage::device::sla::kSparseRowsMinBlocks) {sparse_stats}(const SageSlaSparseBackwardParams p) {{
-  sage::device::sla::sparse_row_statistics<kHeadDim, kBlockQ, kBlockKv>(p);
+  sage::device::sla::sparse_row_statistics<kHeadDim, kBlockQ, kBlockKv, kBf16>(p);
 }}
 
 // Lines 7-12 per kv block, sparse part, P recomputed once per critical pair: dK +=, dV +=, dQ += (f32 reductions)
 extern "C" __global__ void __launch_bounds__(2 * kBlockKv) {sparse_fused}(const SageSlaSparseBackwardParams p) {{
-  sage::device::sla::sparse_fused_backward<kHeadDim, kBlockQ, kBlockKv>(p);
+  sage::device::sla::sparse_fused_backward<kHeadDim, kBlockQ, kBlockKv, kBf16>(p);
 }}
 
 // Lines 2-3 where the forward saved L (instead of sparse_stats): D^s = rowsum(dO^s o O^s), dO^s in f16
 extern "C" __global__ void __launch_bounds__(256) {sparse_delta}(const SageSlaSparseDeltaParams p) {{
-  sage::device::sla::sparse_row_delta<kHeadDim, kBlockQ>(p);
+  sage::device::sla::sparse_row_delta<kHeadDim, kBlockQ, kBf16>(p);
 }}
 )",
       fmt::arg("columns", kSlaColumnsKernel), fmt::arg("rows", kSlaRowsBackwardKernel),
@@ -123,7 +127,8 @@ extern "C" __global__ void __launch_bounds__(256) {sparse_delta}(const SageSlaSp
       fmt::arg("pool", kSlaPoolKernel), fmt::arg("predict", kSlaPredictKernel), fmt::arg("states", kSlaStatesKernel),
       fmt::arg("totals", kSlaTotalsKernel), fmt::arg("mask_gemm", kSlaMaskGemmKernel),
       fmt::arg("output", kSlaOutputKernel), fmt::arg("critical", variant.sla.critical_percent),
-      fmt::arg("negligible", variant.sla.negligible_percent), fmt::arg("sparse_delta", kSlaSparseDeltaKernel));
+      fmt::arg("negligible", variant.sla.negligible_percent), fmt::arg("sparse_delta", kSlaSparseDeltaKernel),
+      fmt::arg("bf16", bf16));
   return kernel;
 }
 

@@ -3,7 +3,7 @@
 
     proj = torch.nn.Linear(128, 128)                       # trained with the model
     sla = sagegen.SparseLinearAttention(128, proj, critical_percent=5, negligible_percent=10)
-    out = sla(q, k, v)                                     # f16 [b, h, n, d] (HND); out.backward(...) works
+    out = sla(q, k, v)                                     # f16 or bf16 [b, h, n, d] (HND); out.backward(...) works
 
 The kernels return O^s (critical blocks, exact or quantized as the preset says) and O^l (the linear branch over the
 marginal blocks) apart; the module adds proj(O^l), so autograd differentiates Proj and hands the kernels dO^s and
@@ -15,15 +15,17 @@ workspace and forms D^s from O^s instead of recomputing the sparse part's statis
 import ctypes
 import weakref
 
-from ._library import SageArgumentError, TensorDesc, check, library
+from ._library import DTYPE_BF16, DTYPE_F16, SageArgumentError, TensorDesc, check, library
 from ._tensors import describe
 
 _FEATURE_MAPS = {"softmax": 0, "elu_plus_one": 1, "relu": 2}
+_DTYPES = {"f16": DTYPE_F16, "bf16": DTYPE_BF16}
 
 
 class SlaConfig(ctypes.Structure):
     _fields_ = [("preset", ctypes.c_char_p), ("head_dim", ctypes.c_int), ("critical_percent", ctypes.c_double),
-                ("negligible_percent", ctypes.c_double), ("feature_map", ctypes.c_int), ("device", ctypes.c_int)]
+                ("negligible_percent", ctypes.c_double), ("feature_map", ctypes.c_int), ("device", ctypes.c_int),
+                ("dtype", ctypes.c_int)]
 
 
 class SlaArgs(ctypes.Structure):
@@ -49,13 +51,15 @@ def _declare_sla(lib):
 
 
 class SlaKernels:
-    """The C handle of one SLA configuration on one device (forward, backward, workspace)."""
+    """The C handle of one SLA configuration on one device for one dtype ("f16" or "bf16": q, k, v and O^s)."""
 
-    def __init__(self, preset, head_dim, critical_percent, negligible_percent, feature_map, device):
+    def __init__(self, preset, head_dim, critical_percent, negligible_percent, feature_map, device, dtype="f16"):
         if feature_map is not None and feature_map not in _FEATURE_MAPS:
             raise SageArgumentError(f"feature_map: expected one of {sorted(_FEATURE_MAPS)} or None, got {feature_map!r}")
+        if dtype not in _DTYPES:
+            raise SageArgumentError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
         config = SlaConfig(preset.encode(), head_dim, critical_percent, negligible_percent,
-                           -1 if feature_map is None else _FEATURE_MAPS[feature_map], device)
+                           -1 if feature_map is None else _FEATURE_MAPS[feature_map], device, _DTYPES[dtype])
         handle = ctypes.c_void_p()
         check(_declare_sla(library()).sage_sla_create(ctypes.byref(config), ctypes.byref(handle)))
         self.handle = handle
@@ -95,7 +99,7 @@ def _torch_parts():
     import torch
 
     class SlaFunction(torch.autograd.Function):
-        """(q, k, v) -> (O^s f16, O^l f32); the backward takes dO^s and dO^l (Algorithm 2)."""
+        """(q, k, v) -> (O^s in q's dtype, O^l f32); the backward takes dO^s and dO^l (Algorithm 2)."""
 
         @staticmethod
         def forward(ctx, q, k, v, kernels):
@@ -130,7 +134,9 @@ def _torch_parts():
 
     class SparseLinearAttention(torch.nn.Module):
         """O = O^s + proj(O^l). `proj`: the caller's torch.nn.Linear(head_dim, head_dim) (a new one if None).
-        q, k, v: f16 [batch, heads, tokens, head_dim] on one CUDA device (GQA: heads_q a multiple of heads_kv)."""
+        q, k, v: f16 or bf16 (all three alike) [batch, heads, tokens, head_dim] on one CUDA device (GQA: heads_q a
+        multiple of heads_kv). O, and the gradients of q, k, v, come in that dtype; Proj runs in its own (O^l is cast to
+        proj.weight's dtype, its output to q's)."""
 
         def __init__(self, head_dim, proj=None, preset="sla-f16", critical_percent=5.0, negligible_percent=10.0,
                      feature_map=None):
@@ -141,17 +147,23 @@ def _torch_parts():
             self._kernels = {}
             self.last_classes = None  # M_c of the last call, int8 [b, h_q, q_blocks, kv_blocks]
 
-        def kernels(self, device):
+        def kernels(self, device, dtype=torch.float16):
+            """The kernels for `device` and `dtype` (torch.float16 or torch.bfloat16), made on first use."""
             index = device.index if device.index is not None else torch.cuda.current_device()
-            if index not in self._kernels:
-                self._kernels[index] = SlaKernels(self.preset, self.head_dim, self.critical_percent,
-                                                  self.negligible_percent, self.feature_map, index)
-            return self._kernels[index]
+            key = (index, dtype)
+            if key not in self._kernels:
+                self._kernels[key] = SlaKernels(self.preset, self.head_dim, self.critical_percent,
+                                                self.negligible_percent, self.feature_map, index,
+                                                "bf16" if dtype == torch.bfloat16 else "f16")
+            return self._kernels[key]
 
         def forward(self, q, k, v):
-            if q.dtype != torch.float16:
-                raise SageArgumentError(f"q: the SLA kernels take float16 tensors, got {q.dtype}")
-            kernels = self.kernels(q.device)
+            if q.dtype not in (torch.float16, torch.bfloat16):
+                raise SageArgumentError(f"q: the SLA kernels take float16 or bfloat16 tensors, got {q.dtype}")
+            for name, tensor in (("k", k), ("v", v)):
+                if tensor.dtype != q.dtype:
+                    raise SageArgumentError(f"{name}: expected q's dtype ({q.dtype}), got {tensor.dtype}")
+            kernels = self.kernels(q.device, q.dtype)
             o_sparse, o_linear, workspace = SlaFunction.apply(q, k, v, kernels)
             offset, q_blocks, kv_blocks = kernels.workspace(q, k)[1:]
             count = q.shape[0] * q.shape[1] * q_blocks * kv_blocks

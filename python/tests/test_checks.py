@@ -116,6 +116,25 @@ class BackwardTest(unittest.TestCase):
         self.assertIn("q: is in host memory", str(caught.exception))
 
 
+class SlaTest(unittest.TestCase):
+    """SLA (issue 13): the C ABI's SLA config through ctypes, without a GPU (refused before anything is compiled)."""
+
+    def test_the_dtype_is_checked_in_python_and_by_the_library(self):
+        from sagegen import _sla
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _sla.SlaKernels("sla-f16", 128, 5.0, 10.0, None, 0, "f32")
+        self.assertTrue(str(caught.exception).startswith("dtype: expected one of ['bf16', 'f16']"),
+                        str(caught.exception))
+        # The config's last field reaches the library where sage_sla_c.h puts it (ctypes' layout is the header's).
+        config = _sla.SlaConfig(b"sla-f16", 128, 5.0, 10.0, -1, 0, _library.DTYPE_F32)
+        handle = _sla.ctypes.c_void_p()
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _library.check(_sla._declare_sla(_library.library()).sage_sla_create(_sla.ctypes.byref(config),
+                                                                                 _sla.ctypes.byref(handle)))
+        self.assertIn("config.dtype: expected SAGE_DTYPE_F16 (1), SAGE_DTYPE_BF16 (2) or 0 (f16), got 3",
+                      str(caught.exception))
+
+
 # Runs in a fresh interpreter: runners that stay cached until exit (as _backward._runners keeps them) are destroyed
 # once each, and shutdown prints nothing (a __del__ that looked up module globals printed "Exception ignored").
 _RUNNERS_AT_EXIT = """

@@ -1,6 +1,7 @@
 """SLA (issue 13) from PyTorch on a GPU: sagegen.SparseLinearAttention (the kernels' forward and backward through
 the C ABI, Proj a torch.nn.Linear the caller owns) against PyTorch autograd of a dense float64 implementation of the
-same formula with the same block classes. Prints one line per case.
+same formula with the same block classes, in f16 and bf16 (bf16 also against that dense formula's autograd in bf16).
+Prints one line per case.
 
     python3 python/tests/test_sla_gpu.py       (tools/gpu-check --run does this)
 """
@@ -29,7 +30,8 @@ def dense_sla(q, k, v, weight, bias, classes, phi, block_q=64, block_kv=64):
     o_sparse = torch.softmax(scores, dim=-1) @ v
     weights = (PHI[phi](q) @ PHI[phi](k).transpose(-1, -2)) * (cls == 0)
     denominator = weights.sum(-1, keepdim=True)
-    o_linear = torch.where(denominator != 0, (weights @ v) / denominator.clamp_min(1e-300), torch.zeros_like(q))
+    tiny = torch.finfo(q.dtype).tiny  # no 0 / 0 in the branch where() drops (its gradient would be NaN)
+    o_linear = torch.where(denominator != 0, (weights @ v) / denominator.clamp_min(tiny), torch.zeros_like(q))
     return o_sparse + o_linear @ weight.T + bias
 
 
@@ -42,11 +44,36 @@ def relative_l1(reference, candidate):
     return float((reference.double() - candidate.double()).abs().sum() / reference.double().abs().sum())
 
 
-def check_case(preset, phi, heads_q, heads_kv, tokens_q, tokens_kv, dim, critical=5.0, negligible=10.0):
+def standard_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim):
+    return (torch.randn(1, heads_q, tokens_q, dim, device="cuda"), torch.randn(1, heads_kv, tokens_kv, dim, device="cuda"),
+            torch.randn(1, heads_kv, tokens_kv, dim, device="cuda"))
+
+
+def channel_offset_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim):
+    """K with a large offset per channel, shared by every token (what trained models' keys look like)."""
+    q, k, v = standard_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim)
+    return q, k + 4.0 * torch.randn(1, heads_kv, 1, dim, device="cuda"), v
+
+
+def sharp_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim):
+    """Sharp logits: Q and K scaled so that S / sqrt(d) has a standard deviation of ~9."""
+    q, k, v = standard_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim)
+    return 3.0 * q, 3.0 * k, v
+
+
+def large_value_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim):
+    """V of magnitude ~1e5: beyond f16's range (65504), within bf16's."""
+    q, k, v = standard_inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim)
+    return q, k, 1e5 * v
+
+
+def check_case(preset, phi, heads_q, heads_kv, tokens_q, tokens_kv, dim, critical=5.0, negligible=10.0,
+               dtype=torch.float16, inputs=standard_inputs):
+    """The module against float64 autograd of the dense formula: cosine above 0.999 (0.99 for sla-int8's forward and
+    dW, db), for f16 and bf16 alike. bf16 also against the dense formula's autograd in bf16 (bf16 Q, K, V, Proj):
+    sla-f16's relative L1 error at most twice the dense bf16 formula's."""
     torch.manual_seed(0)
-    q = torch.randn(1, heads_q, tokens_q, dim, device="cuda", dtype=torch.float16, requires_grad=True)
-    k = torch.randn(1, heads_kv, tokens_kv, dim, device="cuda", dtype=torch.float16, requires_grad=True)
-    v = torch.randn(1, heads_kv, tokens_kv, dim, device="cuda", dtype=torch.float16, requires_grad=True)
+    q, k, v = (t.to(dtype).requires_grad_() for t in inputs(heads_q, heads_kv, tokens_q, tokens_kv, dim))
     proj = torch.nn.Linear(dim, dim).cuda()
     sla = sagegen.SparseLinearAttention(dim, proj, preset=preset, critical_percent=critical,
                                         negligible_percent=negligible, feature_map=phi)
@@ -64,14 +91,29 @@ def check_case(preset, phi, heads_q, heads_kv, tokens_q, tokens_kv, dim, critica
     reference.backward(grad.double())
     results = {"O": (reference, out), "dQ": (q64.grad, q.grad), "dK": (k64.grad, k.grad), "dV": (v64.grad, v.grad),
                "dW": (w64.grad, proj.weight.grad), "db": (b64.grad, proj.bias.grad)}
+    dense = None
+    if dtype == torch.bfloat16:
+        q16, k16, v16 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        w16 = proj.weight.detach().to(dtype).requires_grad_()
+        b16 = proj.bias.detach().to(dtype).requires_grad_()
+        dense_out = dense_sla(q16, k16, v16, w16, b16, classes, phi)
+        dense_out.backward(grad)
+        dense = {"O": dense_out, "dQ": q16.grad, "dK": k16.grad, "dV": v16.grad, "dW": w16.grad, "db": b16.grad}
+    for name, (expected, got) in results.items():
+        assert got.dtype == (proj.weight.dtype if name in ("dW", "db") else dtype), f"{name}: dtype {got.dtype}"
     line = []
     for name, (expected, got) in results.items():
         c, r = cosine(expected, got), relative_l1(expected, got)
         line.append(f"{name} cos {c:.6f} rel-L1 {r:.1e}")
         minimum = 0.999 if preset == "sla-f16" or name in ("dQ", "dK", "dV") else 0.99
         assert c > minimum, f"{name}: cosine {c} <= {minimum}"
-    print(f"test_sla_gpu: {preset} phi={phi} h {heads_q}/{heads_kv} n {tokens_q}/{tokens_kv} d{dim} "
-          f"k_h {critical} k_l {negligible}: " + ", ".join(line))
+        if dense is not None:
+            dense_r = relative_l1(expected, dense[name])
+            line[-1] += f" (dense bf16 {dense_r:.1e})"
+            if preset == "sla-f16":
+                assert r <= 2.0 * dense_r, f"{name}: rel-L1 {r} above twice the dense bf16 formula's {dense_r}"
+    print(f"test_sla_gpu: {preset} {str(dtype).replace('torch.', '')} {inputs.__name__} phi={phi} h {heads_q}/"
+          f"{heads_kv} n {tokens_q}/{tokens_kv} d{dim} k_h {critical} k_l {negligible}: " + ", ".join(line))
 
 
 def test_sla_matches_dense_autograd():
@@ -79,6 +121,36 @@ def test_sla_matches_dense_autograd():
     check_case("sla-f16", "elu_plus_one", 2, 2, 512, 512, 64)
     check_case("sla-f16", "relu", 2, 1, 640, 640, 128, critical=30.0, negligible=20.0)
     check_case("sla-int8", "softmax", 2, 2, 1024, 1024, 128)
+
+
+def test_sla_bf16_matches_dense_autograd():
+    """bf16 q, k, v (Proj in f32, as the f16 cases): the same bounds as f16, on standard inputs, K with per-channel
+    offsets and sharp logits."""
+    bf16 = torch.bfloat16
+    check_case("sla-f16", "softmax", 2, 1, 1000, 1300, 128, dtype=bf16)
+    check_case("sla-f16", "softmax", 2, 2, 1024, 1024, 128, dtype=bf16, inputs=channel_offset_inputs)
+    check_case("sla-f16", "softmax", 2, 1, 768, 768, 64, dtype=bf16, inputs=sharp_inputs)
+    check_case("sla-f16", "elu_plus_one", 2, 2, 512, 512, 64, dtype=bf16)
+    check_case("sla-int8", "softmax", 2, 2, 1024, 1024, 128, dtype=bf16, inputs=channel_offset_inputs)
+
+
+def test_sla_bf16_large_values():
+    """bf16 V of magnitude ~1e5 (beyond f16's range): finite and as accurate as at unit scale."""
+    check_case("sla-f16", "softmax", 2, 2, 1024, 1024, 128, dtype=torch.bfloat16, inputs=large_value_inputs)
+
+
+def test_sla_bf16_proj_in_bf16():
+    """A Proj whose parameters are bf16 (the module casts O^l to them): O and the gradients in bf16."""
+    torch.manual_seed(3)
+    q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in standard_inputs(2, 2, 512, 512, 128))
+    proj = torch.nn.Linear(128, 128).cuda().to(torch.bfloat16)
+    sla = sagegen.SparseLinearAttention(128, proj)
+    out = sla(q, k, v)
+    out.backward(torch.randn_like(out))
+    assert out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())
+    for name, tensor in (("dQ", q.grad), ("dK", k.grad), ("dV", v.grad), ("dW", proj.weight.grad)):
+        assert tensor.dtype == torch.bfloat16 and bool(torch.isfinite(tensor).all()), name
+    print("test_sla_gpu: bf16 with a bf16 Proj: O and the gradients bf16 and finite")
 
 
 def test_sla_backward_with_saved_lse_matches_recomputed():
@@ -182,8 +254,23 @@ def test_sla_refuses_bad_input():
         assert "q:" in str(error)
     else:
         raise AssertionError("float32 q was accepted")
-    # The kernels' API takes contiguous tensors (the module makes them so): a strided q is refused with the stride.
+    # Mixed dtypes are refused naming the argument, in the module and at the C ABI (an SLA object has one dtype).
+    q16 = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.bfloat16)
+    try:
+        sla(q16, q16.half(), q16)
+    except sagegen.SageArgumentError as error:
+        assert str(error).startswith("k:"), str(error)
+    else:
+        raise AssertionError("bf16 q with f16 k was accepted")
     from sagegen import _sla
+    bf16_kernels = _sla.SlaKernels("sla-f16", 128, 5.0, 10.0, None, torch.cuda.current_device(), "bf16")
+    try:
+        bf16_kernels.workspace(q16, q16.half())
+    except sagegen.SageArgumentError as error:
+        assert "k: expected dtype bf16" in str(error), str(error)
+    else:
+        raise AssertionError("the C ABI accepted an f16 k for a bf16 SLA object")
+    # The kernels' API takes contiguous tensors (the module makes them so): a strided q is refused with the stride.
     kernels = _sla.SlaKernels("sla-f16", 128, 5.0, 10.0, None, torch.cuda.current_device())
     strided = torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.float16).transpose(1, 2)
     k = strided.contiguous()

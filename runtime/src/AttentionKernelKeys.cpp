@@ -46,14 +46,14 @@ KernelKey backwardKernelKey(const std::string &ir_fingerprint, const schedules::
 }
 
 KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant &variant, schedules::GpuArch arch,
-                       std::string_view module_name, std::string_view source) {
+                       std::string_view module_name, std::string_view source, schedules::InputType input) {
   KernelKey key;
   key.ir_hash = ir_fingerprint;
   key.schedule = "sla"; // one fixed set of kernels, not a schedule's plan
   key.tunables = fmt::format("block_q={},block_kv={}", variant.block_q, variant.block_kv);
   key.head_dim = variant.head_dim;
   key.causal = false; // SLA variants take no mask
-  key.dtypes = "qkv=f16,o=f16";
+  key.dtypes = fmt::format("qkv={0},o={0}", schedules::nameOf(input));
   key.layout = "strided";
   key.arch = std::string(schedules::archName(arch));
   key.compiler_version = nvrtcVersion();

@@ -25,15 +25,15 @@ BackwardKernelSet generateBackwardKernels(const BackwardVariant &variant, schedu
 }
 
 GeneratedKernel generateSlaModule(const AttentionVariant &variant, schedules::GpuArch arch,
-                                  const std::string &ir_fingerprint) {
-  codegen::SlaKernelSource source = codegen::generateSlaKernels(variant);
+                                  const std::string &ir_fingerprint, schedules::InputType input) {
+  codegen::SlaKernelSource source = codegen::generateSlaKernels(variant, input);
   GeneratedKernel kernel;
   kernel.role = AttentionKernelRole::sla;
   kernel.name = source.name;
   kernel.entry_point = source.name;
   kernel.source = std::move(source.source);
   kernel.uses_device_library = true; // it includes the device library's sla headers
-  kernel.key = slaKernelKey(ir_fingerprint, variant, arch, kernel.name, selfContainedSource(kernel));
+  kernel.key = slaKernelKey(ir_fingerprint, variant, arch, kernel.name, selfContainedSource(kernel), input);
   return kernel;
 }
 

@@ -38,6 +38,7 @@ struct sage_attention {
 struct sage_sla {
   std::unique_ptr<sage::runtime::SlaRunner> runner;
   int device = 0;
+  sage::runtime::DataType dtype = sage::runtime::DataType::f16; // config.dtype
 };
 
 struct sage_backward {
@@ -135,7 +136,7 @@ sage::runtime::SlaRunner &slaRunnerOf(sage_sla_t sla) {
 }
 
 sage::runtime::capi::SlaRequirements slaRequirementsOf(sage_sla_t sla) {
-  return {slaRunnerOf(sla).variant().head_dim, sla->device};
+  return {slaRunnerOf(sla).variant().head_dim, sla->device, sla->dtype};
 }
 
 // ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
@@ -293,13 +294,17 @@ sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
                           std::string("expected an SLA preset (sla-f16, sla-int8, sla-f16-elu), got '") +
                               config->preset + "'");
     builder->sla(sage::runtime::capi::slaSpecOf(*config, builder->describe().sla));
+    const sage::runtime::DataType dtype = sage::runtime::capi::slaDataTypeOf(config->dtype);
     const sage::ir::Program program = builder->build(); // the verifier checks k_h and k_l
     sage::runtime::AttentionRunnerOptions options;
     options.ir_fingerprint = sage::dsl::emitProgram(sage::slaSparsePart(program.variant())).fingerprint();
     options.device = config->device;
+    options.input =
+        dtype == sage::runtime::DataType::bf16 ? sage::schedules::InputType::bf16 : sage::schedules::InputType::f16;
     auto handle = std::make_unique<sage_sla>();
     handle->runner = std::make_unique<sage::runtime::SlaRunner>(program.variant(), options);
     handle->device = config->device;
+    handle->dtype = dtype;
     *out = handle.release();
   });
 }

@@ -66,6 +66,14 @@ double percent(double value, const char *argument, bool critical, double preset)
   return value;
 }
 
+// q, k, v and o_sparse share the SLA object's dtype (config.dtype): one kernel module per dtype, no mixed inputs.
+void checkSlaDtype(const TensorDescription &tensor, const char *argument, const SlaRequirements &requirements) {
+  if (tensor.dtype != requirements.dtype)
+    throw ArgumentError(argument, fmt::format("expected dtype {} (the SLA object's config.dtype, as q, k, v and "
+                                              "o_sparse must all be), got {}",
+                                              nameOf(requirements.dtype), nameOf(tensor.dtype)));
+}
+
 } // namespace
 
 DataType dataTypeOf(int dtype, const char *argument) {
@@ -162,6 +170,16 @@ ValidatedBackward validateBackwardArgs(const sage_backward_args &args, const Bac
   return result;
 }
 
+DataType slaDataTypeOf(int dtype) {
+  if (dtype == 0 || dtype == SAGE_DTYPE_F16)
+    return DataType::f16;
+  if (dtype == SAGE_DTYPE_BF16)
+    return DataType::bf16;
+  throw ArgumentError("config.dtype",
+                      fmt::format("expected SAGE_DTYPE_F16 ({}), SAGE_DTYPE_BF16 ({}) or 0 (f16), got {}",
+                                  static_cast<int>(SAGE_DTYPE_F16), static_cast<int>(SAGE_DTYPE_BF16), dtype));
+}
+
 SlaSpec slaSpecOf(const sage_sla_config &config, SlaSpec preset) {
   SlaSpec spec = preset;
   spec.critical_percent = percent(config.critical_percent, "config.critical_percent", true, preset.critical_percent);
@@ -185,8 +203,10 @@ SlaSpec slaSpecOf(const sage_sla_config &config, SlaSpec preset) {
 schedules::ProblemShape validateSlaInputs(const sage_tensor_desc *q, const sage_tensor_desc *k,
                                           const SlaRequirements &requirements) {
   const TensorDescription q_desc = describe(q, "q"), k_desc = describe(k, "k");
-  checkTensorBasics(q_desc, "q", 4, DataType::f16, requirements.device);
-  checkTensorBasics(k_desc, "k", 4, DataType::f16, requirements.device);
+  checkSlaDtype(q_desc, "q", requirements);
+  checkSlaDtype(k_desc, "k", requirements);
+  checkTensorBasics(q_desc, "q", 4, requirements.dtype, requirements.device);
+  checkTensorBasics(k_desc, "k", 4, requirements.dtype, requirements.device);
   for (int i = 0; i < 4; ++i) {
     checkSize(q_desc.shape[i], "q", "every size", kSlaMaxSize);
     checkSize(k_desc.shape[i], "k", "every size", kSlaMaxSize);
@@ -201,9 +221,9 @@ schedules::ProblemShape validateSlaInputs(const sage_tensor_desc *q, const sage_
         "k", fmt::format("{} heads must divide q's {} heads (grouped-query attention)", shape.heads_kv, shape.heads_q));
   // The workspace's size depends on q and k alone, for either direction: their element alignment here; the forward
   // asks for more below.
-  wholeTensor(q, "q", DataType::f16, requirements.device, {shape.batch, shape.heads_q, shape.tokens_q, shape.head_dim},
-              "batch, heads_q, tokens_q, head_dim", {});
-  wholeTensor(k, "k", DataType::f16, requirements.device,
+  wholeTensor(q, "q", requirements.dtype, requirements.device,
+              {shape.batch, shape.heads_q, shape.tokens_q, shape.head_dim}, "batch, heads_q, tokens_q, head_dim", {});
+  wholeTensor(k, "k", requirements.dtype, requirements.device,
               {shape.batch, shape.heads_kv, shape.tokens_kv, shape.head_dim},
               "q's batch, heads_kv, tokens_kv, head_dim", {});
   return shape;
@@ -211,10 +231,13 @@ schedules::ProblemShape validateSlaInputs(const sage_tensor_desc *q, const sage_
 
 namespace {
 
-// An SLA tensor of q's shape (q_side) or k's, in `dtype`, added to `regions`.
+// An SLA tensor of q's shape (q_side) or k's, in `dtype`, added to `regions`. A tensor in the SLA object's dtype is
+// refused by checkSlaDtype's message when it has another.
 void *slaTensor(const sage_tensor_desc *tensor, const char *argument, DataType dtype, bool q_side, bool written,
                 Alignment alignment, const SlaRequirements &requirements, const schedules::ProblemShape &shape,
                 MemoryRegions &regions) {
+  if (dtype == requirements.dtype)
+    checkSlaDtype(describe(tensor, argument), argument, requirements);
   const TensorDescription description = wholeTensor(
       tensor, argument, dtype, requirements.device,
       {shape.batch, q_side ? shape.heads_q : shape.heads_kv, q_side ? shape.tokens_q : shape.tokens_kv, shape.head_dim},
@@ -223,13 +246,13 @@ void *slaTensor(const sage_tensor_desc *tensor, const char *argument, DataType d
   return const_cast<void *>(description.data);
 }
 
-// The tensors both SLA directions read: q, k, v (f16).
+// The tensors both SLA directions read: q, k, v (the SLA object's dtype).
 template <typename Tensors>
 void slaInputs(const sage_sla_args &args, Alignment alignment, const SlaRequirements &requirements,
                const schedules::ProblemShape &shape, Tensors &tensors, MemoryRegions &regions) {
-  tensors.q = slaTensor(args.q, "q", DataType::f16, true, false, alignment, requirements, shape, regions);
-  tensors.k = slaTensor(args.k, "k", DataType::f16, false, false, alignment, requirements, shape, regions);
-  tensors.v = slaTensor(args.v, "v", DataType::f16, false, false, alignment, requirements, shape, regions);
+  tensors.q = slaTensor(args.q, "q", requirements.dtype, true, false, alignment, requirements, shape, regions);
+  tensors.k = slaTensor(args.k, "k", requirements.dtype, false, false, alignment, requirements, shape, regions);
+  tensors.v = slaTensor(args.v, "v", requirements.dtype, false, false, alignment, requirements, shape, regions);
   tensors.q_strides = contiguousStrides(shape, true);
   tensors.k_strides = tensors.v_strides = contiguousStrides(shape, false);
 }
@@ -240,8 +263,8 @@ ValidatedSlaForward validateSlaForwardArgs(const sage_sla_args &args, const SlaR
   ValidatedSlaForward result;
   result.shape = validateSlaInputs(args.q, args.k, requirements);
   slaInputs(args, kSlaAttentionInput, requirements, result.shape, result.tensors, result.regions);
-  result.tensors.o = slaTensor(args.o_sparse, "o_sparse", DataType::f16, true, true, kSlaAttentionOutput, requirements,
-                               result.shape, result.regions);
+  result.tensors.o = slaTensor(args.o_sparse, "o_sparse", requirements.dtype, true, true, kSlaAttentionOutput,
+                               requirements, result.shape, result.regions);
   result.tensors.o_strides = contiguousStrides(result.shape, true);
   result.tensors.o_linear = static_cast<float *>(
       slaTensor(args.o_linear, "o_linear", DataType::f32, true, true, {}, requirements, result.shape, result.regions));
@@ -262,7 +285,7 @@ ValidatedSlaBackward validateSlaBackwardArgs(const sage_sla_args &args, const Sl
       slaTensor(args.d_linear, "d_linear", DataType::f32, true, false, {}, requirements, shape, regions));
   if (args.o_sparse) { // optional: the forward's O^s, so that a saved L spares the statistics kernel
     tensors.o_sparse =
-        slaTensor(args.o_sparse, "o_sparse", DataType::f16, true, false, {}, requirements, shape, regions);
+        slaTensor(args.o_sparse, "o_sparse", requirements.dtype, true, false, {}, requirements, shape, regions);
     tensors.o_sparse_strides = contiguousStrides(shape, true);
   }
   tensors.dq =

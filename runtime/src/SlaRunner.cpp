@@ -60,6 +60,7 @@ void checkSlaSparseOutputStrides(const SageTensorStrides &strides, const schedul
 
 struct SlaRunner::State {
   AttentionVariant variant;
+  schedules::InputType input = schedules::InputType::f16; // of Q, K, V, O^s and O (the module's and the sparse part's)
   std::unique_ptr<AttentionRunner> sparse;
   driver::Context context = nullptr;
   std::string module_name;
@@ -79,10 +80,9 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
     : state_(std::make_unique<State>()) {
   if (!variant.sla.enabled)
     throw std::invalid_argument("variant: '" + variant.name + "' is not an SLA variant");
-  if (options.input != schedules::InputType::f16)
-    throw std::invalid_argument("options.input: the SLA kernels read f16 Q, K and V");
   state_->variant = variant;
-  codegen::generateSlaKernels(variant); // checks the head dim before the sparse part is compiled
+  state_->input = options.input;
+  codegen::generateSlaKernels(variant, options.input); // checks the head dim before the sparse part is compiled
   state_->saves_lse = slaSparsePartIsExact(variant);
   state_->sparse = std::make_unique<AttentionRunner>(slaSparsePart(variant), options);
 
@@ -90,7 +90,7 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->context = driver.primaryContext(state_->sparse->device());
   ScopedContext scope(driver, state_->context);
   const schedules::GpuArch arch = options.arch.value_or(currentDeviceArch());
-  const GeneratedKernel module_kernel = generateSlaModule(variant, arch);
+  const GeneratedKernel module_kernel = generateSlaModule(variant, arch, {}, options.input);
   state_->module_name = module_kernel.name;
   const std::shared_ptr<const AotKernelDirectory> aot = aotDirectoryFor(options.aot_directory);
   const LoadedGeneratedKernel loaded =
@@ -120,7 +120,8 @@ SlaRunner::SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions opt
   state_->sparse_fused = module->kernel(std::string(codegen::kSlaSparseFusedBackwardKernel));
   state_->sparse_stats.setMaxDynamicSharedMemory(sparse_shared);
   state_->sparse_fused_shared = static_cast<unsigned>(codegen::slaSparseFusedSharedBytes(
-      variant.head_dim, variant.block_q, variant.block_kv, schedules::computeCapability(arch)));
+      variant.head_dim, variant.block_q, variant.block_kv, schedules::computeCapability(arch),
+      options.input == schedules::InputType::bf16));
   state_->sparse_fused.setMaxDynamicSharedMemory(static_cast<int>(state_->sparse_fused_shared));
   state_->rows_backward.setMaxDynamicSharedMemory(
       codegen::slaRowsBackwardSharedBytes(variant.head_dim, variant.block_q));
@@ -143,6 +144,7 @@ std::string SlaRunner::describe() const {
 
 CacheSource SlaRunner::moduleSource() const { return state_->module_source; }
 const AttentionVariant &SlaRunner::variant() const { return state_->variant; }
+schedules::InputType SlaRunner::input() const { return state_->input; }
 
 SlaWorkspaceLayout SlaRunner::workspaceLayout(const schedules::ProblemShape &shape, bool backward) const {
   const AttentionVariant &variant = state_->variant;

@@ -1,4 +1,4 @@
-// SLA's kernels (issue 13): the generated translation unit for each SLA preset x head dim x arch compiles with
+// SLA's kernels (issue 13): the generated translation unit for each SLA preset x head dim x input x arch compiles with
 // NVRTC to a cubin without spills (libnvrtc directly: no GPU needed); the generator's refusals and the
 // pre-aggregation rule; the mask prediction's rows per CTA.
 #include "sage/codegen/DeviceLibrary.h"
@@ -51,75 +51,78 @@ Outcome compile(const SlaKernelSource &kernel, const std::string &arch) {
 
 } // namespace
 
-// In CI one head dim per (preset, arch), rotating (../support/SweepSubset.h); SAGEGEN_FULL_SWEEPS=1 compiles both.
+// In CI one (head dim, input) per (preset, arch), rotating (../support/SweepSubset.h); SAGEGEN_FULL_SWEEPS=1 compiles
+// all four.
 TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") {
   const std::vector<dsl::PresetInfo> &presets = dsl::slaPresets();
   for (int p = 0; p < static_cast<int>(presets.size()); ++p)
-    for (int head_dim : {64, 128}) {
-      const AttentionVariant variant = dsl::preset(presets[p].name, head_dim)->describe();
-      const SlaKernelSource kernel = generateSlaKernels(variant);
-      const char *archs[] = {"sm_80", "sm_89", "sm_90a"};
-      for (int a = 0; a < 3; ++a) {
-        const char *arch = archs[a];
-        if (!test::sweepIncludes(p, a, head_dim == 128 ? 1 : 0, 2))
-          continue;
-        CAPTURE(kernel.name);
-        CAPTURE(std::string(arch));
-        const Outcome outcome = compile(kernel, arch);
-        INFO(outcome.log);
-        REQUIRE(outcome.compiled);
-        for (std::string_view entry : kernel.entry_points)
-          CHECK(outcome.log.find(std::string(entry)) != std::string::npos); // ptxas reports every kernel
-        // Static shared memory plus each kernel's dynamic shared memory fit the smallest of these archs (sm_89:
-        // 99 KiB per block).
-        const auto dynamic_bytes = [&](const std::string &function) {
-          if (function == kSlaRowsBackwardKernel)
-            return slaRowsBackwardSharedBytes(head_dim, variant.block_q);
-          if (function == kSlaKvBackwardKernel)
-            return slaKvBackwardSharedBytes(head_dim);
-          if (function == kSlaOutputKernel)
-            return slaOutputSharedBytes(head_dim, variant.block_q);
-          if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
-            return slaMaskGemmSharedBytes(schedules::computeCapability(*schedules::parseArch(arch)));
-          if (function == kSlaSparseStatisticsKernel)
-            return slaSparseBackwardSharedBytes(head_dim, variant.block_q, variant.block_kv);
-          if (function == kSlaSparseFusedBackwardKernel)
-            return slaSparseFusedSharedBytes(head_dim, variant.block_q, variant.block_kv,
-                                             schedules::computeCapability(*schedules::parseArch(arch)));
-          return 0;
-        };
-        // The fused sparse backward takes two stages where the arch's opt-in limit allows (sm_80: 163 KiB, sm_90:
-        // 227 KiB per block), one on sm_89; the mask GEMMs take 227 KiB on sm_90a (wgmma); every other kernel fits
-        // 99 KiB everywhere.
-        const auto limit_bytes = [&](const std::string &function) {
-          const bool mask_gemm = function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel;
-          if (mask_gemm && std::string(arch) == "sm_90a")
-            return 227 * 1024;
-          if (function != kSlaSparseFusedBackwardKernel || std::string(arch) == "sm_89")
-            return 99 * 1024;
-          return std::string(arch) == "sm_80" ? 163 * 1024 : 227 * 1024;
-        };
-        for (std::string_view entry : kernel.entry_points)
-          CHECK(dynamic_bytes(std::string(entry)) <= limit_bytes(std::string(entry)));
-        std::istringstream lines(outcome.log);
-        std::string line, function;
-        std::smatch found;
-        while (std::getline(lines, line)) {
-          if (std::regex_search(line, found, std::regex(R"(Compiling entry function '(\w+)')")))
-            function = found[1];
-          if (std::regex_search(line, found, std::regex(R"((\d+) bytes smem)"))) {
-            CAPTURE(function);
-            CHECK(std::stoi(found[1]) + dynamic_bytes(function) <= limit_bytes(function));
+    for (int head_dim : {64, 128})
+      for (schedules::InputType input : {schedules::InputType::f16, schedules::InputType::bf16}) {
+        const bool bf16 = input == schedules::InputType::bf16;
+        const AttentionVariant variant = dsl::preset(presets[p].name, head_dim)->describe();
+        const SlaKernelSource kernel = generateSlaKernels(variant, input);
+        const char *archs[] = {"sm_80", "sm_89", "sm_90a"};
+        for (int a = 0; a < 3; ++a) {
+          const char *arch = archs[a];
+          if (!test::sweepIncludes(p, a, (head_dim == 128 ? 1 : 0) + (bf16 ? 2 : 0), 4))
+            continue;
+          CAPTURE(kernel.name);
+          CAPTURE(std::string(arch));
+          const Outcome outcome = compile(kernel, arch);
+          INFO(outcome.log);
+          REQUIRE(outcome.compiled);
+          for (std::string_view entry : kernel.entry_points)
+            CHECK(outcome.log.find(std::string(entry)) != std::string::npos); // ptxas reports every kernel
+          // Static shared memory plus each kernel's dynamic shared memory fit the smallest of these archs (sm_89:
+          // 99 KiB per block).
+          const auto dynamic_bytes = [&](const std::string &function) {
+            if (function == kSlaRowsBackwardKernel)
+              return slaRowsBackwardSharedBytes(head_dim, variant.block_q);
+            if (function == kSlaKvBackwardKernel)
+              return slaKvBackwardSharedBytes(head_dim);
+            if (function == kSlaOutputKernel)
+              return slaOutputSharedBytes(head_dim, variant.block_q);
+            if (function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel)
+              return slaMaskGemmSharedBytes(schedules::computeCapability(*schedules::parseArch(arch)));
+            if (function == kSlaSparseStatisticsKernel)
+              return slaSparseBackwardSharedBytes(head_dim, variant.block_q, variant.block_kv);
+            if (function == kSlaSparseFusedBackwardKernel)
+              return slaSparseFusedSharedBytes(head_dim, variant.block_q, variant.block_kv,
+                                               schedules::computeCapability(*schedules::parseArch(arch)), bf16);
+            return 0;
+          };
+          // The fused sparse backward takes two stages where the arch's opt-in limit allows (sm_80: 163 KiB, sm_90:
+          // 227 KiB per block), one on sm_89; the mask GEMMs take 227 KiB on sm_90a (wgmma); every other kernel fits
+          // 99 KiB everywhere.
+          const auto limit_bytes = [&](const std::string &function) {
+            const bool mask_gemm = function == kSlaMaskGemmKernel || function == kSlaColumnsMaskGemmKernel;
+            if (mask_gemm && std::string(arch) == "sm_90a")
+              return 227 * 1024;
+            if (function != kSlaSparseFusedBackwardKernel || std::string(arch) == "sm_89")
+              return 99 * 1024;
+            return std::string(arch) == "sm_80" ? 163 * 1024 : 227 * 1024;
+          };
+          for (std::string_view entry : kernel.entry_points)
+            CHECK(dynamic_bytes(std::string(entry)) <= limit_bytes(std::string(entry)));
+          std::istringstream lines(outcome.log);
+          std::string line, function;
+          std::smatch found;
+          while (std::getline(lines, line)) {
+            if (std::regex_search(line, found, std::regex(R"(Compiling entry function '(\w+)')")))
+              function = found[1];
+            if (std::regex_search(line, found, std::regex(R"((\d+) bytes smem)"))) {
+              CAPTURE(function);
+              CHECK(std::stoi(found[1]) + dynamic_bytes(function) <= limit_bytes(function));
+            }
+          }
+          std::smatch match;
+          std::string rest = outcome.log;
+          while (std::regex_search(rest, match, std::regex(R"((\d+) bytes spill stores)"))) {
+            CHECK(std::stoi(match[1]) == 0);
+            rest = match.suffix();
           }
         }
-        std::smatch match;
-        std::string rest = outcome.log;
-        while (std::regex_search(rest, match, std::regex(R"((\d+) bytes spill stores)"))) {
-          CHECK(std::stoi(match[1]) == 0);
-          rest = match.suffix();
-        }
       }
-    }
 }
 
 TEST_CASE("the fused sparse backward's stages and shared memory per arch") {
@@ -136,13 +139,16 @@ TEST_CASE("the fused sparse backward's stages and shared memory per arch") {
   // sm_90a's wgmma kernel (blocks 64, d = 64 or 128): unpadded swizzled tiles (a stage's Q and dO^s then hold dQ's
   // unpadded f32 tile), 1024 bytes of alignment slack; two CTAs per SM (228 KiB, 1 KiB reserved per CTA). Other shapes
   // keep the mma.sync kernel's layout.
-  CHECK(sage_sla_sparse_fused_wgmma(90, 128, 64, 64));
-  CHECK(sage_sla_sparse_fused_wgmma(90, 64, 64, 64));
-  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 32, 64, 64));
-  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 128, 128, 64));
-  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 128, 64, 32));
-  CHECK_FALSE(sage_sla_sparse_fused_wgmma(80, 128, 64, 64));
-  CHECK_FALSE(sage_sla_sparse_fused_wgmma(100, 128, 64, 64));
+  CHECK(sage_sla_sparse_fused_wgmma(90, 128, 64, 64, 0));
+  CHECK(sage_sla_sparse_fused_wgmma(90, 64, 64, 64, 0));
+  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 32, 64, 64, 0));
+  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 128, 128, 64, 0));
+  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 128, 64, 32, 0));
+  CHECK_FALSE(sage_sla_sparse_fused_wgmma(80, 128, 64, 64, 0));
+  CHECK_FALSE(sage_sla_sparse_fused_wgmma(100, 128, 64, 64, 0));
+  // A bf16 module runs the mma.sync kernel on sm_90a too, with its two stages.
+  CHECK_FALSE(sage_sla_sparse_fused_wgmma(90, 128, 64, 64, 1));
+  CHECK(slaSparseFusedSharedBytes(128, 64, 64, 90, true) == sage_sla_sparse_fused_shared_bytes(128, 64, 64, 2));
   CHECK(slaSparseFusedSharedBytes(128, 64, 64, 90) == 2 * (2 * 64 * 128 + 64 * 64 + 2 * 2 * 64 * 128) + 2 * 512 + 1024);
   CHECK(2 * (slaSparseFusedSharedBytes(128, 64, 64, 90) + 1024) <= 228 * 1024);
   CHECK(slaSparseFusedSharedBytes(32, 64, 64, 90) == sage_sla_sparse_fused_shared_bytes(32, 64, 64, 2));
@@ -164,6 +170,16 @@ TEST_CASE("the SLA kernel source names its steps and constants") {
     CAPTURE(std::string(text));
     CHECK(kernel.source.find(text) != std::string::npos);
   }
+}
+
+TEST_CASE("a bf16 SLA module has its own name and element type; an f16 one keeps its name") {
+  const AttentionVariant variant = dsl::preset("sla-f16", 64)->describe();
+  const SlaKernelSource f16 = generateSlaKernels(variant);
+  const SlaKernelSource bf16 = generateSlaKernels(variant, schedules::InputType::bf16);
+  CHECK(f16.name == "sage_sla_d64_bq64_bkv64_softmax");
+  CHECK(bf16.name == "sage_sla_d64_bq64_bkv64_softmax_bf16");
+  CHECK(f16.source.find("constexpr bool kBf16 = false;") != std::string::npos);
+  CHECK(bf16.source.find("constexpr bool kBf16 = true;") != std::string::npos);
 }
 
 TEST_CASE("the SLA generator refuses what its kernels cannot run") {

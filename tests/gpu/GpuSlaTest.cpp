@@ -1,6 +1,7 @@
 // SLA's forward on the GPU (issue 13) against the CPU reference: P_c, the block classes, the lookup tables, O^l and
-// O. The reference runs with the classes the GPU predicted (a near-tie may rank differently in f32 than in double;
-// such rows are counted and bounded). Skipped, with a message, where no GPU is present. Prints one line per case.
+// O, with f16 and bf16 inputs (a runner each); the backward's gradients likewise. The reference runs with the classes
+// the GPU predicted (a near-tie may rank differently in f32 than in double; such rows are counted and bounded).
+// Skipped, with a message, where no GPU is present. Prints one line per case.
 #include "../support/SkipWithoutGpu.h"
 #include "NanFilledDeviceBuffer.h"
 #include "sage/dsl/Presets.h"
@@ -28,10 +29,12 @@ namespace {
 
 using DeviceBuffer = test::NanFilledDeviceBuffer;
 
+// The tensor's values in its storage type (f16 or bf16: exact, they are rounded to it already).
 std::unique_ptr<DeviceBuffer> upload(const HostTensor &tensor) {
   std::vector<uint16_t> bits(tensor.values().size());
+  const bool bf16 = tensor.storage() == StorageType::bf16;
   for (size_t i = 0; i < bits.size(); ++i)
-    bits[i] = numerics::floatToHalfBits(tensor.values()[i]);
+    bits[i] = bf16 ? numerics::floatToBfloat16Bits(tensor.values()[i]) : numerics::floatToHalfBits(tensor.values()[i]);
   auto buffer = std::make_unique<DeviceBuffer>(bits.size() * 2);
   buffer->driver.copyToDevice(buffer->pointer, bits.data(), buffer->bytes);
   return buffer;
@@ -106,9 +109,14 @@ struct Case {
   AttentionVariant variant;
   int64_t heads_q, heads_kv, tokens_q, tokens_kv;
   double min_cosine; // O against the reference run with the GPU's classes
-  RandomTensorOptions k_options{2, 0.0, 1.0, 1.0}, v_options{3};
+  RandomTensorOptions q_options{1}, k_options{2, 0.0, 1.0, 1.0}, v_options{3};
   BlockMagnitudes magnitudes = BlockMagnitudes::uniform;
+  StorageType storage = StorageType::f16; // of Q, K, V and O (the runner's input type)
 };
+
+schedules::InputType inputOf(StorageType storage) {
+  return storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
+}
 
 std::vector<Case> cases() {
   std::vector<Case> all;
@@ -161,6 +169,24 @@ std::vector<Case> cases() {
     beyond.k_options = {12, 0.0, 1.0, 0.0};
     beyond.magnitudes = BlockMagnitudes::beyond;
     all.push_back(beyond);
+    // bf16 Q, K, V, O under the f16 cases' bounds: K with per-channel offsets (the default k_options), sharp logits
+    // (Q and K with a standard deviation of 3: S / sqrt(d) ~ 9), and V of magnitude ~1e5 (beyond f16's 65504). Four
+    // bf16 modules in all (sla-f16 at both head dims, sla-int8 and sla-f16-elu at one), as in the backward's cases.
+    const AttentionVariant sla_f16 = dsl::preset("sla-f16", head_dim)->describe();
+    Case bf16{"bf16 sla-f16", sla_f16, 2, 1, 1000, 1500, 0.999};
+    Case sharp{"bf16 sla-f16, sharp logits", sla_f16, 2, 2, 768, 1024, 0.999};
+    sharp.q_options = {13, 0.0, 3.0, 0.0};
+    sharp.k_options = {14, 0.0, 3.0, 0.0};
+    Case huge{"bf16 sla-f16, |V| ~ 1e5", sla_f16, 2, 2, 512, 1024, 0.999};
+    huge.v_options = {15, 0.0, 1e5, 0.0};
+    Case other =
+        head_dim == 128
+            ? Case{"bf16 sla-int8", dsl::preset("sla-int8", head_dim)->describe(), 2, 2, 2048, 2048, 0.995}
+            : Case{"bf16 sla-f16-elu", dsl::preset("sla-f16-elu", head_dim)->describe(), 2, 1, 777, 1024, 0.999};
+    for (Case *item : {&bf16, &sharp, &huge, &other}) {
+      item->storage = StorageType::bf16;
+      all.push_back(*item);
+    }
   }
   return all;
 }
@@ -177,15 +203,17 @@ TEST_CASE("the SLA forward matches the CPU reference") {
     const int64_t d = variant.head_dim;
     CAPTURE(item.name);
     CAPTURE(d);
-    const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, StorageType::f16, Layout::hnd, {1});
-    HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.k_options);
-    HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, item.v_options);
+    CAPTURE(std::string(nameOf(item.storage)));
+    const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, item.storage, Layout::hnd, item.q_options);
+    HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, item.storage, Layout::hnd, item.k_options);
+    HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, item.storage, Layout::hnd, item.v_options);
     scaleBlocks(k, v, variant.block_kv, item.magnitudes);
     std::mt19937_64 generator(4);
     const Projection projection = randomProjection(d, generator, true);
 
     runtime::AttentionRunnerOptions options;
     options.ir_fingerprint = dsl::emitProgram(slaSparsePart(variant)).fingerprint(); // as the runner's
+    options.input = inputOf(item.storage);
     const runtime::SlaRunner runner(variant, options);
     const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape);
@@ -256,15 +284,17 @@ TEST_CASE("the SLA forward matches the CPU reference") {
     const auto gpu_output_bits = o.read<uint16_t>(0, outputs);
     std::vector<double> gpu_output(outputs), linear(gpu_linear.begin(), gpu_linear.end());
     for (size_t e = 0; e < outputs; ++e)
-      gpu_output[e] = numerics::halfBitsToFloat(gpu_output_bits[e]);
+      gpu_output[e] = item.storage == StorageType::bf16 ? numerics::bfloat16BitsToFloat(gpu_output_bits[e])
+                                                        : numerics::halfBitsToFloat(gpu_output_bits[e]);
     const AccuracyMetrics linear_metrics = compareOutputs(reference.linear, linear);
     const AccuracyMetrics output_metrics = compareOutputs(reference.output, gpu_output);
     // The states h_j are stored in f16 (11 significant bits, power-of-two scaled; the products run on split f16
-    // operands, ~22 bits): O^l's expected rel-L1 is ~1e-4 (a host model of the rounding gives 6e-5 at d = 64), under
-    // the same bounds as when the states were f32.
+    // operands, ~22 bits; bf16 modules' state products on split bf16 ones, ~16 bits): O^l's expected rel-L1 is ~1e-4
+    // (a host model of the rounding gives 6e-5 at d = 64), under the same bounds as when the states were f32.
     CHECK(linear_metrics.cosine_similarity > 0.99999);
     CHECK(linear_metrics.relative_l1 < 1e-3);
     CHECK(output_metrics.cosine_similarity > item.min_cosine);
+    CHECK(std::all_of(gpu_output.begin(), gpu_output.end(), [](double x) { return std::isfinite(x); }));
     std::printf("gpu_sla_test: %-36s d%-3lld pre-aggregation %-3s P_c max err %.2e, classes differing %zu/%zu, "
                 "GEMM rows flagged %lld/%lld, O^l cos %.7f rel-L1 %.2e, O cos %.6f rel-L1 %.4f\n",
                 item.name.c_str(), static_cast<long long>(d), layout.marginal_majority ? "yes" : "no", worst_compressed,
@@ -287,6 +317,8 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     // above 1: the sparse part rounds dO and dS to f16), or every fourth q block 2^-48 (past the GEMM's 39 binades:
     // those columns are flagged and summed from the tables).
     BlockMagnitudes d_output_magnitudes = BlockMagnitudes::uniform;
+    StorageType storage = StorageType::f16;
+    double v_scale = 1.0; // V's standard deviation
   };
   std::vector<BackwardCase> backward_cases;
   for (int head_dim : {64, 128}) {
@@ -308,15 +340,30 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
     // A quantized sparse part: its forward's L is not the exact formula's, so the statistics kernel runs even with
     // O^s given.
     backward_cases.push_back({"sla-int8", dsl::preset("sla-int8", head_dim)->describe(), 2, 2, 640, 900});
+    // bf16: the sparse part's operands (Q, K, V, dO^s, P, dS) are bf16 there. The forward's four bf16 modules.
+    const BlockMagnitudes uniform = BlockMagnitudes::uniform;
+    const StorageType bf16 = StorageType::bf16;
+    backward_cases.push_back(
+        {"bf16 sla-f16", dsl::preset("sla-f16", head_dim)->describe(), 2, 1, 700, 1300, uniform, bf16});
+    backward_cases.push_back(
+        {"bf16 sla-f16 |V| ~ 1e5", dsl::preset("sla-f16", head_dim)->describe(), 2, 2, 512, 768, uniform, bf16, 1e5});
+    if (head_dim == 128)
+      backward_cases.push_back(
+          {"bf16 sla-int8", dsl::preset("sla-int8", head_dim)->describe(), 2, 2, 640, 900, uniform, bf16});
+    else
+      backward_cases.push_back(
+          {"bf16 sla-f16-elu", dsl::preset("sla-f16-elu", head_dim)->describe(), 1, 1, 512, 512, uniform, bf16});
   }
   for (const BackwardCase &item : backward_cases) {
     const AttentionVariant &variant = item.variant;
     const int64_t d = variant.head_dim;
     CAPTURE(item.name);
     CAPTURE(d);
-    const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, StorageType::f16, Layout::hnd, {5});
-    const HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {6});
-    const HostTensor v = randomTensor(1, item.heads_kv, item.tokens_kv, d, StorageType::f16, Layout::hnd, {7});
+    CAPTURE(std::string(nameOf(item.storage)));
+    const HostTensor q = randomTensor(1, item.heads_q, item.tokens_q, d, item.storage, Layout::hnd, {5});
+    const HostTensor k = randomTensor(1, item.heads_kv, item.tokens_kv, d, item.storage, Layout::hnd, {6});
+    const HostTensor v =
+        randomTensor(1, item.heads_kv, item.tokens_kv, d, item.storage, Layout::hnd, {7, 0.0, item.v_scale});
     std::mt19937_64 generator(8); // Proj, then dO
     const Projection projection = randomProjection(d, generator, false);
     const size_t q_size = static_cast<size_t>(item.heads_q * item.tokens_q * d);
@@ -337,6 +384,7 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
           d_linear[row * d + in] += d_output[row * d + out] * projection.weight[out * d + in];
 
     runtime::AttentionRunnerOptions options;
+    options.input = inputOf(item.storage);
     const runtime::SlaRunner runner(variant, options);
     const schedules::ProblemShape shape{1, item.heads_q, item.heads_kv, item.tokens_q, item.tokens_kv, d};
     const runtime::SlaWorkspaceLayout layout = runner.workspaceLayout(shape, true);
@@ -424,9 +472,12 @@ TEST_CASE("the SLA backward matches the CPU reference's gradients") {
         CAPTURE(std::string(name));
         // The sparse part runs on tensor cores with dO^s, P and dS rounded to f16 (relative 2^-12 each, as
         // FlashAttention-2's backward; with a saved L, D^s comes from the f16 O^s) and dH_i is stored in f16 like h_j:
-        // ~1e-3 rel-L1 expected, under the bounds the f32 CUDA-core version had.
-        CHECK(metrics.cosine_similarity > 0.9999);
-        CHECK(metrics.relative_l1 < 5e-3);
+        // ~1e-3 rel-L1 expected, under the bounds the f32 CUDA-core version had. A bf16 module rounds dO^s, P, dS
+        // (and O^s) to bf16, whose unit roundoff is 8x f16's: the f16 bounds with the errors scaled by 8 (rel-L1) and
+        // the cosine's distance from 1 by 64 (it is quadratic in the error).
+        const bool bf16 = item.storage == StorageType::bf16;
+        CHECK(metrics.cosine_similarity > (bf16 ? 1.0 - 64 * 1e-4 : 0.9999));
+        CHECK(metrics.relative_l1 < (bf16 ? 8 * 5e-3 : 5e-3));
         std::printf("gpu_sla_test: backward %-26s d%-3lld L %-10s %s cos %.7f rel-L1 %.2e (GEMM columns flagged "
                     "%lld/%zu)\n",
                     item.name.c_str(), static_cast<long long>(d), saved ? "saved" : "recomputed", name,

@@ -154,6 +154,12 @@ TEST_CASE("the SLA module's key: head dim, feature map and arch change it; it di
   CHECK(digests.insert(generateSlaModule(slaVariant("sla-f16-elu", 128), GpuArch::sm80).key.digest()).second);
   CHECK(digests.insert(generateSlaModule(variant, GpuArch::sm90a).key.digest()).second);
   CHECK(digests.insert(generateSlaModule(variant, GpuArch::sm80, "0123456789abcdef").key.digest()).second);
+  // A bf16 module (bf16 Q, K, V, O): its own name, dtypes and key.
+  const GeneratedKernel bf16 = generateSlaModule(variant, GpuArch::sm80, {}, schedules::InputType::bf16);
+  CHECK(module.key.dtypes == "qkv=f16,o=f16");
+  CHECK(bf16.key.dtypes == "qkv=bf16,o=bf16");
+  CHECK(bf16.name == module.name + "_bf16");
+  CHECK(digests.insert(bf16.key.digest()).second);
 
   // The sparse part's kernels are the forward's, keyed by attentionKernelKey: never the SLA module's key.
   AttentionVariant sparse = variant;

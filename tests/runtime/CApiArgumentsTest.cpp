@@ -268,6 +268,49 @@ TEST_CASE("SLA workspace size: q and k are validated as the calls validate them"
   CHECK(contains(rejection([&] { validateSlaInputs(&call.q, &k, slaRequirements()); }, "k"), "[1, 1073741824]"));
 }
 
+TEST_CASE("SLA in bf16: q, k, v and o_sparse in the SLA object's dtype; mixed dtypes are refused by name") {
+  const SlaRequirements bf16{64, 0, DataType::bf16};
+  SlaCall call;
+  for (sage_tensor_desc *tensor : {&call.q, &call.k, &call.v, &call.o_sparse})
+    tensor->dtype = SAGE_DTYPE_BF16;
+  CHECK(validateSlaForwardArgs(call.forward(), bf16).shape.heads_q == 4);
+  CHECK_NOTHROW(validateSlaBackwardArgs(call.backward(), bf16));
+  CHECK(validateSlaInputs(&call.q, &call.k, bf16).tokens_q == 256);
+  // One f16 tensor among bf16 ones, for either direction and the workspace size: named, with the object's dtype.
+  for (sage_tensor_desc SlaCall::*member : {&SlaCall::q, &SlaCall::k, &SlaCall::v, &SlaCall::o_sparse}) {
+    SlaCall mixed = call;
+    (mixed.*member).dtype = SAGE_DTYPE_F16;
+    const std::string argument = member == &SlaCall::q   ? "q"
+                                 : member == &SlaCall::k ? "k"
+                                 : member == &SlaCall::v ? "v"
+                                                         : "o_sparse";
+    CAPTURE(argument);
+    const std::string expected = argument + ": expected dtype bf16 (the SLA object's config.dtype";
+    CHECK(contains(rejection([&] { validateSlaForwardArgs(mixed.forward(), bf16); }, argument), expected));
+    CHECK(contains(rejection([&] { validateSlaBackwardArgs(mixed.backward(), bf16); }, argument), expected));
+  }
+  sage_tensor_desc k = call.k;
+  k.dtype = SAGE_DTYPE_F16;
+  CHECK(contains(rejection([&] { validateSlaInputs(&call.q, &k, bf16); }, "k"), "expected dtype bf16"));
+  // An f16 object refuses bf16 q; the f32 tensors stay f32 in a bf16 object.
+  CHECK(contains(rejection([&] { validateSlaInputs(&call.q, &call.k, slaRequirements()); }, "q"),
+                 "q: expected dtype f16 (the SLA object's config.dtype"));
+  SlaCall o_linear = call;
+  o_linear.o_linear.dtype = SAGE_DTYPE_BF16;
+  rejection([&] { validateSlaForwardArgs(o_linear.forward(), bf16); }, "o_linear");
+  SlaCall dq = call;
+  dq.dq.dtype = SAGE_DTYPE_BF16;
+  rejection([&] { validateSlaBackwardArgs(dq.backward(), bf16); }, "dq");
+}
+
+TEST_CASE("SLA dtype: SAGE_DTYPE_F16 or 0 (a zeroed config) is f16, SAGE_DTYPE_BF16 bf16, others are refused") {
+  CHECK(slaDataTypeOf(0) == DataType::f16);
+  CHECK(slaDataTypeOf(SAGE_DTYPE_F16) == DataType::f16);
+  CHECK(slaDataTypeOf(SAGE_DTYPE_BF16) == DataType::bf16);
+  for (int bad : {static_cast<int>(SAGE_DTYPE_F32), static_cast<int>(SAGE_DTYPE_U8), -1, 9})
+    CHECK(contains(rejection([&] { slaDataTypeOf(bad); }, "config.dtype"), "expected SAGE_DTYPE_F16 (1)"));
+}
+
 TEST_CASE("SLA percentages: NaN, infinities and out-of-range values are refused by name") {
   sage::SlaSpec preset;
   preset.critical_percent = 5;

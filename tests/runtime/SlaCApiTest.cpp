@@ -9,7 +9,7 @@
 
 namespace {
 
-sage_sla_config validConfig() { return {"sla-f16", 128, 0.0, -1.0, -1, 0}; }
+sage_sla_config validConfig() { return {"sla-f16", 128, 0.0, -1.0, -1, 0, SAGE_DTYPE_F16}; }
 
 } // namespace
 
@@ -50,6 +50,14 @@ TEST_CASE("sage_sla_create refuses bad configurations naming the field") {
     CHECK(std::string(sage_last_error()).find("config.negligible_percent: expected a finite percentage") == 0);
     CHECK(sla == nullptr);
   }
+
+  // The dtype of q, k, v and O^s: f16 or bf16 (0: f16), refused before anything is compiled.
+  config = validConfig();
+  config.dtype = SAGE_DTYPE_F32;
+  CHECK(sage_sla_create(&config, &sla) == SAGE_INVALID_ARGUMENT);
+  CHECK(std::string(sage_last_error()).find("config.dtype: expected SAGE_DTYPE_F16 (1), SAGE_DTYPE_BF16 (2) or 0") ==
+        0);
+  CHECK(sla == nullptr);
 
   config = validConfig();
   config.head_dim = 100;

@@ -298,8 +298,8 @@ expect "cache warm --backward of a forward preset" 1 "sagegen: --preset: unknown
   "$sagegen" cache warm --dir "$aux" --backward --preset sage-b --arch sm_80
 expect "cache warm --backward --lse" 1 "sagegen: --lse: backward presets" -- \
   "$sagegen" cache warm --dir "$aux" --backward --preset sagebwd --arch sm_80 --lse
-expect "cache warm of an SLA preset in bf16" 1 "sagegen: --input: the SLA kernels read f16" -- \
-  "$sagegen" cache warm --dir "$aux" --preset sla-f16 --arch sm_80 --input bf16
+expect "cache warm of an SLA preset in bf16 builds the bf16 SLA module" 0 "^built +[0-9a-f]{12}  sage_sla_d64_bq64_bkv64_softmax_bf16" -- \
+  "$sagegen" cache warm --dir "$aux" --preset sla-f16 --headdim 64 --arch sm_80 --input bf16
 expect "cache without a subcommand" 1 "" -- "$sagegen" cache
 expect "cache unknown subcommand" 1 "" -- "$sagegen" cache frob
 

@@ -153,8 +153,6 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
     throw UserError("--lse: the SLA runner decides whether its sparse part writes the LSE (an exact one does)");
   if (!tunables.empty())
     throw UserError("--tunables: the SLA runner's sparse part takes its mask's blocks");
-  if (input != schedules::InputType::f16)
-    throw UserError("--input: the SLA kernels read f16 Q, K and V, got '" + result.input + "'");
   const AttentionVariant sparse = slaSparsePart(variant); // as SlaRunner compiles it
   result.lse = sparse.epilogue.write_lse;
   runtime::AttentionKernelRequest request;
@@ -164,7 +162,7 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
   runtime::AttentionKernelSet set = runtime::generateAttentionKernels(sparse, request);
   result.schedule = set.plan.schedule;
   result.kernels = std::move(set.kernels);
-  result.kernels.push_back(runtime::generateSlaModule(variant, arch));
+  result.kernels.push_back(runtime::generateSlaModule(variant, arch, {}, input));
   return result;
 }
 

@@ -1,7 +1,8 @@
 /* SLA (sparse-linear attention, issue 13) through the C ABI: its forward returns O^s and O^l apart, so that the
  * caller applies its own Proj (the Python package: a torch.nn.Linear the caller owns) and differentiates it; its
- * backward takes dO^s and dO^l and returns dQ, dK, dV of the exact formula. Tensors: q/k/v f16 HND contiguous
- * ([batch, heads, tokens, head_dim]), o_sparse f16 and o_linear, d_sparse, d_linear, dq f32 [batch, heads_q, tokens_q,
+ * backward takes dO^s and dO^l and returns dQ, dK, dV of the exact formula. Tensors: q/k/v HND contiguous
+ * ([batch, heads, tokens, head_dim]) in the SLA object's dtype (config.dtype: f16 or bf16), o_sparse in that dtype too,
+ * and o_linear, d_sparse, d_linear, dq f32 [batch, heads_q, tokens_q,
  * head_dim], dk, dv f32 [batch, heads_kv, tokens_kv, head_dim], all contiguous on the SLA object's device, aligned to
  * their element size (the forward's q, k, v to 16 bytes, its o_sparse to 4); no output overlaps another argument or
  * the workspace. Errors as in sage_c.h (sage_last_error() names the argument). The backward takes o_sparse too,
@@ -25,6 +26,7 @@ typedef struct sage_sla_config {
   double negligible_percent; /* k_l in [0, 100); < 0: the preset's (10) */
   int feature_map;           /* 0 softmax, 1 elu + 1, 2 relu; -1: the preset's */
   int device;
+  sage_dtype dtype; /* SAGE_DTYPE_F16 or SAGE_DTYPE_BF16: q, k, v and o_sparse (0: f16, for zeroed configs) */
 } sage_sla_config;
 
 typedef struct sage_sla_args {

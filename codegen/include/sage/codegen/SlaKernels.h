@@ -1,4 +1,4 @@
-// SLA's kernels (issue 13): one CUDA translation unit per (head dim, blocks, feature map) holding the six
+// SLA's kernels (issue 13): one CUDA translation unit per (head dim, blocks, feature map, f16 / bf16) holding the six
 // extern "C" kernels of an SLA forward besides its sparse part, and the four of its backward (which is the block_sparse
 // attention kernel of the variant's sparseness, run with the predicted critical mask). Device code:
 // codegen/device/sage/device/sla/; parameter blocks: sage/device/sla/abi.cuh (plain C, included by host and device).
@@ -10,6 +10,7 @@
 
 #include "sage/device/sla/abi.cuh"
 #include "sage/ir/AttentionVariant.h"
+#include "sage/schedules/InputType.h"
 
 #include <array>
 #include <string>
@@ -70,8 +71,9 @@ struct SlaKernelSource {
 
 // Throws std::invalid_argument naming the field when the variant is not SLA, its head dim is not 16..128 (a power
 // of two: the kernels split d x d states over 256 threads) or a block is larger than 128 (the sparse backward runs one
-// warp per 16 rows of a block).
-SlaKernelSource generateSlaKernels(const AttentionVariant &variant);
+// warp per 16 rows of a block). `input`: the element type of Q, K, V, O^s and O (a bf16 module's name ends in _bf16).
+SlaKernelSource generateSlaKernels(const AttentionVariant &variant,
+                                   schedules::InputType input = schedules::InputType::f16);
 
 // Dynamic shared memory of the output kernel (abi.cuh's formula, shared with the device code): split f16 operands of
 // its two products; 72,480 bytes at d = 128, b_q = 64 (above the 48 KB default: the runner raises the limit).
@@ -100,9 +102,10 @@ inline int slaRowsBackwardSharedBytes(int head_dim, int block_q) {
 inline int slaKvBackwardSharedBytes(int head_dim) { return sage_sla_kv_backward_shared_bytes(head_dim); }
 // Dynamic shared memory of the fused sparse backward for a module built for `arch` (abi.cuh's formulas: the kernel the
 // arch runs, with its stages): 114,688 bytes at d = 128, blocks 64 with two stages (sm_80, sm_100f), 79,360 with one;
-// 108,544 for sm_90a's wgmma kernel.
-inline int slaSparseFusedSharedBytes(int head_dim, int block_q, int block_kv, int compute_capability) {
-  return sage_sla_sparse_fused_module_shared_bytes(compute_capability, head_dim, block_q, block_kv);
+// 108,544 for sm_90a's wgmma kernel (an f16 module's; a bf16 module runs the mma.sync kernel there).
+inline int slaSparseFusedSharedBytes(int head_dim, int block_q, int block_kv, int compute_capability,
+                                     bool bf16 = false) {
+  return sage_sla_sparse_fused_module_shared_bytes(compute_capability, head_dim, block_q, block_kv, bf16 ? 1 : 0);
 }
 
 // Whether the output kernel subtracts the non-marginal blocks from the totals (fewer reads): marginal > half a row.

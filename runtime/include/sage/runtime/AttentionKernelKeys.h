@@ -31,8 +31,10 @@ KernelKey backwardKernelKey(const std::string &ir_fingerprint, const schedules::
                             std::string_view module_name, std::string_view source);
 
 // The SLA module of an SLA variant (mask prediction, linear branch, output and the backward's kernels). The
-// variant's sparse part has its own keys (attentionKernelKey); `ir_fingerprint` may be empty.
+// variant's sparse part has its own keys (attentionKernelKey); `ir_fingerprint` may be empty. `input`: the module's
+// element type (f16 or bf16 Q, K, V, O).
 KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant &variant, schedules::GpuArch arch,
-                       std::string_view module_name, std::string_view source);
+                       std::string_view module_name, std::string_view source,
+                       schedules::InputType input = schedules::InputType::f16);
 
 } // namespace sage::runtime

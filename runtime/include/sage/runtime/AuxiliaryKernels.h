@@ -26,8 +26,10 @@ BackwardKernelSet generateBackwardKernels(const BackwardVariant &variant, schedu
                                           schedules::GpuArch arch, const std::string &ir_fingerprint = {});
 
 // The SLA module (role sla; entry points codegen::SlaKernelSource::entry_points). Throws std::invalid_argument
-// naming the field for a variant that is not SLA or a head dim the SLA kernels do not take.
+// naming the field for a variant that is not SLA or a head dim the SLA kernels do not take. `input`: the element type
+// of Q, K, V, O^s and O.
 GeneratedKernel generateSlaModule(const AttentionVariant &variant, schedules::GpuArch arch,
-                                  const std::string &ir_fingerprint = {});
+                                  const std::string &ir_fingerprint = {},
+                                  schedules::InputType input = schedules::InputType::f16);
 
 } // namespace sage::runtime

@@ -47,12 +47,17 @@ ValidatedBackward validateBackwardArgs(const sage_backward_args &args, const Bac
 // refused by name (a value <= 0, or < 0 for negligible_percent, keeps the preset's, as sage_sla_c.h documents).
 SlaSpec slaSpecOf(const sage_sla_config &config, SlaSpec preset);
 
+// The SLA object's element type from config.dtype: SAGE_DTYPE_F16 (or 0) or SAGE_DTYPE_BF16; anything else is
+// refused naming config.dtype.
+DataType slaDataTypeOf(int dtype);
+
 struct SlaRequirements {
   int head_dim = 128;
   int device = 0;
+  DataType dtype = DataType::f16; // q, k, v and o_sparse (the SLA object's config.dtype)
 };
 
-// q and k: f16 HND contiguous [batch, heads, tokens, head_dim]; the problem they describe.
+// q and k: HND contiguous [batch, heads, tokens, head_dim] in requirements.dtype; the problem they describe.
 schedules::ProblemShape validateSlaInputs(const sage_tensor_desc *q, const sage_tensor_desc *k,
                                           const SlaRequirements &requirements);
 

@@ -2,8 +2,8 @@
 // (one, plus the totals when the marginal blocks are the majority), the variant's sparse part as the block-sparse
 // attention kernel of an ordinary AttentionRunner with the predicted critical mask, and the output launch
 // (O^l, O = O^s + Proj(O^l)). The SLA kernels are one module, compiled through the kernel cache (options.cache,
-// else the process's), or taken from options.aot_directory / $SAGEGEN_AOT_DIR, like the sparse part's. f16 Q, K, V and
-// O; Proj's weight [d, d] and bias [d] in f32 on the device.
+// else the process's), or taken from options.aot_directory / $SAGEGEN_AOT_DIR, like the sparse part's. Q, K, V and
+// O in options.input (f16 or bf16: a runner for each); Proj's weight [d, d] and bias [d] in f32 on the device.
 #pragma once
 
 #include "sage/device/sla/abi.cuh"
@@ -15,9 +15,9 @@
 namespace sage::runtime {
 
 struct SlaTensors {
-  const void *q = nullptr, *k = nullptr, *v = nullptr; // f16
+  const void *q = nullptr, *k = nullptr, *v = nullptr; // the runner's input type (f16 or bf16)
   SageTensorStrides q_strides{}, k_strides{}, v_strides{};
-  void *o = nullptr; // f16 [b, h_q, n_q, d]: O^s first, then O
+  void *o = nullptr; // the input type, [b, h_q, n_q, d]: O^s first, then O
   SageTensorStrides o_strides{};
   const float *proj_weight = nullptr; // [d, d] row-major (out, in); null: O stays O^s (the caller applies Proj)
   const float *proj_bias = nullptr;   // [d], or null
@@ -27,11 +27,11 @@ struct SlaTensors {
 // The backward's inputs and outputs: dO^s (= dO) and dO^l (= dO W, from Proj's owner), f32 contiguous
 // [b, h_q, n_q, d]; dQ [b, h_q, n_q, d], dK and dV [b, h_kv, n_kv, d], f32 contiguous, written (not accumulated).
 struct SlaBackwardTensors {
-  const void *q = nullptr, *k = nullptr, *v = nullptr; // f16, as given to run()
+  const void *q = nullptr, *k = nullptr, *v = nullptr; // as given to run()
   SageTensorStrides q_strides{}, k_strides{}, v_strides{};
   const float *d_sparse = nullptr, *d_linear = nullptr;
   float *dq = nullptr, *dk = nullptr, *dv = nullptr;
-  // The forward's O^s (f16, as run() wrote it to SlaTensors::o with proj_weight null), or null. Given, and where the
+  // The forward's O^s (as run() wrote it to SlaTensors::o with proj_weight null), or null. Given, and where the
   // forward saved the sparse part's L (an exact sparse part, a backward-sized workspace), D^s = rowsum(dO^s o O^s)
   // comes from it (FlashAttention's way) instead of the statistics kernel recomputing the sparse part.
   const void *o_sparse = nullptr;
@@ -53,7 +53,7 @@ struct SlaWorkspaceLayout {
   // H_i (f16, with its power-of-two scale) and Z_i per q block: run() writes them when the workspace is this large,
   // and backward() reads them instead of summing the listed h_j again.
   size_t h_rows = 0, h_row_scales = 0, z_rows = 0;
-  // dO^s in f16 (b x h_q x T x d): the sparse part's statistics kernel writes it, its fused kernel reads it.
+  // dO^s in the input type (b x h_q x T x d): the sparse part's statistics kernel writes it, its fused kernel reads it.
   size_t d_sparse_f16 = 0;
   // The fused kernel's work units (16 bytes each, sparse_unit_capacity of them: its grid; at most sparse_unit_items
   // critical pairs each) and their count.
@@ -76,7 +76,7 @@ class SlaRunner {
 public:
   // `variant` must be SLA (sla.enabled); its sparse part runs through an AttentionRunner made with `options`
   // (options.ir_fingerprint: the sparse part's). Throws std::invalid_argument for a non-SLA variant, a head dim the
-  // SLA kernels do not take, or an input type other than f16; CompileError, CudaError.
+  // SLA kernels do not take; CompileError, CudaError.
   SlaRunner(const AttentionVariant &variant, AttentionRunnerOptions options);
   ~SlaRunner();
   SlaRunner(const SlaRunner &) = delete;
@@ -103,6 +103,7 @@ public:
 
   const AttentionRunner &sparsePart() const;
   const AttentionVariant &variant() const;
+  schedules::InputType input() const; // options.input: the element type of Q, K, V and O
   // The SLA module and where it came from (memory/disk/built, the compile time when built), then the sparse part's
   // AttentionRunner::describe().
   std::string describe() const;

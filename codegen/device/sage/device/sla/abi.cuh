@@ -17,7 +17,7 @@ struct SageSlaShape {
 // Launch 1 of the mask prediction: the mean of every Q block and K block. Grid (q_blocks + kv_blocks, heads_q,
 // batch).
 struct SageSlaPoolParams {
-  const void *q, *k; // f16
+  const void *q, *k; // f16, or bf16 in a bf16 module (every such tensor below)
   struct SageSlaStrides q_strides, k_strides;
   struct SageSlaShape shape;
   float *pooled_q; // [batch, heads_q, q_blocks, d]
@@ -47,7 +47,7 @@ struct SageSlaPredictParams {
 // batch). h_j is stored in f16 (half the bytes the output kernel reads per listed block) as h_j / s_j, with s_j a power
 // of two that puts max |h_j / s_j| in [2^14, 2^15): no overflow whatever the inputs' range, 11 significant bits.
 struct SageSlaStateParams {
-  const void *k, *v; // f16
+  const void *k, *v; // f16 / bf16
   struct SageSlaStrides k_strides, v_strides;
   struct SageSlaShape shape;
   unsigned short *h_states; // f16 bits of h_j / s_j, [batch, heads_kv, kv_blocks, d, d]
@@ -80,7 +80,7 @@ struct SageSlaMaskGemmParams {
 // O^l = phi(Q_i) H_i / (phi(Q_i) Z_i), O = O^s + O^l W^T + b.
 // Grid (q_blocks, heads_q, batch); dynamic shared memory: sage_sla_output_shared_bytes(d, block_q).
 struct SageSlaOutputParams {
-  const void *q; // f16
+  const void *q; // f16 / bf16
   struct SageSlaStrides q_strides;
   const unsigned short *h_states;
   const float *h_scales, *z_states, *z_total;
@@ -88,13 +88,13 @@ struct SageSlaOutputParams {
   int marginal_majority;
   float *h_sums;             // the mask GEMM's H_i (required): the kernel writes the flagged rows' sums there
   const int *h_sum_fallback; // rows the GEMM flagged (SageSlaMaskGemmParams)
-  const void *o_sparse;      // f16 O^s (the block-sparse attention's output)
+  const void *o_sparse;      // f16 / bf16 O^s (the block-sparse attention's output)
   struct SageSlaStrides o_sparse_strides;
   const float *proj_weight; // [d, d] row-major (out, in): torch.nn.Linear's weight; 0: O^s is left as it is
   const float *proj_bias;   // [d], or 0
   struct SageSlaShape shape;
   float *o_linear; // O^l [batch, heads_q, tokens_q, d] (f32, kept for the backward), or 0
-  void *out;       // f16 O; may alias o_sparse
+  void *out;       // f16 / bf16 O; may alias o_sparse
   struct SageSlaStrides out_strides;
   // H_i, Z_i kept for the backward (which reads one matrix per q block instead of summing the listed h_j), or 0:
   // f16 bits of H_i / s_i [batch, heads_q, q_blocks, d, d] with s_i a power of two, and Z_i in f32.
@@ -122,7 +122,7 @@ struct SageSlaColumnsParams {
 // heads_q, batch); dynamic shared memory: sage_sla_rows_backward_shared_bytes. (The sparse part's fields q, k, v,
 // d_sparse, lse, delta are the statistics kernel's too: SageSlaSparseBackwardParams.)
 struct SageSlaRowsBackwardParams {
-  const void *q, *k, *v; // f16
+  const void *q, *k, *v; // f16 / bf16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse, *d_linear; // dO^s and dO^l, [batch, heads_q, tokens_q, d] f32
   const int *critical_lut;          // the forward's
@@ -162,7 +162,7 @@ struct SageSlaMaskGemmColumnsParams {
 // group. Grid (kv_blocks, heads_kv, batch); dynamic shared memory: sage_sla_kv_backward_shared_bytes. The sparse
 // part's statistics (2c) and fused (4c) kernels take SageSlaSparseBackwardParams.
 struct SageSlaColumnsBackwardParams {
-  const void *q, *k, *v; // f16
+  const void *q, *k, *v; // f16 / bf16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse; // dO^s
   const float *lse, *delta;
@@ -188,10 +188,10 @@ struct SageSlaColumnsBackwardParams {
 // one, else by atomic adds), dQ added by f32 reductions. Grid (sage_sla_sparse_unit_capacity, 1, 1), 2 * block_kv
 // threads; dynamic shared memory: sage_sla_sparse_fused_module_shared_bytes (the arch's kernel).
 struct SageSlaSparseBackwardParams {
-  const void *q, *k, *v; // f16
+  const void *q, *k, *v; // f16 / bf16
   struct SageSlaStrides q_strides, k_strides, v_strides;
   const float *d_sparse;                       // dO^s [batch, heads_q, tokens_q, d] f32 (2c)
-  unsigned short *d_sparse_f16;                // f16 bits of dO^s, same layout: 2c writes, 4c reads
+  unsigned short *d_sparse_f16;                // f16 (bf16) bits of dO^s, same layout: 2c writes, 4c reads
   const int *critical_lut;                     // the forward's (2c)
   const int *critical_columns, *column_counts; // the column tables (4c)
   struct SageSlaShape shape;
@@ -214,12 +214,12 @@ struct SageSlaSparseBackwardParams {
 // and dO^s). Grid (q_blocks, heads_q, batch), 256 threads, no dynamic shared memory.
 struct SageSlaSparseDeltaParams {
   const float *d_sparse; // dO^s [batch, heads_q, tokens_q, d] f32
-  const void *o_sparse;  // f16 O^s as the forward wrote it (SageSlaOutputParams.o_sparse)
+  const void *o_sparse;  // f16 / bf16 O^s as the forward wrote it (SageSlaOutputParams.o_sparse)
   struct SageSlaStrides o_sparse_strides;
   const int *lse_saved; // SageSlaPoolParams.lse_saved
   struct SageSlaShape shape;
   float *delta;                 // D^s [batch, heads_q, tokens_q]
-  unsigned short *d_sparse_f16; // f16 bits of dO^s, as 2c writes them
+  unsigned short *d_sparse_f16; // f16 (bf16) bits of dO^s, as 2c writes them
 };
 
 #ifdef __CUDACC__
@@ -340,23 +340,23 @@ sage_sla_sparse_unit_capacity(long long kv_columns, long long pairs, int unit_it
 }
 
 // sm_90a runs the fused kernel on warpgroup MMAs (sla/sparse_backward_sm90.cuh) where its tiles fit: blocks of 64
-// (one warpgroup owns the kv block's 64 keys) and d = 64 or 128 (rows of whole 128-byte swizzle chunks); elsewhere,
-// and for other shapes, the mma.sync kernel above. Its dynamic shared memory: K, V [block_kv][d] and dS^T
-// [block_kv][block_q] in f16, two stages of Q and dO^s [block_q][d] f16 (a stage then holds dQ's f32 tile), then per
-// stage L and D^s (f32), every tile in wgmma's 128-byte-swizzled layout (1024-byte aligned), and 1024 bytes to align
-// the dynamic buffer.
+// (one warpgroup owns the kv block's 64 keys) and d = 64 or 128 (rows of whole 128-byte swizzle chunks), in an f16
+// module (`bf16` 0); elsewhere, for other shapes and in a bf16 module, the mma.sync kernel above. Its dynamic shared
+// memory: K, V [block_kv][d] and dS^T [block_kv][block_q] in f16, two stages of Q and dO^s [block_q][d] f16 (a stage
+// then holds dQ's f32 tile), then per stage L and D^s (f32), every tile in wgmma's 128-byte-swizzled layout (1024-byte
+// aligned), and 1024 bytes to align the dynamic buffer.
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int sage_sla_sparse_fused_wgmma(int sm, int head_dim, int block_q,
-                                                                                      int block_kv) {
-  return sm == 90 && block_q == 64 && block_kv == 64 && (head_dim == 64 || head_dim == 128);
+                                                                                      int block_kv, int bf16) {
+  return !bf16 && sm == 90 && block_q == 64 && block_kv == 64 && (head_dim == 64 || head_dim == 128);
 }
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int
 sage_sla_sparse_fused_shared_bytes_sm90(int head_dim, int block_q, int block_kv) {
   return 2 * (2 * block_kv * head_dim + block_kv * block_q + 2 * 2 * block_q * head_dim) + 2 * 8 * block_q + 1024;
 }
-// The fused kernel's dynamic shared memory in a module built for `sm` (the kernel that module runs).
+// The fused kernel's dynamic shared memory in a module built for `sm` and `bf16` (the kernel that module runs).
 static inline SAGE_SLA_CONSTEXPR SAGE_SLA_HOST_DEVICE int
-sage_sla_sparse_fused_module_shared_bytes(int sm, int head_dim, int block_q, int block_kv) {
-  return sage_sla_sparse_fused_wgmma(sm, head_dim, block_q, block_kv)
+sage_sla_sparse_fused_module_shared_bytes(int sm, int head_dim, int block_q, int block_kv, int bf16) {
+  return sage_sla_sparse_fused_wgmma(sm, head_dim, block_q, block_kv, bf16)
              ? sage_sla_sparse_fused_shared_bytes_sm90(head_dim, block_q, block_kv)
              : sage_sla_sparse_fused_shared_bytes(head_dim, block_q, block_kv, sage_sla_sparse_fused_stages(sm));
 }

@@ -77,8 +77,9 @@ __device__ inline void column_tables(const SageSlaColumnsParams &p) {
 // On tensor cores with W = f dO^l / den (f: a power of two per chunk of rows that puts max |W| into f16's range) and
 // H_i / s_i exact in f16: N = phi(Q) H_i / s_i, G = W H_i^T / s_i, so dO^l H_i^T / den = G s_i / f and
 // D^l_r / den_r = s_i / (f den_r) <W_r, N_r>. dH_i's accumulators hold f dH_i: rescaled (exactly: powers of two) to
-// each chunk's f before its product.
-template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
+// each chunk's f before its product. kBf16: Q is bf16 (phi(Q) is split in f16 as in the forward's output kernel).
+template <int D, int BLOCK_Q, int BLOCK_KV, int PHI, bool kBf16>
+__device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
   using T = BackwardTiles<D>;
   using L = RowsBackwardLayout<D, BLOCK_Q>;
   constexpr int kStride = T::kStride, kPerLane = (D + 31) / 32;
@@ -130,7 +131,8 @@ template <int D, int BLOCK_Q, int BLOCK_KV, int PHI> __device__ void rows_backwa
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {
         const int c = lane + 32 * u;
-        x_next[m][u] = valid && c < D ? load_f16(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
+        x_next[m][u] =
+            valid && c < D ? load_element<kBf16>(p.q, element_index(p.q_strides, b, h, begin + chunk + r, c)) : 0.0f;
         g_next[m][u] = valid && c < D ? p.d_linear[(head * p.shape.tokens_q + begin + chunk + r) * D + c] : 0.0f;
       }
     }
@@ -316,8 +318,9 @@ template <int D> __device__ void row_totals(const SageSlaRowTotalsParams &p) {
 // minus the others when marginal blocks are the column's majority), then d phi(K_t) = dh_j V_t + dz_j and dV_t =
 // phi(K_t) dh_j (line 17), written; the sparse part's kv kernel adds to them, in the work units listed here (one
 // thread per CTA, from the column tables). On tensor cores: dh_j / s (s a power of two into f16's range) split in hi +
-// lo; V is exact in f16, phi(K) is split.
-template <int D, int BLOCK_Q, int BLOCK_KV, int PHI>
+// lo; V is exact in f16, phi(K) is split. kBf16: K and V are bf16, and these products run on bf16 operands (V exact,
+// dh_j and phi(K) split in bf16 hi + lo: tensor_core.cuh).
+template <int D, int BLOCK_Q, int BLOCK_KV, int PHI, bool kBf16>
 __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
   using T = BackwardTiles<D>;
   using L = KvBackwardLayout<D>;
@@ -381,7 +384,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
         unsigned short hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          split_f16(values[e] * factor, hi[e], lo[e]);
+          split_element<kBf16>(values[e] * factor, hi[e], lo[e]);
         *reinterpret_cast<uint2 *>(dh_hi + at) = make_uint2(pack_f16x2(hi[0], hi[1]), pack_f16x2(hi[2], hi[3]));
         *reinterpret_cast<uint2 *>(dh_lo + at) = make_uint2(pack_f16x2(lo[0], lo[1]), pack_f16x2(lo[2], lo[3]));
       }
@@ -423,7 +426,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
       for (int v = 0; v < Sum::kVectorsPerThread; ++v)
         if (Sum::owns(v)) {
           const int at = (Sum::first_element(v) / D) * kStride + Sum::first_element(v) % D;
-          store_split8(dh[v], factor, dh_hi + at, dh_lo + at);
+          store_split8<kBf16>(dh[v], factor, dh_hi + at, dh_lo + at);
         }
     }
     unscale = 1.0f / factor;
@@ -449,7 +452,8 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
 #pragma unroll
       for (int u = 0; u < kPerLane; ++u) {
         const int c = lane + 32 * u;
-        x[m][u] = valid && c < D ? load_f16(p.k, element_index(p.k_strides, b, h_kv, begin + chunk + r, c)) : 0.0f;
+        x[m][u] =
+            valid && c < D ? load_element<kBf16>(p.k, element_index(p.k_strides, b, h_kv, begin + chunk + r, c)) : 0.0f;
         v_row[m][u] =
             valid && c < D
                 ? static_cast<const unsigned short *>(p.v)[element_index(p.v_strides, b, h_kv, begin + chunk + r, c)]
@@ -466,7 +470,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
         const int c = lane + 32 * u;
         if (c >= D)
           continue;
-        split_f16(x[m][u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
+        split_element<kBf16>(x[m][u], k_hi[r * kStride + c], k_lo[r * kStride + c]);
         v_bits[r * kStride + c] = v_row[m][u];
       }
     }
@@ -477,21 +481,23 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
     float d_phi[1][T::kChunkN][4];
     clear_tiles(d_phi);
     if (chunk_warp) {
-      warp_tiles_mma<D, 1, T::kChunkN, false, false, false, true>(d_phi, v_s, v_s, dh_hi_s, dh_lo_s, m0, n0);
+      warp_tiles_mma<D, 1, T::kChunkN, false, false, false, true, D / 16, kBf16>(d_phi, v_s, v_s, dh_hi_s, dh_lo_s, m0,
+                                                                                 n0);
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           d_phi[0][ni][e] = d_phi[0][ni][e] * unscale + dz_state[chunk_column(n0, ni, e)];
     }
-    chunk_feature_map_backward<D, PHI, T::kChunkN>(d_phi[0], k_hi, k_lo, chunk_warp, inner_partial);
+    chunk_feature_map_backward<D, PHI, T::kChunkN, kBf16>(d_phi[0], k_hi, k_lo, chunk_warp, inner_partial);
     if (chunk_warp) {
       // Softmax's backward leaves less room: its dK goes 8 bytes per lane (128 registers on sm_90, no spills).
       store_chunk_rows<D, T::kChunkN, PHI != kPhiSoftmax>(
           d_phi[0], p.dk + (head_kv * p.shape.tokens_kv + begin + chunk) * D, rows);
       float dv[1][T::kChunkN][4];
       clear_tiles(dv);
-      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, true>(dv, k_hi_s, k_lo_s, dh_hi_s, dh_lo_s, m0, n0);
+      warp_tiles_mma<D, 1, T::kChunkN, false, true, true, true, D / 16, kBf16>(dv, k_hi_s, k_lo_s, dh_hi_s, dh_lo_s, m0,
+                                                                               n0);
 #pragma unroll
       for (int ni = 0; ni < T::kChunkN; ++ni)
 #pragma unroll

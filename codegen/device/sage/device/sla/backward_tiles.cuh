@@ -53,8 +53,10 @@ template <int D> struct BackwardTiles {
 // c += A B for a warp's MW x NW tiles of 16 x 8 at (m0, n0), over K (a multiple of 16). kSplitA / kSplitB: that
 // operand is split in hi + lo (three products when both are, the lo x lo term dropped); otherwise its hi part is the
 // exact f16 matrix. A's fragments are loaded once per k-step for all NW tiles, B's once for all MW. kUnroll: k-steps
-// unrolled (all by default; fewer bound the fragments the compiler loads ahead, i.e. the registers).
-template <int K, int MW, int NW, bool kAKMajor, bool kBKMajor, bool kSplitA, bool kSplitB, int kUnroll = K / 16>
+// unrolled (all by default; fewer bound the fragments the compiler loads ahead, i.e. the registers). kBf16: bf16
+// operands (the kv kernel of a bf16 module).
+template <int K, int MW, int NW, bool kAKMajor, bool kBKMajor, bool kSplitA, bool kSplitB, int kUnroll = K / 16,
+          bool kBf16 = false>
 __device__ __forceinline__ void warp_tiles_mma(float (&c)[MW][NW][4], SharedF16 a_hi, SharedF16 a_lo, SharedF16 b_hi,
                                                SharedF16 b_lo, int m0, int n0) {
   static_assert(K % 16 == 0, "the reduction runs in steps of 16");
@@ -76,18 +78,19 @@ __device__ __forceinline__ void warp_tiles_mma(float (&c)[MW][NW][4], SharedF16 
 #pragma unroll
       for (int mi = 0; mi < MW; ++mi) {
         if (kSplitA)
-          mma_f16(c[mi][ni], al[mi], bh);
+          mma_16bit<kBf16>(c[mi][ni], al[mi], bh);
         if (kSplitB)
-          mma_f16(c[mi][ni], ah[mi], bl);
-        mma_f16(c[mi][ni], ah[mi], bh);
+          mma_16bit<kBf16>(c[mi][ni], ah[mi], bl);
+        mma_16bit<kBf16>(c[mi][ni], ah[mi], bh);
       }
     }
   }
 }
 
-// An f32 value split in shared memory: hi + lo (~2^-22 relative).
+// An f32 value split in shared memory: hi + lo (~2^-22 relative; kBf16: bf16 parts, ~2^-16).
+template <bool kBf16 = false>
 __device__ __forceinline__ float split_value(const unsigned short *hi, const unsigned short *lo, int at) {
-  return f16_value(hi[at]) + f16_value(lo[at]);
+  return element_value<kBf16>(hi[at]) + element_value<kBf16>(lo[at]);
 }
 
 // A chunk tile's accumulator e: its row within the chunk and its column.
@@ -134,7 +137,8 @@ template <int kPhi> __device__ __forceinline__ float feature_map_backward_elemen
 
 // The input gradients of phi for a warp's chunk tiles, in place: dy -> dx. y = phi(x) from its split in shared memory.
 // Softmax needs the row's <dy, y> over all columns: partial sums, then a CTA barrier (every thread must call this).
-template <int D, int kPhi, int N>
+// kBf16: y is split in bf16.
+template <int D, int kPhi, int N, bool kBf16 = false>
 __device__ __forceinline__ void chunk_feature_map_backward(float (&dy)[N][4], const unsigned short *y_hi,
                                                            const unsigned short *y_lo, bool active, float *partial) {
   using T = BackwardTiles<D>;
@@ -144,7 +148,8 @@ __device__ __forceinline__ void chunk_feature_map_backward(float (&dy)[N][4], co
   for (int ni = 0; ni < N; ++ni)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      y[ni][e] = active ? split_value(y_hi, y_lo, chunk_row(m0, e) * T::kStride + chunk_column(n0, ni, e)) : 0.0f;
+      y[ni][e] =
+          active ? split_value<kBf16>(y_hi, y_lo, chunk_row(m0, e) * T::kStride + chunk_column(n0, ni, e)) : 0.0f;
   if (kPhi == kPhiSoftmax) {
     float products[N][4];
 #pragma unroll

@@ -1,4 +1,4 @@
-// Helpers of SLA's kernels: f16 loads and stores, warp and block reductions, the feature maps phi.
+// Helpers of SLA's kernels: f16 / bf16 loads and f16 stores, warp and block reductions, the feature maps phi.
 #pragma once
 
 #include "sage/device/sla/abi.cuh"
@@ -18,6 +18,14 @@ __device__ __forceinline__ float load_f16(const void *base, long long index) {
   float value;
   asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
   return value;
+}
+
+// load_f16, or a bf16 element (kBf16; exact in f32).
+template <bool kBf16> __device__ __forceinline__ float load_element(const void *base, long long index) {
+  if constexpr (kBf16)
+    return __uint_as_float(static_cast<unsigned>(static_cast<const unsigned short *>(base)[index]) << 16);
+  else
+    return load_f16(base, index);
 }
 
 __device__ __forceinline__ void store_f16(void *base, long long index, float value) {

@@ -143,8 +143,9 @@ template <int D> struct OutputStateReader {
 // h_j (or with pre-aggregation the sum of all minus the non-marginal ones), read twice (OutputStateReader): first for
 // its largest magnitude, then a column slice per pass of phi(Q_i) H_i; O^l_r = phi(q_r) H_i / (phi(q_r) Z_i), 0 where
 // the denominator is 0; O = O^s + O^l W^T + b. H_i is scaled by a power of two into f16's range before it is split (the
-// ratio does not change).
-template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageSlaOutputParams &p) {
+// ratio does not change). kBf16: Q, O^s and O are bf16; phi(Q) is split in f16 as in an f16 module (softmax's phi
+// lies in [0, 1]; elu + 1 and relu take |Q| within f16's range, 65504).
+template <int D, int BLOCK_Q, int PHI, bool kBf16> __device__ void linear_output(const SageSlaOutputParams &p) {
   using L = OutputLayout<D, BLOCK_Q>;
   constexpr int kLanes = D / 8; // lanes per row of Q, O^s and O (16-byte pieces of 8 f16 values)
   constexpr int kRowPieces = L::kRows * kLanes, kRowLoads = (kRowPieces + kThreads - 1) / kThreads;
@@ -167,9 +168,9 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
   const int begin = i * BLOCK_Q, end = min(p.shape.tokens_q, begin + BLOCK_Q);
   const bool q_vector = rows_vectorizable(p.q, p.q_strides);
 
-  // Q_i's rows, fetched first into the rows' lo buffer (f16, kRowStride per row) so that their latency overlaps H_i's
-  // and Z_i's: 16-byte asynchronous copies (zeros past the block's end), or plain loads where Q is not aligned. Each
-  // thread later reads back only its own pieces (no barrier).
+  // Q_i's rows, fetched first into the rows' lo buffer (as stored, kRowStride per row) so that their latency overlaps
+  // H_i's and Z_i's: 16-byte asynchronous copies (zeros past the block's end), or plain loads where Q is not aligned.
+  // Each thread later reads back only its own pieces (no barrier).
 #pragma unroll
   for (int m = 0; m < kRowLoads; ++m) {
     const int piece = m * kThreads + threadIdx.x, r = piece / kLanes, c = piece % kLanes * 8;
@@ -253,7 +254,7 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
       continue;
     const bool valid = begin + r < end;
     float x[8];
-    unpack_f16x8(*reinterpret_cast<const uint4 *>(rows_lo + r * L::kRowStride + c), x);
+    unpack_x8<kBf16>(*reinterpret_cast<const uint4 *>(rows_lo + r * L::kRowStride + c), x);
     feature_map_x8<kLanes, PHI>(x);
     float dot = 0.0f;
 #pragma unroll
@@ -437,12 +438,12 @@ template <int D, int BLOCK_Q, int PHI> __device__ void linear_output(const SageS
       if (m0 + u >= kRowLoads || piece >= kRowPieces || begin + r >= end)
         continue;
       float x[8];
-      unpack_f16x8(bits[u], x);
+      unpack_x8<kBf16>(bits[u], x);
       const float4 left = *reinterpret_cast<const float4 *>(staged + r * kStageStride + c);
       const float4 right = *reinterpret_cast<const float4 *>(staged + r * kStageStride + c + 4);
       x[0] += left.x, x[1] += left.y, x[2] += left.z, x[3] += left.w;
       x[4] += right.x, x[5] += right.y, x[6] += right.z, x[7] += right.w;
-      store_f16x8(p.out, element_index(p.out_strides, b, h, begin + r, c), o_vector, pack_f16x8(x));
+      store_f16x8(p.out, element_index(p.out_strides, b, h, begin + r, c), o_vector, pack_x8<kBf16>(x));
     }
   }
 }

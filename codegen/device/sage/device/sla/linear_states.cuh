@@ -32,8 +32,10 @@ template <int D> struct StateWarpTiles {
 // Launch 3: h_j = phi(K_j)^T V_j, z_j = colsum(phi(K_j)) for one kv block of one kv head, kStateChunk tokens at a
 // time: every thread copies its pieces of the chunk's K and V rows (16 bytes each, D / 8 lanes per row) into shared
 // memory asynchronously; the next chunk's copies go out before this chunk's products (their latency overlaps them).
-// phi(K) is split in f16 hi + lo, V is f16; f32 accumulators in registers (StateWarpTiles).
-template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const SageSlaStateParams &p) {
+// phi(K) is split in f16 hi + lo, V is f16; f32 accumulators in registers (StateWarpTiles). kBf16: K and V are bf16,
+// phi(K) is split in bf16 hi + lo and the products run on bf16 operands (V exact whatever its magnitude:
+// tensor_core.cuh); h_j / s_j is stored in f16 as in an f16 module.
+template <int D, int BLOCK_KV, int PHI, bool kBf16> __device__ void linear_states(const SageSlaStateParams &p) {
   static_assert(D % 16 == 0 && D <= 128, "the tensor-core tiles take D in steps of 16, up to 128");
   using Tiles = StateWarpTiles<D>;
   constexpr int kStride = D + 8, kLanes = D / 8;
@@ -100,7 +102,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
         continue;
       const bool valid = chunk + r < end; // rows past the block's end stay 0 in phi(K) and V (phi(0) is not 0)
       float x[8], z[8];
-      unpack_f16x8(*reinterpret_cast<const uint4 *>(k_rows + r * kStride + column), x);
+      unpack_x8<kBf16>(*reinterpret_cast<const uint4 *>(k_rows + r * kStride + column), x);
       feature_map_x8<kLanes, PHI>(x);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -114,7 +116,7 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           z_partial[warp][lane * 9 + e] += z[e];
-      store_split8_packed(x, 1.0f, k_hi + r * kStride + column, k_lo + r * kStride + column);
+      store_split8_packed<kBf16>(x, 1.0f, k_hi + r * kStride + column, k_lo + r * kStride + column);
     }
     if (c + 1 < kChunks)
       load_chunk(begin + (c + 1) * kStateChunk, (c + 1) % 2); // that buffer's last reader was chunk c - 1
@@ -133,18 +135,18 @@ template <int D, int BLOCK_KV, int PHI> __device__ void linear_states(const Sage
             unsigned bv[4];
             load_b_pair_k_major(bv, b_v, k0, n0 + 8 * t);
             const unsigned first[2] = {bv[0], bv[1]}, second[2] = {bv[2], bv[3]};
-            mma_f16(acc[t], al, first);
-            mma_f16(acc[t], ah, first);
-            mma_f16(acc[t + 1], al, second);
-            mma_f16(acc[t + 1], ah, second);
+            mma_16bit<kBf16>(acc[t], al, first);
+            mma_16bit<kBf16>(acc[t], ah, first);
+            mma_16bit<kBf16>(acc[t + 1], al, second);
+            mma_16bit<kBf16>(acc[t + 1], ah, second);
           }
         } else {
 #pragma unroll
           for (int t = 0; t < Tiles::kColumnTiles; ++t) {
             unsigned bv[2];
             load_b<true>(bv, b_v, k0, n0 + 8 * t);
-            mma_f16(acc[t], al, bv);
-            mma_f16(acc[t], ah, bv);
+            mma_16bit<kBf16>(acc[t], al, bv);
+            mma_16bit<kBf16>(acc[t], ah, bv);
           }
         }
       }

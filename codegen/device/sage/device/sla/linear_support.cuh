@@ -18,13 +18,14 @@ template <int D> struct StateTile {
   __device__ static int first_row() { return (threadIdx.x / D) * kRows; }
 };
 
-// Splits 8 consecutive values into hi and lo f16 parts and stores each part as one 16-byte vector.
+// Splits 8 consecutive values into hi and lo f16 (kBf16: bf16) parts and stores each part as one 16-byte vector.
+template <bool kBf16 = false>
 __device__ __forceinline__ void store_split8(const float (&values)[8], float factor, unsigned short *hi,
                                              unsigned short *lo) {
   unsigned short h[8], l[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e)
-    split_f16(values[e] * factor, h[e], l[e]);
+    split_element<kBf16>(values[e] * factor, h[e], l[e]);
   *reinterpret_cast<uint4 *>(hi) =
       make_uint4(pack_f16x2(h[0], h[1]), pack_f16x2(h[2], h[3]), pack_f16x2(h[4], h[5]), pack_f16x2(h[6], h[7]));
   *reinterpret_cast<uint4 *>(lo) =
@@ -47,13 +48,36 @@ __device__ __forceinline__ void split_f16x2(float low, float high, unsigned &hi,
                      high - f16_value(static_cast<unsigned short>(hi >> 16)));
 }
 
+// pack_f16x2_rn, or its bf16 form (kBf16).
+template <bool kBf16> __device__ __forceinline__ unsigned pack_element_x2_rn(float low, float high) {
+  if constexpr (kBf16) {
+    unsigned bits;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(high), "f"(low));
+    return bits;
+  } else {
+    return pack_f16x2_rn(low, high);
+  }
+}
+
+// split_f16x2, or its bf16 form (kBf16: hi + lo in bf16, ~16 bits; tensor_core.cuh says where a bf16 module uses it).
+template <bool kBf16>
+__device__ __forceinline__ void split_element_x2(float low, float high, unsigned &hi, unsigned &lo) {
+  if constexpr (kBf16) {
+    hi = pack_element_x2_rn<true>(low, high);
+    lo = pack_element_x2_rn<true>(low - __uint_as_float(hi << 16), high - __uint_as_float(hi & 0xffff0000u));
+  } else {
+    split_f16x2(low, high, hi, lo);
+  }
+}
+
 // store_split8 with split_f16x2 (the same bits).
+template <bool kBf16 = false>
 __device__ __forceinline__ void store_split8_packed(const float (&values)[8], float factor, unsigned short *hi,
                                                     unsigned short *lo) {
   unsigned h[4], l[4];
 #pragma unroll
   for (int w = 0; w < 4; ++w)
-    split_f16x2(values[2 * w] * factor, values[2 * w + 1] * factor, h[w], l[w]);
+    split_element_x2<kBf16>(values[2 * w] * factor, values[2 * w + 1] * factor, h[w], l[w]);
   *reinterpret_cast<uint4 *>(hi) = make_uint4(h[0], h[1], h[2], h[3]);
   *reinterpret_cast<uint4 *>(lo) = make_uint4(l[0], l[1], l[2], l[3]);
 }
@@ -113,6 +137,24 @@ __device__ __forceinline__ void unpack_f16x8(uint4 bits, float (&x)[8]) {
 __device__ __forceinline__ uint4 pack_f16x8(const float (&x)[8]) {
   return make_uint4(pack_f16x2_rn(x[0], x[1]), pack_f16x2_rn(x[2], x[3]), pack_f16x2_rn(x[4], x[5]),
                     pack_f16x2_rn(x[6], x[7]));
+}
+
+// unpack_f16x8 and pack_f16x8 in the module's element type (kBf16: bf16).
+template <bool kBf16> __device__ __forceinline__ void unpack_x8(uint4 bits, float (&x)[8]) {
+  if constexpr (kBf16) {
+    const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      x[2 * w] = __uint_as_float(words[w] << 16);
+      x[2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
+    }
+  } else {
+    unpack_f16x8(bits, x);
+  }
+}
+template <bool kBf16> __device__ __forceinline__ uint4 pack_x8(const float (&x)[8]) {
+  return make_uint4(pack_element_x2_rn<kBf16>(x[0], x[1]), pack_element_x2_rn<kBf16>(x[2], x[3]),
+                    pack_element_x2_rn<kBf16>(x[4], x[5]), pack_element_x2_rn<kBf16>(x[6], x[7]));
 }
 
 // Sum and max over the kLanes consecutive lanes (a power of two <= 32) that hold one row.

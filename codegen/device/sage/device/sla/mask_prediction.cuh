@@ -13,13 +13,18 @@ constexpr int kPredictKeys = SAGE_SLA_PREDICT_KEYS;
 constexpr int kPredictMaxRows = SAGE_SLA_PREDICT_MAX_ROWS;
 static_assert(kPredictKeys >= 2 * kMaxKvBlocks, "two rows of the widest P_c per CTA");
 
-// Eight f16 values (16 bytes) to f32.
-__device__ __forceinline__ void halves_to_floats(const uint4 &bits, float (&out)[8]) {
+// Eight f16 (or bf16: kBf16) values (16 bytes) to f32.
+template <bool kBf16> __device__ __forceinline__ void halves_to_floats(const uint4 &bits, float (&out)[8]) {
   const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
-    asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * w]) : "h"(static_cast<unsigned short>(words[w] & 0xffffu)));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * w + 1]) : "h"(static_cast<unsigned short>(words[w] >> 16)));
+    if constexpr (kBf16) {
+      out[2 * w] = __uint_as_float(words[w] << 16);
+      out[2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
+    } else {
+      asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * w]) : "h"(static_cast<unsigned short>(words[w] & 0xffffu)));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * w + 1]) : "h"(static_cast<unsigned short>(words[w] >> 16)));
+    }
   }
 }
 
@@ -27,7 +32,7 @@ __device__ __forceinline__ void halves_to_floats(const uint4 &bits, float (&out)
 // Each thread reads 8 channels of a token with one 16-byte load (8 scalar loads where the tensor is not 16-byte
 // aligned; the summation order is the same either way, so equal blocks pool to equal means). pool(K) is written
 // transposed, [d][kv_blocks] per head, so that the prediction's threads (one kv block each) read it coalesced.
-template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void pool_blocks(const SageSlaPoolParams &p) {
+template <int D, int BLOCK_Q, int BLOCK_KV, bool kBf16> __device__ void pool_blocks(const SageSlaPoolParams &p) {
   constexpr int kChunkLanes = D / 8;                  // threads per token
   constexpr int kTokenLanes = kThreads / kChunkLanes; // tokens read at once
   static_assert(D % 8 == 0 && kThreads % kChunkLanes == 0, "D must be a multiple of 8 that divides the CTA by 8");
@@ -54,11 +59,12 @@ template <int D, int BLOCK_Q, int BLOCK_KV> __device__ void pool_blocks(const Sa
     const long long index = element_index(strides, b, h, t, c0);
     float values[8];
     if (aligned) {
-      halves_to_floats(__ldg(reinterpret_cast<const uint4 *>(static_cast<const unsigned short *>(x) + index)), values);
+      halves_to_floats<kBf16>(__ldg(reinterpret_cast<const uint4 *>(static_cast<const unsigned short *>(x) + index)),
+                              values);
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        values[e] = load_f16(x, index + e);
+        values[e] = load_element<kBf16>(x, index + e);
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e)

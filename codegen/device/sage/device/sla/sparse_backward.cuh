@@ -36,12 +36,13 @@ template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseBackwardLayout {
 };
 
 // The A fragment of the 16 x 16 slice (k = 16 s .. 16 s + 15) of a 16-row f32 accumulator held as 8-column tiles:
-// tiles 2 s and 2 s + 1, rounded to f16 (FlashAttention's P and dS stay in registers).
+// tiles 2 s and 2 s + 1, rounded to f16 (kBf16: bf16; FlashAttention's P and dS stay in registers).
+template <bool kBf16 = false>
 __device__ __forceinline__ void accumulators_to_a(unsigned (&a)[4], const float (&left)[4], const float (&right)[4]) {
-  a[0] = pack_f16x2(f16_bits(left[0]), f16_bits(left[1]));
-  a[1] = pack_f16x2(f16_bits(left[2]), f16_bits(left[3]));
-  a[2] = pack_f16x2(f16_bits(right[0]), f16_bits(right[1]));
-  a[3] = pack_f16x2(f16_bits(right[2]), f16_bits(right[3]));
+  a[0] = pack_f16x2(element_bits<kBf16>(left[0]), element_bits<kBf16>(left[1]));
+  a[1] = pack_f16x2(element_bits<kBf16>(left[2]), element_bits<kBf16>(left[3]));
+  a[2] = pack_f16x2(element_bits<kBf16>(right[0]), element_bits<kBf16>(right[1]));
+  a[3] = pack_f16x2(element_bits<kBf16>(right[2]), element_bits<kBf16>(right[3]));
 }
 
 // Asynchronous copies (cp.async, sm_80+): 16 bytes global -> shared without registers. Each stage_f16_rows call
@@ -82,7 +83,8 @@ __device__ void stage_f16_rows(unsigned short *tile, int stride, const void *sou
 // rows x D of an f32 [.., tokens, D] tensor (dO^s) into shared memory as f16, 8 values per step; each thread loads
 // eight steps (a 64 x 128 tile per 128 threads) before it stores them, so that their loads are in flight together.
 // `copy` (optional, [.., tokens, D] f16 like `source`): the valid rows also go there, for a later kernel's cp.async.
-template <int D>
+// kBf16: rounded to bf16 instead.
+template <int D, bool kBf16 = false>
 __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *source, int first, int rows, int valid,
                                int thread, int threads, unsigned short *copy = nullptr) {
   constexpr int kBatch = 8;
@@ -113,10 +115,11 @@ __device__ void stage_f32_rows(unsigned short *tile, int stride, const float *so
     for (int u = 0; u < kBatch; ++u) {
       const int e = e0 + u * threads, r = e / (D / 8), c = (e % (D / 8)) * 8;
       if (e < steps) {
-        const uint4 packed = make_uint4(pack_f16x2(f16_bits(values[u][0]), f16_bits(values[u][1])),
-                                        pack_f16x2(f16_bits(values[u][2]), f16_bits(values[u][3])),
-                                        pack_f16x2(f16_bits(values[u][4]), f16_bits(values[u][5])),
-                                        pack_f16x2(f16_bits(values[u][6]), f16_bits(values[u][7])));
+        const uint4 packed =
+            make_uint4(pack_f16x2(element_bits<kBf16>(values[u][0]), element_bits<kBf16>(values[u][1])),
+                       pack_f16x2(element_bits<kBf16>(values[u][2]), element_bits<kBf16>(values[u][3])),
+                       pack_f16x2(element_bits<kBf16>(values[u][4]), element_bits<kBf16>(values[u][5])),
+                       pack_f16x2(element_bits<kBf16>(values[u][6]), element_bits<kBf16>(values[u][7])));
         *reinterpret_cast<uint4 *>(tile + r * stride + c) = packed;
         if (copy != nullptr && r < valid)
           *reinterpret_cast<uint4 *>(copy + (static_cast<long long>(first) + r) * D + c) = packed;
@@ -150,8 +153,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 // c[n] = A[m0:m0+16, 0:D] B[0:D, 8n:8n+8] for n < N / 8, with A and B^T both stored [row][feature] (Q K^T, V dO^T,
-// K Q^T, dO V^T).
-template <int D, int N>
+// K Q^T, dO V^T). kBf16 (here and in the products below): bf16 operands.
+template <int D, int N, bool kBf16 = false>
 __device__ __forceinline__ void mma_rows_by_rows(float (&c)[N / 8][4], SharedF16 a, SharedF16 b, int m0) {
 #pragma unroll
   for (int n = 0; n < N / 8; ++n)
@@ -166,42 +169,44 @@ __device__ __forceinline__ void mma_rows_by_rows(float (&c)[N / 8][4], SharedF16
     for (int n = 0; n < N / 8; n += 2) {
       unsigned bf[2][2];
       load_b_pair<false>(bf, b, k0, n * 8);
-      mma_f16(c[n], fragment, bf[0]);
-      mma_f16(c[n + 1], fragment, bf[1]);
+      mma_16bit<kBf16>(c[n], fragment, bf[0]);
+      mma_16bit<kBf16>(c[n + 1], fragment, bf[1]);
     }
   }
 }
 
 // c[n] += P[16 x K] B[0:K, 8n:8n+8] for n < D / 8, with P in registers (K / 8 accumulator tiles) and B stored
 // [k][feature] (P V, dS K, P^T dO, dS^T Q).
-template <int K, int D>
+template <int K, int D, bool kBf16 = false>
 __device__ __forceinline__ void mma_registers_by_rows(float (&c)[D / 8][4], const float (&p)[K / 8][4], SharedF16 b) {
 #pragma unroll
   for (int s = 0; s < K / 16; ++s) {
     unsigned fragment[4];
-    accumulators_to_a(fragment, p[2 * s], p[2 * s + 1]);
+    accumulators_to_a<kBf16>(fragment, p[2 * s], p[2 * s + 1]);
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
       unsigned bf[2][2];
       load_b_pair<true>(bf, b, s * 16, n * 8);
-      mma_f16(c[n], fragment, bf[0]);
-      mma_f16(c[n + 1], fragment, bf[1]);
+      mma_16bit<kBf16>(c[n], fragment, bf[0]);
+      mma_16bit<kBf16>(c[n + 1], fragment, bf[1]);
     }
   }
 }
 
 // P as f16 A fragments (half the registers of its f32 accumulators), and the product with B stored [k][feature].
-template <int K> __device__ __forceinline__ void pack_fragments(unsigned (&a)[K / 16][4], const float (&p)[K / 8][4]) {
+template <int K, bool kBf16 = false>
+__device__ __forceinline__ void pack_fragments(unsigned (&a)[K / 16][4], const float (&p)[K / 8][4]) {
 #pragma unroll
   for (int s = 0; s < K / 16; ++s)
-    accumulators_to_a(a[s], p[2 * s], p[2 * s + 1]);
+    accumulators_to_a<kBf16>(a[s], p[2 * s], p[2 * s + 1]);
 }
 // Element e of accumulator tile t, as pack_fragments rounded it.
-template <int K> __device__ __forceinline__ float fragment_value(const unsigned (&a)[K / 16][4], int t, int e) {
+template <int K, bool kBf16 = false>
+__device__ __forceinline__ float fragment_value(const unsigned (&a)[K / 16][4], int t, int e) {
   const unsigned word = a[t / 2][(t % 2) * 2 + e / 2];
-  return f16_value(static_cast<unsigned short>(e % 2 == 0 ? word & 0xffffu : word >> 16));
+  return element_value<kBf16>(static_cast<unsigned short>(e % 2 == 0 ? word & 0xffffu : word >> 16));
 }
-template <int K, int D>
+template <int K, int D, bool kBf16 = false>
 __device__ __forceinline__ void mma_fragments_by_rows(float (&c)[D / 8][4], const unsigned (&a)[K / 16][4],
                                                       SharedF16 b) {
 #pragma unroll
@@ -210,14 +215,14 @@ __device__ __forceinline__ void mma_fragments_by_rows(float (&c)[D / 8][4], cons
     for (int n = 0; n < D / 8; n += 2) {
       unsigned bf[2][2];
       load_b_pair<true>(bf, b, s * 16, n * 8);
-      mma_f16(c[n], a[s], bf[0]);
-      mma_f16(c[n + 1], a[s], bf[1]);
+      mma_16bit<kBf16>(c[n], a[s], bf[0]);
+      mma_16bit<kBf16>(c[n + 1], a[s], bf[1]);
     }
 }
 
 // Two independent products of mma_rows_by_rows (c = A B, e = F G, same m0) in one loop over k: twice the
 // independent tensor-core work between the operand loads of a step (the fused kernel runs 2 warps per scheduler).
-template <int D, int N>
+template <int D, int N, bool kBf16 = false>
 __device__ __forceinline__ void mma_two_rows_by_rows(float (&c)[N / 8][4], SharedF16 a, SharedF16 b,
                                                      float (&e)[N / 8][4], SharedF16 f, SharedF16 g, int m0) {
 #pragma unroll
@@ -237,15 +242,15 @@ __device__ __forceinline__ void mma_two_rows_by_rows(float (&c)[N / 8][4], Share
       unsigned bb[2][2], bg[2][2];
       load_b_pair<false>(bb, b, k0, n * 8);
       load_b_pair<false>(bg, g, k0, n * 8);
-      mma_f16(c[n], fa, bb[0]);
-      mma_f16(e[n], ff, bg[0]);
-      mma_f16(c[n + 1], fa, bb[1]);
-      mma_f16(e[n + 1], ff, bg[1]);
+      mma_16bit<kBf16>(c[n], fa, bb[0]);
+      mma_16bit<kBf16>(e[n], ff, bg[0]);
+      mma_16bit<kBf16>(c[n + 1], fa, bb[1]);
+      mma_16bit<kBf16>(e[n + 1], ff, bg[1]);
     }
   }
 }
 // Two independent products of mma_fragments_by_rows (c += A B, e += F G) in one loop.
-template <int K, int D>
+template <int K, int D, bool kBf16 = false>
 __device__ __forceinline__ void mma_two_fragments_by_rows(float (&c)[D / 8][4], const unsigned (&a)[K / 16][4],
                                                           SharedF16 b, float (&e)[D / 8][4],
                                                           const unsigned (&f)[K / 16][4], SharedF16 g) {
@@ -256,10 +261,10 @@ __device__ __forceinline__ void mma_two_fragments_by_rows(float (&c)[D / 8][4], 
       unsigned bb[2][2], bg[2][2];
       load_b_pair<true>(bb, b, s * 16, n * 8);
       load_b_pair<true>(bg, g, s * 16, n * 8);
-      mma_f16(c[n], a[s], bb[0]);
-      mma_f16(e[n], f[s], bg[0]);
-      mma_f16(c[n + 1], a[s], bb[1]);
-      mma_f16(e[n + 1], f[s], bg[1]);
+      mma_16bit<kBf16>(c[n], a[s], bb[0]);
+      mma_16bit<kBf16>(e[n], f[s], bg[0]);
+      mma_16bit<kBf16>(c[n + 1], a[s], bb[1]);
+      mma_16bit<kBf16>(e[n + 1], f[s], bg[1]);
     }
 }
 
@@ -275,8 +280,8 @@ __device__ __forceinline__ float quad_sum(float value) {
 
 // Statistics kernel (launch 2c): one q block of one q head, BLOCK_Q / 16 warps, over the critical kv blocks: L
 // (online softmax) and O^s, then D^s = rowsum(dO^s o O^s) (dO^s in f32). Writes L, D^s and dO^s as f16 for the fused
-// kernel.
-template <int D, int BLOCK_Q, int BLOCK_KV>
+// kernel. kBf16: Q, K, V are bf16, and the products run on bf16 operands (dO^s, P rounded to bf16).
+template <int D, int BLOCK_Q, int BLOCK_KV, bool kBf16>
 __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
   using L = SparseBackwardLayout<D, BLOCK_Q, BLOCK_KV>;
   constexpr int kThreadsHere = BLOCK_Q * 2, kKeyTiles = BLOCK_KV / 8, kFeatureTiles = D / 8;
@@ -293,7 +298,8 @@ __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
   const float *d_out = p.d_sparse + head * p.shape.tokens_q * D;
   stage_f16_rows<D>(q_tile, L::kStride, p.q, p.q_strides, b, h, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere);
   unsigned short *d_out_f16 = p.d_sparse_f16 + head * p.shape.tokens_q * D;
-  stage_f32_rows<D>(do_tile, L::kStride, d_out, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere, d_out_f16);
+  stage_f32_rows<D, kBf16>(do_tile, L::kStride, d_out, begin, BLOCK_Q, valid_rows, threadIdx.x, kThreadsHere,
+                           d_out_f16);
   const SharedF16 q_rows{q_tile, L::kStride}, do_rows{do_tile, L::kStride};
   const SharedF16 k_rows{k_tile, L::kStride}, v_rows{v_tile, L::kStride};
   const int *critical = p.critical_lut + row_block * p.shape.critical_per_row;
@@ -328,7 +334,7 @@ __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
       wait_staged<1>(); // K_n (and Q) landed; V_n may be in flight
       __syncthreads();
       float s[kKeyTiles][4];
-      mma_rows_by_rows<D, BLOCK_KV>(s, q_rows, k_rows, m0);
+      mma_rows_by_rows<D, BLOCK_KV, kBf16>(s, q_rows, k_rows, m0);
       float block_max[2] = {negative_infinity, negative_infinity};
 #pragma unroll
       for (int t = 0; t < kKeyTiles; ++t)
@@ -362,7 +368,7 @@ __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
       stage_block(k_tile, p.k, p.k_strides, n + 1);
       wait_staged<1>(); // V_n landed
       __syncthreads();
-      mma_registers_by_rows<BLOCK_KV, D>(o, s, v_rows);
+      mma_registers_by_rows<BLOCK_KV, D, kBf16>(o, s, v_rows);
       __syncthreads(); // every warp is done with V_n
       stage_block(v_tile, p.v, p.v_strides, n + 1);
     }
@@ -396,8 +402,9 @@ __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
 // Delta kernel (launch 2d, instead of 2c where the forward saved L): one q block of one q head, 256 threads.
 // D^s = rowsum(dO^s o O^s) with the forward's O^s (f16, as FlashAttention-2 forms D from the saved O) and dO^s in
 // f32; dO^s also goes out as f16 for the fused kernel. kLanes = D / 4 lanes per row, 4 columns each (16 bytes of dO^s,
-// 8 of O^s); a thread loads all its rows before it reduces, so that their loads are in flight together.
-template <int D, int BLOCK_Q> __device__ void sparse_row_delta(const SageSlaSparseDeltaParams &p) {
+// 8 of O^s); a thread loads all its rows before it reduces, so that their loads are in flight together. kBf16: O^s is
+// bf16, and dO^s goes out as bf16.
+template <int D, int BLOCK_Q, bool kBf16> __device__ void sparse_row_delta(const SageSlaSparseDeltaParams &p) {
   constexpr int kThreadsHere = 256, kLanes = D / 4, kRowsPerPass = kThreadsHere / kLanes;
   constexpr int kPasses = (BLOCK_Q + kRowsPerPass - 1) / kRowsPerPass;
   static_assert(D % 4 == 0 && kLanes <= 32 && 32 % kLanes == 0, "a row's lanes within one warp");
@@ -444,15 +451,15 @@ template <int D, int BLOCK_Q> __device__ void sparse_row_delta(const SageSlaSpar
   for (int pass = 0; pass < kPasses; ++pass) {
     const int row = first + pass * kRowsPerPass;
     const float4 g = gradient[pass];
-    float dot = g.x * f16_value(output[pass][0]) + g.y * f16_value(output[pass][1]) + g.z * f16_value(output[pass][2]) +
-                g.w * f16_value(output[pass][3]);
+    float dot = g.x * element_value<kBf16>(output[pass][0]) + g.y * element_value<kBf16>(output[pass][1]) +
+                g.z * element_value<kBf16>(output[pass][2]) + g.w * element_value<kBf16>(output[pass][3]);
 #pragma unroll
     for (int offset = kLanes / 2; offset > 0; offset /= 2) // the row's lanes: kLanes consecutive ones of a warp
       dot += __shfl_xor_sync(0xffffffffu, dot, offset);
     if (row < valid_rows) {
       unsigned short *y = d_out_f16 + static_cast<long long>(row) * D + c0;
-      *reinterpret_cast<uint2 *>(y) =
-          make_uint2(pack_f16x2(f16_bits(g.x), f16_bits(g.y)), pack_f16x2(f16_bits(g.z), f16_bits(g.w)));
+      *reinterpret_cast<uint2 *>(y) = make_uint2(pack_f16x2(element_bits<kBf16>(g.x), element_bits<kBf16>(g.y)),
+                                                 pack_f16x2(element_bits<kBf16>(g.z), element_bits<kBf16>(g.w)));
       if (lane == 0)
         p.delta[head * p.shape.tokens_q + begin + row] = dot;
     }
@@ -490,8 +497,9 @@ template <int D, int BLOCK_Q, int BLOCK_KV> struct SparseFusedLayout {
 // L), dV += P^T dO^s, dP^T = V dO^s^T, dS^T = P^T o (dP^T - D^s), dK += dS^T Q / sqrt(d) (registers), and dQ += dS K /
 // sqrt(d) through shared memory (dS^T, f16) and f32 reductions. S and exp are computed once per pair (the rows and kv
 // kernels computed them three times). Q, dO^s (the statistics kernel's f16 copy), L and D^s of the next q block load
-// during this one's products where there are two stages.
-template <int D, int BLOCK_Q, int BLOCK_KV>
+// during this one's products where there are two stages. kBf16: Q, K, V and the dO^s copy are bf16, and so are the
+// products' operands (P^T, dS^T rounded to bf16).
+template <int D, int BLOCK_Q, int BLOCK_KV, bool kBf16>
 __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams &p) {
   using L = SparseFusedLayout<D, BLOCK_Q, BLOCK_KV>;
   constexpr int kThreadsHere = BLOCK_KV * 2, kWarps = BLOCK_KV / 16, kQueryTiles = BLOCK_Q / 8;
@@ -578,7 +586,7 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
     unsigned p_fragments[BLOCK_Q / 16][4], ds_fragments[BLOCK_Q / 16][4];
     {
       float s[kQueryTiles][4], ds[kQueryTiles][4];
-      mma_two_rows_by_rows<D, BLOCK_Q>(s, k_rows, q_rows, ds, v_rows, do_rows, m0);
+      mma_two_rows_by_rows<D, BLOCK_Q, kBf16>(s, k_rows, q_rows, ds, v_rows, do_rows, m0);
 #pragma unroll
       for (int t = 0; t < kQueryTiles; ++t)
 #pragma unroll
@@ -586,15 +594,16 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
           const int query = t * 8 + tile_col() + (e & 1);
           s[t][e] = query < rows ? exp2_approx(s[t][e] * scale_log2 - lse[query] * kLog2e) : 0.0f; // P^T
         }
-      pack_fragments<BLOCK_Q>(p_fragments, s);
+      pack_fragments<BLOCK_Q, kBf16>(p_fragments, s);
 #pragma unroll
       for (int t = 0; t < kQueryTiles; ++t)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int query = t * 8 + tile_col() + (e & 1);
-          ds[t][e] = fragment_value<BLOCK_Q>(p_fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
+          ds[t][e] =
+              fragment_value<BLOCK_Q, kBf16>(p_fragments, t, e) * (ds[t][e] - delta[query]); // 0 past the q block
         }
-      pack_fragments<BLOCK_Q>(ds_fragments, ds);
+      pack_fragments<BLOCK_Q, kBf16>(ds_fragments, ds);
     }
     // This warp's 16 rows of dS^T into shared memory ([key][query], f16): dQ needs every warp's keys.
 #pragma unroll
@@ -606,7 +615,7 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
       *reinterpret_cast<unsigned *>(top + 8) = ds_fragments[t][2];
       *reinterpret_cast<unsigned *>(bottom + 8) = ds_fragments[t][3];
     }
-    mma_two_fragments_by_rows<BLOCK_Q, D>(dv, p_fragments, do_rows, dk, ds_fragments, q_rows);
+    mma_two_fragments_by_rows<BLOCK_Q, D, kBf16>(dv, p_fragments, do_rows, dk, ds_fragments, q_rows);
     __syncthreads(); // dS^T complete
     // dQ[q block] += dS K / sqrt(d): warp w takes the q rows 16 w, 16 (w + warps), ..., kChunk columns at a time.
     float *dq = p.dq + (head * tokens_q + begin) * D;
@@ -627,8 +636,8 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
           for (int t = 0; t < kChunk / 8; t += 2) {
             unsigned bf[2][2];
             load_b_pair<true>(bf, k_rows, k0, c0 + t * 8);
-            mma_f16(acc[t], a, bf[0]);
-            mma_f16(acc[t + 1], a, bf[1]);
+            mma_16bit<kBf16>(acc[t], a, bf[0]);
+            mma_16bit<kBf16>(acc[t + 1], a, bf[1]);
           }
         }
         const int row_top = qt * 16 + tile_row();
@@ -671,15 +680,16 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
 }
 
 // The fused kernel's entry: the wgmma kernel (sla/sparse_backward_sm90.cuh) on sm_90a for the shapes abi.cuh's
-// sage_sla_sparse_fused_wgmma names (the host sizes shared memory by the same function), mma.sync elsewhere.
-template <int D, int BLOCK_Q, int BLOCK_KV>
+// sage_sla_sparse_fused_wgmma names (the host sizes shared memory by the same function), mma.sync elsewhere and in a
+// bf16 module.
+template <int D, int BLOCK_Q, int BLOCK_KV, bool kBf16>
 __device__ void sparse_fused_backward(const SageSlaSparseBackwardParams &p) {
 #if SAGE_SLA_SPARSE_FUSED_SM90
-  if constexpr (sage_sla_sparse_fused_wgmma(90, D, BLOCK_Q, BLOCK_KV))
+  if constexpr (sage_sla_sparse_fused_wgmma(90, D, BLOCK_Q, BLOCK_KV, kBf16))
     sparse_fused_backward_wgmma<D, BLOCK_Q, BLOCK_KV>(p);
   else
 #endif
-    sparse_fused_backward_mma_sync<D, BLOCK_Q, BLOCK_KV>(p);
+    sparse_fused_backward_mma_sync<D, BLOCK_Q, BLOCK_KV, kBf16>(p);
 }
 
 } // namespace sage::device::sla

@@ -31,6 +31,37 @@ __device__ __forceinline__ void split_f16(float value, unsigned short &hi, unsig
   lo = f16_bits(value - f16_value(hi));
 }
 
+// ---- The module's element type (Q, K, V, O^s, O; kBf16: bf16, else f16). The f16 forms are the functions above. In
+// a bf16 module the products that take those tensors' rows as they are (V in the states, V and dh_j in the kv backward,
+// the sparse part's Q, K, V, dO^s, P, dS) run on bf16 tensor-core operands: bf16 keeps f32's exponent range, so V of
+// any magnitude (1e5 overflows f16) is exact, and a split x = hi + lo in bf16 carries ~16 bits of x (the dropped lo*lo
+// term is ~2^-16 relative), still 2^7 finer than the bf16 outputs' rounding (the states behind them are stored with
+// 11 bits, as in an f16 module).
+
+template <bool kBf16> __device__ __forceinline__ unsigned short element_bits(float value) {
+  if constexpr (kBf16) {
+    unsigned short bits;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(value));
+    return bits;
+  } else {
+    return f16_bits(value);
+  }
+}
+
+template <bool kBf16> __device__ __forceinline__ float element_value(unsigned short bits) {
+  if constexpr (kBf16)
+    return __uint_as_float(static_cast<unsigned>(bits) << 16); // exact
+  else
+    return f16_value(bits);
+}
+
+// x = hi + lo in the element type.
+template <bool kBf16>
+__device__ __forceinline__ void split_element(float value, unsigned short &hi, unsigned short &lo) {
+  hi = element_bits<kBf16>(value);
+  lo = element_bits<kBf16>(value - element_value<kBf16>(hi));
+}
+
 __device__ __forceinline__ unsigned shared_address(const void *pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }
@@ -60,6 +91,18 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], c
                "{%0, %1, %2, %3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// mma_f16, or its bf16 form (bf16 operands, f32 accumulation).
+template <bool kBf16>
+__device__ __forceinline__ void mma_16bit(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  if constexpr (kBf16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    mma_f16(c, a, b);
 }
 
 // One f16 matrix in shared memory, row-major with `stride` elements per row (a multiple of 8, so every ldmatrix row
