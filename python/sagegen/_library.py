@@ -4,7 +4,7 @@ import ctypes
 import glob
 import os
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _NAME = "libsagegen_c.so"

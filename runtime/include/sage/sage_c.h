@@ -10,6 +10,7 @@
  * crosses this boundary.
  *
  * Version 1 (sage_attention_run with bare pointers and a shape without head dim) is gone: it could not be made safe.
+ * Version 3 added sage_sla_config.dtype (bf16 SLA) at the end of that struct.
  * Strides are in elements. */
 #ifndef SAGE_C_H
 #define SAGE_C_H
@@ -20,7 +21,7 @@
 extern "C" {
 #endif
 
-#define SAGE_ABI_VERSION 2
+#define SAGE_ABI_VERSION 3
 
 typedef enum sage_status {
   SAGE_OK = 0,
