@@ -1,50 +1,39 @@
-// Special functions (ex2, lg2) and the packing conversions between f32 and the mma operand types.
-#include "sage/codegen/PtxEmitters.h"
+// The scalar PTX atoms every mma family shares (sm80, sm90, hence sm120 and SLA): the special functions ex2/lg2, the
+// packing conversions between f32 and the mma operand types (f16, bf16, s8, e4m3), and an input element as f32. One
+// copy: the sm80 and sm90 kernels compute the same function with the same instructions.
+#pragma once
 
-namespace sage::codegen {
+namespace sage::device {
 
-std::string emitExp2Function() {
-  return R"(// 2^x (ex2.approx.ftz: 2 ulp, flushes denormals; 2^-inf = +0)
+// 2^x (ex2.approx.ftz: 2 ulp, flushes denormals; 2^-inf = +0)
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-)";
-}
 
-std::string emitLog2Function() {
-  return R"(// log2(x) (lg2.approx.ftz)
+// log2(x) (lg2.approx.ftz)
 __device__ __forceinline__ float fast_log2(float x) {
   float y;
   asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-)";
-}
 
-std::string emitPackF16x2Function() {
-  return R"(// Two f32 -> one f16x2 register, round to nearest even; `low` in bits 0-15
+// Two f32 -> one f16x2 register, round to nearest even; `low` in bits 0-15
 __device__ __forceinline__ unsigned pack_f16x2(float low, float high) {
   unsigned packed;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
   return packed;
 }
-)";
-}
 
-std::string emitPackBf16x2Function() {
-  return R"(// Two f32 -> one bf16x2 register, round to nearest even; `low` in bits 0-15
+// Two f32 -> one bf16x2 register, round to nearest even; `low` in bits 0-15
 __device__ __forceinline__ unsigned pack_bf16x2(float low, float high) {
   unsigned packed;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
   return packed;
 }
-)";
-}
 
-std::string emitUnpackF16x2Function() {
-  return R"(// One f16x2 register -> two f32 (exact)
+// One f16x2 register -> two f32 (exact)
 __device__ __forceinline__ void unpack_f16x2(unsigned packed, float &low, float &high) {
   asm("{\n"
       "  .reg .f16 low_half, high_half;\n"
@@ -55,21 +44,15 @@ __device__ __forceinline__ void unpack_f16x2(unsigned packed, float &low, float 
       : "=f"(low), "=f"(high)
       : "r"(packed));
 }
-)";
-}
 
-std::string emitScaleF16x2Function() {
-  return R"(// Both halves of an f16x2 register times the halves of `factor` (mul.rn.f16x2)
+// Both halves of an f16x2 register times the halves of `factor` (mul.rn.f16x2)
 __device__ __forceinline__ unsigned scale_f16x2(unsigned value, unsigned factor) {
   unsigned product;
   asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(product) : "r"(value), "r"(factor));
   return product;
 }
-)";
-}
 
-std::string emitPackS8x4Function() {
-  return R"(// Four f32 -> four saturated int8 codes (round to nearest even) in one register; x0 in bits 0-7
+// Four f32 -> four saturated int8 codes (round to nearest even) in one register; x0 in bits 0-7
 __device__ __forceinline__ unsigned pack_s8x4(float x0, float x1, float x2, float x3) {
   unsigned packed;
   asm("{\n"
@@ -86,11 +69,8 @@ __device__ __forceinline__ unsigned pack_s8x4(float x0, float x1, float x2, floa
       : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
   return packed;
 }
-)";
-}
 
-std::string emitPackE4m3x4Function() {
-  return R"(// Four f32 -> four e4m3 codes (round to nearest even, saturate to +-448) in one register; x0 in bits 0-7
+// Four f32 -> four e4m3 codes (round to nearest even, saturate to +-448) in one register; x0 in bits 0-7
 __device__ __forceinline__ unsigned pack_e4m3x4(float x0, float x1, float x2, float x3) {
   unsigned packed;
   asm("{\n"
@@ -103,7 +83,16 @@ __device__ __forceinline__ unsigned pack_e4m3x4(float x0, float x1, float x2, fl
       : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
   return packed;
 }
-)";
+
+// An f16 or bf16 element of the caller's tensors as f32 (exact)
+template <bool kBf16> __device__ __forceinline__ float decode_input_element(unsigned short bits) {
+  if constexpr (kBf16) {
+    return __uint_as_float(static_cast<unsigned>(bits) << 16); // bf16 is the top half of an f32
+  } else {
+    float value;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(value) : "h"(bits));
+    return value;
+  }
 }
 
-} // namespace sage::codegen
+} // namespace sage::device
