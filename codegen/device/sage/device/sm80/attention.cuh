@@ -37,8 +37,7 @@ extern __shared__ __align__(128) unsigned char shared_memory[];
 // The kernel reads params.offsets.X exactly when X is true here (tests/prologue/WorkspaceContractTest.cpp checks
 // that the layout reserves each of them and the prologue writes it).
 template <class Config> struct WorkspaceReads {
-  static constexpr bool kFp4 = Config::kPv == PvPath::e2m1_decoded;
-  static constexpr bool kCodes = Config::kPv == PvPath::int8_per_block || Config::kPv == PvPath::e4m3_accumulate_f32;
+  static constexpr bool kFp4 = Geometry<Config>::kFp4, kCodes = Geometry<Config>::kCodes;
   static constexpr bool q_codes = true; // Q's codes, or its 16-bit copy (unquantized Q)
   static constexpr bool k_codes = true;
   static constexpr bool q_scales = Config::kQuantizedQk || kFp4; // f32 per scale group, or FP4 microscales
@@ -143,11 +142,9 @@ template <class Config> struct KvStream {
   }
 };
 
-// The steps of O_i^j += P~_i^j V_j of the Config's P.V path
+// The steps of O_i^j += P~_i^j V_j of an f16 or 8-bit-code P.V path (FP4 by emulation: Fp4Steps<Config>)
 template <class Config>
-using ValueSteps = typename SelectType<
-    Geometry<Config>::kFp4, Fp4Steps<Config>,
-    typename SelectType<Geometry<Config>::kCodes, CodeValueSteps<Config>, F16ValueSteps<Config>>::type>::type;
+using ValueSteps = typename SelectType<Geometry<Config>::kCodes, CodeValueSteps<Config>, F16ValueSteps<Config>>::type;
 
 // ---- One step of the main loop: KV block j, in pipeline stage (iteration % kStages) ----
 // kMasked: only blocks that cross the end of the sequence (or the causal diagonal) run the mask code.
