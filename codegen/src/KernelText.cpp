@@ -2,36 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <stdexcept>
-
 namespace sage::codegen::detail {
-
-std::string substitute(std::string_view text, std::initializer_list<std::pair<std::string_view, std::string>> values) {
-  std::string result;
-  result.reserve(text.size());
-  size_t position = 0;
-  while (position < text.size()) {
-    size_t open = text.find('@', position);
-    if (open == std::string_view::npos) {
-      result.append(text.substr(position));
-      break;
-    }
-    size_t close = text.find('@', open + 1);
-    if (close == std::string_view::npos)
-      throw std::logic_error("kernel template: unmatched '@'");
-    std::string_view key = text.substr(open + 1, close - open - 1);
-    const std::string *value = nullptr;
-    for (const auto &[name, replacement] : values)
-      if (name == key)
-        value = &replacement;
-    if (!value)
-      throw std::logic_error("kernel template: no value for @" + std::string(key) + "@");
-    result.append(text.substr(position, open - position));
-    result.append(*value);
-    position = close + 1;
-  }
-  return result;
-}
 
 std::string floatLiteral(double value) {
   std::string text = fmt::format("{}", static_cast<float>(value));

@@ -1,4 +1,5 @@
-// The writer of sm80.mma_sync plans: the detail::emit* pipeline of src/Kernel*.cpp (KernelText.h).
+// The writer of sm80.mma_sync plans: a Config struct of the plan's and the variant's constants and the extern "C"
+// entry point of sage::device::sm80::attention_kernel<Config> (sage/device/sm80/attention.cuh).
 #pragma once
 
 #include "sage/codegen/ScheduleKernelWriter.h"

@@ -169,7 +169,7 @@ TEST_CASE("P~ microscaled with the group-generic helpers (NVFP4 two-level and di
       std::vector<double> expected = row;
       sage::reference::quantizeProbabilities(expected, spec);
 
-      // The attention kernel's steps (KernelFp4Steps.cpp, quantize_probabilities): the row max of P~ (a quad max of
+      // The attention kernel's steps (sm80/fp4_steps.cuh, quantize_probabilities): the row max of P~ (a quad max of
       // fmaxf over non-negative values), s_P1, then per group the amax, its scale code, value and inverse.
       float row_max = 0.0f;
       for (double p : row)

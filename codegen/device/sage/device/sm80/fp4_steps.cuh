@@ -2,18 +2,24 @@
 // without the block-scaled mma): the decode of staged e2m1 codes x microscales into 16-bit tiles in shared memory,
 // P~'s microscaling in registers (reference::quantizeProbabilities' f32 steps) and the P.V product over the decoded
 // V_j^T. The arithmetic on single values is sage/device/fp4/microscaling.cuh, host-tested against sage::numerics.
-// The generated kernel includes this header after its constants (kFp4Group, kTwoLevelP, kRowTiles, kPvSteps, ...),
-// its PTX wrappers and its tile helpers, whose names it uses, and names the wrappers it emitted for the 16-bit type.
+// The 16-bit type the codes decode to is the Config's Q.K^T operand (sage::fp4DecodedType: f16 for NVFP4, bf16 for
+// MXFP4); both products are m16n8k16 mma of that type with an f32 accumulator.
 #pragma once
 
+#include "sage/device/conversions.cuh"
 #include "sage/device/fp4/microscaling.cuh"
+#include "sage/device/sm80/geometry.cuh"
 
 namespace sage::device::sm80 {
 
-// kPackDecoded: unsigned(float low, float high), two decoded values as one 16-bit x2 register (pack_f16x2 for NVFP4,
-// pack_bf16x2 for MXFP4: sage::fp4DecodedType). kPvMma: the kernel's m16n8k16 wrapper of that type with an f32
-// accumulator, void(float (&)[4], const unsigned (&)[4], unsigned, unsigned).
-template <auto kPackDecoded, auto kPvMma> struct Fp4Steps {
+template <class Config> struct Fp4Steps {
+  using G = Geometry<Config>;
+  static constexpr int kRowTiles = G::kRowTiles, kScoreTiles = G::kScoreTiles, kOutputTiles = G::kOutputTiles;
+  static constexpr int kPvSteps = G::kPvSteps, kThreads = G::kThreads, kVRowBytes = Config::kVRowBytes;
+  static constexpr int kFp4Group = Config::kFp4Group;
+  static constexpr bool kTwoLevelP = Config::kTwoLevelP;
+  static_assert(G::kFp4, "FP4 by emulation");
+
   // ---- Shared-memory words ----
   static __device__ __forceinline__ unsigned load_shared_u32(unsigned address) {
     unsigned value;
@@ -27,7 +33,12 @@ template <auto kPackDecoded, auto kPvMma> struct Fp4Steps {
   }
 
   // Two decoded values (exactly representable) as the mma's 16-bit x2 operand register; `low` in bits 0-15
-  static __device__ __forceinline__ unsigned pack_decoded(float low, float high) { return kPackDecoded(low, high); }
+  static __device__ __forceinline__ unsigned pack_decoded(float low, float high) {
+    if constexpr (Config::kQk == QkOperands::bf16)
+      return pack_bf16x2(low, high);
+    else
+      return pack_f16x2(low, high);
+  }
 
   // ---- Step: e2m1 codes x microscales -> 16-bit tiles in shared memory (exact: the legalization's sage.decode) ----
   // A tile of kRows x kElements codes as copy_tile_async staged it (kElements / 2 bytes per row, swizzled), its
@@ -139,8 +150,8 @@ template <auto kPackDecoded, auto kPvMma> struct Fp4Steps {
         ldmatrix_x4(v_fragment, tile_address(v_tile, lane_offset, tile * kMmaColumns * kVRowBytes, pair * 4));
 #pragma unroll
         for (int row_tile = 0; row_tile < kRowTiles; ++row_tile) {
-          kPvMma(block_product[row_tile], p_fragment[row_tile][2 * pair], v_fragment[0], v_fragment[1]);
-          kPvMma(block_product[row_tile], p_fragment[row_tile][2 * pair + 1], v_fragment[2], v_fragment[3]);
+          pv_mma<Config>(block_product[row_tile], p_fragment[row_tile][2 * pair], v_fragment[0], v_fragment[1]);
+          pv_mma<Config>(block_product[row_tile], p_fragment[row_tile][2 * pair + 1], v_fragment[2], v_fragment[3]);
         }
       }
 #pragma unroll

@@ -1,12 +1,15 @@
 // Two-level accumulation of the sm80 (mma.sync) attention kernel: every kFlushPeriod KV blocks the P.V mma's
-// accumulator (f16, or f32) is added into an outer f32 one and restarted. The generated kernel includes this header
-// after its constants and PTX wrappers (unpack_f16x2 where the accumulator is f16).
+// accumulator (f16, or f32) is added into an outer f32 one and restarted.
 #pragma once
+
+#include "sage/device/conversions.cuh"
+#include "sage/device/sm80/geometry.cuh"
 
 namespace sage::device::sm80 {
 
 // kRegisters per n8 tile: 2 for an f16 accumulator (f16x2 words), 4 for an f32 one.
-template <class Accumulator, int kRegisters>
+template <class Config, class Accumulator, int kRegisters, int kRowTiles = Geometry<Config>::kRowTiles,
+          int kOutputTiles = Geometry<Config>::kOutputTiles>
 __device__ __forceinline__ void flush_accumulator(float (&o_flushed)[kRowTiles][kOutputTiles][4],
                                                   Accumulator (&o_accumulator)[kRowTiles][kOutputTiles][kRegisters]) {
   static_assert(kRegisters == 2 || kRegisters == 4, "an f16 (2 words) or f32 (4 floats) accumulator");

@@ -1,27 +1,35 @@
 // Steps of O_i^j += P~_i^j V_j of the sm80 (mma.sync) attention kernel with 8-bit P~ codes (PvPath::int8_per_block
 // and e4m3_accumulate_f32): P~ / P's static scale packed into the A fragment of m16n8k32, V_j^T's B fragments, and
-// the product. The generated kernel includes this header after its constants (kRowTiles, kPvSteps, kVRowBytes,
-// kProbabilityCodeScale, ...), its PTX wrappers and its tile helpers, whose names it uses, and names the wrappers
-// it emitted for the codes and the mma.
+// the product: int8 codes (PvPath::int8_per_block) add the block's s32 product into the f32 accumulator, e4m3 codes
+// (e4m3_accumulate_f32) accumulate in f32 in place.
 #pragma once
+
+#include "sage/device/conversions.cuh"
+#include "sage/device/sm80/geometry.cuh"
 
 namespace sage::device::sm80 {
 
-// How the P.V product of a KV block reaches the f32 accumulator.
-enum class CodeProduct {
-  s32_per_block, // int8 codes: the block's product in s32, then added (converted) into the f32 accumulator
-  f32,           // e4m3 codes: the mma accumulates in f32 in place
-};
+template <class Config> struct CodeValueSteps {
+  using G = Geometry<Config>;
+  static constexpr int kRowTiles = G::kRowTiles, kScoreTiles = G::kScoreTiles, kOutputTiles = G::kOutputTiles;
+  static constexpr int kPvSteps = G::kPvSteps, kVRowBytes = Config::kVRowBytes;
+  static constexpr bool kS32PerBlock = Config::kPv == PvPath::int8_per_block;
+  static_assert(G::kCodes, "8-bit P~ codes");
 
-// kPackCodes: unsigned(float, float, float, float), four values to four 8-bit codes (pack_s8x4, pack_e4m3x4).
-// kPvMma: the kernel's m16n8k32 wrapper, void(int or float (&)[4], const unsigned (&)[4], unsigned, unsigned).
-template <CodeProduct kProduct, auto kPackCodes, auto kPvMma> struct CodeValueSteps {
+  // Four values to four 8-bit codes in one register (x0 in bits 0-7)
+  static __device__ __forceinline__ unsigned pack_codes(float x0, float x1, float x2, float x3) {
+    if constexpr (kS32PerBlock)
+      return pack_s8x4(x0, x1, x2, x3);
+    else
+      return pack_e4m3x4(x0, x1, x2, x3);
+  }
+
   // ---- Step: P~_i^j as 8-bit codes (code = round(P~ / P's static scale)) in the A operand of m16n8k32 ----
   // With S's interleaved columns (kv_token_of_column), tiles 4s and 4s + 1 hold tokens 4t .. 4t + 3 of the first
   // 16 tokens of step s, tiles 4s + 2 and 4s + 3 those of the second 16.
   static __device__ __forceinline__ void pack_probabilities(unsigned (&p_fragment)[kRowTiles][kPvSteps][4],
                                                             const float (&probabilities)[kRowTiles][kScoreTiles][4]) {
-    constexpr float c = kProbabilityCodeScale;
+    constexpr float c = Config::kProbabilityCodeScale;
 #pragma unroll
     for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
@@ -30,10 +38,10 @@ template <CodeProduct kProduct, auto kPackCodes, auto kPvMma> struct CodeValueSt
         const float(&t1)[4] = probabilities[row_tile][4 * step + 1];
         const float(&t2)[4] = probabilities[row_tile][4 * step + 2];
         const float(&t3)[4] = probabilities[row_tile][4 * step + 3];
-        p_fragment[row_tile][step][0] = kPackCodes(t0[0] * c, t0[1] * c, t1[0] * c, t1[1] * c); // row g
-        p_fragment[row_tile][step][1] = kPackCodes(t0[2] * c, t0[3] * c, t1[2] * c, t1[3] * c); // row g + 8
-        p_fragment[row_tile][step][2] = kPackCodes(t2[0] * c, t2[1] * c, t3[0] * c, t3[1] * c); // row g, tokens + 16
-        p_fragment[row_tile][step][3] = kPackCodes(t2[2] * c, t2[3] * c, t3[2] * c, t3[3] * c); // row g + 8
+        p_fragment[row_tile][step][0] = pack_codes(t0[0] * c, t0[1] * c, t1[0] * c, t1[1] * c); // row g
+        p_fragment[row_tile][step][1] = pack_codes(t0[2] * c, t0[3] * c, t1[2] * c, t1[3] * c); // row g + 8
+        p_fragment[row_tile][step][2] = pack_codes(t2[0] * c, t2[1] * c, t3[0] * c, t3[1] * c); // row g, tokens + 16
+        p_fragment[row_tile][step][3] = pack_codes(t2[2] * c, t2[3] * c, t3[2] * c, t3[3] * c); // row g + 8
       }
   }
 
@@ -76,18 +84,19 @@ template <CodeProduct kProduct, auto kPackCodes, auto kPvMma> struct CodeValueSt
       load_v_fragments(v_fragment, v_tile, tile, lane);
 #pragma unroll
       for (int row_tile = 0; row_tile < kRowTiles; ++row_tile) {
-        if constexpr (kProduct == CodeProduct::s32_per_block) {
+        if constexpr (kS32PerBlock) {
           int block_product[4] = {0, 0, 0, 0};
 #pragma unroll
           for (int step = 0; step < kPvSteps; ++step)
-            kPvMma(block_product, p_fragment[row_tile][step], v_fragment[step][0], v_fragment[step][1]);
+            pv_mma<Config>(block_product, p_fragment[row_tile][step], v_fragment[step][0], v_fragment[step][1]);
 #pragma unroll
           for (int i = 0; i < 4; ++i)
             o_accumulator[row_tile][tile][i] += static_cast<float>(block_product[i]);
         } else {
 #pragma unroll
           for (int step = 0; step < kPvSteps; ++step)
-            kPvMma(o_accumulator[row_tile][tile], p_fragment[row_tile][step], v_fragment[step][0], v_fragment[step][1]);
+            pv_mma<Config>(o_accumulator[row_tile][tile], p_fragment[row_tile][step], v_fragment[step][0],
+                           v_fragment[step][1]);
         }
       }
     }

@@ -1,14 +1,18 @@
 // Steps of O_i^j += P~_i^j V_j of the sm80 (mma.sync) attention kernel with f16 P~ (PvPath::f16_accumulate_f16 and
 // f16_accumulate_f32): P~ from the S registers into the A fragment of the P.V mma, and the mma itself over V_j in
-// shared memory. The generated kernel includes this header after its constants (kRowTiles, kPvSteps, kVRowBytes,
-// ...), its PTX wrappers and its tile helpers, whose names it uses, and names the P.V mma wrapper it emitted.
+// shared memory (f16 x f16 with an f16 or f32 accumulator: pv_mma<Config>).
 #pragma once
+
+#include "sage/device/conversions.cuh"
+#include "sage/device/sm80/geometry.cuh"
 
 namespace sage::device::sm80 {
 
-// kPvMma: the kernel's mma wrapper, void(Accumulator (&)[kRegisters], const unsigned (&)[4], unsigned, unsigned),
-// f16 x f16 with an f16 (2 registers) or f32 (4 registers) accumulator.
-template <auto kPvMma> struct F16ValueSteps {
+template <class Config> struct F16ValueSteps {
+  using G = Geometry<Config>;
+  static constexpr int kRowTiles = G::kRowTiles, kScoreTiles = G::kScoreTiles, kOutputTiles = G::kOutputTiles;
+  static constexpr int kPvSteps = G::kPvSteps, kPvStepTokens = G::kPvStepTokens, kVRowBytes = Config::kVRowBytes;
+
   // ---- Step: P~_i^j in f16 as the A operand of the P.V mma ----
   // The accumulators of two adjacent n8 tiles of S (columns 2t, 2t + 1 of rows g and g + 8) are exactly the A
   // fragment of one m16n8k16 over those 16 tokens: P~ never leaves the registers.
@@ -46,8 +50,8 @@ template <auto kPvMma> struct F16ValueSteps {
         ldmatrix_x4_trans(v_fragment, tile_address(v_tile, lane_offset, step * kPvStepTokens * kVRowBytes, tile));
 #pragma unroll
         for (int row_tile = 0; row_tile < kRowTiles; ++row_tile) {
-          kPvMma(o_accumulator[row_tile][tile], p_fragment[row_tile][step], v_fragment[0], v_fragment[1]);
-          kPvMma(o_accumulator[row_tile][tile + 1], p_fragment[row_tile][step], v_fragment[2], v_fragment[3]);
+          pv_mma<Config>(o_accumulator[row_tile][tile], p_fragment[row_tile][step], v_fragment[0], v_fragment[1]);
+          pv_mma<Config>(o_accumulator[row_tile][tile + 1], p_fragment[row_tile][step], v_fragment[2], v_fragment[3]);
         }
       }
   }
