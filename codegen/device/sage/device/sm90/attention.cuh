@@ -423,9 +423,6 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   return first_block < block_end ? position : 0;
 }
 
-// A compile-time flag for a main-loop step: whether its block needs the sequence-end or causal mask.
-template <bool kMaskedBlock> struct MaskStep { static constexpr bool kMasked = kMaskedBlock; };
-
 // The kernel without a producer warpgroup (Config::kInlineLoads): one warpgroup, one tile, which issues its own TMA
 // loads: Q_i and the first kStages blocks up front (thread 0), then K_(j+kStages) while P~_j V_j runs and
 // V_(j+kStages) as block j + 1 starts (see `refill_k`). Each block runs in order: S_j = Q K_j^T, its softmax, P~_j V_j,
