@@ -99,25 +99,33 @@ std::string blockSparseTilingProblem(const AttentionVariant &variant) {
   return "";
 }
 
-// With one consumer warpgroup, two CTAs per SM overlap one's softmax with the other's GEMMs without taking turns
-// (and, block-sparse, whose rows are short: SLA at 95% sparsity visits ~26 of 512 KV blocks, one CTA's start with the
-// other's work). That needs both in shared memory (default tunables give up stages for it, down to 2) and in the
-// register file: the producer gives its registers to the consumer (24 + 232 = 2 x 128 per thread).
-void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
-  constexpr int kCtas = 2;
+// How many CTAs of this shared-memory plan an SM holds.
+int ctasPerMultiprocessor(const KernelPlan &plan, const SharedMemoryLayout &shared) {
   const GpuLimits limits = gpuLimits(plan.arch);
-  const auto fits = [&](const SharedMemoryLayout &shared) {
-    return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block) >=
-           kCtas;
-  };
-  if (!explicit_tunables && !fits(plan.shared))
+  return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block);
+}
+
+// Default tunables give up pipeline stages (down to kMinStages) until `ctas` CTAs fit an SM's shared memory; given
+// tunables are kept as they are. Returns how many fit then.
+int shortenStagesToFit(KernelPlan &plan, int ctas, bool explicit_tunables) {
+  if (!explicit_tunables && ctasPerMultiprocessor(plan, plan.shared) < ctas)
     for (int stages = plan.tunables.stages - 1; stages >= kMinStages; --stages)
-      if (const SharedMemoryLayout shorter = layoutSharedMemory(plan, stages); fits(shorter)) {
+      if (const SharedMemoryLayout shorter = layoutSharedMemory(plan, stages);
+          ctasPerMultiprocessor(plan, shorter) >= ctas) {
         plan.shared = shorter;
         plan.tunables.stages = stages;
         break;
       }
-  if (!fits(plan.shared))
+  return ctasPerMultiprocessor(plan, plan.shared);
+}
+
+// With one consumer warpgroup, two CTAs per SM overlap one's softmax with the other's GEMMs without taking turns
+// (and, block-sparse, whose rows are short: SLA at 95% sparsity visits ~26 of 512 KV blocks, one CTA's start with the
+// other's work). That needs both in shared memory and in the register file: the producer gives its registers to the
+// consumer (24 + 232 = 2 x 128 per thread).
+void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
+  constexpr int kCtas = 2;
+  if (shortenStagesToFit(plan, kCtas, explicit_tunables) < kCtas)
     return;
   WarpSpecialization &ws = plan.warp_specialization;
   const int threads_per_warpgroup = kWarpgroupWarps * kWarpSize;
@@ -130,26 +138,16 @@ void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
 // Without a producer warpgroup a CTA is one consumer warpgroup (128 threads) that issues its own loads, as
 // SageAttention2's sm90 kernel is built: with S and the P.V's product never live together (the product is issued
 // after the softmax), a thread needs ~170 registers, and three CTAs share an SM's register file, so three warpgroups'
-// softmax and GEMMs interleave. Default tunables give up pipeline stages to fit three CTAs' shared memory.
+// softmax and GEMMs interleave.
 void shareMultiprocessorInline(KernelPlan &plan, bool explicit_tunables) {
   constexpr int kCtas = 3;
-  const GpuLimits limits = gpuLimits(plan.arch);
-  const auto ctas = [&](const SharedMemoryLayout &shared) {
-    return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block);
-  };
-  if (!explicit_tunables && ctas(plan.shared) < kCtas)
-    for (int stages = plan.tunables.stages - 1; stages >= kMinStages; --stages)
-      if (const SharedMemoryLayout shorter = layoutSharedMemory(plan, stages); ctas(shorter) >= kCtas) {
-        plan.shared = shorter;
-        plan.tunables.stages = stages;
-        break;
-      }
+  const int fitting = shortenStagesToFit(plan, kCtas, explicit_tunables);
   WarpSpecialization &ws = plan.warp_specialization;
   ws.producer_warpgroup = false;
   ws.producer_registers = 0;
   ws.consumer_registers = 0; // no hand-over: __launch_bounds__ caps the registers for min_blocks CTAs
   ws.softmax_under_product = false;
-  plan.min_blocks_per_multiprocessor = std::clamp(ctas(plan.shared), 1, kCtas);
+  plan.min_blocks_per_multiprocessor = std::clamp(fitting, 1, kCtas);
 }
 
 } // namespace
