@@ -1,7 +1,7 @@
 // Validated calls (AttentionRunner::run(AttentionCall)) on the GPU: batch > 1 with GQA, causal masks aligned
 // bottom-right (against the CPU reference) and top-left (against exact attention with that mask), with q longer
-// and shorter than kv; refused calls leave every output untouched; runners bound to a device launch in its
-// context whatever the calling thread has current.
+// and shorter than kv; refused calls leave every output untouched and bad launches name the argument; runners bound to
+// a device launch in its context whatever the calling thread has current.
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
@@ -183,6 +183,17 @@ TEST_CASE("refused calls launch nothing: the output keeps its fill pattern") {
   driver().synchronizeContext();
   const std::vector<unsigned char> bytes = o.buffer.read();
   CHECK(std::all_of(bytes.begin(), bytes.end(), [](unsigned char byte) { return byte == 0xff; }));
+}
+
+TEST_CASE("bad launches name the argument") {
+  runtime::AttentionRunner runner(dsl::preset("sage-b", 64)->describe(), {});
+  runtime::AttentionTensors tensors;
+  CHECK_THROWS_WITH_AS(runner.run({1, 3, 2, 64, 64, 64}, tensors, nullptr, 0, nullptr),
+                       doctest::Contains("heads_q (3) must be a multiple of heads_kv (2)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runner.run({1, 2, 2, 64, 64, 128}, tensors, nullptr, 0, nullptr),
+                       doctest::Contains("head_dim 128 does not match"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(runner.run({1, 2, 2, 64, 64, 64}, tensors, nullptr, 0, nullptr),
+                       doctest::Contains("must not be null"), std::invalid_argument);
 }
 
 TEST_CASE("a runner bound to a device launches in its context from a thread with none current") {
