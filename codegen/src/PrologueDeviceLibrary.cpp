@@ -242,7 +242,7 @@ std::string emitStatisticsScratch(const PrologueConfig &config, bool with_reduct
 __device__ __forceinline__ StatisticsScratch statisticsScratch(const SagePrologueParams &params) {
   const long long entries = kvHeads(params.size) * statisticsSlices(params.size) * kHeadDim;
   unsigned char *cursor = params.workspace + params.statistics_offset;
-  StatisticsScratch scratch = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  StatisticsScratch scratch = {};
   (void)entries;
 )cuda";
   if (config.q.perTensor()) {
@@ -265,6 +265,20 @@ __device__ __forceinline__ StatisticsScratch statisticsScratch(const SagePrologu
     take("v_min", "unsigned short", 2);
     take("v_max", "unsigned short", 2);
   }
+  // Then the one-pass launch's combined statistics, one [batch * heads_kv][kHeadDim] f32 array each: they take no
+  // more than the one slice's room the workspace holds beyond the slices.
+  const auto take_combined = [&](const char *field) {
+    text += "  scratch." + std::string(field) + " = (float *)cursor;\n";
+    text += "  cursor += kvHeads(params.size) * kHeadDim * 4;\n";
+  };
+  if (config.smooth_k)
+    take_combined("k_mean");
+  if (config.kMinMax())
+    take_combined("k_amax");
+  if (config.smooth_v)
+    take_combined("v_mean");
+  if (config.vMinMax())
+    take_combined("v_inverse");
   text += "  return scratch;\n}\n";
   text += pasteDeviceHeader("sage/device/prologue/one_pass.cuh"); // the combines wait there in the one-pass launch
   if (with_reduction)

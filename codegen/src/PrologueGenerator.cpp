@@ -202,14 +202,23 @@ std::string onePassEntry(const PrologueConfig &config, const PlannedLaunch &laun
            call);
   }
   member("independent", "runIndependentRole(params, cta, shared);");
+  // The head's statistics, combined once by its last statistics CTA (publishStatistics).
+  std::string combine;
+  if (config.kStatistics())
+    combine += std::string("combineKStatisticsOnce<") + (config.smooth_k ? "true" : "false") + ", " +
+               (config.kMinMax() ? "true" : "false") + ">(params, head, (unsigned *)shared);\n    ";
+  if (config.vStatistics())
+    combine += std::string("combineVStatisticsOnce<") + (config.smooth_v ? "true" : "false") + ", " +
+               (config.vMinMax() ? "true, VQuantizer" : "false") + ">(params, head);\n    ";
+  text += head + "void combine(const SagePrologueParams &params, long long head, unsigned char *shared) {\n    " +
+          combine + "(void)shared;\n  }\n";
   text += head + "long long independentCtas(const SagePrologueParams &params) {\n    return " + independent_ctas +
           ";\n  }\n};\n";
   text += "\n// ---- The launch: each CTA draws a ticket, which orders the work (one_pass.cuh) ----\n";
   text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
           "(const __grid_constant__ SagePrologueParams params) {\n";
   text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
-  text += "  __shared__ long long ticket;\n";
-  text += "  runOnePassCta<OnePassRoles>(params, shared, &ticket);\n}\n";
+  text += "  runOnePassCta<OnePassRoles>(params, shared);\n}\n";
   return text;
 }
 

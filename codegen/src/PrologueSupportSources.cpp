@@ -72,7 +72,10 @@ std::string vCodeSupport(const PrologueConfig &config) {
   text += "struct VQuantizer {\n";
   text += std::string("  static constexpr float kCodeMax = ") + (e4m3 ? "448.0f" : "127.0f") + ";\n";
   text += std::string("  static __device__ __forceinline__ unsigned code(float scaled) { return ") +
-          (e4m3 ? "e4m3Code" : "int8Code") + "(scaled); }\n};\n";
+          (e4m3 ? "e4m3Code" : "int8Code") + "(scaled); }\n";
+  text +=
+      std::string("  static __device__ __forceinline__ unsigned codes4(float a, float b, float c, float d) { return ") +
+      (e4m3 ? "e4m3Codes4" : "int8Codes4") + "(a, b, c, d); }\n};\n";
   text += pasteDeviceHeader("sage/device/prologue/v_codes.cuh");
   if (config.interleavedVCodes())
     text += pasteDeviceHeader("sage/device/prologue/v_token_order.cuh");

@@ -274,8 +274,9 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
                                (v_per_channel ? 4 : 0);
   const int64_t slices = std::min<int64_t>(kMaxPrologueStatisticsSlices, (shape.tokens_kv + 15) / 16);
   const size_t q_amax_bytes = variant.q.granularity == Granularity::per_tensor ? bytes({q_heads, q_blocks}, 4) : 0;
+  // One slice more: the one-pass prologue's statistics of each head, combined once, take at most a slice's room.
   layout.prologue_statistics =
-      allocator.take(q_amax_bytes + (column_bytes > 0 ? bytes({kv_heads, slices, d}, column_bytes) : 0));
+      allocator.take(q_amax_bytes + (column_bytes > 0 ? bytes({kv_heads, slices + 1, d}, column_bytes) : 0));
   // The one-pass prologue's counters: a ticket, then per KV head the statistics CTAs that have published.
   layout.prologue_counters = allocator.take(column_bytes > 0 ? bytes({kv_heads + 1}, sizeof(uint32_t)) : 0);
   layout.total_bytes = allocator.end();

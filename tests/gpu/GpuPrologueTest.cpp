@@ -384,9 +384,11 @@ TEST_CASE("the one-pass prologue writes the two launches' bytes, call after call
       REQUIRE(split.launches() == 2);
       const PrologueProblem problem(c.shape, c.storage, c.layout);
       std::vector<unsigned char> expected = workspaceAfter(split, problem, variant, layout);
-      // The counters are the one-pass launch's own; everything else must match, on every call.
+      // The counters and the statistics scratch are the launches' own (the one-pass launch also keeps each head's
+      // combined statistics there); everything the attention kernel reads must match, on every call.
       const auto without_counters = [&](std::vector<unsigned char> bytes) {
         std::memset(bytes.data() + layout.prologue_counters.offset, 0, layout.prologue_counters.bytes);
+        std::memset(bytes.data() + layout.prologue_statistics.offset, 0, layout.prologue_statistics.bytes);
         return bytes;
       };
       expected = without_counters(expected);
@@ -436,24 +438,22 @@ TEST_CASE("prologue tunables sweep (SAGEGEN_PROLOGUE_SWEEP=1)") {
     codegen::PrologueTunables tunables;
   };
   std::vector<Candidate> candidates;
-  for (int target : {256, 1024})
-    for (int min_ctas : {0, 3, 4})
-      for (int k_blocks : {0, 1, 4}) {
-        Candidate candidate;
-        candidate.tunables.statistics_target_ctas = target;
-        candidate.tunables.min_ctas_per_sm = min_ctas;
-        candidate.tunables.k_blocks_per_tile = k_blocks;
-        candidate.name = "two launches statistics_target_ctas " + std::to_string(target) + " min_ctas_per_sm " +
-                         std::to_string(min_ctas) + " k_blocks_per_tile " + std::to_string(k_blocks);
-        candidates.push_back(candidate);
-      }
-  for (int lookahead : {2, 4}) {
-    Candidate candidate;
-    candidate.tunables.one_pass = true;
-    candidate.tunables.min_ctas_per_sm = 4;
-    candidate.tunables.one_pass_lookahead_heads = lookahead;
-    candidate.name = "one pass min_ctas_per_sm 4 lookahead " + std::to_string(lookahead);
-    candidates.push_back(candidate);
+  const auto add = [&](const std::string &name, const codegen::PrologueTunables &tunables) {
+    candidates.push_back({name, tunables});
+  };
+  codegen::PrologueTunables tunables;
+  add("two launches (default)", tunables);
+  tunables.min_ctas_per_sm = 4;
+  add("two launches min_ctas_per_sm 4", tunables);
+  tunables = {};
+  tunables.k_blocks_per_tile = 4;
+  tunables.v_tile_tokens = 256;
+  add("two launches k_blocks_per_tile 4 v_tile_tokens 256", tunables);
+  for (int lookahead : {1, 2, 4}) {
+    tunables = {};
+    tunables.one_pass = true;
+    tunables.one_pass_lookahead_heads = lookahead;
+    add("one pass lookahead " + std::to_string(lookahead), tunables);
   }
   for (const char *preset : {"sage2-fp8", "sage-b"})
     for (int head_dim : {128, 64}) {
@@ -476,6 +476,31 @@ TEST_CASE("prologue tunables sweep (SAGEGEN_PROLOGUE_SWEEP=1)") {
                       microsecondsPerCall(*prologues[i], shape, layout, params));
       }
     }
+}
+
+TEST_CASE("prologue profile (SAGEGEN_PROLOGUE_PROFILE=1)") {
+  // For a profiler (ncu -k regex:sage_prologue --launch-skip 3): sage2-fp8 d128 at 16k tokens x hidden 2048, the two
+  // launches and the one-pass launch, each once to warm up and once to profile.
+  if (skipWithoutGpu() || std::getenv("SAGEGEN_PROLOGUE_PROFILE") == nullptr)
+    return;
+  driver().ensureContext();
+  const AttentionVariant variant = dsl::preset("sage2-fp8", 128)->describe();
+  codegen::PrologueTunables one_pass;
+  one_pass.one_pass = true;
+  one_pass.one_pass_lookahead_heads = 4;
+  const DevicePrologue split(variant, schedules::InputType::f16, {}, {}),
+      fused(variant, schedules::InputType::f16, {}, one_pass);
+  const schedules::ProblemShape shape{1, 16, 16, 16384, 16384, 128};
+  const PrologueProblem problem(shape, StorageType::f16, Layout::hnd);
+  const schedules::WorkspaceLayout layout =
+      schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
+  DeviceBuffer workspace(layout.total_bytes);
+  const SagePrologueParams params = problem.params(variant, layout, workspace);
+  for (int round = 0; round < 2; ++round) {
+    split.run(shape, layout, params);
+    fused.run(shape, layout, params);
+  }
+  driver().synchronizeContext();
 }
 
 TEST_CASE("prologue time per call at hidden 2048") {

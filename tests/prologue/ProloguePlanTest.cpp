@@ -419,7 +419,12 @@ TEST_CASE("launch 1's statistics always fit in the workspace's prologue_statisti
           CAPTURE(tokens_kv);
           CAPTURE(tunables.max_statistics_slices);
           CHECK(slices >= 1);
-          CHECK(q_amax_bytes + 4 * slices * 64 * column_bytes <=
+          // The slices, then the one-pass launch's combined statistics: 4 bytes per channel of each KV head for
+          // each of mean(K), the per-tensor K's amax, mean(V) and V's inverse scales that the variant has.
+          const int64_t combined_bytes = 4 * 64 * 4 *
+                                         ((config.smooth_k ? 1 : 0) + (config.kMinMax() ? 1 : 0) +
+                                          (config.smooth_v ? 1 : 0) + (config.vMinMax() ? 1 : 0));
+          CHECK(q_amax_bytes + 4 * slices * 64 * column_bytes + combined_bytes <=
                 static_cast<int64_t>(layout.prologue_statistics.bytes));
           CHECK(config.usesStatisticsScratch() == (layout.prologue_statistics.bytes > 0));
         }

@@ -121,13 +121,14 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   CHECK(layout.v_mean.bytes == 0);
   // An f16, unsmoothed V is read in place: no f16 copy.
   CHECK(layout.v_values.bytes == 0);
-  // The prologue's scratch for mean(K): 4 KV heads x min(64, ceil(333 / 16) = 21) slices x 64 channels x 4 bytes.
+  // The prologue's scratch for mean(K): 4 KV heads x (min(64, ceil(333 / 16) = 21) slices + the one-pass prologue's
+  // combined mean) x 64 channels x 4 bytes.
   CHECK(layout.prologue_statistics.offset == 296448);
-  CHECK(layout.prologue_statistics.bytes == 21504);
+  CHECK(layout.prologue_statistics.bytes == 22528);
   // The one-pass prologue's ticket and one count per KV head, last.
-  CHECK(layout.prologue_counters.offset == 317952);
+  CHECK(layout.prologue_counters.offset == 318976);
   CHECK(layout.prologue_counters.bytes == 20);
-  CHECK(layout.total_bytes == 318208);
+  CHECK(layout.total_bytes == 319232);
   checkAlignedAndDisjoint(layout);
 
   // A bf16 input adds the prologue's f16 copy of V before the scratch; nothing else moves.
@@ -136,7 +137,7 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   CHECK(bf16.v_values.offset == 296448);
   CHECK(bf16.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
   CHECK(bf16.prologue_statistics.offset == 493056);
-  CHECK(bf16.total_bytes == 514816);
+  CHECK(bf16.total_bytes == 515840);
   checkAlignedAndDisjoint(bf16);
 
   // A smoothed f16 V is copied too (V - mean(V), rounded to f16).
@@ -212,11 +213,12 @@ TEST_CASE("computeWorkspaceLayout: scale counts of every granularity, smoothing 
     CHECK(layout.v_codes.bytes == 98304); // 2 * 2 * 64 channels * 384 padded tokens
     CHECK(layout.v_scales.bytes == 1024); // 2 * 2 * 64 floats
     CHECK(layout.v_values.bytes == 0);    // int8 V needs no f16 copy
-    // Sums of K and V, min/max of V (and of a per-tensor K): 4 KV heads x 21 slices x 64 channels x 12 (16)
-    // bytes; a per-tensor Q adds 8 Q heads x 3 blocks of f32 amax.
+    // Sums of K and V, min/max of V (and of a per-tensor K): 4 KV heads x (21 slices + 1 for the one-pass
+    // prologue's combined statistics) x 64 channels x 12 (16) bytes; a per-tensor Q adds 8 Q heads x 3 blocks of
+    // f32 amax.
     const bool per_tensor = expected.granularity == Granularity::per_tensor;
     CHECK(layout.prologue_statistics.bytes ==
-          static_cast<size_t>(4 * 21 * 64 * (per_tensor ? 16 : 12) + (per_tensor ? 8 * 3 * 4 : 0)));
+          static_cast<size_t>(4 * 22 * 64 * (per_tensor ? 16 : 12) + (per_tensor ? 8 * 3 * 4 : 0)));
     checkAlignedAndDisjoint(layout);
   }
 }

@@ -15,12 +15,16 @@ __device__ __forceinline__ void reduceColumns(const unsigned short *head, long l
                                               float *partials, float *sum_out, unsigned short *min_out,
                                               unsigned short *max_out) {
   const int channel = (int)threadIdx.x % kVectorsPerRow * kVectorElements;
-  float sum[kVectorElements], low[kVectorElements], high[kVectorElements];
+  float sum[kVectorElements];
 #pragma unroll
-  for (int j = 0; j < kVectorElements; ++j) {
+  for (int j = 0; j < kVectorElements; ++j)
     sum[j] = 0.0f;
-    low[j] = positiveInfinity();
-    high[j] = -positiveInfinity();
+  // Minima and maxima of the inputs as they are, two channels a word: exact, and no conversion per element.
+  unsigned low_pairs[kVectorElements / 2], high_pairs[kVectorElements / 2];
+#pragma unroll
+  for (int w = 0; w < kVectorElements / 2; ++w) {
+    low_pairs[w] = kPositiveInfinityPair;
+    high_pairs[w] = kNegativeInfinityPair;
   }
   for (int row = begin + (int)threadIdx.x / kVectorsPerRow; row < end; row += kRowsPerPass * kStatisticsUnroll) {
     uint4 raw[kStatisticsUnroll];
@@ -31,17 +35,26 @@ __device__ __forceinline__ void reduceColumns(const unsigned short *head, long l
     }
 #pragma unroll
     for (int u = 0; u < kStatisticsUnroll; ++u)
-      if (row + u * kRowsPerPass < end)
+      if (row + u * kRowsPerPass < end) {
+        if constexpr (kSum)
 #pragma unroll
-        for (int j = 0; j < kVectorElements; ++j) {
-          const float value = elementOf(raw[u], j);
-          if constexpr (kSum)
-            sum[j] = __fadd_rn(sum[j], value);
-          if constexpr (kMinMax) {
-            low[j] = fminf(low[j], value);
-            high[j] = fmaxf(high[j], value);
+          for (int j = 0; j < kVectorElements; ++j)
+            sum[j] = __fadd_rn(sum[j], elementOf(raw[u], j));
+        if constexpr (kMinMax) {
+          const unsigned words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+          for (int w = 0; w < kVectorElements / 2; ++w) {
+            low_pairs[w] = minOfPairs(low_pairs[w], words[w]);
+            high_pairs[w] = maxOfPairs(high_pairs[w], words[w]);
           }
         }
+      }
+  }
+  float low[kVectorElements], high[kVectorElements];
+#pragma unroll
+  for (int j = 0; j < kVectorElements; ++j) {
+    low[j] = inputToFloat(j % 2 == 0 ? low_pairs[j / 2] & 0xffffu : low_pairs[j / 2] >> 16);
+    high[j] = inputToFloat(j % 2 == 0 ? high_pairs[j / 2] & 0xffffu : high_pairs[j / 2] >> 16);
   }
   if constexpr (kSum)
     foldRows(

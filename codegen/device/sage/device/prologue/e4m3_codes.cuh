@@ -39,6 +39,11 @@ __device__ __forceinline__ unsigned e4m3CodePair(float low, float high) {
 
 __device__ __forceinline__ unsigned e4m3Code(float scaled) { return e4m3CodePair(scaled, 0.0f) & 0xffu; }
 
+// Four codes in one word, `a` in the low byte.
+__device__ __forceinline__ unsigned e4m3Codes4(float a, float b, float c, float d) {
+  return e4m3CodePair(a, b) | e4m3CodePair(c, d) << 16;
+}
+
 __device__ __forceinline__ uint2 packE4m3Codes(const float (&scaled)[8]) {
   return {e4m3CodePair(scaled[0], scaled[1]) | e4m3CodePair(scaled[2], scaled[3]) << 16,
           e4m3CodePair(scaled[4], scaled[5]) | e4m3CodePair(scaled[6], scaled[7]) << 16};

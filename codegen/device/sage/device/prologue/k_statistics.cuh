@@ -13,8 +13,19 @@ template <bool kSmoothed, bool kMinMax>
 __device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head,
                                                     [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
                                                     [[maybe_unused]] unsigned *amax_slot) {
-  if constexpr (kOnePass) // the head's statistics CTAs run in this launch (one_pass.cuh)
+  if constexpr (kOnePass) {
+    // The head's last statistics CTA has combined them (combineKStatisticsOnce) and stored k_mean.
     awaitStatistics(params, head);
+    const StatisticsScratch scratch = statisticsScratch(params);
+    if constexpr (kSmoothed)
+      for (int c = threadIdx.x; c < kHeadDim; c += kThreads)
+        channel_mean[c] = __ldcg(scratch.k_mean + head * kHeadDim + c);
+    __syncthreads();
+    if constexpr (kMinMax)
+      return __ldcg(scratch.k_amax + head * kHeadDim);
+    else
+      return 0.0f;
+  }
   const int slices = statisticsSlices(params.size);
   const StatisticsScratch scratch = statisticsScratch(params);
   float tensor_amax = 0.0f;
@@ -36,6 +47,33 @@ __device__ __forceinline__ float combineKStatistics(const SagePrologueParams &pa
   } else {
     __syncthreads();
     return tensor_amax;
+  }
+}
+
+// The one-pass launch: head `head`'s K statistics combined once, by its last statistics CTA (one_pass.cuh), as
+// combineKStatistics combines them, into the scratch's k_mean / k_amax for the head's tiles, and k_mean.
+template <bool kSmoothed, bool kMinMax>
+__device__ __forceinline__ void combineKStatisticsOnce(const SagePrologueParams &params, long long head,
+                                                       [[maybe_unused]] unsigned *amax_slot) {
+  const int slices = statisticsSlices(params.size);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  float tensor_amax = 0.0f;
+  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
+    const long long first_entry = head * slices * kHeadDim + c;
+    [[maybe_unused]] float mean = 0.0f;
+    if constexpr (kSmoothed) {
+      mean = combinedMean(scratch.k_sum, first_entry, slices, params.size.tokens_kv);
+      scratch.k_mean[head * kHeadDim + c] = mean;
+      workspaceFloats(params, params.offsets.k_mean)[head * kHeadDim + c] = mean;
+    }
+    if constexpr (kMinMax)
+      tensor_amax =
+          fmaxf(tensor_amax, combinedAmax<kSmoothed>(scratch.k_min, scratch.k_max, first_entry, slices, mean));
+  }
+  if constexpr (kMinMax) {
+    const float amax = ctaMax(tensor_amax, amax_slot);
+    if (threadIdx.x == 0)
+      scratch.k_amax[head * kHeadDim] = amax;
   }
 }
 

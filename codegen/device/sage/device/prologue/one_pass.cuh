@@ -3,7 +3,8 @@
 // a share of the roles that wait for nothing (psi_Q's blocks, ...), then the K and V tiles of head h, which wait
 // until head h's statistics CTAs have published. A tile waits only for CTAs with earlier tickets, which were already
 // running when it drew its own and never wait themselves, so the launch cannot deadlock whatever the GPU keeps
-// resident. The tiles read K and V again, from L2 where the statistics just read them.
+// resident. The tiles read K and V again, from L2 where the statistics just read them, and the statistics that the
+// head's last statistics CTA combined once.
 //
 // The generator pastes this header after its constants (kOnePassKStatistics, kOnePassVStatistics,
 // kOnePassLookaheadHeads, kBlockKv, kKBlocksPerTile) and geometry.cuh, whose names it uses. The counters
@@ -94,34 +95,52 @@ __device__ __forceinline__ OnePassItem onePassItem(const SageProblemSize &size, 
   return onePassTileItem(size, segment, (int)(offset - shared));
 }
 
-// The CTA's ticket, in drawing order (one atomic per CTA), and its work.
-__device__ __forceinline__ OnePassItem drawOnePassItem(const SagePrologueParams &params, long long independent,
-                                                       long long *slot) {
+// The CTA's ticket, in drawing order (one atomic per CTA), and its work: thread 0 finds it (a search over the
+// segments, with 64-bit divisions: a few hundred instructions that every warp would otherwise repeat) and hands it
+// to the CTA through shared memory.
+__device__ __forceinline__ OnePassItem drawOnePassItem(const SagePrologueParams &params, long long independent) {
+  __shared__ OnePassItem item;
   if (threadIdx.x == 0)
-    *slot = atomicAdd(onePassCounters(params), 1u);
+    item = onePassItem(params.size, atomicAdd(onePassCounters(params), 1u), independent);
   __syncthreads();
-  return onePassItem(params.size, *slot, independent);
+  return item;
 }
 
 // After a statistics CTA has written its slice: every thread's stores are made visible to the GPU before the
-// head's count goes up (the fence of each writer, then one release by thread 0 after the barrier).
-__device__ __forceinline__ void publishStatistics(const SagePrologueParams &params, long long head) {
+// head's count goes up (the fence of each writer, then one release by thread 0 after the barrier). The CTA whose
+// slice completes the head's count then combines the head's slices once (Roles::combine: in slice order, as every
+// tile of the two launches does, so the bytes are theirs) and raises the count once more, to "combined".
+template <class Roles>
+__device__ __forceinline__ void publishStatistics(const SagePrologueParams &params, long long head,
+                                                  unsigned char *shared) {
+  const unsigned slices = (unsigned)(onePassKSlices(params.size) + onePassVSlices(params.size));
+  unsigned *count = onePassCounters(params) + 1 + head;
+  __shared__ unsigned last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0)
-    atomicAdd(onePassCounters(params) + 1 + head, 1u);
+    last = atomicAdd(count, 1u) == slices - 1 ? 1u : 0u;
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence(); // the other slices, published before the count this CTA saw, are read after it
+  Roles::combine(params, head, shared);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    atomicAdd(count, 1u);
 }
 
-// Before a tile combines its head's statistics: until every statistics CTA of the head has published. The scratch is
-// then read through L2 (combinedMean, combinedAmax: ld.global.cg), never a stale L1 line.
+// Before a tile reads its head's statistics: until the head's last statistics CTA has combined them. They are then
+// read through L2 (ld.global.cg), never a stale L1 line.
 __device__ __forceinline__ void awaitStatistics(const SagePrologueParams &params, long long head) {
   if (threadIdx.x == 0) {
-    const unsigned expected = (unsigned)(onePassKSlices(params.size) + onePassVSlices(params.size));
+    const unsigned combined = (unsigned)(onePassKSlices(params.size) + onePassVSlices(params.size)) + 1u;
     const unsigned *count = onePassCounters(params) + 1 + head;
     unsigned seen;
     for (;;) {
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-      if (seen >= expected)
+      if (seen >= combined)
         break;
       __nanosleep(100);
     }
@@ -132,22 +151,22 @@ __device__ __forceinline__ void awaitStatistics(const SagePrologueParams &params
 // One CTA of the one-pass launch: its ticket, then its work. Roles (generated: the variant's role functions) has
 // static kStatistics, vStatistics, kTile, vTile (those the variant has: kOnePassKStatistics, kOnePassVStatistics),
 // independent (the roles that wait for nothing, by CTA range) and independentCtas (their CTA count), each taking
-// (params, cta, shared). Statistics publish when done; the tiles wait in their combine (awaitStatistics).
+// (params, cta, shared), and combine (params, head, shared). Statistics publish when done; the tiles wait in their
+// combine (awaitStatistics).
 template <class Roles>
-__device__ __forceinline__ void runOnePassCta(const SagePrologueParams &params, unsigned char *shared,
-                                              long long *ticket) {
-  const OnePassItem item = drawOnePassItem(params, Roles::independentCtas(params), ticket);
+__device__ __forceinline__ void runOnePassCta(const SagePrologueParams &params, unsigned char *shared) {
+  const OnePassItem item = drawOnePassItem(params, Roles::independentCtas(params));
   switch (item.work) {
   case OnePassWork::k_statistics:
     if constexpr (kOnePassKStatistics) {
       Roles::kStatistics(params, item.cta, shared);
-      publishStatistics(params, item.head);
+      publishStatistics<Roles>(params, item.head, shared);
     }
     return;
   case OnePassWork::v_statistics:
     if constexpr (kOnePassVStatistics) {
       Roles::vStatistics(params, item.cta, shared);
-      publishStatistics(params, item.head);
+      publishStatistics<Roles>(params, item.head, shared);
     }
     return;
   case OnePassWork::k_tile:

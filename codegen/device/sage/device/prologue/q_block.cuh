@@ -27,6 +27,24 @@ template <bool kPrescaled, bool kSmoothed> struct QBlockOf {
     else
       return scaled(pass, j);
   }
+  // max_j |x(pass, j)| (tile_quantizer.cuh's rowVectorAmaxOf). Unsmoothed, x is a rounded product of the input by one
+  // factor, so |x| grows with |input| and the largest |x| is that of the largest |input|: exact, and a
+  // quarter of the instructions. Smoothed, every element is computed.
+  __device__ __forceinline__ float rowVectorAmax(int pass) const {
+    if constexpr (kSmoothed) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kVectorElements; ++j)
+        amax = fmaxf(amax, fabsf((*this)(pass, j)));
+      return amax;
+    } else {
+      const float largest = maxMagnitudeOf(tile.raw[pass]);
+      if constexpr (kPrescaled)
+        return fabsf(__fmul_rn(largest, prescale)); // round to nearest is odd-symmetric: any sign of the factor
+      else
+        return largest;
+    }
+  }
 };
 
 // Loads Q block `block` of head `head` (= batch index * heads_q + head index); when Q is smoothed, computes its

@@ -13,6 +13,10 @@ struct StatisticsScratch {
   float *q_amax;                                 // [batch * heads_q][padded_q / kBlockQ]
   float *k_sum, *v_sum;                          // [batch * heads_kv][slices][kHeadDim]
   unsigned short *k_min, *k_max, *v_min, *v_max; // [batch * heads_kv][slices][kHeadDim]
+  // The one-pass launch's statistics of each KV head, combined once by its last statistics CTA (one_pass.cuh) for
+  // its tiles: mean(K), the per-tensor psi_K's amax (entry 0), mean(V), psi_V's per-channel inverse scales
+  // ([batch * heads_kv][kHeadDim] each; the workspace holds one slice more than the slices for them).
+  float *k_mean, *k_amax, *v_mean, *v_inverse;
 };
 
 // One channel's statistics over the whole sequence, from its entries of launch 1's slices (`first_entry`,

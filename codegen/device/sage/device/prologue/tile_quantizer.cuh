@@ -47,6 +47,20 @@ __device__ __forceinline__ void storeTileValues(const Values &values, unsigned s
   }
 }
 
+// max_j |values(pass, j)|: the Values' own rowVectorAmax where it has one (a faster exact form), else every element.
+template <class Values>
+__device__ __forceinline__ auto rowVectorAmaxOf(const Values &values, int pass, int)
+    -> decltype(values.rowVectorAmax(pass)) {
+  return values.rowVectorAmax(pass);
+}
+template <class Values> __device__ __forceinline__ float rowVectorAmaxOf(const Values &values, int pass, long) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVectorElements; ++j)
+    amax = fmaxf(amax, fabsf(values(pass, j)));
+  return amax;
+}
+
 // psi on one tile with one scale per group of rows: the amax of every group, scale = amax / qmax and
 // inverse = qmax / amax per group (the first `stored_groups` scales to `scales`), then the codes of the first
 // `stored_rows` rows. values(pass, j) is the f32 x.
@@ -62,11 +76,7 @@ __device__ __forceinline__ void quantizeTile(const Values &values, unsigned char
   // 1. amax of each group: a row's lanes reduce with shuffles, then the row's first lane folds the row in.
 #pragma unroll
   for (int pass = 0; pass < Tile::kPasses; ++pass) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kVectorElements; ++j)
-      amax = fmaxf(amax, fabsf(values(pass, j)));
-    amax = rowMax(amax);
+    const float amax = rowMax(rowVectorAmaxOf(values, pass, 0));
     if (threadIdx.x % kVectorsPerRow == 0 && Tile::inTile(pass))
       atomicMax(&group_amax[Quantizer::groupOfRow(Tile::row(pass))], __float_as_uint(amax));
   }

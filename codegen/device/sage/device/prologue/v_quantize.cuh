@@ -46,11 +46,10 @@ __device__ __forceinline__ void quantizeVTileOf(const SagePrologueParams &params
       break;
     const int channel = task % kVectorsPerRow * kVectorElements;
     const int word = task / kVectorsPerRow;
-    unsigned packed[kVectorElements];
 #pragma unroll
     for (int j = 0; j < kVectorElements; ++j) {
       const float inverse = channel_inverse[channel + j];
-      packed[j] = 0u;
+      float scaled[4];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         float x;
@@ -60,21 +59,43 @@ __device__ __forceinline__ void quantizeVTileOf(const SagePrologueParams &params
                   : 0.0f;
         else
           x = elementOf(raw[i][t], j);
-        packed[j] |= VQuantizer::code(__fmul_rn(x, inverse)) << (8 * t);
+        scaled[t] = __fmul_rn(x, inverse);
       }
-      transposed[(channel + j) * kVTileWords + (word ^ vTileSwizzle(channel + j))] = packed[j];
+      transposed[(channel + j) * kVTileWords + (word ^ vTileSwizzle(channel + j))] =
+          VQuantizer::codes4(scaled[0], scaled[1], scaled[2], scaled[3]);
     }
   }
   __syncthreads();
 
-  // One warp per channel row: lanes store consecutive 4-token words (128-byte segments).
-  const int stored_words = min(kVTileTokens, params.size.padded_kv - v_tile.first) / 4;
-  const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
-  unsigned char *codes = params.workspace + params.offsets.v_codes;
-  for (int c = warp; c < kHeadDim; c += kThreads / 32) {
-    unsigned *row = (unsigned *)(codes + (v_tile.head * kHeadDim + c) * params.size.padded_kv + v_tile.first);
-    for (int w = lane; w < stored_words; w += 32)
-      row[w] = transposed[c * kVTileWords + (w ^ vTileSwizzle(c))];
+  // 16 bytes (16 tokens of one channel) a thread: the consecutive threads of a channel row write its 128-byte lines.
+  // Word w of a row lies at w ^ swizzle: the 4 words of one 16-byte group stay in one group, permuted by the
+  // swizzle's two low bits.
+  constexpr int kVectorsPerVRow = kVTileWords / 4;
+  const int stored_vectors = min(kVTileTokens, params.size.padded_kv - v_tile.first) / 16; // whole KV blocks
+  unsigned char *row0 =
+      params.workspace + params.offsets.v_codes + v_tile.head * kHeadDim * params.size.padded_kv + v_tile.first;
+#pragma unroll
+  for (int index = (int)threadIdx.x; index < kHeadDim * kVectorsPerVRow; index += kThreads) {
+    const int c = index / kVectorsPerVRow, vector = index % kVectorsPerVRow;
+    if (vector >= stored_vectors)
+      continue;
+    const int swizzle = vTileSwizzle(c);
+    uint4 words = *(const uint4 *)&transposed[c * kVTileWords + 4 * (vector ^ (swizzle >> 2))];
+    if (swizzle & 2) {
+      const unsigned x = words.x, y = words.y;
+      words.x = words.z;
+      words.y = words.w;
+      words.z = x;
+      words.w = y;
+    }
+    if (swizzle & 1) {
+      const unsigned x = words.x, z = words.z;
+      words.x = words.y;
+      words.y = x;
+      words.z = words.w;
+      words.w = z;
+    }
+    *(uint4 *)(row0 + (long long)c * params.size.padded_kv + 16 * vector) = words;
   }
 }
 
