@@ -445,11 +445,17 @@ TEST_CASE("prologue tunables sweep (SAGEGEN_PROLOGUE_SWEEP=1)") {
   add("two launches (default)", tunables);
   tunables.min_ctas_per_sm = 4;
   add("two launches min_ctas_per_sm 4", tunables);
-  tunables = {};
-  tunables.k_blocks_per_tile = 4;
-  tunables.v_tile_tokens = 256;
-  add("two launches k_blocks_per_tile 4 v_tile_tokens 256", tunables);
-  for (int lookahead : {1, 2, 4}) {
+  for (int v_tile : {256}) {
+    tunables = {};
+    tunables.v_tile_tokens = v_tile;
+    add("two launches v_tile_tokens " + std::to_string(v_tile), tunables);
+  }
+  for (int k_blocks : {1, 4}) {
+    tunables = {};
+    tunables.k_blocks_per_tile = k_blocks;
+    add("two launches k_blocks_per_tile " + std::to_string(k_blocks), tunables);
+  }
+  for (int lookahead : {1, 4}) {
     tunables = {};
     tunables.one_pass = true;
     tunables.one_pass_lookahead_heads = lookahead;
