@@ -44,8 +44,8 @@ __device__ __forceinline__ void reduceColumns(const unsigned short *head, long l
           const unsigned words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
 #pragma unroll
           for (int w = 0; w < kVectorElements / 2; ++w) {
-            low_pairs[w] = minOfPairs(low_pairs[w], words[w]);
-            high_pairs[w] = maxOfPairs(high_pairs[w], words[w]);
+            low_pairs[w] = extremeOfPairs<false>(low_pairs[w], words[w]);
+            high_pairs[w] = extremeOfPairs<true>(high_pairs[w], words[w]);
           }
         }
       }

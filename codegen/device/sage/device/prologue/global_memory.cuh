@@ -1,6 +1,6 @@
 // The quantization prologue's global memory: 16-byte vectors of 8 input elements, read through the read-only path,
 // and the caller's tensors and the workspace by head. The generator pastes this header after KernelAbi.h and the
-// input header (inputToFloat), whose names it uses.
+// input header (inputToFloat, extremeOfPairs), whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
@@ -17,6 +17,15 @@ __device__ __forceinline__ uint4 loadVector(const unsigned short *address) {
 __device__ __forceinline__ float elementOf(const uint4 &words, int j) {
   const unsigned word = j < 2 ? words.x : j < 4 ? words.y : j < 6 ? words.z : words.w;
   return inputToFloat(j % 2 == 0 ? word & 0xffffu : word >> 16);
+}
+
+// The largest |element| of a vector, as f32 (exact); a NaN never wins, as with fmaxf. Three pair maxima on the
+// magnitudes instead of eight conversions and eight f32 maxima.
+__device__ __forceinline__ float maxMagnitudeOf(const uint4 &words) {
+  const unsigned low = extremeOfPairs<true>(words.x & 0x7fff7fffu, words.y & 0x7fff7fffu);
+  const unsigned high = extremeOfPairs<true>(words.z & 0x7fff7fffu, words.w & 0x7fff7fffu);
+  const unsigned both = extremeOfPairs<true>(low, high);
+  return fmaxf(fmaxf(0.0f, inputToFloat(both & 0xffffu)), inputToFloat(both >> 16)); // 0 when both are NaN
 }
 
 // Head `head` (= batch index * heads + head index) of a caller tensor.

@@ -16,30 +16,17 @@ __device__ __forceinline__ unsigned short roundToInput(float value) {
   return bits;
 }
 
-// The largest |element| of a 16-byte vector of 8 inputs, as f32 (exact); a NaN never wins, as with fmaxf. Four
-// bf16x2 max instructions on the magnitudes instead of eight conversions and eight f32 maxima.
-__device__ __forceinline__ float maxMagnitudeOf(const uint4 &vector) {
-  unsigned a = vector.x & 0x7fff7fffu, b = vector.y & 0x7fff7fffu, c = vector.z & 0x7fff7fffu,
-           d = vector.w & 0x7fff7fffu;
-  asm("max.bf16x2 %0, %0, %1;" : "+r"(a) : "r"(b));
-  asm("max.bf16x2 %0, %0, %1;" : "+r"(c) : "r"(d));
-  asm("max.bf16x2 %0, %0, %1;" : "+r"(a) : "r"(c));
-  return fmaxf(fmaxf(0.0f, inputToFloat(a & 0xffffu)), inputToFloat(a >> 16)); // 0 when both are NaN
-}
-
-// Element-wise minimum and maximum of two bf16x2 words (a NaN never wins, as with fminf and fmaxf): the column
-// statistics reduce the inputs as they are, which is exact.
-__device__ __forceinline__ unsigned minOfPairs(unsigned a, unsigned b) {
+// Element-wise maximum (kMax) or minimum of two bf16x2 words; a NaN never wins, as with fmaxf and fminf. Exact:
+// the column statistics and the row amax reduce the inputs as they are.
+template <bool kMax> __device__ __forceinline__ unsigned extremeOfPairs(unsigned a, unsigned b) {
   unsigned result;
-  asm("min.bf16x2 %0, %1, %2;" : "=r"(result) : "r"(a), "r"(b));
+  if constexpr (kMax)
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(result) : "r"(a), "r"(b));
+  else
+    asm("min.bf16x2 %0, %1, %2;" : "=r"(result) : "r"(a), "r"(b));
   return result;
 }
-__device__ __forceinline__ unsigned maxOfPairs(unsigned a, unsigned b) {
-  unsigned result;
-  asm("max.bf16x2 %0, %1, %2;" : "=r"(result) : "r"(a), "r"(b));
-  return result;
-}
-// +inf and -inf in both halves: the identities of minOfPairs and maxOfPairs.
+// +inf and -inf in both halves: the identities of the minimum and the maximum.
 [[maybe_unused]] constexpr unsigned kPositiveInfinityPair = 0x7f807f80u;
 [[maybe_unused]] constexpr unsigned kNegativeInfinityPair = 0xff80ff80u;
 

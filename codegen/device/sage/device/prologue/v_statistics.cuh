@@ -7,13 +7,33 @@
 
 namespace sage::device::prologue {
 
-// Every V tile computes the same values; tile 0 stores them (v_mean, v_scales).
+// Channel by channel (this thread's channels), mean(V) (the slices' sums in slice order, one f32 division; 0 when V
+// is not smoothed) and psi_V's scale from the slices' minima and maxima (kCodes), handed to emit(c, mean, scale).
+template <bool kSmoothed, bool kCodes, class VQuantizer, class Emit>
+__device__ __forceinline__ void combineVSlices(const SagePrologueParams &params, long long head, Emit emit) {
+  const int slices = statisticsSlices(params.size);
+  const StatisticsScratch scratch = statisticsScratch(params);
+  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
+    const long long first_entry = head * slices * kHeadDim + c;
+    float mean = 0.0f;
+    if constexpr (kSmoothed)
+      mean = combinedMean(scratch.v_sum, first_entry, slices, params.size.tokens_kv);
+    SymmetricScale scale = {0.0f, 0.0f};
+    if constexpr (kCodes) // max |V - mean(V)| or max |V|
+      scale = symmetricScale(combinedAmax<kSmoothed>(scratch.v_min, scratch.v_max, first_entry, slices, mean),
+                             VQuantizer::kCodeMax);
+    emit(c, mean, scale);
+  }
+}
+
+// mean(V) and/or psi_V's per-channel inverse scales into shared memory for a V tile. In the two launches every V tile
+// combines launch 1's slices itself and tile 0 (`store`) stores v_mean and v_scales; in the one-pass launch the
+// head's last statistics CTA has combined them once (combineVStatisticsOnce).
 template <bool kSmoothed, bool kCodes, class VQuantizer = void>
 __device__ __forceinline__ void combineVStatistics(const SagePrologueParams &params, long long head,
                                                    [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
                                                    [[maybe_unused]] float *channel_inverse) {
   if constexpr (kOnePass) {
-    // The head's last statistics CTA has combined them (combineVStatisticsOnce) and stored v_mean and v_scales.
     awaitStatistics(params, head);
     const StatisticsScratch scratch = statisticsScratch(params);
     for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
@@ -22,53 +42,38 @@ __device__ __forceinline__ void combineVStatistics(const SagePrologueParams &par
       if constexpr (kCodes)
         channel_inverse[c] = __ldcg(scratch.v_inverse + head * kHeadDim + c);
     }
-    __syncthreads();
-    return;
-  }
-  const int slices = statisticsSlices(params.size);
-  const StatisticsScratch scratch = statisticsScratch(params);
-  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
-    const long long first_entry = head * slices * kHeadDim + c;
-    [[maybe_unused]] float mean = 0.0f;
-    if constexpr (kSmoothed) {
-      mean = combinedMean(scratch.v_sum, first_entry, slices, params.size.tokens_kv);
-      channel_mean[c] = mean;
-      if (store)
-        workspaceFloats(params, params.offsets.v_mean)[head * kHeadDim + c] = mean;
-    }
-    if constexpr (kCodes) { // max |V - mean(V)| or max |V|
-      const float amax = combinedAmax<kSmoothed>(scratch.v_min, scratch.v_max, first_entry, slices, mean);
-      const SymmetricScale scale = symmetricScale(amax, VQuantizer::kCodeMax);
-      channel_inverse[c] = scale.inverse;
-      if (store)
-        workspaceFloats(params, params.offsets.v_scales)[head * kHeadDim + c] = scale.scale;
-    }
+  } else {
+    combineVSlices<kSmoothed, kCodes, VQuantizer>(params, head, [&](int c, float mean, SymmetricScale scale) {
+      if constexpr (kSmoothed) {
+        channel_mean[c] = mean;
+        if (store)
+          workspaceFloats(params, params.offsets.v_mean)[head * kHeadDim + c] = mean;
+      }
+      if constexpr (kCodes) {
+        channel_inverse[c] = scale.inverse;
+        if (store)
+          workspaceFloats(params, params.offsets.v_scales)[head * kHeadDim + c] = scale.scale;
+      }
+    });
   }
   __syncthreads();
 }
 
-// The one-pass launch: head `head`'s V statistics combined once, by its last statistics CTA (one_pass.cuh), as
-// combineVStatistics combines them, into the scratch's v_mean / v_inverse for the head's tiles, v_mean and
-// v_scales.
+// The one-pass launch: head `head`'s V statistics combined once, by its last statistics CTA (one_pass.cuh), into the
+// scratch's v_mean / v_inverse for the head's tiles, and into v_mean and v_scales.
 template <bool kSmoothed, bool kCodes, class VQuantizer = void>
 __device__ __forceinline__ void combineVStatisticsOnce(const SagePrologueParams &params, long long head) {
-  const int slices = statisticsSlices(params.size);
   const StatisticsScratch scratch = statisticsScratch(params);
-  for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
-    const long long first_entry = head * slices * kHeadDim + c;
-    [[maybe_unused]] float mean = 0.0f;
+  combineVSlices<kSmoothed, kCodes, VQuantizer>(params, head, [&](int c, float mean, SymmetricScale scale) {
     if constexpr (kSmoothed) {
-      mean = combinedMean(scratch.v_sum, first_entry, slices, params.size.tokens_kv);
       scratch.v_mean[head * kHeadDim + c] = mean;
       workspaceFloats(params, params.offsets.v_mean)[head * kHeadDim + c] = mean;
     }
     if constexpr (kCodes) {
-      const float amax = combinedAmax<kSmoothed>(scratch.v_min, scratch.v_max, first_entry, slices, mean);
-      const SymmetricScale scale = symmetricScale(amax, VQuantizer::kCodeMax);
       scratch.v_inverse[head * kHeadDim + c] = scale.inverse;
       workspaceFloats(params, params.offsets.v_scales)[head * kHeadDim + c] = scale.scale;
     }
-  }
+  });
 }
 
 // mean(V) for convertVTileOf (v_convert.cuh) when V is smoothed.
