@@ -1,5 +1,6 @@
 #include "sage/schedules/Tunables.h"
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
@@ -17,6 +18,14 @@ Tunables defaultTunables(const AttentionVariant &variant) {
     tunables.warps = 8;
     tunables.stages = causal ? 5 : 3;
   }
+  // Beyond d = 128: 4 warps of 16 rows and 32-token KV blocks keep S (and 8-bit P.V's block product) small enough
+  // beside O_i's d / 2 f32 registers per thread, and Q_i with two stages of K_j and V_j within the 99 KiB of shared
+  // memory of sm_86/sm_89 (d = 256, 16-bit Q/K: 32 KiB + 2 x 32 KiB).
+  if (variant.head_dim > 128) {
+    tunables.warps = 4;
+    tunables.block_q = std::min(variant.block_q, 64);
+    tunables.block_kv = std::min(variant.block_kv, 32);
+  }
   return tunables;
 }
 
@@ -27,8 +36,8 @@ Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch) {
   // sage-vt (int8 P.V) at N = 1k..32k, causal or not; e4m3 P.V (sage2-fp8) ran ~35% slower that way. Only sm_90a was
   // measured: on sm_80 and sm_89 ptxas spills up to 400 bytes for sage-vt in this shape, so other archs keep Table 12's
   // row.
-  const bool measured_four_warps =
-      arch == GpuArch::sm90a && variant.head_dim > 64 && isInteger(variant.qk.a) && variant.pv.a != ElementType::e4m3;
+  const bool measured_four_warps = arch == GpuArch::sm90a && variant.head_dim > 64 && variant.head_dim <= 128 &&
+                                   isInteger(variant.qk.a) && variant.pv.a != ElementType::e4m3;
   if (measured_four_warps) {
     tunables.warps = 4;
     tunables.stages = 2;

@@ -67,7 +67,7 @@ __device__ __forceinline__ void quantizeTile(const Values &values, unsigned char
     for (int j = 0; j < kVectorElements; ++j)
       amax = fmaxf(amax, fabsf(values(pass, j)));
     amax = rowMax(amax);
-    if (threadIdx.x % kVectorsPerRow == 0 && Tile::inTile(pass))
+    if (laneInRow() == 0 && Tile::inTile(pass))
       atomicMax(&group_amax[Quantizer::groupOfRow(Tile::row(pass))], __float_as_uint(amax));
   }
   __syncthreads();
