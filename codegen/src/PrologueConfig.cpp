@@ -252,10 +252,12 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
   const int statistics_tensors = (config.kStatistics() ? 1 : 0) + (config.vStatistics() ? 1 : 0);
   config.statistics_ctas_per_tensor = std::max(1, resolved.statistics_target_ctas / std::max(1, statistics_tensors));
   if (resolved.threads == 0) {
-    // About 8 vectors (64 values) of the largest tile per thread: enough loads in flight, few registers.
+    // About 8 vectors (64 values) of the largest tile per thread: enough loads in flight, few registers. A row takes
+    // d / 8 lanes rounded up to a power of two (token_tile.cuh): d = 80 counts 16 (sage-b d80's K tiles spilled 48
+    // bytes with 256 threads, 12 vectors a thread).
     const int tile_tokens =
         std::max({variant.block_q, variant.block_kv * resolved.k_blocks_per_tile, resolved.v_tile_tokens});
-    resolved.threads = std::clamp(nextPowerOfTwo(tile_tokens * head_dim / 8 / 8), 256, 1024);
+    resolved.threads = std::clamp(nextPowerOfTwo(tile_tokens * nextPowerOfTwo(head_dim / 8) / 8), 256, 1024);
   }
   return config;
 }
