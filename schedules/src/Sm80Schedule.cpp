@@ -530,7 +530,11 @@ KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   // 387 TOPS with Table 12's 5 stages (one CTA per SM) against ~440 TOPS for two CTAs with 3-4 stages.
   const int by_threads = limits.max_threads_per_multiprocessor / plan.threads;
   const int registers = estimateRegisters(plan) + outputAccumulatorRegisters(plan, variant);
-  const int by_registers = limits.registers_per_multiprocessor / (plan.threads * registers);
+  // The estimate is calibrated at d 64 and 128; at d 80/96 on sm_90a two CTAs (128 registers) spilled 56-72 bytes
+  // (sage-b, sage-t), so other head dims keep one CTA per SM.
+  const bool calibrated = variant.head_dim == 64 || variant.head_dim == 128;
+  const int by_registers =
+      calibrated ? limits.registers_per_multiprocessor / (plan.threads * registers) : std::min(1, by_threads);
   const auto blocksByShared = [&](const SharedMemoryLayout &shared) {
     return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block);
   };
