@@ -1,5 +1,6 @@
 // Validation of a variant for the quantization prologue, and the launch plan.
 #include "sage/codegen/PrologueConfig.h"
+#include "sage/schedules/PrologueHeadDim.h"
 #include "sage/schedules/PrologueRotation.h"
 
 #include "sage/ir/AttentionVariant.h"
@@ -163,9 +164,8 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
   require(head_dim == variant.head_dim, "head_dim: " + std::to_string(head_dim) +
                                             " does not match the variant's head_dim " +
                                             std::to_string(variant.head_dim));
-  // A row of d channels is d/8 16-byte vectors, one per lane of a power-of-two group within a warp.
-  require(head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256,
-          "head_dim: the prologue supports 16, 32, 64, 128 and 256, got " + std::to_string(head_dim));
+  const schedules::SupportResult head_dims = schedules::prologueHeadDimSupport(head_dim);
+  require(head_dims.supported, "head_dim: " + head_dims.reason);
   require(variant.block_q > 0 && variant.block_q % 16 == 0,
           "variant.block_q: expected a positive multiple of 16, got " + std::to_string(variant.block_q));
   require(variant.block_kv > 0 && variant.block_kv % 16 == 0,
@@ -239,8 +239,12 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
 
   config.tunables = tunables;
   PrologueTunables &resolved = config.tunables;
-  if (resolved.v_tile_tokens == 0) // about 32 KiB of V per CTA, at least 128 tokens (the transpose's swizzle)
-    resolved.v_tile_tokens = std::max(128, 16384 / head_dim);
+  if (resolved.v_tile_tokens == 0) { // about 32 KiB of V per CTA, a power of two of at least 128 tokens (the
+                                     // transpose's swizzle permutes aligned groups of 32 words: d = 80 gets 128)
+    resolved.v_tile_tokens = 128;
+    while (resolved.v_tile_tokens * 2 <= 16384 / head_dim)
+      resolved.v_tile_tokens *= 2;
+  }
   if (resolved.k_blocks_per_tile == 0) // about 32 KiB of K per CTA
     resolved.k_blocks_per_tile = std::clamp(16384 / (variant.block_kv * head_dim), 1, 4);
   // Launch 1's statistics CTAs are shared by the tensors that need them. Fewer slices per tensor also make the
@@ -248,10 +252,12 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
   const int statistics_tensors = (config.kStatistics() ? 1 : 0) + (config.vStatistics() ? 1 : 0);
   config.statistics_ctas_per_tensor = std::max(1, resolved.statistics_target_ctas / std::max(1, statistics_tensors));
   if (resolved.threads == 0) {
-    // About 8 vectors (64 values) of the largest tile per thread: enough loads in flight, few registers.
+    // About 8 vectors (64 values) of the largest tile per thread: enough loads in flight, few registers. A row takes
+    // d / 8 lanes rounded up to a power of two (token_tile.cuh): d = 80 counts 16 (sage-b d80's K tiles spilled 48
+    // bytes with 256 threads, 12 vectors a thread).
     const int tile_tokens =
         std::max({variant.block_q, variant.block_kv * resolved.k_blocks_per_tile, resolved.v_tile_tokens});
-    resolved.threads = std::clamp(nextPowerOfTwo(tile_tokens * head_dim / 8 / 8), 256, 1024);
+    resolved.threads = std::clamp(nextPowerOfTwo(tile_tokens * nextPowerOfTwo(head_dim / 8) / 8), 256, 1024);
   }
   return config;
 }

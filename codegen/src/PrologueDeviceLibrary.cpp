@@ -52,7 +52,14 @@ std::string emitConstants(const PrologueConfig &config) {
   text += constant("kHeadDim", config.head_dim, "d");
   text += constant("kVectorElements", 8, ("one 16-byte load holds 8 " + inputName(config.input) + " values").c_str());
   text += "[[maybe_unused]] constexpr int kVectorsPerRow = kHeadDim / kVectorElements;\n";
-  text += "[[maybe_unused]] constexpr int kRowsPerPass = kThreads / kVectorsPerRow; // token rows a CTA covers, one "
+  // A row's lanes are a power-of-two group of a warp, so that a row reduces with butterfly shuffles; where d / 8 is
+  // not a power of two (d = 80, 96, 160, 192) the group's last lanes hold no vector (token_tile.cuh).
+  int lanes_per_row = 1;
+  while (lanes_per_row < config.head_dim / 8)
+    lanes_per_row *= 2;
+  text +=
+      constant("kLanesPerRow", lanes_per_row, "lanes of one token row: kVectorsPerRow rounded up to a power of two");
+  text += "[[maybe_unused]] constexpr int kRowsPerPass = kThreads / kLanesPerRow; // token rows a CTA covers, one "
           "vector a thread\n";
   text += constant("kBlockQ", config.block_q, "b_q: Q tokens per attention tile");
   text += constant("kBlockKv", config.block_kv, "b_kv: K/V tokens per attention tile");
@@ -111,7 +118,8 @@ std::string emitSharedBudgets(const std::vector<PrologueRole> &roles) {
     largest = "maxOf(" + largest + ", " + budgets[i] + ")";
   text += "// The largest role of this launch:\n";
   text += "[[maybe_unused]] constexpr int kSharedBytes =\n    " + largest + ";\n";
-  text += "static_assert(kThreads % 32 == 0 && kThreads >= kVectorsPerRow, \"whole warps, whole rows\");\n";
+  text += "static_assert(kThreads % 32 == 0 && kThreads >= kLanesPerRow && kLanesPerRow <= 32, \"whole warps, whole "
+          "rows\");\n";
   return text;
 }
 

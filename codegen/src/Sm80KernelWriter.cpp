@@ -275,7 +275,7 @@ KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const sche
       fmt::arg("k_decoded", context.fp4 ? shared.decoded_k.offset : 0),
       fmt::arg("v_decoded", context.fp4 ? shared.decoded_v.offset : 0),
       fmt::arg("k_codes", context.fp4 ? shared.k.offset : 0), fmt::arg("v_codes", context.fp4 ? shared.v.offset : 0),
-      fmt::arg("qk_steps", plan.head_dim * schedules::bytesOf(plan.qk_mma.a) / 32),
+      fmt::arg("qk_steps", (plan.head_dim * schedules::bytesOf(plan.qk_mma.a) + 31) / 32),
       fmt::arg("pv_steps", plan.tunables.block_kv / plan.pv_mma.k), fmt::arg("threads", plan.threads),
       fmt::arg("min_blocks", plan.min_blocks_per_multiprocessor));
   return kernel;

@@ -149,6 +149,18 @@ def test_gqa_layouts_dtypes_head_dims():
                 assert_close(out, reference(q, k, v, layout=layout))
 
 
+def test_head_dims_beyond_64_and_128():
+    # Issue 28: d 32..256 in steps of 16 run (the sm80 schedule where the sm90 one has no tiles), with K offsets
+    for index, dim in enumerate((32, 80, 96, 160, 192, 256)):
+        dtype = torch.bfloat16 if index % 2 else torch.float16
+        is_causal = index % 3 == 0
+        q, k, v = qkv(batch=2, heads_q=4, heads_kv=2, tokens_q=300, tokens_kv=333, dim=dim, dtype=dtype)
+        k = k + 8 * torch.randn(1, 1, 1, dim, device=k.device, dtype=dtype)  # per-channel offsets: K smoothing's case
+        out, lse = sagegen.sageattn(q, k, v, is_causal=is_causal, return_lse=True)
+        assert out.shape == q.shape and lse.shape == q.shape[:3]
+        assert_close(out, reference(q, k, v, is_causal))
+
+
 def test_sm_scale_and_lse():
     q, k, v = qkv(batch=2, tokens_q=256, tokens_kv=256)
     scale = 0.05

@@ -3,6 +3,7 @@
 #include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
+#include "sage/schedules/PrologueHeadDim.h"
 #include "sage/schedules/PrologueRotation.h"
 
 #include "sage/ir/AttentionVariant.h"
@@ -22,7 +23,10 @@ constexpr int kMaxBlockKv = 128;     // S of one warp (rows x b_kv f32) must sta
 constexpr int kMinStages = 2;        // one tile computing, one loading
 constexpr int kMinDefaultStages = 3; // default plans keep at least this deep a pipeline for occupancy
 constexpr int kMaxStages = 6;
-constexpr int kRegionAlignment = 128; // keeps every swizzled tile on a 128-byte bank line
+constexpr int kMinHeadDim = 32;          // one k32 step of the int8 Q.K^T mma
+constexpr int kMaxHeadDim = 256;         // O_i in f32 is d / 2 registers per thread for 16 rows per warp
+constexpr int kMaxTwoLevelHeadDim = 128; // two f32 copies of O: see headDimSupport
+constexpr int kRegionAlignment = 128;    // keeps every swizzled tile on a 128-byte bank line
 constexpr int kTargetBlocksPerMultiprocessor = 2;
 // Addresses, indices and loop state on top of the fragments. Calibrated on H100 (sage-b d128, 8 warps): two CTAs
 // per SM at 128 registers (a few spills) ran at 441 TOPS against 380 TOPS for one CTA at 168 registers.
@@ -375,18 +379,27 @@ SharedMemoryLayout layoutFp4SharedMemory(const KernelPlan &plan, int stages) {
   return layout;
 }
 
+// Bytes of a Q/K/V tile row in shared memory: the row's 16-byte chunks padded to a power of two, so that the swizzle
+// (sage/device/sm80/layout.cuh) permutes chunks within a row and the ldmatrix steps XOR constants into an address.
+int sm80TileRowBytes(int row_bytes) {
+  int padded = 16;
+  while (padded < row_bytes)
+    padded *= 2;
+  return padded;
+}
+
 SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
   if (plan.pv_path == PvPath::e2m1_decoded)
     return layoutFp4SharedMemory(plan, stages);
   const Tunables &t = plan.tunables;
-  const int qk_row_bytes = plan.head_dim * bytesOf(plan.qk_operand);
+  const int qk_row_bytes = sm80TileRowBytes(plan.head_dim * bytesOf(plan.qk_operand));
   SharedMemoryLayout layout;
   layout.q = region(0, t.block_q, qk_row_bytes);
   layout.k = region(0, t.block_kv, qk_row_bytes);
   if (plan.v_source == ValueSource::workspace_codes) // V^T: rows are channels, b_kv one-byte codes each
     layout.v = region(layout.k.bytes, plan.head_dim, t.block_kv);
   else
-    layout.v = region(layout.k.bytes, t.block_kv, plan.head_dim * bytesOf(ElementType::f16));
+    layout.v = region(layout.k.bytes, t.block_kv, sm80TileRowBytes(plan.head_dim * bytesOf(ElementType::f16)));
   const int staged_scales = plan.k_scales_per_block > 1 ? plan.k_scales_per_block : 0;
   layout.k_scales = region(layout.v.offset + layout.v.bytes, staged_scales > 0 ? 1 : 0, staged_scales * 4);
   layout.stage_offset = layout.q.bytes;
@@ -405,7 +418,10 @@ int estimateRegisters(const KernelPlan &plan) {
   const int scores = rows * kv / kWarpSize;
   const int q_fragment = rows * d * bytesOf(plan.qk_mma.a) / (kWarpSize * 4);
   const int p_fragment = rows * kv * bytesOf(plan.pv_mma.a) / (kWarpSize * 4);
-  return kBaseRegisters + output + scores + q_fragment + p_fragment;
+  // int8 P.V: one channel tile's V^T fragments (2 per k32 step) and the s32 block product beside O (sage-vb d80 with
+  // two CTAs per SM spilled 36 bytes at 128 registers; with this term it gets one CTA and 198 registers, no spills)
+  const int value_fragments = plan.pv_path == PvPath::int8_per_block ? 2 * (kv / kKvTokenQuantum) + 4 : 0;
+  return kBaseRegisters + output + scores + q_fragment + p_fragment + value_fragments;
 }
 
 int outputAccumulatorRegisters(const KernelPlan &plan, const AttentionVariant &variant) {
@@ -413,6 +429,32 @@ int outputAccumulatorRegisters(const KernelPlan &plan, const AttentionVariant &v
   const bool two_level = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
                          variant.accumulation.kind == AccumulationKind::f32_two_level;
   return two_level ? plan.rows_per_warp * plan.head_dim / kWarpSize : 0;
+}
+
+// The head dims the kernel tiles (sage/device/sm80/attention.cuh): whole m16n8 output tiles in pairs (d a multiple
+// of 16); rows of Q/K/V tiles in shared memory padded to a power of two of 16-byte chunks, so the swizzle and the
+// ldmatrix steps stay XORs of constants (int8 Q/K at d = 80: the Q.K^T mma's last k32 step reads a zero-filled chunk).
+SupportResult headDimSupport(const AttentionVariant &variant) {
+  const int d = variant.head_dim;
+  const std::string which = "head_dim " + std::to_string(d);
+  if (d < kMinHeadDim || d > kMaxHeadDim || d % kMmaRows != 0)
+    return SupportResult::no(which + ": the sm80 schedule has tiles for head_dim " + std::to_string(kMinHeadDim) +
+                             ".." + std::to_string(kMaxHeadDim) + " in steps of 16");
+  if (SupportResult prologue = prologueHeadDimSupport(d); !prologue)
+    return prologue;
+  if (anyFp4(variant) && d != 64 && d != 128)
+    return SupportResult::no(which + ": FP4 emulation on the sm80 schedule has decode tiles for head_dim 64 and 128 "
+                                     "only");
+  // Registers: a warp's 16 rows hold O_i in f32 (d / 2 registers per thread); two-level accumulation keeps a second
+  // f32 copy, and with Q's fragments and S that passes the 255 registers of a thread beyond d = 128.
+  const bool two_level = variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+                         variant.accumulation.kind == AccumulationKind::f32_two_level;
+  if (two_level && d > kMaxTwoLevelHeadDim)
+    return SupportResult::no(which + ": two-level accumulation keeps two f32 copies of O (" + std::to_string(d) +
+                             " registers per thread for a warp's 16 rows) on top of Q's fragments and S; the sm80 "
+                             "schedule runs it up to head_dim " +
+                             std::to_string(kMaxTwoLevelHeadDim));
+  return SupportResult::yes();
 }
 
 } // namespace
@@ -434,9 +476,8 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
   if (variant.sla.enabled) // the kernel would compute the critical blocks only: O^s without Proj(O^l)
     return SupportResult::no("SLA (mask prediction and the linear branch) is not an attention kernel of this "
                              "schedule; its sparse part alone (the variant without `sla`) is block_sparse");
-  if (variant.head_dim != 64 && variant.head_dim != 128)
-    return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
-                             ": the sm80 schedule has tiles for head_dim 64 and 128 only");
+  if (SupportResult head_dim = headDimSupport(variant); !head_dim)
+    return head_dim;
   if (!validBlockKv(variant.block_kv))
     return SupportResult::no("block_kv " + std::to_string(variant.block_kv) + ": expected 32, 64 or 128");
   if (variant.block_q % kMmaRows != 0 || variant.block_q <= 0)
@@ -489,7 +530,11 @@ KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
   // 387 TOPS with Table 12's 5 stages (one CTA per SM) against ~440 TOPS for two CTAs with 3-4 stages.
   const int by_threads = limits.max_threads_per_multiprocessor / plan.threads;
   const int registers = estimateRegisters(plan) + outputAccumulatorRegisters(plan, variant);
-  const int by_registers = limits.registers_per_multiprocessor / (plan.threads * registers);
+  // The estimate is calibrated at d 64 and 128; at d 80/96 on sm_90a two CTAs (128 registers) spilled 56-72 bytes
+  // (sage-b, sage-t), so other head dims keep one CTA per SM.
+  const bool calibrated = variant.head_dim == 64 || variant.head_dim == 128;
+  const int by_registers =
+      calibrated ? limits.registers_per_multiprocessor / (plan.threads * registers) : std::min(1, by_threads);
   const auto blocksByShared = [&](const SharedMemoryLayout &shared) {
     return limits.shared_bytes_per_multiprocessor / (shared.total_bytes + limits.reserved_shared_bytes_per_block);
   };

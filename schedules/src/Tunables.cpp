@@ -1,5 +1,6 @@
 #include "sage/schedules/Tunables.h"
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
@@ -17,6 +18,17 @@ Tunables defaultTunables(const AttentionVariant &variant) {
     tunables.warps = 8;
     tunables.stages = causal ? 5 : 3;
   }
+  // Below d = 64: 16 rows per warp (sage2-fp8 d32 with 32 rows per warp spilled 44 bytes on sm_90a, none with 16)
+  if (variant.head_dim < 64)
+    tunables.warps = 8;
+  // Beyond d = 128: 4 warps of 16 rows and 32-token KV blocks keep S (and 8-bit P.V's block product) small enough
+  // beside O_i's d / 2 f32 registers per thread, and Q_i with two stages of K_j and V_j within the 99 KiB of shared
+  // memory of sm_86/sm_89 (d = 256, 16-bit Q/K: 32 KiB + 2 x 32 KiB).
+  if (variant.head_dim > 128) {
+    tunables.warps = 4;
+    tunables.block_q = std::min(variant.block_q, 64);
+    tunables.block_kv = std::min(variant.block_kv, 32);
+  }
   return tunables;
 }
 
@@ -26,9 +38,9 @@ Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch) {
   // Table 12's 8 warps / 3 (5 causal) stages by 5-25% for sage-b and sage-t (f16 P.V) and 10-20% for sage-vb and
   // sage-vt (int8 P.V) at N = 1k..32k, causal or not; e4m3 P.V (sage2-fp8) ran ~35% slower that way. Only sm_90a was
   // measured: on sm_80 and sm_89 ptxas spills up to 400 bytes for sage-vt in this shape, so other archs keep Table 12's
-  // row.
+  // row. Only d128 was measured: at d80/d96 this shape spilled 60-68 bytes (sage-b, sage-vb; ptxas, sm_90a).
   const bool measured_four_warps =
-      arch == GpuArch::sm90a && variant.head_dim > 64 && isInteger(variant.qk.a) && variant.pv.a != ElementType::e4m3;
+      arch == GpuArch::sm90a && variant.head_dim == 128 && isInteger(variant.qk.a) && variant.pv.a != ElementType::e4m3;
   if (measured_four_warps) {
     tunables.warps = 4;
     tunables.stages = 2;

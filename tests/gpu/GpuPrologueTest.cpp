@@ -184,6 +184,13 @@ std::vector<ModelCase> modelCases() {
       ++index;
     }
   }
+  // Issue 28: head dims whose rows leave lanes idle (d = 80: 10 vectors on 16 lanes; d = 192: 24 on 32)
+  for (int head_dim : {80, 192})
+    for (const char *preset : {"sage-b", "sage-t", "sage-vb", "sage-vt", "sage2-fp8"}) {
+      cases.push_back({dsl::preset(preset, head_dim)->describe(), index % 2 ? StorageType::bf16 : StorageType::f16,
+                       index % 3 ? Layout::hnd : Layout::nhd});
+      ++index;
+    }
   return cases;
 }
 

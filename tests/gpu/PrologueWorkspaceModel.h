@@ -96,7 +96,10 @@ inline ColumnStatistics columnStatistics(const codegen::PrologueConfig &config, 
   const int64_t slices = std::min({for_parallelism, ceilDiv(n, config.tunables.statistics_min_slice_tokens),
                                    static_cast<int64_t>(config.tunables.max_statistics_slices)});
   const int64_t slice_tokens = ceilDiv(n, slices);
-  const int64_t rows_per_pass = config.tunables.threads / (d / 8);
+  int64_t lanes_per_row = 1; // d / 8 vectors on a power-of-two group of lanes (sage/device/prologue/token_tile.cuh)
+  while (lanes_per_row < d / 8)
+    lanes_per_row *= 2;
+  const int64_t rows_per_pass = config.tunables.threads / lanes_per_row;
   ColumnStatistics statistics;
   for (int64_t c = 0; c < d; ++c) {
     float sum = 0.0f;

@@ -517,8 +517,8 @@ TEST_CASE("the generator names what it cannot do") {
   };
   rejects(base, "head_dim: 128 does not match", 128);
   AttentionVariant variant = base;
-  variant.head_dim = 96;
-  rejects(variant, "head_dim: the prologue supports", 96);
+  variant.head_dim = 264;
+  rejects(variant, "head_dim: head_dim 264: the quantization prologue handles head_dim 16..256", 264);
   variant = base;
   variant.q.dtype = ElementType::e2m1;
   rejects(variant, "q.dtype");

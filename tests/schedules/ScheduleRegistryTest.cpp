@@ -125,7 +125,7 @@ TEST_CASE("when no schedule supports the variant, the error lists every schedule
   const Sm80Schedule sm80;
   const FakeSchedule hopper("fake.hopper", GpuArch::sm90a, 128);
   const std::vector<const Schedule *> list{&sm80, &hopper};
-  const AttentionVariant variant = test::presetVariant("sage-b", 96);
+  const AttentionVariant variant = test::presetVariant("sage-b", 16);
   std::string message;
   try {
     bestSchedule(list, variant, GpuArch::sm90a, InputType::f16);
@@ -133,14 +133,14 @@ TEST_CASE("when no schedule supports the variant, the error lists every schedule
     message = error.what();
   }
   CHECK(message.find("no schedule supports it on sm_90a") != std::string::npos);
-  const size_t hopper_reason = message.find("fake.hopper: head_dim 96 unsupported");
-  const size_t sm80_reason = message.find("sm80.mma_sync: head_dim 96");
+  const size_t hopper_reason = message.find("fake.hopper: head_dim 16 unsupported");
+  const size_t sm80_reason = message.find("sm80.mma_sync: head_dim 16");
   CHECK(hopper_reason != std::string::npos);
   CHECK(sm80_reason != std::string::npos);
   CHECK(hopper_reason < sm80_reason);
   // planBestSchedule over the real list keeps the same message.
   CHECK_THROWS_WITH_AS(planBestSchedule(variant, GpuArch::sm80, InputType::f16),
-                       doctest::Contains("no schedule supports it on sm_80; sm80.mma_sync: head_dim 96"),
+                       doctest::Contains("no schedule supports it on sm_80; sm80.mma_sync: head_dim 16"),
                        std::invalid_argument);
 }
 

@@ -45,8 +45,37 @@ TEST_CASE("every preset is supported at head_dim 64 and 128; FP8 P.V only from s
         }
 }
 
+TEST_CASE("head dims 32..256 in steps of 16: every forward preset, two-level accumulation up to 128") {
+  const char *presets[] = {"sage-b", "sage-t", "sage-vb", "sage-vt", "sage2-fp8", "exact"};
+  for (int head_dim : {32, 80, 96, 160, 192, 256})
+    for (const char *name : presets)
+      for (InputType input : {InputType::f16, InputType::bf16}) {
+        CAPTURE(head_dim);
+        CAPTURE(name);
+        const AttentionVariant variant = test::presetVariant(name, head_dim);
+        const SupportResult result = Sm80Schedule().supports(variant, GpuArch::sm89, input);
+        const bool two_level = std::string(name) == "sage2-fp8";
+        CHECK(result.supported == (!two_level || head_dim <= 128));
+        if (result.supported) { // the plan fits the arch's shared memory, Q/K/V rows padded to powers of two
+          const KernelPlan plan = Sm80Schedule().plan(variant, GpuArch::sm89, input);
+          CHECK(plan.shared.total_bytes <= gpuLimits(GpuArch::sm89).max_dynamic_shared_bytes_per_block);
+          const int q_row_bytes = plan.shared.q.row_bytes;
+          CHECK((q_row_bytes & (q_row_bytes - 1)) == 0);
+          CHECK(q_row_bytes >= head_dim * bytesOf(plan.qk_operand));
+          CHECK(q_row_bytes < 2 * head_dim * bytesOf(plan.qk_operand));
+          CHECK(plan.rows_per_warp * head_dim / 32 <= 128); // O_i in f32: at most 128 registers a thread
+        } else {
+          CHECK(result.reason.find("head_dim " + std::to_string(head_dim)) != std::string::npos);
+          CHECK(result.reason.find("two-level accumulation") != std::string::npos);
+        }
+      }
+  // FP4 emulation keeps its decode tiles for 64 and 128
+  const AttentionVariant fp4 = test::presetVariant("sage3-fp4", 96);
+  CHECK(reasonFor(fp4).find("head_dim 96: FP4 emulation") != std::string::npos);
+}
+
 TEST_CASE("unsupported variants say why") {
-  CHECK(reasonFor(test::presetVariant("sage-b", 96)).find("head_dim 96") != std::string::npos);
+  CHECK(reasonFor(test::presetVariant("sage-b", 16)).find("head_dim 16") != std::string::npos);
   AttentionVariant wide_kv = test::presetVariant("sage-b");
   wide_kv.block_kv = wide_kv.k.group_tokens = 96;
   CHECK(reasonFor(wide_kv).find("block_kv 96") != std::string::npos);
@@ -233,8 +262,8 @@ TEST_CASE("the registry picks the sm80 schedule where it is the one that runs, o
   CHECK(verdicts[0].schedule == Sm80Schedule::kName);
   CHECK(verdicts[0].support.supported);
   CHECK(planBestSchedule(test::presetVariant("sage-b"), GpuArch::sm89, InputType::f16).schedule == Sm80Schedule::kName);
-  CHECK_THROWS_WITH_AS(planBestSchedule(test::presetVariant("sage-b", 96), GpuArch::sm90a, InputType::f16),
-                       doctest::Contains("sm80.mma_sync: head_dim 96"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(planBestSchedule(test::presetVariant("sage-b", 16), GpuArch::sm90a, InputType::f16),
+                       doctest::Contains("sm80.mma_sync: head_dim 16"), std::invalid_argument);
 }
 
 TEST_CASE("default plans trade pipeline depth for a second CTA per SM") {

@@ -72,7 +72,7 @@ typedef struct sage_attention *sage_attention_t;
 typedef struct sage_attention_config {
   const char *preset;  /* a preset name ("sage-b", ...), or NULL when ir_text is given */
   const char *ir_text; /* textual sage IR, or NULL (then head_dim/causal/write_lse apply to the preset) */
-  int head_dim;
+  int head_dim;        /* 32..256 in steps of 16 (SAGE_UNSUPPORTED, with the reason, where no schedule runs it) */
   int causal;
   int write_lse;
   sage_dtype dtype;     /* SAGE_DTYPE_F16 or SAGE_DTYPE_BF16: the storage type of q, k, v and o */

@@ -22,7 +22,8 @@ struct Tunables {
 };
 
 // The paper's Table 12 (head_dim 64: 4 warps, 3 stages, 4 when causal; head_dim 128: 8 warps, 3 stages, 5 when
-// causal) with the variant's own b_q and b_kv. Other head dims get the head_dim 128 row.
+// causal) with the variant's own b_q and b_kv: head dims up to 64 get the 64 row (with 8 warps below 64), up to 128
+// the 128 row; beyond 128, 4 warps, b_q at most 64 and b_kv at most 32 (registers and shared memory; Tunables.cpp).
 Tunables defaultTunables(const AttentionVariant &variant);
 
 // The schedule's defaults on `arch`: Table 12, except where measurements say otherwise (sm_90a, head_dim 128 with

@@ -14,7 +14,7 @@ template <bool kSum, bool kMinMax>
 __device__ __forceinline__ void reduceColumns(const unsigned short *head, long long token_stride, int begin, int end,
                                               float *partials, float *sum_out, unsigned short *min_out,
                                               unsigned short *max_out) {
-  const int channel = (int)threadIdx.x % kVectorsPerRow * kVectorElements;
+  const int channel = channelOfLane(); // lanes that hold no vector (token_tile.cuh) load nothing
   float sum[kVectorElements];
 #pragma unroll
   for (int j = 0; j < kVectorElements; ++j)
@@ -26,12 +26,12 @@ __device__ __forceinline__ void reduceColumns(const unsigned short *head, long l
     low_pairs[w] = kPositiveInfinityPair;
     high_pairs[w] = kNegativeInfinityPair;
   }
-  for (int row = begin + (int)threadIdx.x / kVectorsPerRow; row < end; row += kRowsPerPass * kStatisticsUnroll) {
+  for (int row = begin + (int)threadIdx.x / kLanesPerRow; row < end; row += kRowsPerPass * kStatisticsUnroll) {
     uint4 raw[kStatisticsUnroll];
 #pragma unroll
     for (int u = 0; u < kStatisticsUnroll; ++u) {
       const int r = row + u * kRowsPerPass;
-      raw[u] = r < end ? loadVector(head + r * token_stride + channel) : uint4{0u, 0u, 0u, 0u};
+      raw[u] = r < end && laneHoldsVector() ? loadVector(head + r * token_stride + channel) : uint4{0u, 0u, 0u, 0u};
     }
 #pragma unroll
     for (int u = 0; u < kStatisticsUnroll; ++u)

@@ -1,22 +1,24 @@
 // Q smoothing's correction in the quantization prologue (the GEMV of sage.q_mean_correction), written by the K tiles
 // (launch 2, after launch 1's q_mean). The prologue generator pastes this header after its constants, its tile
-// library and its workspace helpers (TokenTile, kKTileTokens, kVectorElements, kVectorsPerRow, kBlockQ, kHeadDim,
+// library and its workspace helpers (TokenTile, kKTileTokens, kVectorElements, kLanesPerRow, kBlockQ, kHeadDim,
 // workspaceFloats), whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
 
-// The f32 sum of `value` over the kVectorsPerRow lanes that hold one token row.
+// The f32 sum of `value` over the lanes that hold one token row (lanes that hold no vector add 0).
 __device__ __forceinline__ float rowSum(float value) {
+  if (!laneHoldsVector())
+    value = 0.0f;
 #pragma unroll
-  for (int offset = kVectorsPerRow / 2; offset > 0; offset /= 2)
+  for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
     value = __fadd_rn(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
 
 // delta_s [b, h_q, q_blocks, padded_kv] = q_mean[Q block] . x_K[token] for every Q head of this KV head (GQA) and
 // every Q block, where x_K is what psi_K quantizes (`k`: K, or gamma(K) when K is smoothed): f32 products summed over
-// this thread's 8 channels, then over the kVectorsPerRow lanes of the row. Padded tokens get 0.
+// this thread's 8 channels, then over the lanes of the row. Padded tokens get 0.
 template <class KValues>
 __device__ __forceinline__ void writeQMeanCorrection(const KValues &k, const SagePrologueParams &params, long long head,
                                                      int first, int stored_rows) {
@@ -40,7 +42,7 @@ __device__ __forceinline__ void writeQMeanCorrection(const KValues &k, const Sag
       for (int j = 0; j < kVectorElements; ++j)
         sum = __fmaf_rn(mean[j], k(pass, j), sum);
       sum = rowSum(sum); // every lane takes part in the shuffles
-      if (Tile::inTile(pass) && Tile::row(pass) < stored_rows && (int)threadIdx.x % kVectorsPerRow == 0)
+      if (Tile::inTile(pass) && Tile::row(pass) < stored_rows && laneInRow() == 0)
         delta[Tile::row(pass)] = sum;
     }
   }

@@ -31,6 +31,7 @@ __device__ __forceinline__ unsigned rotationSignBits(int channel) {
 template <int kTileTokens, bool kForK, class Values>
 __device__ __forceinline__ RotatedTile<kTileTokens> rotateTile(const Values &values) {
   using Tile = TokenTile<kTileTokens>;
+  static_assert(kLanesPerRow == kVectorsPerRow, "a rotated row is a power of two of vectors (prologueRotationSupport)");
   const int lane_in_row = (int)threadIdx.x % kVectorsPerRow;
   const unsigned signs = rotationSignBits(Tile::channel());
   const float scale = kForK ? kRotationScaleK : kRotationScaleQ;

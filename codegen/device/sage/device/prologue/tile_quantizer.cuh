@@ -77,7 +77,7 @@ __device__ __forceinline__ void quantizeTile(const Values &values, unsigned char
 #pragma unroll
   for (int pass = 0; pass < Tile::kPasses; ++pass) {
     const float amax = rowMax(rowVectorAmaxOf(values, pass, 0));
-    if (threadIdx.x % kVectorsPerRow == 0 && Tile::inTile(pass))
+    if (laneInRow() == 0 && Tile::inTile(pass))
       atomicMax(&group_amax[Quantizer::groupOfRow(Tile::row(pass))], __float_as_uint(amax));
   }
   __syncthreads();

@@ -1,14 +1,17 @@
 // The quantization prologue's reductions over a row's lanes, over the CTA and over the columns of a token tile. The
-// generator pastes this header after its constants (kThreads, kHeadDim, kVectorElements, kVectorsPerRow,
-// kRowsPerPass) and token_tile.cuh, whose names it uses.
+// generator pastes this header after its constants (kThreads, kHeadDim, kVectorElements, kVectorsPerRow, kLanesPerRow,
+// kRowsPerPass) and token_tile.cuh, whose names it uses. Lanes that hold no vector (token_tile.cuh) count as the
+// reductions' identity.
 #pragma once
 
 namespace sage::device::prologue {
 
-// Max over the kVectorsPerRow lanes that hold one row.
+// Max of non-negative values over the lanes that hold one row.
 __device__ __forceinline__ float rowMax(float value) {
+  if (!laneHoldsVector())
+    value = 0.0f;
 #pragma unroll
-  for (int offset = kVectorsPerRow / 2; offset > 0; offset /= 2)
+  for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
 }
@@ -29,17 +32,17 @@ __device__ __forceinline__ float ctaMax(float value, unsigned *slot) {
   return result;
 }
 
-// Folds per-thread partial results of 8 channels over the CTA's kRowsPerPass rows of threads: every thread
-// writes its partials to `partials` [kRowsPerPass x kHeadDim], then thread c combines channel c's rows in
+// Folds per-thread partial results of 8 channels over the CTA's kRowsPerPass rows of threads: every thread that holds
+// a vector writes its partials to `partials` [kRowsPerPass x kHeadDim], then thread c combines channel c's rows in
 // order and hands the result to store(c, value).
 template <class Combine, class Store>
 __device__ __forceinline__ void foldRows(const float (&mine)[kVectorElements], float *partials, float identity,
                                          Combine combine, Store store) {
-  float *slot =
-      partials + (int)threadIdx.x / kVectorsPerRow * kHeadDim + (int)threadIdx.x % kVectorsPerRow * kVectorElements;
+  float *slot = partials + (int)threadIdx.x / kLanesPerRow * kHeadDim + channelOfLane();
+  if (laneHoldsVector())
 #pragma unroll
-  for (int j = 0; j < kVectorElements; ++j)
-    slot[j] = mine[j];
+    for (int j = 0; j < kVectorElements; ++j)
+      slot[j] = mine[j];
   __syncthreads();
   for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
     float total = identity;
@@ -71,11 +74,12 @@ __device__ __forceinline__ void tileColumnMeans(const Values &values, int valid_
 // Largest |x| of a whole tile (a per-tensor quantizer's share of the amax).
 template <class Tile, class Values> __device__ __forceinline__ float tileAmax(const Values &values, unsigned *slot) {
   float amax = 0.0f;
+  if (laneHoldsVector())
 #pragma unroll
-  for (int pass = 0; pass < Tile::kPasses; ++pass)
+    for (int pass = 0; pass < Tile::kPasses; ++pass)
 #pragma unroll
-    for (int j = 0; j < kVectorElements; ++j)
-      amax = fmaxf(amax, fabsf(values(pass, j)));
+      for (int j = 0; j < kVectorElements; ++j)
+        amax = fmaxf(amax, fabsf(values(pass, j)));
   return ctaMax(amax, slot);
 }
 

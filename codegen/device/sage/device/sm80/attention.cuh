@@ -50,18 +50,19 @@ template <class Config> struct WorkspaceReads {
   static constexpr bool v_mean = Config::kSmoothedV;
   static constexpr bool delta_s = Config::kSmoothedQ;
   // Bytes between two tokens' rows of Q's and K's codes (or 16-bit values) in the workspace
-  static constexpr int kQRowBytes = kFp4 ? Config::kQCodeRowBytes : Config::kQRowBytes;
-  static constexpr int kKRowBytes = kFp4 ? Config::kKCodeRowBytes : Config::kKRowBytes;
+  static constexpr int kQRowBytes = kFp4 ? Config::kQCodeRowBytes : Geometry<Config>::kQkRowBytes;
+  static constexpr int kKRowBytes = kFp4 ? Config::kKCodeRowBytes : Geometry<Config>::kQkRowBytes;
 };
 
 // ---- The registers one thread keeps across the KV loop ----
 template <class Config> struct ThreadState {
   using G = Geometry<Config>;
-  unsigned q_fragment[G::kRowTiles][G::kQkSteps][4]; // Q_i as A fragments of the Q.K^T mma
-  float q_row_scale[G::kRowTiles][2];                // delta_Q of rows g and g + 8 (1 when Q is not quantized)
-  float row_factor[G::kRowTiles][2];                 // delta_Q x the factor that puts S in base 2
-  float row_max[G::kRowTiles][2];                    // m_i
-  float row_sum[G::kRowTiles][2];                    // this thread's share of l_i (its own columns)
+  unsigned q_fragment[G::kQFragmentTiles][G::kQFragmentSteps][4]; // Q_i as A fragments of the Q.K^T mma
+  unsigned q_lane_offset;                                         // this lane's ldmatrix offset in Q_i's tile
+  float q_row_scale[G::kRowTiles][2]; // delta_Q of rows g and g + 8 (1 when Q is not quantized)
+  float row_factor[G::kRowTiles][2];  // delta_Q x the factor that puts S in base 2
+  float row_max[G::kRowTiles][2];     // m_i
+  float row_sum[G::kRowTiles][2];     // this thread's share of l_i (its own columns)
   // O_i: f16x2 words (rows g, g + 8 x channels 2t, 2t + 1) or f32 values
   typename G::OutputAccumulator o_accumulator[G::kRowTiles][G::kOutputTiles][G::kOutputRegisters];
   float o_flushed[G::kRowTiles][G::kOutputTiles][4]; // two-level: the sum of the flushed accumulators
@@ -123,14 +124,14 @@ template <class Config> struct KvStream {
       copy_tile_async<kThreads, Config::kHeadDim, Config::kVCodeRowBytes, false>(
           stage_base + Config::kVCodesOffset, v_codes + kv_begin / 2, padded_kv / 2, Config::kHeadDim);
     } else {
-      copy_tile_async<kThreads, kBlockKv, Config::kKRowBytes, false>(
-          stage_base + Config::kKTileOffset, k_codes + static_cast<long long>(kv_begin) * Config::kKRowBytes,
-          Config::kKRowBytes, kBlockKv);
+      copy_tile_async<kThreads, kBlockKv, Config::kKRowBytes, false, G::kQkRowBytes>(
+          stage_base + Config::kKTileOffset, k_codes + static_cast<long long>(kv_begin) * G::kQkRowBytes,
+          G::kQkRowBytes, kBlockKv);
       if constexpr (Config::kValues == ValueSource::workspace_codes)
         copy_tile_async<kThreads, Config::kVRows, Config::kVRowBytes, false>(
             stage_base + Config::kVTileOffset, v_codes + kv_begin, padded_kv, Config::kVRows);
       else // past the end: 0
-        copy_tile_async<kThreads, Config::kVRows, Config::kVRowBytes, true>(
+        copy_tile_async<kThreads, Config::kVRows, Config::kVRowBytes, true, G::kVValueRowBytes>(
             stage_base + Config::kVTileOffset, v_rows + kv_begin * v_row_stride, v_row_stride, tokens_kv - kv_begin);
       if constexpr (Config::kStagedKScales) {
         const float *block_scales =
@@ -187,7 +188,8 @@ __device__ __forceinline__ void process_kv_block(ThreadState<Config> &state, con
 
   // S_i^j = Q_i K_j^T, then psi^-1 into f32 (base-2 domain)
   typename G::ScoreAccumulator score_accumulator[G::kRowTiles][G::kScoreTiles][4];
-  Scores::multiply_q_k(score_accumulator, state.q_fragment, k_tile, position.lane);
+  Scores::multiply_q_k(score_accumulator, state.q_fragment, position.shared_base + Config::kQTileOffset,
+                       state.q_lane_offset, k_tile, position.lane);
   float scores[G::kRowTiles][G::kScoreTiles][4];
   if constexpr (!Config::kQuantizedQk)
     Scores::dequantize_scores(scores, score_accumulator, state.row_factor);
@@ -298,8 +300,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
                   (batch * params.v_strides.batch + kv_head * params.v_strides.head) * kValueBytes;
     } else if constexpr (Reads::v_values) {
       // V: the prologue's f16 copy (converted from bf16 and/or smoothed)
-      kv.v_row_stride = Config::kVRowBytes;
-      kv.v_rows = workspace + params.offsets.v_values + kv_head_index * size.padded_kv * Config::kVRowBytes;
+      kv.v_row_stride = G::kVValueRowBytes;
+      kv.v_rows = workspace + params.offsets.v_values + kv_head_index * size.padded_kv * G::kVValueRowBytes;
     } else {
       kv.v_codes = workspace + params.offsets.v_codes + kv_head_index * kHeadDim * size.padded_kv;
     }
@@ -327,8 +329,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     copy_tile_async<G::kThreads, kScaleChunks, kChunkBytes, false>(position.shared_base + Config::kQScalesOffset,
                                                                    q_microscales, kChunkBytes, kScaleChunks);
   } else {
-    copy_tile_async<G::kThreads, kBlockQ, Config::kQRowBytes, false>(position.shared_base + Config::kQTileOffset,
-                                                                     q_codes, Config::kQRowBytes, kBlockQ);
+    copy_tile_async<G::kThreads, kBlockQ, Config::kQRowBytes, false, G::kQkRowBytes>(
+        position.shared_base + Config::kQTileOffset, q_codes, G::kQkRowBytes, kBlockQ);
   }
   cp_async_commit();
   int load_block = kv.next_block(-1);
@@ -350,8 +352,9 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     __syncthreads();
   }
   ThreadState<Config> state;
-  ScoreSteps<Config>::load_q_fragments(state.q_fragment, position.shared_base + Config::kQTileOffset, position.warp,
-                                       position.lane);
+  state.q_lane_offset = ScoreSteps<Config>::q_lane_offset(position.warp, position.lane);
+  ScoreSteps<Config>::load_q_fragments(state.q_fragment, position.shared_base + Config::kQTileOffset,
+                                       state.q_lane_offset);
 
   // The factor that puts S in the exponent's base-2 domain
   const float domain_factor = score_domain_factor<Config>(params);

@@ -43,7 +43,16 @@ template <class Config> struct Geometry {
   static constexpr bool kF16Accumulator = Config::kPv == PvPath::f16_accumulate_f16;
   // bytes per Q/K element of the Q.K^T mma (FP4: as decoded for the mma, else as in the workspace)
   static constexpr int kQkOperandBytes = Config::kQk == QkOperands::int8 ? 1 : 2;
-  static constexpr int kQkSteps = Config::kHeadDim * kQkOperandBytes / kQkStepBytes;
+  static constexpr int kQkRowBytes = Config::kHeadDim * kQkOperandBytes; // a Q/K row in the workspace
+  // k32 steps of the Q.K^T mma over a row (int8 at d = 80: the last step's second half reads zero-filled bytes)
+  static constexpr int kQkSteps = (kQkRowBytes + kQkStepBytes - 1) / kQkStepBytes;
+  static constexpr int kVValueRowBytes = 2 * Config::kHeadDim; // a row of f16 V (the input's or the workspace's)
+  // Q_i's fragments are read from its shared tile at every KV block instead of living in registers across the loop
+  // where O_i's f32 accumulator leaves too few registers: d > 128 with an f32 accumulator (ptxas, sm_80: sage-vt d192
+  // spilled 56 bytes and exact d256 352 bytes with Q in registers). The f16 accumulator (sage-b, sage-t) keeps them.
+  static constexpr bool kQFromShared = Config::kHeadDim > 128 && !kF16Accumulator;
+  static constexpr int kQFragmentTiles = kQFromShared ? 1 : kRowTiles; // the registers' q_fragment array
+  static constexpr int kQFragmentSteps = kQFromShared ? 1 : kQkSteps;
   static constexpr int kPvStepTokens = kCodes ? 32 : 16; // k of the P.V mma
   static constexpr int kPvSteps = Config::kBlockKv / kPvStepTokens;
   static constexpr int kOutputRegisters = kF16Accumulator ? 2 : 4; // per n8 tile: f16x2 words or f32 values

@@ -11,23 +11,33 @@ template <class Config> struct ScoreSteps {
   using ScoreAccumulator = typename G::ScoreAccumulator;
   using ScoreColumns = typename G::Columns;
   static constexpr int kRowTiles = G::kRowTiles, kScoreTiles = G::kScoreTiles, kQkSteps = G::kQkSteps;
+  using QFragments = unsigned[G::kQFragmentTiles][G::kQFragmentSteps][4];
 
-  // ---- Step: Q_i into registers, kept there for the whole KV loop ----
-  // q_fragment[row tile][k step] is the A operand of one Q.K^T mma. ldmatrix.x4: lanes 0-7 address rows 0-7 of the
-  // step's first 16 bytes, lanes 8-15 rows 8-15, lanes 16-31 the same rows' next 16 bytes.
-  static __device__ __forceinline__ void load_q_fragments(unsigned (&q_fragment)[kRowTiles][kQkSteps][4],
-                                                          unsigned q_tile, int warp, int lane) {
-    constexpr int kRowChunks = Config::kQRowBytes / kChunkBytes;
+  // This lane's address offset in Q_i's shared tile for the ldmatrix.x4 of Q's A fragments: lanes 0-7 address rows
+  // 0-7 of a step's first 16 bytes, lanes 8-15 rows 8-15, lanes 16-31 the same rows' next 16 bytes.
+  static __device__ __forceinline__ unsigned q_lane_offset(int warp, int lane) {
     const int matrix = lane / kLdmatrixRows;
-    const unsigned lane_offset = swizzled_offset<kRowChunks>(
+    return swizzled_offset<Config::kQRowBytes / kChunkBytes>(
         warp * G::kRowsPerWarp + (matrix % 2) * kRowHalf + lane % kLdmatrixRows, matrix / 2);
+  }
+
+  // The A fragment of row tile `row_tile`, k step `step` of Q_i, read from its shared tile
+  static __device__ __forceinline__ void load_q_fragment(unsigned (&fragment)[4], unsigned q_tile, unsigned lane_offset,
+                                                         int row_tile, int step) {
+    ldmatrix_x4(fragment, tile_address(q_tile, lane_offset, row_tile * kMmaRows * Config::kQRowBytes,
+                                       step * (kQkStepBytes / kChunkBytes)));
+  }
+
+  // ---- Step: Q_i into registers, kept there for the whole KV loop (unless G::kQFromShared) ----
+  // q_fragment[row tile][k step] is the A operand of one Q.K^T mma.
+  static __device__ __forceinline__ void load_q_fragments(QFragments &q_fragment, unsigned q_tile,
+                                                          unsigned lane_offset) {
+    if constexpr (!G::kQFromShared)
 #pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
+      for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
-      for (int step = 0; step < kQkSteps; ++step)
-        ldmatrix_x4(q_fragment[row_tile][step],
-                    tile_address(q_tile, lane_offset, row_tile * kMmaRows * Config::kQRowBytes,
-                                 step * (kQkStepBytes / kChunkBytes)));
+        for (int step = 0; step < kQkSteps; ++step)
+          load_q_fragment(q_fragment[row_tile][step], q_tile, lane_offset, row_tile, step);
   }
 
   // ---- Step: delta_Q of the rows this thread holds (rows g and g + 8 of each row tile) ----
@@ -44,9 +54,10 @@ template <class Config> struct ScoreSteps {
   // ---- Step: S_i^j = Q_i K_j^T ----
   // K_j's rows (token-major, like the tile) are the B operand's "col" layout. One ldmatrix.x4 gives both k-halves of
   // two n8 tiles: matrix m covers tile (pair + m / 2), bytes (m % 2) * 16 of the k step.
+  // Q's fragments come from `q_fragment`, or (G::kQFromShared) from Q_i's shared tile, one k step at a time.
   static __device__ __forceinline__ void multiply_q_k(ScoreAccumulator (&score_accumulator)[kRowTiles][kScoreTiles][4],
-                                                      const unsigned (&q_fragment)[kRowTiles][kQkSteps][4],
-                                                      unsigned k_tile, int lane) {
+                                                      const QFragments &q_fragment, unsigned q_tile,
+                                                      unsigned q_lane_offset, unsigned k_tile, int lane) {
     constexpr int kRowChunks = Config::kKRowBytes / kChunkBytes;
     constexpr int kTilePairRows = 2 * kMmaColumns; // KV tokens of two n8 tiles
     const int matrix = lane / kLdmatrixRows;
@@ -61,7 +72,18 @@ template <class Config> struct ScoreSteps {
         for (int i = 0; i < 4; ++i)
           score_accumulator[row_tile][tile][i] = 0;
 #pragma unroll
-    for (int step = 0; step < kQkSteps; ++step)
+    for (int step = 0; step < kQkSteps; ++step) {
+      unsigned q_step[kRowTiles][4];
+#pragma unroll
+      for (int row_tile = 0; row_tile < kRowTiles; ++row_tile) {
+        if constexpr (G::kQFromShared) {
+          load_q_fragment(q_step[row_tile], q_tile, q_lane_offset, row_tile, step);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            q_step[row_tile][i] = q_fragment[row_tile][step][i];
+        }
+      }
 #pragma unroll
       for (int tile = 0; tile < kScoreTiles; tile += 2) {
         unsigned k_fragment[4];
@@ -69,11 +91,11 @@ template <class Config> struct ScoreSteps {
                                              step * (kQkStepBytes / kChunkBytes)));
 #pragma unroll
         for (int row_tile = 0; row_tile < kRowTiles; ++row_tile) {
-          qk_mma<Config>(score_accumulator[row_tile][tile], q_fragment[row_tile][step], k_fragment[0], k_fragment[1]);
-          qk_mma<Config>(score_accumulator[row_tile][tile + 1], q_fragment[row_tile][step], k_fragment[2],
-                         k_fragment[3]);
+          qk_mma<Config>(score_accumulator[row_tile][tile], q_step[row_tile], k_fragment[0], k_fragment[1]);
+          qk_mma<Config>(score_accumulator[row_tile][tile + 1], q_step[row_tile], k_fragment[2], k_fragment[3]);
         }
       }
+    }
   }
 
   // ---- Step: S_i^j = Q_i K_j^T in the exponent's base-2 domain (Q and K unquantized) ----
