@@ -112,72 +112,15 @@ std::string quantizeKTile(const PrologueConfig &config, bool after_statistics) {
   }
   if (config.smooth_q)
     comment += "// Q is smoothed: the tile also writes its tokens' delta_s (q_mean . x_K) for every Q block.\n";
-  std::string text = functionHead(comment, "quantizeKTile");
-  text += R"cuda(  const int tiles = (int)ceilDiv(params.size.padded_kv / kBlockKv, kKBlocksPerTile);
-  const long long head = cta / tiles; // batch index * heads_kv + KV head index
-  const int first = (int)(cta % tiles) * kKTileTokens;
-  const long long token_stride = params.k_strides.token;
-  const int valid_rows = min(kKTileTokens, params.size.tokens_kv - first);
-  const int stored_rows = min(kKTileTokens, params.size.padded_kv - first); // whole KV blocks
-  KTile k;
-  k.tile.load(headPointer(params.k, params.k_strides, head, params.size.heads_kv) + first * token_stride, token_stride,
-              valid_rows);
-)cuda";
-  if (config.kStatistics())
-    text += R"cuda(  // The statistics of the whole sequence, while this tile's loads are in flight.
-  float *channel_mean = (float *)(shared + kTileMeansOffset);
-  [[maybe_unused]] const float amax = combineKStatistics<)cuda" +
-            std::string(config.smooth_k ? "true" : "false") + ", " + (config.kMinMax() ? "true" : "false") +
-            R"cuda(>(
-      params, head, first == 0, channel_mean, (unsigned *)(shared + kTileGroupAmaxOffset));
-)cuda";
-  if (config.smooth_k)
-    text += R"cuda(  k.valid_rows = valid_rows;
-#pragma unroll
-  for (int j = 0; j < kVectorElements; ++j)
-    k.mean[j] = channel_mean[TokenTile<kKTileTokens>::channel() + j];
-)cuda";
-  if (config.smooth_q)
-    text += "  writeQMeanCorrection(k, params, head, first, stored_rows);\n";
-  if (config.k.cast())
-    return text + (config.kStatistics() ? "" : "  (void)shared;\n") + R"cuda(  unsigned short *values =
-      (unsigned short *)(params.workspace + params.offsets.k_codes) + (head * params.size.padded_kv + first) * kHeadDim;
-  storeTileValues<KQuantizer>(k, values, stored_rows);
-}
-)cuda";
-  if (config.k.microscaled())
-    return text + R"cuda(  // FP4: e2m1 codes [b, h_kv, padded_kv, d / 2], microscales [b, h_kv, padded_kv, d / group]
-  unsigned char *codes =
-      params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * (kHeadDim / 2);
-  unsigned char *scales = params.workspace + params.offsets.k_scales +
-                          (head * params.size.padded_kv + first) * (kHeadDim / KQuantizer::kGroupChannels);
-  storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);
-}
-)cuda";
-  text += R"cuda(  unsigned char *codes =
-      params.workspace + params.offsets.k_codes + (head * params.size.padded_kv + first) * kHeadDim;
-)cuda";
-  // A rotated psi_K quantizes x R_K (after smoothing; Q smoothing's correction above took the unrotated x).
-  const std::string x = config.rotation_seed ? "x" : "k";
-  if (config.rotation_seed)
-    text += "  const RotatedTile<kKTileTokens> x = rotateTile<kKTileTokens, true>(k); // x R_K, issue 28\n";
-  if (config.k.perTensor())
-    text += R"cuda(  const SymmetricScale scale = symmetricScale(amax, KQuantizer::kCodeMax);
-  if (first == 0 && threadIdx.x == 0)
-    workspaceFloats(params, params.offsets.k_scales)[head] = scale.scale;
-  storeTileCodes<KQuantizer>()cuda" +
-            x + R"cuda(, codes, stored_rows, [&](int) { return scale.inverse; });
-}
-)cuda";
-  else
-    text +=
-        R"cuda(  float *scales = workspaceFloats(params, params.offsets.k_scales) + head * params.size.k_scale_count +
-                  (long long)(first / kBlockKv) * KQuantizer::kGroupsPerBlock;
-  quantizeTile<KQuantizer>()cuda" +
-        x + R"cuda(, codes, scales, stored_rows, stored_rows / kBlockKv * KQuantizer::kGroupsPerBlock, shared);
-}
-)cuda";
-  return text;
+  const auto flag = [](bool value) { return value ? "true" : "false"; };
+  std::string text = "struct KRole { // the variant's psi_K role (k_quantize.cuh)\n";
+  text += "  using Tile = KTile;\n  using Quantizer = KQuantizer;\n";
+  text += std::string("  static constexpr bool kStatistics = ") + flag(config.kStatistics()) +
+          ", kSmoothed = " + flag(config.smooth_k) + ", kQMeanCorrection = " + flag(config.smooth_q) +
+          ", kRotated = " + flag(config.rotation_seed.has_value()) + ", kCast = " + flag(config.k.cast()) +
+          ", kMicroscaled = " + flag(config.k.microscaled()) + ", kPerTensor = " + flag(config.k.perTensor()) +
+          ";\n};\n";
+  return text + functionHead(comment, "quantizeKTile") + "  quantizeKTileOf<KRole>(params, cta, shared);\n}\n";
 }
 
 // V for an f16 P.V (sage/device/prologue/v_convert.cuh), smoothed or not.

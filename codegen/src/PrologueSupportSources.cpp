@@ -130,6 +130,8 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
     text += microscaledTileSupport();
   if (has(roles, PrologueRole::q_block_quantize) && config.q.microscaled())
     text += pasteDeviceHeader("sage/device/prologue/q_fp4_quantize.cuh");
+  if (has(roles, PrologueRole::k_block_quantize)) // after every step of the role that the variant has
+    text += pasteDeviceHeader("sage/device/prologue/k_quantize.cuh");
   const bool v_quantize = has(roles, PrologueRole::v_tile_quantize) && config.v_output == VOutput::codes;
   if (v_quantize)
     text += vCodeSupport(config);

@@ -207,7 +207,7 @@ TEST_CASE("Q smoothing: the K tiles write delta_s after launch 1's q_mean; int4 
   const AttentionVariant unsmoothed = dsl::preset("sage2-int4-no-smooth-q", 128)->describe();
   for (const codegen::PrologueKernel &kernel :
        codegen::PrologueGenerator::generate(unsmoothed, InputType::f16, 128).kernels)
-    CHECK(kernel.source.find("writeQMeanCorrection") == std::string::npos);
+    CHECK(kernel.source.find("kQMeanCorrection = true") == std::string::npos);
   // Q smoothed but K not: K still waits for launch 1's q_mean, in a second launch of its own.
   VariantKind smooth_q_only = kindNamed("per_block_unsmoothed_f16_v");
   smooth_q_only.smooth_q = true;
@@ -244,7 +244,7 @@ TEST_CASE("FP4: microscaled Q and K along the channels, V^T along the tokens, wi
           std::string::npos);
     CHECK(first.find("// ---- begin sage/device/prologue/v_fp4_quantize.cuh ----") != std::string::npos);
     CHECK(first.find("codes + row * (params.size.padded_kv / 2) + (v_tile.first + token) / 2") != std::string::npos);
-    CHECK(second.find("storeMicroscaledTile<KQuantizer>(k, codes, scales, stored_rows);") != std::string::npos);
+    CHECK(second.find("kMicroscaled = true") != std::string::npos); // k_quantize.cuh: storeMicroscaledTile
     for (const std::string *source : {&first, &second}) {
       CHECK(source->find("// ---- begin sage/device/prologue/microscaled_tile.cuh ----") != std::string::npos);
       CHECK(source->find("using sage::device::prologue::storeMicroscaledTile;") != std::string::npos);
@@ -320,13 +320,11 @@ TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes i
         std::vector<std::vector<Role>>{{Role::q_block_quantize, Role::v_tile_convert, Role::k_block_quantize}});
   const std::string f16 = exact(InputType::f16).kernels[0].source;
   CHECK(f16.find("castQBlockOf<QBlock, QQuantizer>(params, cta, shared);") != std::string::npos);
-  CHECK(f16.find("storeTileValues<KQuantizer>(k, values, stored_rows);") != std::string::npos);
+  CHECK(f16.find("kCast = true") != std::string::npos); // k_quantize.cuh: storeTileValues, no scales
   CHECK(f16.find("roundToInput(float value) { return floatToHalfBits(value); }") != std::string::npos);
-  CHECK(f16.find("quantizeTile<") == std::string::npos); // no scales are computed
   CHECK(f16.find("using QBlock = sage::device::prologue::QBlockOf<false, false>;") !=
         std::string::npos); // exact leaves the softmax scale to the kernel, and Q is not smoothed
   CHECK(f16.find("params.offsets.q_scales") == std::string::npos);
-  CHECK(f16.find("params.offsets.k_scales") == std::string::npos);
   const std::string bf16 = exact(InputType::bf16, 128).kernels[0].source;
   CHECK(bf16.find("cvt.rn.bf16.f32") != std::string::npos); // round to nearest even, not the truncating floatToInput
   CHECK(bf16.find("psi_Q: none (the operand is not quantized): values rounded to bf16") != std::string::npos);
@@ -337,7 +335,8 @@ TEST_CASE("unquantized Q and K (the exact preset): cast into q_codes / k_codes i
         std::vector<std::vector<Role>>{{Role::k_column_statistics, Role::q_block_quantize}, {Role::k_block_quantize}});
   CHECK(folded.kernels[0].source.find("__fmul_rn(tile.element(pass, j), prescale)") != std::string::npos);
   CHECK(folded.kernels[1].source.find("__fsub_rn(tile.element(pass, j), mean[j])") != std::string::npos);
-  CHECK(folded.kernels[1].source.find("storeTileValues<KQuantizer>") != std::string::npos);
+  CHECK(folded.kernels[1].source.find("kStatistics = true, kSmoothed = true") != std::string::npos);
+  CHECK(folded.kernels[1].source.find("kCast = true") != std::string::npos);
 
   // The grid is that of the quantized variants: 24 Q blocks and 4 KV heads x ceil(6 / 4) K tiles; a bf16 V adds
   // 4 KV heads x ceil(384 / 256) V tiles.
@@ -448,8 +447,8 @@ TEST_CASE("the generated text names the algorithm's steps and uses exact f32 ope
   CHECK(prologue.kernels[1].entry_point == "sage_prologue_quantize_after_statistics");
   // The second launch combines launch 1's slices in every K and V tile; only the first tile stores the results.
   // K smoothed (no per-tensor amax), V smoothed and quantized: the headers' templates, instantiated for the variant.
-  CHECK(prologue.kernels[1].source.find("combineKStatistics<true, false>(\n      params, head, first == 0,") !=
-        std::string::npos);
+  CHECK(prologue.kernels[1].source.find("kStatistics = true, kSmoothed = true") != std::string::npos);
+  CHECK(prologue.kernels[1].source.find("kPerTensor = false") != std::string::npos);
   CHECK(prologue.kernels[1].source.find("quantizeVTileOf<true, VQuantizer, NaturalTokenOrder>(params, cta, shared);") !=
         std::string::npos);
   CHECK(prologue.kernels[1].source.find("// ---- begin sage/device/prologue/v_statistics.cuh ----") !=
@@ -572,15 +571,15 @@ TEST_CASE("rotation (issue 28): the psi_Q and psi_K roles rotate, with the seed'
   CHECK(first.find("kRotationSigns0 = 0xe220a8397b1dcdafull") != std::string::npos); // SplitMix64(0)'s first word
   CHECK(first.find("kRotationScaleQ = 0.125f") != std::string::npos);                // d = 128: 2^-3 and 2^-4
   CHECK(first.find("kRotationScaleK = 0.0625f") != std::string::npos);
-  const size_t correction = second.find("writeQMeanCorrection(k, params, head, first, stored_rows);");
-  const size_t rotation = second.find("const RotatedTile<kKTileTokens> x = rotateTile<kKTileTokens, true>(k);");
-  REQUIRE(correction != std::string::npos);
-  REQUIRE(rotation != std::string::npos);
-  CHECK(correction < rotation);
-  CHECK(second.find("quantizeTile<KQuantizer>(x, codes, scales,") != std::string::npos);
+  // psi_K of the rotated x, after Q smoothing's correction took the unrotated one (k_quantize.cuh's order).
+  CHECK(second.find("kQMeanCorrection = true, kRotated = true") != std::string::npos);
+  CHECK(second.find("kPerTensor = false") != std::string::npos);
   // Without rotation nothing of it is emitted.
-  for (const codegen::PrologueKernel &kernel : plain.kernels)
-    CHECK(kernel.source.find("rotat") == std::string::npos);
+  for (const codegen::PrologueKernel &kernel : plain.kernels) {
+    CHECK(kernel.source.find("// ---- begin sage/device/prologue/rotation.cuh") == std::string::npos);
+    CHECK(kernel.source.find("kRotationSigns") == std::string::npos);
+    CHECK(kernel.source.find("kRotated = true") == std::string::npos);
+  }
 }
 
 TEST_CASE("rotation: the generator refuses what the prologue cannot rotate, with the reason") {
