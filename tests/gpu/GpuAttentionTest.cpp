@@ -1,6 +1,7 @@
 // Kernels on the GPU against the CPU reference of the same variant (same quantizers), and against exact
 // attention. Skipped, with a message, where no GPU is present. Prints one line per case for the GPU check.
 #include "../support/SkipWithoutGpu.h"
+#include "GpuAttentionRun.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
@@ -36,6 +37,7 @@
 
 using namespace sage;
 using namespace sage::reference;
+using namespace sage::test;
 
 namespace {
 
@@ -53,98 +55,6 @@ struct Case {
   double min_cosine_vs_reference;
   double max_lse_error; // largest |LSE - reference LSE| over the rows; < 0: not checked
 };
-
-// A device copy of a host tensor in its storage layout, as 16-bit values.
-struct DeviceTensor {
-  const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
-  runtime::driver::DevicePointer pointer = 0;
-  size_t bytes = 0;
-  DeviceTensor(const HostTensor &tensor) : bytes(tensor.values().size() * 2) {
-    std::vector<uint16_t> bits(tensor.values().size());
-    for (size_t i = 0; i < bits.size(); ++i)
-      bits[i] = tensor.storage() == StorageType::bf16 ? numerics::floatToBfloat16Bits(tensor.values()[i])
-                                                      : numerics::floatToHalfBits(tensor.values()[i]);
-    pointer = driver.allocate(bytes);
-    driver.copyToDevice(pointer, bits.data(), bytes);
-  }
-  explicit DeviceTensor(size_t size_bytes) : bytes(size_bytes) {
-    pointer = driver.allocate(bytes);
-    driver.fillBytes(pointer, 0xff, bytes); // NaN patterns: anything the kernel forgets to write shows up
-  }
-  ~DeviceTensor() { driver.free(pointer); }
-  void *get() const { return reinterpret_cast<void *>(pointer); }
-};
-
-SageTensorStrides stridesOf(const HostTensor &tensor) {
-  const int64_t d = tensor.dim();
-  if (tensor.layout() == Layout::hnd)
-    return {tensor.heads() * tensor.tokens() * d, tensor.tokens() * d, d};
-  return {tensor.heads() * tensor.tokens() * d, d, tensor.heads() * d};
-}
-
-// O and the LSE of one GPU run of `program` on q, k, v (the runner's describe() in `description`).
-struct GpuRun {
-  std::vector<double> output;
-  std::vector<float> lse;
-  std::string description;
-};
-
-// `block_mask`: a block-sparse variant's mask (null: every block).
-GpuRun runOnGpu(const ir::Program &program, const HostTensor &q, const HostTensor &k, const HostTensor &v,
-                const std::filesystem::path &aot_directory = {}, const std::string &schedule = {},
-                const BlockMask *block_mask = nullptr) {
-  const AttentionVariant variant = program.variant();
-  const StorageType storage = q.storage();
-  const int64_t batch = q.batch(), heads_q = q.heads(), tokens_q = q.tokens(), head_dim = q.dim();
-  runtime::AttentionRunnerOptions options;
-  options.input = storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
-  options.ir_fingerprint = program.fingerprint();
-  options.aot_directory = aot_directory;
-  options.schedule = schedule;
-  runtime::AttentionRunner runner(variant, options);
-  const schedules::ProblemShape shape{batch, heads_q, k.heads(), tokens_q, k.tokens(), head_dim};
-
-  DeviceTensor q_device(q), k_device(k), v_device(v);
-  HostTensor o_host(batch, heads_q, tokens_q, head_dim, storage, q.layout());
-  DeviceTensor o_device(o_host.values().size() * 2);
-  DeviceTensor lse_device(static_cast<size_t>(batch * heads_q * tokens_q) * sizeof(float));
-  std::optional<DeviceTensor> mask_device;
-  if (block_mask) {
-    mask_device.emplace(block_mask->keep.size());
-    runtime::CudaDriver::instance().copyToDevice(mask_device->pointer, block_mask->keep.data(), mask_device->bytes);
-  }
-  DeviceTensor workspace(runner.workspaceBytes(shape));
-  runtime::AttentionTensors tensors;
-  tensors.q = q_device.get();
-  tensors.k = k_device.get();
-  tensors.v = v_device.get();
-  tensors.o = o_device.get();
-  tensors.q_strides = stridesOf(q);
-  tensors.k_strides = stridesOf(k);
-  tensors.v_strides = stridesOf(v);
-  tensors.o_strides = stridesOf(o_host);
-  tensors.lse = static_cast<float *>(lse_device.get());
-  tensors.block_mask = mask_device ? static_cast<const unsigned char *>(mask_device->get()) : nullptr;
-  runner.run(shape, tensors, workspace.get(), workspace.bytes, nullptr);
-  runtime::CudaDriver::instance().synchronizeContext();
-
-  GpuRun run;
-  run.description = runner.describe();
-  std::vector<uint16_t> o_bits(o_host.values().size());
-  runtime::CudaDriver::instance().copyToHost(o_bits.data(), o_device.pointer, o_device.bytes);
-  run.lse.resize(static_cast<size_t>(batch * heads_q * tokens_q));
-  runtime::CudaDriver::instance().copyToHost(run.lse.data(), lse_device.pointer, lse_device.bytes);
-  run.output.resize(static_cast<size_t>(batch * heads_q * tokens_q * head_dim));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads_q; ++h)
-      for (int64_t t = 0; t < tokens_q; ++t)
-        for (int64_t d = 0; d < head_dim; ++d) {
-          const uint16_t bits = o_bits[o_host.offset(b, h, t, d)];
-          run.output[((b * heads_q + h) * tokens_q + t) * head_dim + d] =
-              storage == StorageType::bf16 ? numerics::bfloat16BitsToFloat(bits) : numerics::halfBitsToFloat(bits);
-        }
-  return run;
-}
 
 // Returns the runner's describe(). With `aot_directory`, the runner looks there first; with `schedule`, that
 // schedule runs the variant (else the best one for the arch).
@@ -671,71 +581,6 @@ TEST_CASE("rotated variants match the CPU reference on Q outlier channels") {
 // runs them here, against the CPU reference of the same variant, on data like a model's: K with per-channel offsets
 // (bias 8, which K smoothing removes), Q with 4 outlier channels x 8, both inputs, causal and not, GQA and tails.
 // Bounds: those of "kernels match the CPU reference of their variant" for the same preset and input.
-TEST_CASE("head dims 32..256: every forward preset against the CPU reference on K offsets and Q outliers") {
-  if (skipWithoutGpu())
-    return;
-  struct Bounds {
-    const char *preset;
-    double max_rel_l1_f16, max_rel_l1_bf16, min_cosine_f16, min_cosine_bf16;
-  };
-  const Bounds presets[] = {{"sage-b", 0.01, 0.015, 0.999, 0.999},   {"sage-t", 0.01, 0.015, 0.999, 0.999},
-                            {"sage-vb", 0.02, 0.02, 0.999, 0.999},   {"sage-vt", 0.02, 0.02, 0.999, 0.999},
-                            {"sage2-fp8", 0.04, 0.04, 0.999, 0.999}, {"exact", 0.002, 0.005, 0.99999, 0.9999}};
-  const schedules::GpuArch arch = runtime::currentDeviceArch();
-  int runs = 0, refused = 0, index = 0;
-  for (int head_dim : {32, 80, 96, 160, 192, 256})
-    for (const Bounds &b : presets) {
-      ++index; // alternates the input, the mask and the layout between cases
-      const StorageType storage = index % 2 == 0 ? StorageType::bf16 : StorageType::f16;
-      const bool causal = index % 3 == 0;
-      const Layout layout = index % 4 < 2 ? Layout::hnd : Layout::nhd;
-      const ir::Program program =
-          dsl::preset(b.preset, head_dim, causal ? MaskKind::causal : MaskKind::none)->lse().build();
-      const schedules::InputType input =
-          storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
-      const HostTensor q = randomTensor(1, 4, 300, head_dim, storage, layout, {301, 0, 1, 0, 4, 8.0});
-      const HostTensor k = randomTensor(1, 2, 333, head_dim, storage, layout, {302, 0, 1, 8.0});
-      const HostTensor v = randomTensor(1, 2, 333, head_dim, storage, layout, {303});
-      const AttentionResult expected = runReference(program.variant(), q, k, v);
-      const double reference_error =
-          compareOutputs(exactAttention(q, k, v, causal).output, expected.output).relative_l1;
-      for (const schedules::Schedule *schedule : schedules::allSchedules()) {
-        const schedules::SupportResult support = schedule->supports(program.variant(), arch, input);
-        if (!support) {
-          // a refusal names the head dim, or is not about it (another schedule's arch or numerics)
-          refused += support.reason.find("head_dim " + std::to_string(head_dim)) != std::string::npos ? 1 : 0;
-          continue;
-        }
-        const std::string name = std::string(b.preset) + " d" + std::to_string(head_dim) + (causal ? " causal" : "") +
-                                 " on " + std::string(schedule->name());
-        CAPTURE(name);
-        const GpuRun run = runOnGpu(program, q, k, v, {}, std::string(schedule->name()));
-        const AccuracyMetrics vs_reference = compareOutputs(expected.output, run.output);
-        const AccuracyMetrics vs_exact = compareOutputs(exactAttention(q, k, v, causal).output, run.output);
-        double lse_error = 0.0;
-        for (size_t i = 0; i < run.lse.size(); ++i)
-          if (std::isfinite(expected.lse[i]))
-            lse_error = std::max(lse_error, std::fabs(run.lse[i] - expected.lse[i]));
-        std::printf("gpu_attention_test: head dims %-14s %-9s d%-3d %-6s %-4s %s | vs reference cos %.6f rel-L1 %.4f | "
-                    "vs exact rel-L1 %.4f (reference %.4f) | lse err %.2e | %s\n",
-                    std::string(schedule->name()).c_str(), b.preset, head_dim, causal ? "causal" : "full",
-                    nameOf(storage).data(), nameOf(layout).data(), vs_reference.cosine_similarity,
-                    vs_reference.relative_l1, vs_exact.relative_l1, reference_error, lse_error,
-                    run.description.c_str());
-        const bool bf16 = storage == StorageType::bf16;
-        CHECK(vs_reference.relative_l1 <= (bf16 ? b.max_rel_l1_bf16 : b.max_rel_l1_f16));
-        CHECK(vs_reference.cosine_similarity >= (bf16 ? b.min_cosine_bf16 : b.min_cosine_f16));
-        CHECK(vs_exact.relative_l1 <= 1.25 * reference_error + 0.004);
-        CHECK(lse_error <= 0.01);
-        ++runs;
-      }
-    }
-  std::printf("gpu_attention_test: head dims: %d runs, %d refusals that name the head dim\n", runs, refused);
-  // The sm80 schedule runs every case but sage2-fp8 beyond d = 128 (two-level accumulation) and, on sm_80/sm_86,
-  // sage2-fp8 at all (e4m3 mma from sm_89).
-  CHECK(runs >= 30);
-}
-
 TEST_CASE("host time of a warm call") {
   if (skipWithoutGpu())
     return;
