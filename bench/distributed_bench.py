@@ -5,15 +5,17 @@
 For each preset, causal or not, and N (default 64k, 128k, 256k; batch 1, 16 heads, d 128, f16, HND):
 - one GPU: sagegen.sageattn on the full sequence, timed on rank 0 alone (the others wait);
 - W GPUs: ring_attention (zig-zag shards when causal) and ulysses_attention (contiguous shards) on every rank,
-  each call's time the slowest rank's (CUDA events around --repeats calls after a warm-up, all-reduced MAX).
+  each call's time the slowest rank's (CUDA events around --repeats calls after --warmup calls, all-reduced MAX;
+  the clock starts after an all-reduce, so a rank whose host ran late does not add its lateness to the others').
 TOPS = 4 b h N^2 d (halved when causal) over the call; speedup = t(1 GPU) / t(W GPUs); efficiency = speedup / W.
 
---profile: one ring call (and one Ulysses call) at --profile-tokens under torch.profiler on every rank. From the
-trace's GPU kernels it reports, per rank: the time in NCCL kernels, in other (attention, quantization, merge)
-kernels, how much of the NCCL time lies under other kernels (overlap) and how much is exposed, the time within the
-call's span when no other kernel runs (compute idle), and the streams each ran on; rank 0's trace is saved (chrome://tracing / Perfetto). An NCCL P2P kernel runs from the moment it is
-launched until its peer's data has moved, so its time includes waiting for the peer: the exposed part is what
-matters.
+--profile: one ring call (and one Ulysses call) per mask of --causal at --profile-tokens under torch.profiler on every
+rank. From the trace's GPU kernels it reports, per rank: the time in NCCL kernels, in other (attention, quantization,
+merge) kernels (counted from the end of an all-reduce that aligns the ranks), how much of the NCCL time lies under
+other kernels (overlap) and how much is exposed, the time within the call's span when no other kernel runs (compute
+idle), and the streams each ran on; rank 0's trace is saved (chrome://tracing / Perfetto). An NCCL P2P kernel runs
+from the moment it is launched until its peer's data has moved, so its time includes waiting for the peer: the exposed
+part is what matters.
 
 Rank 0 prints the table and writes DIR/distributed_bench_w{W}.json (with `nvidia-smi topo -m`, the GPUs, NCCL's
 version and the NVLink-multicast settings, which the script keeps off: NCCL_NVLS_ENABLE=0,
@@ -53,12 +55,18 @@ class Timer:
     def __init__(self, warmup, repeats):
         self.warmup, self.repeats = warmup, repeats
 
-    def __call__(self, function):
+    def __call__(self, function, aligned=False):
+        """aligned: every rank calls this; the clock starts when a collective has finished on every rank, so that
+        one rank's late start (its host ran behind) is not counted as the others' waiting in the first transfer."""
         for _ in range(self.warmup):
             function()
+        if aligned:
+            align_ranks()
         if DEVICE == "cuda":
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if aligned:
+                align_ranks()  # enqueued: the start event follows the collective on the stream
             start.record()
             for _ in range(self.repeats):
                 function()
@@ -70,6 +78,12 @@ class Timer:
         for _ in range(self.repeats):
             function()
         return (time.perf_counter() - begin) * 1e3 / self.repeats
+
+
+def align_ranks():
+    """A small all-reduce: on NCCL the current stream waits for it, so what is enqueued next starts on every GPU at
+    about the same moment."""
+    dist.all_reduce(torch.zeros(1, device=DEVICE))
 
 
 def slowest(milliseconds):
@@ -119,6 +133,14 @@ def kernel_overlap(trace_path):
         trace = json.load(handle)
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     kernels = [e for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"]
+    # The call starts where the aligning all-reduce (profile_call) ends: the last AllReduce kernel before the first
+    # compute kernel. Earlier kernels (the profiler's and barrier's) and the all-reduce itself are left out.
+    first_compute = min((float(e["ts"]) for e in kernels if "nccl" not in e["name"].lower()), default=None)
+    origin = max((float(e["ts"]) + float(e.get("dur", 0.0)) for e in kernels
+                  if "allreduce" in e["name"].lower() and first_compute is not None
+                  and float(e["ts"]) <= first_compute), default=None)
+    if origin is not None:
+        kernels = [e for e in kernels if float(e["ts"]) >= origin]
     classes = {"nccl": [], "compute": []}
     streams = {"nccl": set(), "compute": set()}
     names = {}
@@ -149,6 +171,10 @@ def profile_call(label, function, out_dir, rank):
     function()  # warm
     dist.barrier()
     with torch.profiler.profile(activities=activities) as profiler:
+        dist.barrier()  # every rank's profiler has started
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        align_ranks()  # the call starts after this all-reduce on every GPU; kernel_overlap counts from its end
         function()
         if DEVICE == "cuda":
             torch.cuda.synchronize()
@@ -184,7 +210,7 @@ def run_case(args, timer, preset, causal, tokens, world, rank):
         run = sd.ring_attention if method == "ring" else sd.ulysses_attention
         call = lambda: run(*local, is_causal=causal, preset=preset)  # noqa: E731
         dist.barrier()
-        milliseconds = slowest(timer(call))
+        milliseconds = slowest(timer(call, aligned=True))
         row[f"{method}_ms"] = milliseconds
         row[f"{method}_tops"] = flops / (milliseconds * 1e-3) / 1e12
         row[f"{method}_speedup"] = row["single_ms"] / milliseconds
@@ -235,8 +261,8 @@ def main():
     parser.add_argument("--methods", default="ring,ulysses")
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="profile one ring and one Ulysses call")
     parser.add_argument("--profile-tokens", type=int, default=131072)
     parser.add_argument("--profile-preset", default="sage-b")
@@ -276,19 +302,21 @@ def main():
     if args.profile:
         tokens = args.profile_tokens
         q, k, v = make_full((1, args.heads, tokens, args.dim), torch.float16, seed=7)
-        for method in methods:
-            zigzag = method == "ring"
-            shard = ((lambda t: sd.zigzag_shard(t, rank, world, dim=2)) if zigzag
-                     else (lambda t: sd.shard_sequence(t, rank, world, dim=2)))
-            local = [shard(t) for t in (q, k, v)]
-            run = sd.ring_attention if method == "ring" else sd.ulysses_attention
-            label = f"{method}_{args.profile_preset}_causal_N{tokens}_w{world}"
-            summary = profile_call(label, lambda: run(*local, is_causal=True, preset=args.profile_preset),
-                                   args.out, rank)
-            gathered = [None] * world
-            dist.all_gather_object(gathered, summary)
-            profiles[label] = gathered
-            save()
+        for causal in (bool(int(c)) for c in args.causal.split(",")):
+            for method in methods:
+                zigzag = method == "ring" and causal
+                shard = ((lambda t: sd.zigzag_shard(t, rank, world, dim=2)) if zigzag
+                         else (lambda t: sd.shard_sequence(t, rank, world, dim=2)))
+                local = [shard(t) for t in (q, k, v)]
+                run = sd.ring_attention if method == "ring" else sd.ulysses_attention
+                mask = "causal" if causal else "full"
+                label = f"{method}_{args.profile_preset}_{mask}_N{tokens}_w{world}"
+                summary = profile_call(label, lambda: run(*local, is_causal=causal, preset=args.profile_preset),
+                                       args.out, rank)
+                gathered = [None] * world
+                dist.all_gather_object(gathered, summary)
+                profiles[label] = gathered
+                save()
     if rank == 0:
         print(f"\n== sagegen.distributed scaling, {world} x {result.get('gpus', ['cpu'])[0]}, NCCL "
               f"{result.get('nccl')}, {result['date']}, env {result['environment']}")
