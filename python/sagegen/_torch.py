@@ -4,10 +4,12 @@ F.scaled_dot_product_attention through sagegen for a block of code."""
 
 import contextlib
 import math
+import os
 import threading
 import warnings
 from typing import Optional, Tuple
 
+from ._head_dim import SM90_HEAD_DIMS, kernel_head_dim
 from ._library import BOTTOM_RIGHT, TOP_LEFT, SageArgumentError, SageUnsupportedError
 from ._tensors import heads_tokens, layout_code
 
@@ -179,17 +181,34 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
     if sm_scale is not None:
         if not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) or sm_scale <= 0:
             raise SageArgumentError(f"sm_scale: expected a positive finite number, got {sm_scale!r}")
-        factor = float(sm_scale) * math.sqrt(q.shape[-1])
-        if abs(factor - 1.0) > 1e-6:  # the kernels scale by 1/sqrt(d): fold the rest into q
+    head_dim = q.shape[-1]
+    padded = head_dim
+    if head_dim not in SM90_HEAD_DIMS and k.shape[-1] == v.shape[-1] == head_dim and q.device.type == "cuda":
+        padded = kernel_head_dim(head_dim, heads_tokens(k, tensor_layout, "k")[2], preset,
+                                 torch.cuda.get_device_capability(q.device), block_mask is not None,
+                                 bool(os.environ.get("SAGEGEN_SCHEDULE")))
+        if padded != head_dim:  # zero channels: exact (_head_dim.py)
+            q, k, v = (torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (q, k, v))
+    if sm_scale is not None or padded != head_dim:
+        # the kernels scale by 1/sqrt(their d): fold the rest into q
+        factor = (float(sm_scale) if sm_scale is not None else head_dim ** -0.5) * math.sqrt(padded)
+        if abs(factor - 1.0) > 1e-6:
             q = q * factor
     arguments = (q, k, v, block_mask, preset, bool(is_causal), alignment == TOP_LEFT, tensor_layout,
                  bool(return_lse), tunables)
     # The op has no autograd: with gradients wanted it must refuse at backward time, which only the op does.
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if not wants_grad and dispatcher_free(q, k, v, *((block_mask,) if block_mask is not None else ())):
-        out, lse = run_attention_eager(*arguments)
-    else:
-        out, lse = torch.ops.sagegen.attention(*arguments)
+    try:
+        if not wants_grad and dispatcher_free(q, k, v, *((block_mask,) if block_mask is not None else ())):
+            out, lse = run_attention_eager(*arguments)
+        else:
+            out, lse = torch.ops.sagegen.attention(*arguments)
+    except SageUnsupportedError as error:
+        if padded == head_dim:
+            raise
+        raise SageUnsupportedError(f"q: head dim {head_dim} (zero-padded to {padded}): {error}") from error
+    if padded != head_dim:
+        out = out[..., :head_dim].contiguous()
     return (out, lse) if return_lse else out
 
 

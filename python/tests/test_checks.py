@@ -135,6 +135,40 @@ class SlaTest(unittest.TestCase):
                       str(caught.exception))
 
 
+class KernelHeadDimTest(unittest.TestCase):
+    """sageattn's head-dim rule (_head_dim.py): which dim a call runs at."""
+
+    def test_the_sm90_kernels_dims_and_other_archs_keep_their_dim(self):
+        from sagegen._head_dim import kernel_head_dim
+        for capability in ((8, 0), (8, 9), (9, 0), (12, 0)):
+            for dim in (64, 128, 160, 256):
+                self.assertEqual(kernel_head_dim(dim, 16384, "sage-b", capability), dim)
+        self.assertEqual(kernel_head_dim(96, 16384, "sage-b", (8, 0)), 96)
+
+    def test_hopper_pads_long_calls_between_64_and_128(self):
+        from sagegen._head_dim import kernel_head_dim
+        for preset in ("sage-b", "sage2-fp8"):
+            self.assertEqual(kernel_head_dim(80, 4096, preset, (9, 0)), 128)
+            self.assertEqual(kernel_head_dim(112, 16384, preset, (9, 0)), 128)
+            self.assertEqual(kernel_head_dim(48, 4096, preset, (9, 0)), 64)
+            self.assertEqual(kernel_head_dim(80, 4095, preset, (9, 0)), 80)  # short: the real d's kernel was faster
+        self.assertEqual(kernel_head_dim(32, 16384, "sage-b", (9, 0)), 32)  # measured no faster padded
+        self.assertEqual(kernel_head_dim(32, 16384, "sage2-fp8", (9, 0)), 64)
+        self.assertEqual(kernel_head_dim(80, 16384, "sage-t", (9, 0)), 80)  # not measured: unchanged
+        self.assertEqual(kernel_head_dim(80, 16384, "sage-b", (9, 0), forced_schedule=True), 80)
+        self.assertEqual(kernel_head_dim(80, 16384, "sage-b", (9, 0), block_mask=True), 80)
+
+    def test_dims_without_a_kernel_are_padded_to_the_next_one(self):
+        from sagegen._head_dim import kernel_head_dim
+        self.assertEqual(kernel_head_dim(72, 128, "sage-b", (9, 0)), 128)  # PixArt's 72: any length
+        self.assertEqual(kernel_head_dim(40, 128, "sage2-fp8", (9, 0)), 64)
+        self.assertEqual(kernel_head_dim(72, 128, "sage-b", (8, 0)), 80)
+        self.assertEqual(kernel_head_dim(8, 128, "sage-b", (8, 9)), 32)
+        self.assertEqual(kernel_head_dim(200, 128, "sage-b", (9, 0)), 208)
+        for refused in (36, 100, 264, 0):  # not 16-byte rows, or past 256: the library's refusal, unchanged
+            self.assertEqual(kernel_head_dim(refused, 128, "sage-b", (9, 0)), refused)
+
+
 # Runs in a fresh interpreter: runners that stay cached until exit (as _backward._runners keeps them) are destroyed
 # once each, and shutdown prints nothing (a __del__ that looked up module globals printed "Exception ignored").
 _RUNNERS_AT_EXIT = """

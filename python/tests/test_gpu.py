@@ -161,6 +161,37 @@ def test_head_dims_beyond_64_and_128():
         assert_close(out, reference(q, k, v, is_causal))
 
 
+def test_padded_head_dims():
+    # Head dims without a kernel (72, 40) and, on Hopper with long keys, 80 / 112 between the wgmma kernels' 64 and
+    # 128 run zero-padded (python/sagegen/_head_dim.py): exact, so they match the reference like any other call, LSE,
+    # sm_scale, NHD, bf16, GQA, causal and K offsets included; O comes back contiguous with the caller's head dim.
+    cases = [(72, "sage-b", 300, 333), (40, "sage2-fp8", 300, 333), (80, "sage-b", 512, 4096),
+             (112, "sage2-fp8", 512, 4096), (48, "sage-b", 256, 4096)]
+    for index, (dim, preset, tokens_q, tokens_kv) in enumerate(cases):
+        dtype = torch.bfloat16 if index % 2 else torch.float16
+        layout = "NHD" if index % 3 == 1 else "HND"
+        is_causal = index % 2 == 0
+        q, k, v = qkv(batch=2, heads_q=4, heads_kv=2, tokens_q=tokens_q, tokens_kv=tokens_kv, dim=dim, dtype=dtype,
+                      layout=layout)
+        k = k + 8 * torch.randn(dim, device=k.device, dtype=dtype)  # per-channel offsets: K smoothing's case
+        scale = 0.7 * dim ** -0.5 if index == 3 else None
+        out, lse = sagegen.sageattn(q, k, v, tensor_layout=layout, is_causal=is_causal, sm_scale=scale,
+                                    return_lse=True, preset=preset)
+        assert out.shape == q.shape and out.dtype == dtype and out.is_contiguous(), (dim, out.shape, out.stride())
+        if scale is None:
+            expected = reference(q, k, v, is_causal, layout=layout)
+        else:
+            expected = reference(q * (scale * dim ** 0.5), k, v, is_causal, layout=layout)
+        assert_close(out, expected)
+        qh, kh = (t.transpose(1, 2) if layout == "NHD" else t for t in (q, k))
+        kh = kh.float().repeat_interleave(2, dim=1)
+        logits = (qh.float() @ kh.transpose(-1, -2)) * (scale or dim ** -0.5)
+        if is_causal:
+            logits = logits.masked_fill(torch.ones_like(logits, dtype=torch.bool).triu(1), float("-inf"))
+        error = (lse - torch.logsumexp(logits, -1)).abs().max().item()
+        assert error < 0.05, (dim, preset, error)
+
+
 def test_sm_scale_and_lse():
     q, k, v = qkv(batch=2, tokens_q=256, tokens_kv=256)
     scale = 0.05
