@@ -136,6 +136,10 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
     break;
   }
   }
+  // Persistent CTAs claim their tiles from the workspace's counter, which the runner clears before the launch.
+  if (plan.grid.persistent_ctas_per_multiprocessor > 0)
+    params.tile_counter =
+        reinterpret_cast<unsigned *>(const_cast<unsigned char *>(workspace) + layout.attention_counters.offset);
   static_assert(sizeof(driver::TensorMap) == sizeof(SageTensorMap) && alignof(SageTensorMap) == 64);
   std::memcpy(&params.q_map, &q_map, sizeof q_map);
   std::memcpy(&params.k_map, &k_map, sizeof k_map);

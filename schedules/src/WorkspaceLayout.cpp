@@ -279,6 +279,8 @@ WorkspaceLayout computeWorkspaceLayout(const AttentionVariant &variant, const Pr
       allocator.take(q_amax_bytes + (column_bytes > 0 ? bytes({kv_heads, slices + 1, d}, column_bytes) : 0));
   // The one-pass prologue's counters: a ticket, then per KV head the statistics CTAs that have published.
   layout.prologue_counters = allocator.take(column_bytes > 0 ? bytes({kv_heads + 1}, sizeof(uint32_t)) : 0);
+  // Every variant has one: whether its kernel is persistent depends on the schedule, which the layout does not know.
+  layout.attention_counters = allocator.take(sizeof(uint32_t));
   layout.total_bytes = allocator.end();
   return layout;
 }

@@ -41,10 +41,20 @@ AttentionVariant variantOf(Granularity granularity, int q_group, int k_group, bo
 }
 
 std::vector<BufferSlice> slicesOf(const WorkspaceLayout &layout) {
-  return {layout.q_codes,          layout.q_scales, layout.k_codes,  layout.k_scales,
-          layout.k_mean,           layout.q_mean,   layout.v_values, layout.v_codes,
-          layout.v_scales,         layout.v_mean,   layout.delta_s,  layout.prologue_statistics,
-          layout.prologue_counters};
+  return {layout.q_codes,
+          layout.q_scales,
+          layout.k_codes,
+          layout.k_scales,
+          layout.k_mean,
+          layout.q_mean,
+          layout.v_values,
+          layout.v_codes,
+          layout.v_scales,
+          layout.v_mean,
+          layout.delta_s,
+          layout.prologue_statistics,
+          layout.prologue_counters,
+          layout.attention_counters};
 }
 
 // Every buffer 256-byte aligned, inside total_bytes, and no two used buffers overlap.
@@ -125,10 +135,12 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   // combined mean) x 64 channels x 4 bytes.
   CHECK(layout.prologue_statistics.offset == 296448);
   CHECK(layout.prologue_statistics.bytes == 22528);
-  // The one-pass prologue's ticket and one count per KV head, last.
+  // The one-pass prologue's ticket and one count per KV head, then the persistent attention kernel's tile counter.
   CHECK(layout.prologue_counters.offset == 318976);
   CHECK(layout.prologue_counters.bytes == 20);
-  CHECK(layout.total_bytes == 319232);
+  CHECK(layout.attention_counters.offset == 319232);
+  CHECK(layout.attention_counters.bytes == 4);
+  CHECK(layout.total_bytes == 319488);
   checkAlignedAndDisjoint(layout);
 
   // A bf16 input adds the prologue's f16 copy of V before the scratch; nothing else moves.
@@ -137,7 +149,7 @@ TEST_CASE("computeWorkspaceLayout: SageAttn-B with an f16 V (hand-computed sizes
   CHECK(bf16.v_values.offset == 296448);
   CHECK(bf16.v_values.bytes == 196608); // 2 * 2 * 384 * 64 halves
   CHECK(bf16.prologue_statistics.offset == 493056);
-  CHECK(bf16.total_bytes == 515840);
+  CHECK(bf16.total_bytes == 516096);
   checkAlignedAndDisjoint(bf16);
 
   // A smoothed f16 V is copied too (V - mean(V), rounded to f16).
@@ -169,7 +181,8 @@ TEST_CASE("computeWorkspaceLayout: the exact preset stores Q and K in the input 
     // exact's f32 V runs through the f16 P.V: copied to f16 only from a bf16 input.
     CHECK(layout.v_values.offset == 589824);
     CHECK(layout.v_values.bytes == (input == InputType::bf16 ? 196608u : 0u));
-    CHECK(layout.total_bytes == (input == InputType::bf16 ? 786432u : 589824u));
+    CHECK(layout.attention_counters.offset == (input == InputType::bf16 ? 786432u : 589824u));
+    CHECK(layout.total_bytes == (input == InputType::bf16 ? 786688u : 590080u));
     checkAlignedAndDisjoint(layout);
   }
   // Row bytes are head_dim x 2 at d = 128 as well, with 37 KV tokens padded to one block of 64.

@@ -65,6 +65,9 @@ struct SageSm90AttentionParams {
   struct SageTensorMap k_map; // k_codes [b * h_kv * padded_kv rows][d * bytes]
   struct SageTensorMap v_map; // v_codes [b * h_kv * d rows][padded_kv], v_values, or the caller's V (4-d)
   struct SageAttentionParams base;
+  // A persistent kernel's tile counter (WorkspaceLayout::attention_counters), zero when the launch starts; 0 for
+  // the others.
+  unsigned *tile_counter;
 };
 
 #endif // SAGE_KERNEL_ABI_H

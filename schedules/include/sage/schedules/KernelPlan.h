@@ -83,7 +83,8 @@ struct SharedMemoryLayout {
 };
 
 // One CTA per (Q block, q head, batch): grid = (ceil(tokens_q / block_q), heads_q, batch); or (persistent) a grid of
-// `persistent_ctas_per_multiprocessor` CTAs per SM, each walking tiles blockIdx.x, + gridDim.x, ... of that set.
+// `persistent_ctas_per_multiprocessor` CTAs per SM, each claiming tiles of that set one at a time from a counter in
+// the workspace (WorkspaceLayout::attention_counters, cleared before each launch).
 struct GridMapping {
   int block_q = 128;
   bool reverse_q_blocks = false;              // causal: the longest rows (last Q blocks) are scheduled first

@@ -36,6 +36,8 @@
 //   prologue_counters u32 [1 + b * h_kv]            the one-pass prologue's ticket and, per KV head, the count of
 //             statistics CTAs that have published (variants with column statistics); the caller zeroes it
 //             before every one-pass launch (AttentionRunner does)
+//   attention_counters u32 [1]                       the persistent sm90 kernel's tile counter: its CTAs claim tiles
+//             from it (sm90/tiles.cuh's TileSchedule); zeroed before each launch of a persistent kernel
 //
 // v_codes' token order: `natural` puts token t at position t. `wgmma_interleaved_32` (for a Hopper wgmma P.V
 // whose 8-bit A operand is the S accumulator itself, with no register shuffles) permutes the tokens inside every
@@ -92,7 +94,8 @@ struct WorkspaceLayout {
   int64_t k_scale_count = 0; // scales per (batch, head) of K
   BufferSlice q_codes, q_scales, k_codes, k_scales, k_mean, q_mean, v_values, v_codes, v_scales, v_mean, delta_s;
   BufferSlice prologue_statistics; // the prologue's scratch
-  BufferSlice prologue_counters;   // the one-pass prologue's counters, zeroed before each of its launches; last
+  BufferSlice prologue_counters;   // the one-pass prologue's counters, zeroed before each of its launches
+  BufferSlice attention_counters;  // a persistent attention kernel's tile counter, zeroed before each launch; last
   size_t total_bytes = 0;
 };
 

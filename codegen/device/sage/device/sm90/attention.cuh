@@ -172,19 +172,34 @@ __device__ __forceinline__ void produce_tile(const SageSm90AttentionParams &para
   }
 }
 
-// The producer of a persistent CTA: for each of its tiles, Q_i once the consumers have read the previous tile's
-// Q for the last time, then the tile's K/V stages (which may run ahead into the next tile's first blocks).
+// The producer of a persistent CTA: it claims its tiles one ahead (the next while it loads this one). For each, once
+// the consumers have read the previous tile's Q for the last time, it tells them both claims (the tile slot, published
+// by tile_full, so that they set the tile up while Q_i is in flight), then loads Q_i and the tile's K/V stages (which
+// may run ahead into the next tile's first blocks). tile_full's next phase waits for q_empty, so it never runs two
+// phases ahead of a consumer's wait.
 template <class Config>
 __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, const TileSchedule<Config> &schedule,
                                         unsigned shared_base, const StageBarriers<Config> &barriers) {
-  int position = 0, iteration = 0;
-  for (int index = schedule.first(); index < schedule.tiles; index = schedule.next(index), ++iteration) {
-    const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
+  using Layout = SharedLayout<Config>;
+  int position = 0;
+  int index = schedule.claim(params.tile_counter);
+  for (int iteration = 0;; ++iteration) {
+    const int next = index < schedule.tiles ? schedule.claim(params.tile_counter) : schedule.tiles;
     mbarrier_wait_suspended(barriers.q_empty(), StageBarriers<Config>::phase_of(iteration) ^ 1u);
+    asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(shared_base + Layout::kTileSlotOffset), "r"(index),
+                 "r"(next)
+                 : "memory");
+    mbarrier_arrive(shared_base + Layout::kTileFullOffset); // releases the slot's store
+    if (index >= schedule.tiles)                            // no tile: the consumers read that and return
+      return;
+    const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
     load_q<Config>(params, tile, shared_base, barriers);
     VisitedBlocks<Config> visits{};
     visits.block_end = tile.block_end;
     produce_tile<Config>(params, tile, visits, shared_base, barriers, position);
+    if (next >= schedule.tiles)
+      return;
+    index = next;
   }
 }
 
@@ -552,16 +567,34 @@ __device__ __forceinline__ void consume_tiles(const SageSm90AttentionParams &par
                                               const TileSchedule<Config> &schedule, const VisitedBlocks<Config> &visits,
                                               unsigned shared_base, const StageBarriers<Config> &barriers,
                                               int consumer) {
+  using Layout = SharedLayout<Config>;
   const TurnTaking<Config> turns{consumer};
   turns.start();
-  int position = 0, iteration = 0;
-  for (int index = schedule.first(); index < schedule.tiles; ++iteration) {
+  if constexpr (!Config::kPersistent) { // the grid's tile
+    const TileCoordinates tile = schedule.coordinates(0, params.base.size, params.base.causal_offset);
+    VisitedBlocks<Config> tile_visits = visits;
+    tile_visits.block_end = tile.block_end;
+    consume<Config>(params, tile, tile_visits, shared_base, barriers, consumer, turns, 0, 0, true);
+    return;
+  }
+  int position = 0;
+  for (int iteration = 0;; ++iteration) {
+    // This tile and the next, as the producer claimed them (Q_i may still be in flight: consume waits for it).
+    mbarrier_wait(shared_base + Layout::kTileFullOffset, StageBarriers<Config>::phase_of(iteration));
+    int index, next;
+    asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];\n"
+                 : "=r"(index), "=r"(next)
+                 : "r"(shared_base + Layout::kTileSlotOffset)
+                 : "memory");
+    if (index >= schedule.tiles) // the CTA claimed no tile at all
+      return;
     const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
-    index = schedule.next(index);
     VisitedBlocks<Config> tile_visits = visits;
     tile_visits.block_end = tile.block_end;
     position += consume<Config>(params, tile, tile_visits, shared_base, barriers, consumer, turns, position, iteration,
-                                index >= schedule.tiles);
+                                next >= schedule.tiles);
+    if (next >= schedule.tiles)
+      return;
   }
 }
 
@@ -583,6 +616,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     }
     mbarrier_init(barriers.q_full(), 1);
     mbarrier_init(barriers.q_empty(), Config::kConsumers * kWarpgroupThreads);
+    if constexpr (Config::kPersistent)
+      mbarrier_init(shared_base + Layout::kTileFullOffset, 1); // the producer's publication of its claims
     mbarrier_init_fence();
     tma_prefetch_descriptor(&params.q_map);
     tma_prefetch_descriptor(&params.k_map);

@@ -50,6 +50,11 @@ template <class Config> struct SharedLayout {
   static constexpr int kTotalBytes = kBarrierOffset + kBarrierBytes;
   // The dynamic buffer is only guaranteed 16-byte alignment: the kernel rounds its base up to 1024.
   static constexpr int kDynamicBytes = kTotalBytes + 1024;
+  // A persistent CTA's claimed tiles (this one, the next: two ints), written by the producer for the consumers, and
+  // the mbarrier that publishes them (tile_full). Both lie in the alignment slack: rounding a 16-byte aligned base up
+  // to 1024 skips at most 1008 of kDynamicBytes' 1024 spare bytes, so at least 16 remain after kTotalBytes.
+  static constexpr int kTileSlotOffset = kTotalBytes;
+  static constexpr int kTileFullOffset = kTotalBytes + 8;
 };
 
 // The pipeline's mbarriers. K_j and V_j have their own: a stage's K is released as soon as S_j = Q K_j^T has landed,
@@ -141,19 +146,20 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSiz
 }
 
 // The tiles (Q block, q head, batch) a CTA works on. One CTA per tile: the grid is (Q blocks, heads, batch). A
-// persistent CTA takes tiles blockIdx.x, blockIdx.x + gridDim.x, ... of an order that keeps the Q blocks of one head
-// together (their CTAs share K and V in L2) or, causal, puts the longest rows first across all heads (the static
-// round-robin then hands every CTA about the same work).
+// persistent CTA claims its tiles one at a time from a counter in global memory (`claim`), in an order that keeps
+// the Q blocks of one head together (their CTAs share K and V in L2) or, causal, puts the longest rows first across
+// all heads. Claimed, not dealt round-robin: a CTA that starts late, or an SM that another kernel holds (NCCL's
+// transfers during ring attention), delays only the tiles it has claimed, not a fixed share of the grid (H200: a
+// 2 ms hold of 4 SMs added 1.8 ms to sage-b's 10.6 ms call with the round-robin, run 36).
 template <class Config> struct TileSchedule {
   int q_blocks, tiles;
 
   __device__ __forceinline__ explicit TileSchedule(const SageProblemSize &size)
       : q_blocks((size.tokens_q + Config::kBlockQ - 1) / Config::kBlockQ),
         tiles(Config::kPersistent ? q_blocks * size.heads_q * size.batch : 1) {}
-  __device__ __forceinline__ int first() const { return Config::kPersistent ? static_cast<int>(blockIdx.x) : 0; }
-  __device__ __forceinline__ int next(int tile) const {
-    return Config::kPersistent ? tile + static_cast<int>(gridDim.x) : tiles;
-  }
+  // The next unclaimed tile (>= tiles: none left). The counter is zero when the launch starts (the runtime clears
+  // WorkspaceLayout::attention_counters before each launch of a persistent kernel).
+  __device__ __forceinline__ int claim(unsigned *counter) const { return static_cast<int>(atomicAdd(counter, 1u)); }
   __device__ __forceinline__ TileCoordinates coordinates(int tile, const SageProblemSize &size,
                                                          int causal_offset) const {
     int q_block, head, batch;
