@@ -193,9 +193,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(con
 
 } // namespace
 
-std::string_view Sm80KernelWriter::schedule() const { return schedules::Sm80Schedule::kName; }
-
-KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
+KernelSource writeSm80Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
   if (plan.threads != plan.tunables.warps * 32 || plan.shared.total_bytes <= 0)
     throw std::invalid_argument("plan: incomplete (make it with Sm80Schedule::plan)");
   const detail::KernelContext context =

@@ -60,9 +60,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(con
 
 } // namespace
 
-std::string_view Sm120KernelWriter::schedule() const { return schedules::Sm120Schedule::kName; }
-
-KernelSource Sm120KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
+KernelSource writeSm120Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
   if (plan.fp4_scale_group != 16 && plan.fp4_scale_group != 32)
     throw std::invalid_argument("plan.fp4_scale_group: expected 16 or 32 (make the plan with Sm120Schedule::plan), "
                                 "got " +

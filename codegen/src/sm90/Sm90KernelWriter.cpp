@@ -114,9 +114,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(con
 
 } // namespace
 
-std::string_view Sm90KernelWriter::schedule() const { return schedules::Sm90Schedule::kName; }
-
-KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
+KernelSource writeSm90Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
   if (ws.consumer_warpgroups <= 0 || plan.threads != (ws.consumer_warpgroups + (ws.producer_warpgroup ? 1 : 0)) * 128 ||
       plan.shared.total_bytes <= 0)
