@@ -166,6 +166,20 @@ sage::runtime::capi::BackwardRequirements backwardRequirementsOf(const sage_back
           backward.device};
 }
 
+// The *_create functions' first checks: `out` given and set to null before anything can fail (clearOut), then `config`
+// given.
+template <class Handle> void clearOut(Handle *out) {
+  if (!out)
+    throw ArgumentError("out", "must not be null");
+  *out = nullptr;
+}
+
+template <class Config, class Handle> void checkCreateArguments(const Config *config, Handle *out) {
+  clearOut(out);
+  if (!config)
+    throw ArgumentError("config", "must not be null");
+}
+
 // The *_describe functions: `text` into the caller's buffer, cut to fit, NUL-terminated.
 void copyDescription(const std::string &text, char *buffer, size_t buffer_bytes) {
   if (!buffer || buffer_bytes == 0)
@@ -187,11 +201,7 @@ const char *sage_version(void) { return sage::runtime::sagegenVersion(); }
 
 sage_status sage_attention_create(const sage_attention_config *config, sage_attention_t *out) {
   return guarded([&] {
-    if (!out)
-      throw ArgumentError("out", "must not be null");
-    *out = nullptr;
-    if (!config)
-      throw ArgumentError("config", "must not be null");
+    checkCreateArguments(config, out);
     const sage::ir::Program program = programOf(*config);
     const sage::AttentionVariant variant = program.variant();
     sage::runtime::AttentionRunnerOptions options;
@@ -302,9 +312,7 @@ sage_status sage_attention_describe(sage_attention_t attention, char *buffer, si
 
 sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
   return guarded([&] {
-    if (!out)
-      throw ArgumentError("out", "must not be null");
-    *out = nullptr;
+    clearOut(out);
     if (!config || !config->preset)
       throw ArgumentError("config", "must not be null and must name a preset");
     auto builder = sage::dsl::preset(config->preset, config->head_dim);
@@ -363,11 +371,7 @@ sage_status sage_sla_backward(sage_sla_t sla, const sage_sla_args *args) {
 // ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
 sage_status sage_backward_create(const sage_backward_config *config, sage_backward_t *out) {
   return guarded([&] {
-    if (!out)
-      throw ArgumentError("out", "must not be null");
-    *out = nullptr;
-    if (!config)
-      throw ArgumentError("config", "must not be null");
+    checkCreateArguments(config, out);
     const std::string name = config->preset ? config->preset : "sagebwd";
     if (config->head_dim <= 0)
       throw ArgumentError("config.head_dim", "must be positive, got " + std::to_string(config->head_dim));
