@@ -27,4 +27,31 @@ KernelContext makeContext(const AttentionVariant &variant, const schedules::Kern
   return context;
 }
 
+KernelSource kernelSourceOf(const KernelContext &context) {
+  const schedules::KernelPlan &plan = context.plan;
+  KernelSource kernel;
+  kernel.name = context.name;
+  kernel.entry_point = context.name;
+  kernel.block_dim = {plan.threads, 1, 1};
+  kernel.grid = plan.grid;
+  kernel.grid_description = plan.grid.description();
+  kernel.dynamic_shared_bytes = plan.shared.total_bytes;
+  kernel.arch = plan.arch;
+  kernel.uses_device_library = true;
+  return kernel;
+}
+
+std::string_view valueSourceName(schedules::ValueSource source) {
+  using schedules::ValueSource;
+  switch (source) {
+  case ValueSource::input:
+    return "input";
+  case ValueSource::workspace_values:
+    return "workspace_values";
+  case ValueSource::workspace_codes:
+    return "workspace_codes";
+  }
+  return "";
+}
+
 } // namespace sage::codegen::detail

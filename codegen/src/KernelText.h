@@ -1,11 +1,13 @@
 // Internal to the attention kernel writers (sm80, sm90, sm120): what a writer derives once from the variant and the
-// plan, and the one text utility they share.
+// plan, and the text utilities they share.
 #pragma once
 
+#include "sage/codegen/KernelSource.h"
 #include "sage/ir/AttentionVariant.h"
 #include "sage/schedules/KernelPlan.h"
 
 #include <string>
+#include <string_view>
 
 namespace sage::codegen::detail {
 
@@ -29,5 +31,12 @@ struct KernelContext {
 };
 
 KernelContext makeContext(const AttentionVariant &variant, const schedules::KernelPlan &plan, std::string name);
+
+// What every writer's KernelSource holds alike: the context's name as the entry point, the plan's block, grid,
+// dynamic shared memory and arch, and the device library (the writer adds the source).
+KernelSource kernelSourceOf(const KernelContext &context);
+
+// The ValueSource's enumerator name, as the device Configs spell theirs (sm80 ValueSource, sm90 ValueTiles).
+std::string_view valueSourceName(schedules::ValueSource source);
 
 } // namespace sage::codegen::detail

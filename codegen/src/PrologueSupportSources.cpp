@@ -114,8 +114,8 @@ std::string emitRoleSupport(const PrologueConfig &config, const std::vector<Prol
   if (has(roles, PrologueRole::q_block_quantize) && config.q.cast())
     text += pasteDeviceHeader("sage/device/prologue/q_cast.cuh");
   else if (has(roles, PrologueRole::q_block_quantize) && !config.q.perTensor() && !config.q.microscaled())
-    text += pasteDeviceHeader(config.rotation_seed ? "sage/device/prologue/q_rotated_quantize.cuh"
-                                                   : "sage/device/prologue/q_quantize.cuh");
+    text += pasteDeviceHeader("sage/device/prologue/q_quantize.cuh") +
+            (config.rotation_seed ? pasteDeviceHeader("sage/device/prologue/q_rotated_quantize.cuh") : "");
   if (config.q.perTensor() &&
       (has(roles, PrologueRole::q_block_quantize) || has(roles, PrologueRole::q_block_statistics)))
     text += pasteDeviceHeader("sage/device/prologue/q_per_tensor.cuh");

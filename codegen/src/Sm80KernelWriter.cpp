@@ -67,18 +67,6 @@ std::string_view pvSummary(PvPath path) {
   return "";
 }
 
-std::string_view valueSource(ValueSource source) {
-  switch (source) {
-  case ValueSource::input:
-    return "input";
-  case ValueSource::workspace_values:
-    return "workspace_values";
-  case ValueSource::workspace_codes:
-    return "workspace_codes";
-  }
-  return "";
-}
-
 std::string_view valueSummary(ValueSource source) {
   switch (source) {
   case ValueSource::input:
@@ -205,9 +193,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(con
 
 } // namespace
 
-std::string_view Sm80KernelWriter::schedule() const { return schedules::Sm80Schedule::kName; }
-
-KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
+KernelSource writeSm80Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
   if (plan.threads != plan.tunables.warps * 32 || plan.shared.total_bytes <= 0)
     throw std::invalid_argument("plan: incomplete (make it with Sm80Schedule::plan)");
   const detail::KernelContext context =
@@ -218,15 +204,7 @@ KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const sche
   const bool from_params = !variant.q.fold_softmax_scale;
   const double p_scale = variant.p.static_scale > 0.0 ? variant.p.static_scale : 1.0;
 
-  KernelSource kernel;
-  kernel.name = context.name;
-  kernel.entry_point = context.name;
-  kernel.block_dim = {plan.threads, 1, 1};
-  kernel.grid = plan.grid;
-  kernel.grid_description = plan.grid.description();
-  kernel.dynamic_shared_bytes = plan.shared.total_bytes;
-  kernel.arch = plan.arch;
-  kernel.uses_device_library = true; // sage/device/sm80/attention.cuh
+  KernelSource kernel = detail::kernelSourceOf(context);
   kernel.source = fmt::format(
       kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule),
       fmt::arg("variant", sourceSafe(variant.name)), fmt::arg("d", plan.head_dim),
@@ -237,7 +215,7 @@ KernelSource Sm80KernelWriter::write(const AttentionVariant &variant, const sche
       fmt::arg("block_q", plan.tunables.block_q), fmt::arg("block_kv", plan.tunables.block_kv),
       fmt::arg("warps", plan.tunables.warps), fmt::arg("stages", plan.tunables.stages),
       fmt::arg("qk", qkOperands(plan)), fmt::arg("pv", pvPath(plan.pv_path)),
-      fmt::arg("values", valueSource(plan.v_source)), fmt::arg("interleaved", plan.interleave_kv_tokens),
+      fmt::arg("values", detail::valueSourceName(plan.v_source)), fmt::arg("interleaved", plan.interleave_kv_tokens),
       fmt::arg("q_row_bytes", shared.q.row_bytes),
       fmt::arg("k_row_bytes", context.fp4 ? shared.decoded_k.row_bytes : shared.k.row_bytes),
       fmt::arg("v_rows", context.fp4 ? shared.decoded_v.rows : shared.v.rows),

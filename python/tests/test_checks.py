@@ -9,29 +9,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import sagegen  # noqa: E402
 from sagegen import _library, _tensors  # noqa: E402
 
-
-class Device:
-    def __init__(self, kind, index=None):
-        self.type, self.index = kind, index
-
-
-class FakeTensor:
-    """shape, stride(), dtype, device and data_ptr(), as torch.Tensor has them."""
-
-    def __init__(self, shape, dtype="torch.float16", device=Device("cuda", 0), strides=None, pointer=0x10000):
-        self.shape, self.dtype, self.device, self._pointer = tuple(shape), dtype, device, pointer
-        if strides is None:
-            strides, step = [], 1
-            for size in reversed(shape):
-                strides.insert(0, step)
-                step *= size
-        self._strides = tuple(strides)
-
-    def stride(self):
-        return self._strides
-
-    def data_ptr(self):
-        return self._pointer
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_frontdoors import Device, Tensor as FakeTensor  # noqa: E402
 
 
 class DescribeTest(unittest.TestCase):
@@ -223,7 +202,6 @@ class RunnerLifetimeTest(unittest.TestCase):
 
 # The call plans' and the front doors' checks (test_frontdoors.py: a fake torch and library) run here too, so that
 # CTest's python_checks_test covers them.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_frontdoors import (EagerSageattnTest, FallbackOncePerReasonTest, PlanCacheTest,  # noqa: E402,F401
                              SageAttentionOptionsTest, ShimTest)
 

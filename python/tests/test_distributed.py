@@ -20,6 +20,7 @@ import tempfile
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import raises, run_tests  # noqa: E402
 
 try:
     import torch
@@ -46,25 +47,6 @@ def _skip(reason):
 
 def _skip_without_torch():
     return not HAVE_TORCH and _skip("PyTorch with torch.distributed (gloo) is not installed")
-
-
-class raises:
-    """with raises(Error, match="text"): ... (pytest.raises without pytest)."""
-
-    def __init__(self, error, match=None):
-        self.error, self.match = error, match
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, trace):
-        if kind is None:
-            raise AssertionError(f"expected {self.error.__name__}, nothing was raised")
-        if not issubclass(kind, self.error):
-            return False
-        if self.match and self.match not in str(value):
-            raise AssertionError(f"{str(value)!r} does not contain {self.match!r}")
-        return True
 
 
 def _qkv(seed, batch, heads, heads_kv, tokens, dim, layout="HND", dtype=None):
@@ -153,13 +135,13 @@ def test_merge_refuses_mismatched_arguments():
     if _skip_without_torch():
         return
     o, lse = torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4)
-    with raises(SageArgumentError, match="lses:"):
+    with raises(SageArgumentError, contains="lses:"):
         sagegen.merge_attention([o, o], [lse])
-    with raises(SageArgumentError, match="outputs[1]:"):
+    with raises(SageArgumentError, contains="outputs[1]:"):
         sagegen.merge_attention([o, o], [lse, torch.zeros(1, 4, 2)])
-    with raises(SageArgumentError, match="layout:"):
+    with raises(SageArgumentError, contains="layout:"):
         sagegen.merge_attention([o], [lse], layout="BHSD")
-    with raises(SageArgumentError, match="acc_output:"):
+    with raises(SageArgumentError, contains="acc_output:"):
         sagegen.merge_attention_into(o.half(), lse, o, lse)
     # NHD: the LSE stays [b, h, n] while O is [b, n, h, d].
     sagegen.merge_attention([o.transpose(1, 2)], [lse], layout="NHD")
@@ -219,7 +201,7 @@ def test_non_causal_plan_is_whole_blocks():
     if _skip_without_torch():
         return
     assert sd.ring_block(2, 0, 4, False, 7) == (slice(0, 7), slice(0, 7), False)
-    with raises(SageArgumentError, match="q: causal ring attention needs an even number"):
+    with raises(SageArgumentError, contains="q: causal ring attention needs an even number"):
         sd.ring_block(1, 0, 2, True, 7)
 
 
@@ -235,11 +217,11 @@ def test_zigzag_and_contiguous_sharding_round_trip_and_refuse_uneven_lengths():
         parts = [sd.shard_sequence(x, rank, world, dim=2) for rank in range(world)]
         assert torch.equal(torch.cat(parts, dim=2), x)
     assert sd.zigzag_positions(0, 2, 8) == [0, 1, 6, 7] and sd.zigzag_positions(1, 2, 8) == [2, 3, 4, 5]
-    with raises(SageArgumentError, match="x: 24 tokens (dimension 2) do not split into 2 * world_size = 10"):
+    with raises(SageArgumentError, contains="x: 24 tokens (dimension 2) do not split into 2 * world_size = 10"):
         sd.zigzag_shard(x, 0, 5, dim=2)
-    with raises(SageArgumentError, match="x: 24 tokens (dimension 1) do not split into world_size = 5"):
+    with raises(SageArgumentError, contains="x: 24 tokens (dimension 1) do not split into world_size = 5"):
         sd.shard_sequence(x.transpose(1, 2), 0, 5, dim=1)
-    with raises(SageArgumentError, match="rank:"):
+    with raises(SageArgumentError, contains="rank:"):
         sd.zigzag_shard(x, 4, 4, dim=2)
 
 
@@ -248,19 +230,19 @@ def test_refusals_before_any_communication():
         return
     q, k, v = _qkv(0, 1, 2, 2, 8, 8)
     if not dist.is_initialized():
-        with raises(SageArgumentError, match="group: torch.distributed is not initialized"):
+        with raises(SageArgumentError, contains="group: torch.distributed is not initialized"):
             sd.ring_attention(q, k, v, attention_fn=sd.exact_block_forward)
-        with raises(SageArgumentError, match="group: torch.distributed is not initialized"):
+        with raises(SageArgumentError, contains="group: torch.distributed is not initialized"):
             sd.ulysses_attention(q, k, v, attention_fn=sd.exact_block_forward)
-    with raises(SageArgumentError, match="q: expected a 4-D tensor"):
+    with raises(SageArgumentError, contains="q: expected a 4-D tensor"):
         sd.ring_attention(q[0], k, v)
-    with raises(SageArgumentError, match="v: expected k's shape"):
+    with raises(SageArgumentError, contains="v: expected k's shape"):
         sd.ring_attention(q, k, v[:, :, :4])
-    with raises(SageArgumentError, match="k: causal ring attention needs q's and k's shards to hold the same"):
+    with raises(SageArgumentError, contains="k: causal ring attention needs q's and k's shards to hold the same"):
         sd.ring_attention(q, k[:, :, :4], v[:, :, :4], is_causal=True)
-    with raises(SageArgumentError, match="sm_scale:"):
+    with raises(SageArgumentError, contains="sm_scale:"):
         sd.ring_attention(q, k, v, sm_scale=-1.0)
-    with raises(SageArgumentError, match="tensor_layout:"):
+    with raises(SageArgumentError, contains="tensor_layout:"):
         sd.ulysses_attention(q, k, v, tensor_layout="BSHD")
 
 
@@ -291,18 +273,18 @@ def test_rotated_forward_preset_pairs_with_sagebwd_rot_in_the_ring_backward():
     assert sd.sage_block_backward().preset == "sagebwd"
     # Refusals, naming the argument, before any communication (no process group needed).
     q, k, v = _qkv(0, 1, 2, 2, 8, 8)
-    with raises(SageArgumentError, match="rotate: expected None, True or False, got 'yes'"):
+    with raises(SageArgumentError, contains="rotate: expected None, True or False, got 'yes'"):
         sd.ring_attention(q, k, v, rotate="yes")
-    with raises(SageArgumentError, match="rotate: False, but forward_preset 'sage2-fp8-rot' rotates Q and K"):
+    with raises(SageArgumentError, contains="rotate: False, but forward_preset 'sage2-fp8-rot' rotates Q and K"):
         sd.ring_attention(q, k, v, preset="sage2-fp8-rot", rotate=False)
-    with raises(SageArgumentError, match="rotate: True, but the block functions given replace sagegen's kernels"):
+    with raises(SageArgumentError, contains="rotate: True, but the block functions given replace sagegen's kernels"):
         sd.ring_attention(q, k, v, rotate=True, attention_fn=sd.exact_block_forward,
                           attention_backward_fn=sd.exact_block_backward)
-    with raises(SageArgumentError, match="rotate: True, but the block functions given replace sagegen's kernels"):
+    with raises(SageArgumentError, contains="rotate: True, but the block functions given replace sagegen's kernels"):
         sd.ulysses_attention(q, k, v, rotate=True, attention_fn=sd.exact_block_forward)
-    with raises(SageArgumentError, match="rotate: False, but forward_preset 'sage-b-rot'"):
+    with raises(SageArgumentError, contains="rotate: False, but forward_preset 'sage-b-rot'"):
         sd.ulysses_attention(q, k, v, preset="sage-b-rot", rotate=False)
-    with raises(SageArgumentError, match="preset: expected a preset name"):
+    with raises(SageArgumentError, contains="preset: expected a preset name"):
         sd.ring_attention(q, k, v, preset=None)
     # rotate=True on a preset without a rotated form: the library refuses the name it made (on the first block,
     # the same on every rank); the error names rotate. The library's refusal is stood in for here.
@@ -315,10 +297,10 @@ def test_rotated_forward_preset_pairs_with_sagebwd_rot_in_the_ring_backward():
     try:
         forward_fn, backward_fn = pick("sage2-int4", True, None, None, None)
         assert backward_fn.preset == "sagebwd-rot"
-        with raises(SageArgumentError, match="rotate: True, but preset 'sage2-int4' has no rotated form"):
+        with raises(SageArgumentError, contains="rotate: True, but preset 'sage2-int4' has no rotated form"):
             forward_fn(q, k, v, False, 0.3, "HND")
         forward_fn, _ = pick("sage2-int4", None, None, None, None)  # not made by rotate: the library's own error
-        with raises(SageArgumentError, match="config.preset: unknown preset 'sage2-int4'"):
+        with raises(SageArgumentError, contains="config.preset: unknown preset 'sage2-int4'"):
             forward_fn(q, k, v, False, 0.3, "HND")
     finally:
         sd.sage_block_forward = saved
@@ -433,7 +415,7 @@ def _worker(rank, world, init_file, queue):
             done += _check_group(groups[rank // 2], 2, rank % 2, "subgroup of 2")
         # A refusal that needs the group: Ulysses' heads must split over the ranks.
         q = torch.randn(1, world + 1, 4, 8)
-        with raises(SageArgumentError, match=f"q: {world + 1} heads do not split over {world} ranks"):
+        with raises(SageArgumentError, contains=f"q: {world + 1} heads do not split over {world} ranks"):
             sd.ulysses_attention(q, q, q, attention_fn=sd.exact_block_forward)
         dist.barrier()
         dist.destroy_process_group()
@@ -482,20 +464,7 @@ def main(argv):
     if not HAVE_TORCH:
         print("test_distributed: skipped (PyTorch with torch.distributed/gloo is not installed)")
         return 0
-    only = argv[argv.index("-k") + 1] if "-k" in argv else ""
-    tests = [(name, function) for name, function in sorted(globals().items())
-             if name.startswith("test_") and callable(function) and only in name]
-    passed = failed = 0
-    for name, function in tests:
-        try:
-            function()
-            passed += 1
-            print(f"PASS {name}")
-        except Exception:  # noqa: BLE001 - every failure is printed and counted
-            failed += 1
-            print(f"FAIL {name}\n{traceback.format_exc()}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_tests(globals(), argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import math
 import os
 import sys
 import time
-import traceback
 import warnings
 
 try:
@@ -30,12 +29,9 @@ except ImportError:  # no PyTorch: nothing here can run
     sys.exit(0)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import Skip, run_tests  # noqa: E402
 import sagegen  # noqa: E402
 from sagegen import integrations  # noqa: E402
-
-
-class Skip(Exception):
-    pass
 
 
 def cosine(a, b):
@@ -243,23 +239,7 @@ def main(argv):
         print("test_frontdoors_gpu.py: SKIPPED, no CUDA device")
         print("0 passed, 0 failed, 1 skipped")
         return 0
-    selected = argv[argv.index("-k") + 1] if "-k" in argv else ""
-    passed = failed = skipped = 0
-    for name, function in sorted((n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)):
-        if selected not in name:
-            continue
-        try:
-            function()
-            passed += 1
-            print(f"PASS {name}")
-        except Skip as reason:
-            skipped += 1
-            print(f"SKIP {name}: {reason}")
-        except Exception:  # report every test, then fail the run
-            failed += 1
-            print(f"FAIL {name}\n{traceback.format_exc()}")
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed else 0
+    return run_tests(globals(), argv)
 
 
 if __name__ == "__main__":

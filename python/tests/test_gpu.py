@@ -8,37 +8,16 @@ torch.compile(fullgraph=True) and CUDA-graph capture, sdpa() routing and its fal
 
 import math
 import os
-import re
 import sys
-import traceback
 import warnings
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import raises, run_tests  # noqa: E402
 import sagegen  # noqa: E402
 
-
-
-class raises:
-    """with raises(Error, match="^regex"): ... (pytest.raises without pytest, which the GPU machine may lack)."""
-
-    def __init__(self, error, match=None):
-        self.error, self.match, self.value = error, match, None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, trace):
-        if kind is None:
-            raise AssertionError(f"expected {self.error.__name__}, nothing was raised")
-        if not issubclass(kind, self.error):
-            return False
-        if self.match and not re.search(self.match, str(value)):
-            raise AssertionError(f"{str(value)!r} does not match {self.match!r}")
-        self.value = value
-        return True
 
 
 def qkv(batch=2, heads_q=8, heads_kv=8, tokens_q=256, tokens_kv=256, dim=128, dtype=torch.float16, layout="HND"):
@@ -407,19 +386,7 @@ def main(argv):
     if not torch.cuda.is_available():
         print("test_gpu.py: SKIPPED, no CUDA device")
         return 0
-    selected = argv[argv.index("-k") + 1] if "-k" in argv else ""
-    failures = 0
-    for name, function in sorted((n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)):
-        if selected not in name:
-            continue
-        try:
-            function()
-            print(f"PASS {name}")
-        except Exception:  # report every test, then fail the run
-            failures += 1
-            print(f"FAIL {name}\n{traceback.format_exc()}")
-    print(f"test_gpu.py: {failures} failed" if failures else "test_gpu.py: all passed")
-    return 1 if failures else 0
+    return run_tests(globals(), argv)
 
 
 if __name__ == "__main__":

@@ -307,23 +307,22 @@ JsonValue aotManifestJson(const AotManifest &manifest) {
   root.set("nvrtc_version", manifest.nvrtc_version);
   JsonValue kernels = JsonValue::array();
   for (const AotKernelEntry &entry : manifest.kernels) {
-    JsonValue kernel = JsonValue::object();
-    kernel.set("key_digest", entry.key_digest);
-    kernel.set("key_text", entry.key_text);
-    kernel.set("variant", entry.variant);
-    kernel.set("preset", entry.preset);
-    kernel.set("head_dim", entry.head_dim);
-    kernel.set("causal", entry.causal);
-    kernel.set("lse", entry.lse);
-    kernel.set("role", entry.role);
-    kernel.set("name", entry.name);
-    kernel.set("schedule", entry.schedule);
-    kernel.set("tunables", entry.tunables);
-    kernel.set("arch", entry.arch);
-    kernel.set("input", entry.input);
-    kernel.set("entry_point", entry.entry_point);
-    kernel.set("source", entry.source_file);
-    kernel.set("source_sha256", entry.source_sha256);
+    JsonValue kernel(JsonValue::Object{{"key_digest", entry.key_digest},
+                                       {"key_text", entry.key_text},
+                                       {"variant", entry.variant},
+                                       {"preset", entry.preset},
+                                       {"head_dim", entry.head_dim},
+                                       {"causal", entry.causal},
+                                       {"lse", entry.lse},
+                                       {"role", entry.role},
+                                       {"name", entry.name},
+                                       {"schedule", entry.schedule},
+                                       {"tunables", entry.tunables},
+                                       {"arch", entry.arch},
+                                       {"input", entry.input},
+                                       {"entry_point", entry.entry_point},
+                                       {"source", entry.source_file},
+                                       {"source_sha256", entry.source_sha256}});
     if (!entry.ptx_file.empty())
       kernel.set("ptx", entry.ptx_file);
     if (!entry.cubin_file.empty()) {
@@ -336,12 +335,11 @@ JsonValue aotManifestJson(const AotManifest &manifest) {
     launch.set("dynamic_shared_bytes", entry.dynamic_shared_bytes);
     kernel.set("launch", std::move(launch));
     if (entry.resources) {
-      JsonValue resources = JsonValue::object();
-      resources.set("registers", entry.resources->registers);
-      resources.set("spill_store_bytes", entry.resources->spill_store_bytes);
-      resources.set("spill_load_bytes", entry.resources->spill_load_bytes);
-      resources.set("static_shared_bytes", entry.resources->static_shared_bytes);
-      resources.set("stack_frame_bytes", entry.resources->stack_frame_bytes);
+      JsonValue resources(JsonValue::Object{{"registers", entry.resources->registers},
+                                            {"spill_store_bytes", entry.resources->spill_store_bytes},
+                                            {"spill_load_bytes", entry.resources->spill_load_bytes},
+                                            {"static_shared_bytes", entry.resources->static_shared_bytes},
+                                            {"stack_frame_bytes", entry.resources->stack_frame_bytes}});
       kernel.set("resources", std::move(resources));
     }
     kernels.push(std::move(kernel));
@@ -349,13 +347,12 @@ JsonValue aotManifestJson(const AotManifest &manifest) {
   root.set("kernels", std::move(kernels));
   JsonValue skipped = JsonValue::array();
   for (const AotSkippedVariant &entry : manifest.skipped) {
-    JsonValue item = JsonValue::object();
-    item.set("preset", entry.preset);
-    item.set("head_dim", entry.head_dim);
-    item.set("causal", entry.causal);
-    item.set("input", entry.input);
-    item.set("arch", entry.arch);
-    item.set("reason", entry.reason);
+    JsonValue item(JsonValue::Object{{"preset", entry.preset},
+                                     {"head_dim", entry.head_dim},
+                                     {"causal", entry.causal},
+                                     {"input", entry.input},
+                                     {"arch", entry.arch},
+                                     {"reason", entry.reason}});
     skipped.push(std::move(item));
   }
   root.set("skipped", std::move(skipped));

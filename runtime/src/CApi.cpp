@@ -139,6 +139,21 @@ sage::runtime::capi::SlaRequirements slaRequirementsOf(sage_sla_t sla) {
   return {slaRunnerOf(sla).variant().head_dim, sla->device, sla->dtype};
 }
 
+// sage_sla_forward and sage_sla_backward: the arguments checked by `validate`, the workspace checked, then
+// `pass(runner, validated, stream)`.
+template <class Validate, class Pass>
+sage_status runSlaPass(sage_sla_t sla, const sage_sla_args *args, Validate validate, Pass pass) {
+  return guarded([&] {
+    const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    const auto validated = validate(*args, slaRequirementsOf(sla));
+    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
+                                  runner.workspaceBytes(validated.shape, true), 256, "sage_sla_workspace");
+    pass(runner, validated, static_cast<sage::runtime::driver::Stream>(args->stream));
+  });
+}
+
 // ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
 sage::runtime::AttentionBackwardRunner &backwardOf(sage_backward_t backward) {
   if (!backward || !backward->runner)
@@ -149,6 +164,29 @@ sage::runtime::AttentionBackwardRunner &backwardOf(sage_backward_t backward) {
 sage::runtime::capi::BackwardRequirements backwardRequirementsOf(const sage_backward &backward) {
   return {backward.runner->plan().head_dim, sage::runtime::capi::dataTypeOf(backward.dtype, "config.dtype"),
           backward.device};
+}
+
+// The *_create functions' first checks: `out` given and set to null before anything can fail (clearOut), then `config`
+// given.
+template <class Handle> void clearOut(Handle *out) {
+  if (!out)
+    throw ArgumentError("out", "must not be null");
+  *out = nullptr;
+}
+
+template <class Config, class Handle> void checkCreateArguments(const Config *config, Handle *out) {
+  clearOut(out);
+  if (!config)
+    throw ArgumentError("config", "must not be null");
+}
+
+// The *_describe functions: `text` into the caller's buffer, cut to fit, NUL-terminated.
+void copyDescription(const std::string &text, char *buffer, size_t buffer_bytes) {
+  if (!buffer || buffer_bytes == 0)
+    throw ArgumentError("buffer", "must not be null or empty");
+  const size_t length = std::min(text.size(), buffer_bytes - 1);
+  std::memcpy(buffer, text.data(), length);
+  buffer[length] = '\0';
 }
 
 } // namespace
@@ -163,11 +201,7 @@ const char *sage_version(void) { return sage::runtime::sagegenVersion(); }
 
 sage_status sage_attention_create(const sage_attention_config *config, sage_attention_t *out) {
   return guarded([&] {
-    if (!out)
-      throw ArgumentError("out", "must not be null");
-    *out = nullptr;
-    if (!config)
-      throw ArgumentError("config", "must not be null");
+    checkCreateArguments(config, out);
     const sage::ir::Program program = programOf(*config);
     const sage::AttentionVariant variant = program.variant();
     sage::runtime::AttentionRunnerOptions options;
@@ -272,20 +306,13 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
 sage_status sage_attention_describe(sage_attention_t attention, char *buffer, size_t buffer_bytes) {
   return guarded([&] {
     const sage::runtime::AttentionRunner &runner = runnerOf(attention);
-    if (!buffer || buffer_bytes == 0)
-      throw ArgumentError("buffer", "must not be null or empty");
-    const std::string text = runner.describe();
-    const size_t length = std::min(text.size(), buffer_bytes - 1);
-    std::memcpy(buffer, text.data(), length);
-    buffer[length] = '\0';
+    copyDescription(runner.describe(), buffer, buffer_bytes);
   });
 }
 
 sage_status sage_sla_create(const sage_sla_config *config, sage_sla_t *out) {
   return guarded([&] {
-    if (!out)
-      throw ArgumentError("out", "must not be null");
-    *out = nullptr;
+    clearOut(out);
     if (!config || !config->preset)
       throw ArgumentError("config", "must not be null and must name a preset");
     auto builder = sage::dsl::preset(config->preset, config->head_dim);
@@ -327,41 +354,24 @@ sage_status sage_sla_workspace(sage_sla_t sla, const sage_tensor_desc *q, const 
 }
 
 sage_status sage_sla_forward(sage_sla_t sla, const sage_sla_args *args) {
-  return guarded([&] {
-    const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
-    if (!args)
-      throw ArgumentError("args", "must not be null");
-    const sage::runtime::capi::ValidatedSlaForward validated =
-        sage::runtime::capi::validateSlaForwardArgs(*args, slaRequirementsOf(sla));
-    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
-                                  runner.workspaceBytes(validated.shape, true), 256, "sage_sla_workspace");
-    runner.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
-               static_cast<sage::runtime::driver::Stream>(args->stream));
-  });
+  return runSlaPass(sla, args, sage::runtime::capi::validateSlaForwardArgs,
+                    [&](const sage::runtime::SlaRunner &runner, const auto &validated, auto stream) {
+                      runner.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes, stream);
+                    });
 }
 
 sage_status sage_sla_backward(sage_sla_t sla, const sage_sla_args *args) {
-  return guarded([&] {
-    const sage::runtime::SlaRunner &runner = slaRunnerOf(sla);
-    if (!args)
-      throw ArgumentError("args", "must not be null");
-    const sage::runtime::capi::ValidatedSlaBackward validated =
-        sage::runtime::capi::validateSlaBackwardArgs(*args, slaRequirementsOf(sla));
-    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
-                                  runner.workspaceBytes(validated.shape, true), 256, "sage_sla_workspace");
-    runner.backward(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
-                    static_cast<sage::runtime::driver::Stream>(args->stream));
-  });
+  return runSlaPass(sla, args, sage::runtime::capi::validateSlaBackwardArgs,
+                    [&](const sage::runtime::SlaRunner &runner, const auto &validated, auto stream) {
+                      runner.backward(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
+                                      stream);
+                    });
 }
 
 // ---- SageBwd (issue 12) -------------------------------------------------------------------------------------------
 sage_status sage_backward_create(const sage_backward_config *config, sage_backward_t *out) {
   return guarded([&] {
-    if (!out)
-      throw ArgumentError("out", "must not be null");
-    *out = nullptr;
-    if (!config)
-      throw ArgumentError("config", "must not be null");
+    checkCreateArguments(config, out);
     const std::string name = config->preset ? config->preset : "sagebwd";
     if (config->head_dim <= 0)
       throw ArgumentError("config.head_dim", "must be positive, got " + std::to_string(config->head_dim));
@@ -417,12 +427,7 @@ sage_status sage_backward_run(sage_backward_t backward, const sage_backward_args
 sage_status sage_backward_describe(sage_backward_t backward, char *buffer, size_t buffer_bytes) {
   return guarded([&] {
     const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
-    if (!buffer || buffer_bytes == 0)
-      throw ArgumentError("buffer", "must not be null or empty");
-    const std::string text = runner.describe();
-    const size_t length = std::min(text.size(), buffer_bytes - 1);
-    std::memcpy(buffer, text.data(), length);
-    buffer[length] = '\0';
+    copyDescription(runner.describe(), buffer, buffer_bytes);
   });
 }
 

@@ -121,16 +121,12 @@ JsonValue layerChoicesToJson(const LayerChoices &choices) {
   json.set("speed_order", choices.speed_order);
   JsonValue layers = JsonValue::array();
   for (const LayerChoice &choice : choices.layers) {
-    JsonValue layer = JsonValue::object();
-    layer.set("layer", choice.layer);
-    layer.set("preset", choice.preset);
-    layer.set("reason", choice.reason);
+    JsonValue layer(JsonValue::Object{{"layer", choice.layer}, {"preset", choice.preset}, {"reason", choice.reason}});
     JsonValue candidates = JsonValue::array();
     for (const CandidateAccuracy &candidate : choice.candidates) {
-      JsonValue item = JsonValue::object();
-      item.set("preset", candidate.preset);
-      item.set("cos_similarity", candidate.cos_similarity);
-      item.set("relative_l1", candidate.relative_l1);
+      JsonValue item(JsonValue::Object{{"preset", candidate.preset},
+                                       {"cos_similarity", candidate.cos_similarity},
+                                       {"relative_l1", candidate.relative_l1}});
       candidates.push(std::move(item));
     }
     layer.set("candidates", std::move(candidates));

@@ -156,19 +156,12 @@ SupportResult Sm120Schedule::supports(const AttentionVariant &variant, GpuArch a
 
 KernelPlan Sm120Schedule::plan(const AttentionVariant &variant, GpuArch arch, InputType input,
                                std::optional<Tunables> tunables) const {
-  if (SupportResult support = supports(variant, arch, input); !support)
-    throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
-                                ": unsupported by " + std::string(kName) + ": " + support.reason);
+  requireSupported(variant, arch, input);
   const bool explicit_tunables = tunables.has_value();
   const Tunables chosen = tunables.value_or(defaultTunables(variant));
   validateTunables(chosen, variant);
 
-  KernelPlan plan;
-  plan.schedule = std::string(kName);
-  plan.arch = arch;
-  plan.input = input;
-  plan.tunables = chosen;
-  plan.head_dim = variant.head_dim;
+  KernelPlan plan = planOf(variant, arch, input, chosen);
   plan.threads = chosen.warps * kWarpSize;
   plan.rows_per_warp = kRowsPerWarp;
   plan.row_tiles_per_warp = 1;

@@ -494,21 +494,14 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
 
 KernelPlan Sm80Schedule::plan(const AttentionVariant &variant, GpuArch arch, InputType input,
                               std::optional<Tunables> tunables) const {
-  if (SupportResult support = supports(variant, arch, input); !support)
-    throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
-                                ": unsupported by " + std::string(kName) + ": " + support.reason);
+  requireSupported(variant, arch, input);
   const bool explicit_tunables = tunables.has_value();
   Tunables chosen = tunables.value_or(defaultTunables(variant, arch));
   if (!explicit_tunables) // small Q blocks: fewer warps rather than fewer than 16 rows per warp
     chosen.warps = std::max(1, std::min(chosen.warps, chosen.block_q / kMmaRows));
   validateTunables(chosen, variant);
 
-  KernelPlan plan;
-  plan.schedule = std::string(kName);
-  plan.arch = arch;
-  plan.input = input;
-  plan.tunables = chosen;
-  plan.head_dim = variant.head_dim;
+  KernelPlan plan = planOf(variant, arch, input, chosen);
   plan.threads = chosen.warps * kWarpSize;
   plan.rows_per_warp = chosen.block_q / chosen.warps;
   plan.row_tiles_per_warp = plan.rows_per_warp / kMmaRows;

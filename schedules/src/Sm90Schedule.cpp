@@ -207,19 +207,12 @@ SupportResult Sm90Schedule::supports(const AttentionVariant &variant, GpuArch ar
 
 KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, InputType input,
                               std::optional<Tunables> tunables) const {
-  if (SupportResult support = supports(variant, arch, input); !support)
-    throw std::invalid_argument("variant '" + variant.name + "' on " + std::string(archName(arch)) +
-                                ": unsupported by " + std::string(kName) + ": " + support.reason);
+  requireSupported(variant, arch, input);
   const bool explicit_tunables = tunables.has_value();
   const Tunables chosen = tunables.value_or(defaultTunables(variant));
   validateTunables(chosen, variant);
 
-  KernelPlan plan;
-  plan.schedule = std::string(kName);
-  plan.arch = arch;
-  plan.input = input;
-  plan.tunables = chosen;
-  plan.head_dim = variant.head_dim;
+  KernelPlan plan = planOf(variant, arch, input, chosen);
   plan.block_sparse = variant.mask.kind == MaskKind::block_sparse;
   const int consumers = chosen.warps / kWarpgroupWarps;
   // the consumers and one producer warpgroup (none with inline loads)

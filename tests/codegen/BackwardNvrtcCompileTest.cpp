@@ -8,6 +8,8 @@
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/schedules/BackwardSchedule.h"
 
+#include "../support/DeviceLibraryCompile.h"
+
 #include <doctest/doctest.h>
 #include <nvrtc.h>
 
@@ -20,32 +22,28 @@ using namespace sage::schedules;
 
 namespace {
 
-struct Outcome {
-  bool compiled = false;
-  size_t cubin_bytes = 0;
-  std::string log;
-};
-
-Outcome compile(const std::string &source, const std::string &name, GpuArch arch) {
-  Outcome outcome;
-  nvrtcProgram program = nullptr;
-  REQUIRE(nvrtcCreateProgram(&program, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr) == NVRTC_SUCCESS);
-  const std::string arch_option = "--gpu-architecture=" + std::string(archName(arch));
-  const char *options[] = {arch_option.c_str(), "-std=c++17", "--ptxas-options=-v"};
-  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(program, &log_size);
-  outcome.log.resize(log_size);
-  if (log_size > 0)
-    nvrtcGetProgramLog(program, outcome.log.data());
-  outcome.compiled = result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &outcome.cubin_bytes) == NVRTC_SUCCESS;
-  nvrtcDestroyProgram(&program);
-  return outcome;
+test::DeviceCompileResult compile(const std::string &source, const std::string &name, GpuArch arch) {
+  test::NvrtcCompileOptions options;
+  options.file_name = name + ".cu";
+  options.ptxas_report = true;
+  return test::compileWithNvrtc(source, std::string(archName(arch)), options);
 }
 
-// The "Function properties" report of each kernel in a ptxas log: {kernel, stack, spill stores, registers}.
-const std::regex kReport(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
-                         R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
+// Prints ptxas' report of each kernel of a module and checks that the wgmma main kernel does not spill: its dK/dV sums
+// and products fill the register file (255 at d = 128), a spill would sit in its hot loop. One report per kernel:
+// "Function properties for x / N bytes stack frame, N bytes spill stores, ... / Used N registers" (the registers bound
+// the CTAs per SM: 2 at 255 x 128 threads).
+void checkReports(const std::string &log, const std::string &module, GpuArch arch, const BackwardSchedule &schedule) {
+  static const std::regex report(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
+                                 R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
+  for (std::sregex_iterator it(log.begin(), log.end(), report), end; it != end; ++it) {
+    std::printf("%-64s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", module.c_str(),
+                std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
+                (*it)[2].str().c_str(), (*it)[3].str().c_str());
+    if (schedule.name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
+      CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
+  }
+}
 
 } // namespace
 
@@ -63,16 +61,11 @@ TEST_CASE("the rotated SageBwd kernels (issue 25) compile, the wgmma main kernel
           const codegen::BackwardKernelSource kernel =
               codegen::BackwardKernelGenerator::generate(variant, schedule->plan(variant, arch, input));
           CAPTURE(kernel.name);
-          const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+          const test::DeviceCompileResult outcome =
+              compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
           INFO(outcome.log);
           REQUIRE(outcome.compiled);
-          for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), kReport), end; it != end; ++it) {
-            std::printf("%-64s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
-                        std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
-                        (*it)[2].str().c_str(), (*it)[3].str().c_str());
-            if (schedule->name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
-              CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
-          }
+          checkReports(outcome.log, kernel.name, arch, *schedule);
         }
 }
 
@@ -91,24 +84,13 @@ TEST_CASE("the SageBwd kernels of every schedule compile for sm_80, sm_89, sm_90
             const codegen::BackwardKernelSource kernel =
                 codegen::BackwardKernelGenerator::generate(variant, schedule->plan(variant, arch, input));
             CAPTURE(kernel.name);
-            const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+            const test::DeviceCompileResult outcome =
+                compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
             INFO(outcome.log);
             REQUIRE(outcome.compiled);
             CHECK(outcome.cubin_bytes > 0);
             for (const BackwardLaunch &launch : kernel.plan.launches)
               CHECK_MESSAGE(outcome.log.find(launch.entry_point) != std::string::npos, launch.entry_point);
-            // One report per kernel: "Function properties for x / N bytes stack frame, N bytes spill stores, ... /
-            // Used N registers" (the registers bound the CTAs per SM: 2 at 255 x 128 threads).
-            const std::regex report(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
-                                    R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
-            for (std::sregex_iterator it(outcome.log.begin(), outcome.log.end(), report), end; it != end; ++it) {
-              std::printf("%-56s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", kernel.name.c_str(),
-                          std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
-                          (*it)[2].str().c_str(), (*it)[3].str().c_str());
-              // The wgmma kernel's dK/dV sums and products fill the register file (255 at d = 128): a spill would
-              // sit in its hot loop.
-              if (schedule->name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
-                CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
-            }
+            checkReports(outcome.log, kernel.name, arch, *schedule);
           }
 }

@@ -2,10 +2,10 @@
 // sm_120f} is generated and compiled to a cubin with NVRTC (libnvrtc directly: no GPU or driver needed). ptxas' report
 // (--ptxas-options=-v, in the NVRTC log) gives the registers and spills of each kernel.
 #include "sage/codegen/AttentionKernelGenerator.h"
-#include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/Presets.h"
 #include "sage/schedules/Sm80Schedule.h"
 
+#include "../support/DeviceLibraryCompile.h"
 #include "../support/SweepSubset.h"
 #include "TestVariants.h"
 
@@ -57,29 +57,14 @@ Outcome compile(const Case &item) {
   Outcome outcome;
   outcome.name = kernel.name;
   // The kernel #includes the device library's sm80 steps: NVRTC receives the library as headers, as in the runtime.
-  std::vector<const char *> header_texts, header_names;
-  if (kernel.uses_device_library)
-    for (const DeviceHeader &header : deviceLibrary()) {
-      header_texts.push_back(header.text.data());
-      header_names.push_back(header.name.data());
-    }
-  nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, kernel.source.c_str(), (kernel.name + ".cu").c_str(),
-                         static_cast<int>(header_texts.size()), header_texts.data(),
-                         header_names.data()) != NVRTC_SUCCESS) {
-    outcome.log = "nvrtcCreateProgram failed";
-    return outcome;
-  }
-  const std::string arch = "--gpu-architecture=" + std::string(archName(item.arch));
-  const char *options[] = {arch.c_str(), "-std=c++17", "--ptxas-options=-v"};
-  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(program, &log_size);
-  outcome.log.resize(log_size);
-  if (log_size > 0)
-    nvrtcGetProgramLog(program, outcome.log.data());
-  outcome.compiled = result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &outcome.cubin_bytes) == NVRTC_SUCCESS;
-  nvrtcDestroyProgram(&program);
+  test::NvrtcCompileOptions options;
+  options.file_name = kernel.name + ".cu";
+  options.ptxas_report = true;
+  const test::DeviceCompileResult result =
+      test::compileWithNvrtc(kernel.source, std::string(archName(item.arch)), options);
+  outcome.compiled = result.compiled;
+  outcome.cubin_bytes = result.cubin_bytes;
+  outcome.log = result.log;
   std::smatch match;
   if (std::regex_search(outcome.log, match, std::regex(R"(Used (\d+) registers)")))
     outcome.registers = std::stoi(match[1]);

@@ -6,6 +6,7 @@
 #include "sage/dsl/Presets.h"
 #include "sage/schedules/GpuArch.h"
 
+#include "../support/DeviceLibraryCompile.h"
 #include "../support/SweepSubset.h"
 
 #include <doctest/doctest.h>
@@ -20,33 +21,13 @@ using namespace sage::codegen;
 
 namespace {
 
-struct Outcome {
-  bool compiled = false;
-  std::string log;
-};
-
-Outcome compile(const SlaKernelSource &kernel, const std::string &arch) {
-  const std::string source = expandDeviceIncludes(kernel.source);
-  Outcome outcome;
-  nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), (kernel.name + ".cu").c_str(), 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    outcome.log = "nvrtcCreateProgram failed";
-    return outcome;
-  }
-  const std::string arch_option = "--gpu-architecture=" + arch;
-  const char *options[] = {arch_option.c_str(), "-std=c++17", "--ptxas-options=-v"};
-  const nvrtcResult result = nvrtcCompileProgram(program, 3, options);
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(program, &log_size);
-  outcome.log.resize(log_size);
-  if (log_size > 0)
-    nvrtcGetProgramLog(program, outcome.log.data());
-  size_t cubin_bytes = 0;
-  outcome.compiled =
-      result == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &cubin_bytes) == NVRTC_SUCCESS && cubin_bytes > 0;
-  nvrtcDestroyProgram(&program);
-  return outcome;
+test::DeviceCompileResult compile(const SlaKernelSource &kernel, const std::string &arch) {
+  test::NvrtcCompileOptions options;
+  options.file_name = kernel.name + ".cu";
+  options.ptxas_report = true;
+  test::DeviceCompileResult result = test::compileWithNvrtc(expandDeviceIncludes(kernel.source), arch, options);
+  result.compiled = result.compiled && result.cubin_bytes > 0;
+  return result;
 }
 
 } // namespace
@@ -68,7 +49,7 @@ TEST_CASE("the SLA kernels compile for sm_80, sm_89 and sm_90a without spills") 
             continue;
           CAPTURE(kernel.name);
           CAPTURE(std::string(arch));
-          const Outcome outcome = compile(kernel, arch);
+          const test::DeviceCompileResult outcome = compile(kernel, arch);
           INFO(outcome.log);
           REQUIRE(outcome.compiled);
           for (std::string_view entry : kernel.entry_points)

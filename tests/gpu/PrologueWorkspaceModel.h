@@ -173,6 +173,12 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
   };
   const int64_t d = q.dim(), batch = q.batch(), heads_q = q.heads(), heads_kv = k.heads();
   const int64_t padded_q = layout.padded_q, padded_kv = layout.padded_kv;
+  // psi_Q's x without Q smoothing: Q, times q_prescale when folded; 0 past the sequence.
+  const auto q_input = [&](int64_t b, int64_t h, int64_t token, int64_t c) {
+    if (token >= q.tokens())
+      return 0.0f;
+    return config.fold_q_scale ? q.at(b, h, token, c) * q_prescale : q.at(b, h, token, c);
+  };
 
   if (config.q.microscaled() && !config.smooth_q) {
     std::vector<unsigned char> &codes = add("q_codes", layout.q_codes);
@@ -181,11 +187,7 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < heads_q; ++h) {
         const int64_t head = b * heads_q + h;
-        const auto x = [&](int64_t token, int64_t c) {
-          if (token >= q.tokens())
-            return 0.0f;
-          return config.fold_q_scale ? q.at(b, h, token, c) * q_prescale : q.at(b, h, token, c);
-        };
+        const auto x = [&](int64_t token, int64_t c) { return q_input(b, h, token, c); };
         quantizeFp4Tokens(group, padded_q, d, x, codes.data() + head * padded_q * d / 2,
                           scales.data() + head * padded_q * d / group);
       }
@@ -195,11 +197,7 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < heads_q; ++h) {
         const int64_t head = b * heads_q + h;
-        const auto x = [&](int64_t token, int64_t c) {
-          if (token >= q.tokens())
-            return 0.0f;
-          return config.fold_q_scale ? q.at(b, h, token, c) * q_prescale : q.at(b, h, token, c);
-        };
+        const auto x = [&](int64_t token, int64_t c) { return q_input(b, h, token, c); };
         float tensor_amax = 0.0f;
         for (int64_t token = 0; token < q.tokens(); ++token)
           for (int64_t c = 0; c < d; ++c)
@@ -236,21 +234,17 @@ inline std::vector<ExpectedBuffer> expectedWorkspace(const AttentionVariant &var
         if (v_mean)
           storeFloat(*v_mean, head * d + c, vs.mean[c]);
       }
+      // psi_K's x: K, minus mean(K) when smoothed; 0 past the sequence.
+      const auto x = [&](int64_t token, int64_t c) {
+        if (token >= n)
+          return 0.0f;
+        return config.smooth_k ? k.at(b, h, token, c) - ks.mean[c] : k.at(b, h, token, c);
+      };
       if (k_codes && config.k.microscaled()) {
-        const auto x = [&](int64_t token, int64_t c) {
-          if (token >= n)
-            return 0.0f;
-          return config.smooth_k ? k.at(b, h, token, c) - ks.mean[c] : k.at(b, h, token, c);
-        };
         const int group = config.k.groupChannels();
         quantizeFp4Tokens(group, padded_kv, d, x, k_codes->data() + head * padded_kv * d / 2,
                           k_scales->data() + head * padded_kv * d / group);
       } else if (k_codes) {
-        const auto x = [&](int64_t token, int64_t c) {
-          if (token >= n)
-            return 0.0f;
-          return config.smooth_k ? k.at(b, h, token, c) - ks.mean[c] : k.at(b, h, token, c);
-        };
         float tensor_amax = 0.0f; // from min and max, as the kernels do (x -> x - mean is monotonic)
         for (int64_t c = 0; c < d; ++c) {
           const float shift = config.smooth_k ? ks.mean[c] : 0.0f;

@@ -1,6 +1,7 @@
 // Every kernel of the generated prologue compiles with NVRTC to a cubin for sm_80, sm_89, sm_90a, sm_100f and sm_120f,
 // for each hand-built variant kind and every DSL preset (exact included: its Q and K are cast, not quantized) x
 // head_dim {64, 128} x input {f16, bf16}, without warnings; the cubin holds the entry point.
+#include "../support/DeviceLibraryCompile.h"
 #include "../support/SweepSubset.h"
 #include "PrologueTestVariants.h"
 #include "sage/codegen/PrologueGenerator.h"
@@ -17,34 +18,10 @@ using namespace sage;
 
 namespace {
 
-struct CompileResult {
-  bool ok = false;
-  std::string log;
-  size_t cubin_bytes = 0;
-};
-
-CompileResult compileWithNvrtc(const codegen::PrologueKernel &kernel, const char *arch) {
-  CompileResult result;
-  nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, kernel.source.c_str(), (kernel.entry_point + ".cu").c_str(), 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    result.log = "nvrtcCreateProgram failed";
-    return result;
-  }
-  const std::string arch_option = std::string("--gpu-architecture=") + arch;
-  const char *options[] = {arch_option.c_str(), "--std=c++17"};
-  const nvrtcResult compiled = nvrtcCompileProgram(program, 2, options);
-  size_t log_size = 0;
-  nvrtcGetProgramLogSize(program, &log_size);
-  result.log.resize(log_size);
-  if (log_size > 0)
-    nvrtcGetProgramLog(program, result.log.data());
-  while (!result.log.empty() && (result.log.back() == '\0' || result.log.back() == '\n'))
-    result.log.pop_back();
-  if (compiled == NVRTC_SUCCESS && nvrtcGetCUBINSize(program, &result.cubin_bytes) == NVRTC_SUCCESS)
-    result.ok = true;
-  nvrtcDestroyProgram(&program);
-  return result;
+test::DeviceCompileResult compileKernel(const codegen::PrologueKernel &kernel, const char *arch) {
+  test::NvrtcCompileOptions options;
+  options.file_name = kernel.entry_point + ".cu";
+  return test::compileWithNvrtc(kernel.source, arch, options);
 }
 
 // The hand-built kinds, then the presets, at one head_dim.
@@ -94,9 +71,9 @@ void compileEveryVariantKind(const char *arch, int arch_index) {
           CAPTURE(input_name);
           CAPTURE(kernel.entry_point);
           CAPTURE(arch_name);
-          const CompileResult result = compileWithNvrtc(kernel, arch);
+          const test::DeviceCompileResult result = compileKernel(kernel, arch);
           INFO(result.log);
-          CHECK(result.ok);
+          CHECK(result.compiled);
           CHECK(result.log.empty()); // no warnings either
           CHECK(result.cubin_bytes > 0);
           CHECK(kernel.source.find(kernel.entry_point + "(const __grid_constant__ SagePrologueParams params)") !=
@@ -131,9 +108,9 @@ void compileInterleavedVCodes(const char *arch) {
           CAPTURE(variant.name);
           CAPTURE(head_dim);
           CAPTURE(kernel.entry_point);
-          const CompileResult result = compileWithNvrtc(kernel, arch);
+          const test::DeviceCompileResult result = compileKernel(kernel, arch);
           INFO(result.log);
-          CHECK(result.ok);
+          CHECK(result.compiled);
           CHECK(result.log.empty());
           ++compiled;
         }
@@ -167,9 +144,9 @@ void compileOnePass(const char *arch) {
     REQUIRE(prologue.kernels[0].one_pass);
     CAPTURE(variant.name);
     CAPTURE(variant.head_dim);
-    const CompileResult result = compileWithNvrtc(prologue.kernels[0], arch);
+    const test::DeviceCompileResult result = compileKernel(prologue.kernels[0], arch);
     INFO(result.log);
-    CHECK(result.ok);
+    CHECK(result.compiled);
     CHECK(result.log.empty());
     CHECK(result.cubin_bytes > 0);
   }

@@ -2,7 +2,7 @@
 // pointers here are fake addresses that are never dereferenced). A good call gives the kernels' shape and strides.
 #include "sage/runtime/AttentionCall.h"
 
-#include "sage/runtime/ArgumentError.h"
+#include "../support/RuntimeArguments.h"
 
 #include <doctest/doctest.h>
 
@@ -16,17 +16,7 @@ namespace {
 
 const void *address(uintptr_t value) { return reinterpret_cast<const void *>(value); }
 
-// A contiguous 4-D tensor of `shape` at a fake, well-aligned address on device 0.
-TensorDescription contiguous(std::array<int64_t, 4> shape, uintptr_t at, DataType dtype = DataType::f16) {
-  TensorDescription tensor;
-  tensor.data = address(at);
-  tensor.rank = 4;
-  tensor.shape = shape;
-  tensor.strides = {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1};
-  tensor.dtype = dtype;
-  tensor.device = 0;
-  return tensor;
-}
+using sage::test::contiguous;
 
 KernelRequirements requirements() {
   KernelRequirements r;
@@ -54,17 +44,10 @@ std::string rejection(const std::function<void(AttentionCall &, KernelRequiremen
   AttentionCall call = goodCall();
   KernelRequirements r = requirements();
   mutate(call, r);
-  try {
-    validateAttentionCall(call, r);
-  } catch (const ArgumentError &error) {
-    CHECK(error.argument() == argument);
-    return error.what();
-  }
-  FAIL("accepted a bad call; expected an error for " << argument);
-  return "";
+  return sage::test::rejection([&] { validateAttentionCall(call, r); }, argument);
 }
 
-bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+using sage::test::contains;
 
 } // namespace
 
@@ -154,14 +137,7 @@ TEST_CASE("o must not overlap itself or the inputs") {
 TEST_CASE("the overlap rule covers lse and the block mask too (issue 26)") {
   auto with_lse = [](AttentionCall &c, KernelRequirements &r, uintptr_t at) {
     r.writes_lse = true;
-    TensorDescription t;
-    t.data = address(at);
-    t.rank = 3;
-    t.shape = {2, 8, 300, 0};
-    t.strides = {8 * 300, 300, 1, 0};
-    t.dtype = DataType::f32;
-    t.device = 0;
-    c.lse = t;
+    c.lse = contiguous({2, 8, 300}, at, DataType::f32);
   };
   CHECK(contains(rejection([&](AttentionCall &c, KernelRequirements &r) { with_lse(c, r, 0x30000000); }, "lse"),
                  "overlaps v"));
@@ -186,16 +162,7 @@ TEST_CASE("the overlap rule covers lse and the block mask too (issue 26)") {
 
 TEST_CASE("lse: required exactly when the kernel writes it, f32 [b, h_q, n_q] contiguous") {
   rejection([](AttentionCall &, KernelRequirements &r) { r.writes_lse = true; }, "lse");
-  auto lse = [](AttentionCall &c) {
-    TensorDescription t;
-    t.data = address(0x50000000);
-    t.rank = 3;
-    t.shape = {2, 8, 300, 0};
-    t.strides = {8 * 300, 300, 1, 0};
-    t.dtype = DataType::f32;
-    t.device = 0;
-    c.lse = t;
-  };
+  auto lse = [](AttentionCall &c) { c.lse = contiguous({2, 8, 300}, 0x50000000, DataType::f32); };
   rejection([&](AttentionCall &c, KernelRequirements &) { lse(c); }, "lse"); // the kernel does not write it
   AttentionCall call = goodCall();
   KernelRequirements r = requirements();

@@ -3,7 +3,7 @@
 // call exactly these functions before any driver call. The pointers are fake addresses that are never dereferenced.
 #include "sage/runtime/CApiArguments.h"
 
-#include "sage/runtime/ArgumentError.h"
+#include "../support/RuntimeArguments.h"
 
 #include <doctest/doctest.h>
 
@@ -36,19 +36,8 @@ sage_tensor_desc tensor(std::vector<long long> shape, uintptr_t at, sage_dtype d
   return desc;
 }
 
-// The message of the ArgumentError `body` throws; checks that it names `argument`.
-std::string rejection(const std::function<void()> &body, const std::string &argument) {
-  try {
-    body();
-  } catch (const ArgumentError &error) {
-    CHECK(error.argument() == argument);
-    return error.what();
-  }
-  FAIL("accepted; expected an error naming " << argument);
-  return "";
-}
-
-bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+using sage::test::contains;
+using sage::test::rejection;
 
 // ---- backward: q, o, d_o, d_q [2, 4, 100, 64]; k, v, d_k, d_v [2, 2, 80, 64]; lse f32 [2, 4, 100] ------------------
 constexpr uintptr_t kMiB = 1 << 20;

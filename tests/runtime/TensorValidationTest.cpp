@@ -2,7 +2,7 @@
 // the regions of one call (fake addresses, never dereferenced).
 #include "sage/runtime/TensorValidation.h"
 
-#include "sage/runtime/ArgumentError.h"
+#include "../support/RuntimeArguments.h"
 
 #include <doctest/doctest.h>
 
@@ -15,30 +15,10 @@ using namespace sage::runtime;
 
 namespace {
 
-TensorDescription contiguous(std::array<int64_t, 4> shape, uintptr_t at, DataType dtype = DataType::f16) {
-  TensorDescription tensor;
-  tensor.data = reinterpret_cast<const void *>(at);
-  tensor.rank = 4;
-  tensor.shape = shape;
-  tensor.strides = {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1};
-  tensor.dtype = dtype;
-  tensor.device = 0;
-  return tensor;
-}
+using sage::test::contiguous;
 
-// The message of the ArgumentError `body` throws; checks that it names `argument`.
-std::string rejection(const std::function<void()> &body, const std::string &argument) {
-  try {
-    body();
-  } catch (const ArgumentError &error) {
-    CHECK(error.argument() == argument);
-    return error.what();
-  }
-  FAIL("accepted; expected an error naming " << argument);
-  return "";
-}
-
-bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+using sage::test::contains;
+using sage::test::rejection;
 
 } // namespace
 

@@ -1,7 +1,9 @@
-// NVRTC on a translation unit that #includes the device library (codegen/device), as the runtime compiles a kernel:
-// the library's headers handed to NVRTC by name. `syntax_only` stops after the front end (-fdevice-syntax-only:
-// templates are instantiated, static_asserts evaluated, no PTX); otherwise ptxas runs and the cubin's size is kept.
-// The tests that check a generated kernel's Config, or a header alone, with static_asserts use it.
+// NVRTC on a translation unit, with the device library's headers (codegen/device) handed to NVRTC by name as the
+// runtime compiles a kernel (a source with its includes expanded compiles the same). `syntax_only` stops after the
+// front end (-fdevice-syntax-only: templates are instantiated, static_asserts evaluated, no PTX); otherwise ptxas runs
+// and the cubin's size is kept; `ptxas_report` adds ptxas' -v report (registers, spills, shared memory per kernel) to
+// the log. The NVRTC sweeps, and the tests that check a generated kernel's Config or a header alone with
+// static_asserts, use it.
 #pragma once
 
 #include "sage/codegen/DeviceLibrary.h"
@@ -16,11 +18,17 @@ namespace sage::test {
 struct DeviceCompileResult {
   bool compiled = false;
   size_t cubin_bytes = 0;
-  std::string log; // NVRTC's log (the errors when !compiled)
+  std::string log; // NVRTC's log (the errors when !compiled; empty when it has nothing to say)
 };
 
-inline DeviceCompileResult compileWithDeviceLibrary(const std::string &source, const std::string &arch,
-                                                    bool syntax_only) {
+struct NvrtcCompileOptions {
+  std::string file_name = "device_library_test.cu"; // the name NVRTC's messages give the source
+  bool syntax_only = false;
+  bool ptxas_report = false;
+};
+
+inline DeviceCompileResult compileWithNvrtc(const std::string &source, const std::string &arch,
+                                            const NvrtcCompileOptions &compile_options = {}) {
   std::vector<const char *> texts, names;
   for (const codegen::DeviceHeader &header : codegen::deviceLibrary()) {
     texts.push_back(header.text.data());
@@ -28,25 +36,36 @@ inline DeviceCompileResult compileWithDeviceLibrary(const std::string &source, c
   }
   DeviceCompileResult result;
   nvrtcProgram program = nullptr;
-  if (nvrtcCreateProgram(&program, source.c_str(), "device_library_test.cu", static_cast<int>(texts.size()),
+  if (nvrtcCreateProgram(&program, source.c_str(), compile_options.file_name.c_str(), static_cast<int>(texts.size()),
                          texts.data(), names.data()) != NVRTC_SUCCESS) {
     result.log = "nvrtcCreateProgram failed";
     return result;
   }
   const std::string architecture = "--gpu-architecture=" + arch;
   std::vector<const char *> options = {architecture.c_str(), "-std=c++17"};
-  if (syntax_only)
+  if (compile_options.syntax_only)
     options.push_back("-fdevice-syntax-only");
+  if (compile_options.ptxas_report)
+    options.push_back("--ptxas-options=-v");
   result.compiled = nvrtcCompileProgram(program, static_cast<int>(options.size()), options.data()) == NVRTC_SUCCESS;
   size_t log_size = 0;
   nvrtcGetProgramLogSize(program, &log_size);
   result.log.resize(log_size);
   if (log_size > 0)
     nvrtcGetProgramLog(program, result.log.data());
-  if (result.compiled && !syntax_only)
-    nvrtcGetCUBINSize(program, &result.cubin_bytes);
+  while (!result.log.empty() && (result.log.back() == '\0' || result.log.back() == '\n'))
+    result.log.pop_back();
+  if (result.compiled && !compile_options.syntax_only)
+    result.compiled = nvrtcGetCUBINSize(program, &result.cubin_bytes) == NVRTC_SUCCESS;
   nvrtcDestroyProgram(&program);
   return result;
+}
+
+inline DeviceCompileResult compileWithDeviceLibrary(const std::string &source, const std::string &arch,
+                                                    bool syntax_only) {
+  NvrtcCompileOptions options;
+  options.syntax_only = syntax_only;
+  return compileWithNvrtc(source, arch, options);
 }
 
 } // namespace sage::test

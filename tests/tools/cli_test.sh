@@ -2,24 +2,7 @@
 # The sagegen command line: outputs, messages and exit codes (0 ok, 1 user error, 2 internal error).
 set -u
 sagegen=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-
-# expect NAME EXIT_CODE REGEX -- COMMAND...: runs COMMAND, checks its exit code and that its output matches REGEX.
-expect() {
-  local name=$1 code=$2 pattern=$3
-  shift 4
-  local output status
-  output=$("$@" 2>&1)
-  status=$?
-  if [[ $status -eq $code ]] && grep -Eq -- "$pattern" <<<"$output"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    printf 'FAILED %s: exit %s (expected %s), output:\n%s\n' "$name" "$status" "$code" "$output"
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 expect "list names every preset" 0 "sage-t.*" -- "$sagegen" list
 expect "list has sage2-fp8" 0 "sage2-fp8" -- "$sagegen" list
@@ -177,17 +160,6 @@ printf 'not numpy' >"$work/samples/a.k.npy"
 rm "$work/samples/b.q.npy"
 expect "select: a bad .npy" 1 "SAMPLES: .*a\.k\.npy" -- "$sagegen" select "$work/samples" -o "$work/x.json"
 
-# check NAME COMMAND...: a plain assertion (exit 0 passes).
-check() {
-  local name=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    printf 'FAILED %s\n' "$name"
-  fi
-}
 count() { find "$1" -maxdepth 1 -name "$2" | wc -l; }
 
 # emit: kernels + manifest, content-named files, stale files of a previous emit removed.
@@ -303,5 +275,4 @@ expect "cache warm of an SLA preset in bf16 builds the bf16 SLA module" 0 "^buil
 expect "cache without a subcommand" 1 "" -- "$sagegen" cache
 expect "cache unknown subcommand" 1 "" -- "$sagegen" cache frob
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

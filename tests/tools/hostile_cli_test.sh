@@ -4,34 +4,8 @@
 # position and what was expected. Every command runs under a timeout, so a hang fails the test instead of CI.
 set -u
 sagegen=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-passed=0 failed=0
-
-# expect NAME EXIT_CODE REGEX -- COMMAND...: COMMAND must exit with EXIT_CODE within 60 s and print REGEX.
-expect() {
-  local name=$1 code=$2 pattern=$3
-  shift 4
-  local output status
-  output=$(timeout 60 "$@" 2>&1)
-  status=$?
-  if [[ $status -eq $code ]] && grep -Eq -- "$pattern" <<<"$output"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    printf 'FAILED %s: exit %s (expected %s), output:\n%s\n' "$name" "$status" "$code" "${output:0:2000}"
-  fi
-}
-check() {
-  local name=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    printf 'FAILED %s\n' "$name"
-  fi
-}
+expect_timeout=60
+source "$(dirname "$0")/expect.sh"
 
 # --- reference: sizes and values from the command line
 expect "reference --n past the limit" 1 "--n: .*144115188075855872" -- "$sagegen" reference --n 144115188075855872 --heads 1
@@ -251,5 +225,4 @@ if command -v flock >/dev/null; then
     flock "$out" "$sagegen" emit --preset sage-b --headdim 64 --arch sm_80 --format cu -o "$out"
 fi
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

@@ -60,9 +60,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(con
 
 } // namespace
 
-std::string_view Sm120KernelWriter::schedule() const { return schedules::Sm120Schedule::kName; }
-
-KernelSource Sm120KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
+KernelSource writeSm120Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
   if (plan.fp4_scale_group != 16 && plan.fp4_scale_group != 32)
     throw std::invalid_argument("plan.fp4_scale_group: expected 16 or 32 (make the plan with Sm120Schedule::plan), "
                                 "got " +
@@ -77,15 +75,7 @@ KernelSource Sm120KernelWriter::write(const AttentionVariant &variant, const sch
   const bool domain_from_params = !variant.q.fold_softmax_scale;
   const bool nvfp4 = plan.fp4_scale_group == 16;
 
-  KernelSource kernel;
-  kernel.name = context.name;
-  kernel.entry_point = context.name;
-  kernel.block_dim = {plan.threads, 1, 1};
-  kernel.grid = plan.grid;
-  kernel.grid_description = plan.grid.description();
-  kernel.dynamic_shared_bytes = plan.shared.total_bytes;
-  kernel.arch = plan.arch;
-  kernel.uses_device_library = true;
+  KernelSource kernel = detail::kernelSourceOf(context);
   const std::string variant_name = sourceSafe(variant.name); // the one way a name enters source
   kernel.source = fmt::format(
       kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", variant_name),

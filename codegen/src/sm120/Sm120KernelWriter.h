@@ -6,10 +6,7 @@
 
 namespace sage::codegen {
 
-class Sm120KernelWriter final : public ScheduleKernelWriter {
-public:
-  std::string_view schedule() const override;
-  KernelSource write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const override;
-};
+// The kernel of an sm120.mma_fp4 plan, as ScheduleKernelWriter::write (registered in KernelWriterRegistry.cpp).
+KernelSource writeSm120Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan);
 
 } // namespace sage::codegen

@@ -46,18 +46,6 @@ std::string_view pvOperands(PvPath path) {
   return "";
 }
 
-std::string_view valueTiles(ValueSource source) {
-  switch (source) {
-  case ValueSource::input:
-    return "input";
-  case ValueSource::workspace_values:
-    return "workspace_values";
-  case ValueSource::workspace_codes:
-    return "workspace_codes";
-  }
-  return "";
-}
-
 std::string_view maskDescription(const detail::KernelContext &context) {
   if (context.block_sparse)
     return "block-sparse (params.base.block_mask: the CTA's row, read once into shared memory)";
@@ -126,9 +114,7 @@ extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {name}(con
 
 } // namespace
 
-std::string_view Sm90KernelWriter::schedule() const { return schedules::Sm90Schedule::kName; }
-
-KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const schedules::KernelPlan &plan) const {
+KernelSource writeSm90Kernel(const AttentionVariant &variant, const schedules::KernelPlan &plan) {
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
   if (ws.consumer_warpgroups <= 0 || plan.threads != (ws.consumer_warpgroups + (ws.producer_warpgroup ? 1 : 0)) * 128 ||
       plan.shared.total_bytes <= 0)
@@ -140,15 +126,7 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
   const bool domain_from_params = !variant.q.fold_softmax_scale;
   const bool eight_bit_qk = plan.qk_operand == ElementType::int8;
 
-  KernelSource kernel;
-  kernel.name = context.name;
-  kernel.entry_point = context.name;
-  kernel.block_dim = {plan.threads, 1, 1};
-  kernel.grid = plan.grid;
-  kernel.grid_description = plan.grid.description();
-  kernel.dynamic_shared_bytes = plan.shared.total_bytes;
-  kernel.arch = plan.arch;
-  kernel.uses_device_library = true;
+  KernelSource kernel = detail::kernelSourceOf(context);
   const std::string variant_name = sourceSafe(variant.name); // the one way a name enters source
   kernel.source = fmt::format(
       kTemplate, fmt::arg("name", context.name), fmt::arg("schedule", plan.schedule), fmt::arg("variant", variant_name),
@@ -175,7 +153,7 @@ KernelSource Sm90KernelWriter::write(const AttentionVariant &variant, const sche
       fmt::arg("causal", context.causal), fmt::arg("block_sparse", context.block_sparse),
       fmt::arg("reverse", plan.grid.reverse_q_blocks),
       fmt::arg("persistent", plan.grid.persistent_ctas_per_multiprocessor > 0), fmt::arg("qk", qkOperands(plan)),
-      fmt::arg("pv", pvOperands(plan.pv_path)), fmt::arg("values", valueTiles(plan.v_source)),
+      fmt::arg("pv", pvOperands(plan.pv_path)), fmt::arg("values", detail::valueSourceName(plan.v_source)),
       fmt::arg("two_level", plan.two_level_flush_blocks > 0),
       fmt::arg("flush_period", std::max(1, plan.two_level_flush_blocks)),
       fmt::arg("p_scale", detail::floatLiteral(eight_bit_p ? p_scale : 1.0)),

@@ -42,6 +42,12 @@ public:
   // The tunables this schedule can sweep for the variant, each with its verdict; `defaults` is what plan() uses
   // without tunables. Throws std::invalid_argument when the variant is unsupported.
   virtual TunableSpace tunableSpace(const AttentionVariant &variant, GpuArch arch, InputType input) const = 0;
+
+protected:
+  // The start of plan(): throws std::invalid_argument with supports()' reason when the variant is unsupported.
+  void requireSupported(const AttentionVariant &variant, GpuArch arch, InputType input) const;
+  // A plan of this schedule for `variant` with the `chosen` tunables: its schedule, arch, input, tunables and head_dim.
+  KernelPlan planOf(const AttentionVariant &variant, GpuArch arch, InputType input, const Tunables &chosen) const;
 };
 
 } // namespace sage::schedules

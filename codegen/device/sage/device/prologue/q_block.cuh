@@ -47,6 +47,23 @@ template <bool kPrescaled, bool kSmoothed> struct QBlockOf {
   }
 };
 
+// The Q block one CTA of a Q launch reads: `head` = batch index * heads_q + Q head index, `block` its index among the
+// head's `blocks`; its rows start at firstRow() in the padded rows [b, h_q, padded_q] of q_codes (and FP4's q_scales).
+struct QBlockAt {
+  int blocks;
+  long long head;
+  int block;
+
+  __device__ __forceinline__ long long firstRow(const SagePrologueParams &params) const {
+    return head * params.size.padded_q + (long long)block * kBlockQ;
+  }
+};
+
+__device__ __forceinline__ QBlockAt qBlockAt(const SagePrologueParams &params, long long cta) {
+  const int blocks = params.size.padded_q / kBlockQ;
+  return {blocks, cta / blocks, (int)(cta % blocks)};
+}
+
 // Loads Q block `block` of head `head` (= batch index * heads_q + head index); when Q is smoothed, computes its
 // mean, stored to q_mean when `store_mean`.
 template <bool kPrescaled, bool kSmoothed>

@@ -9,13 +9,11 @@ namespace sage::device::prologue {
 // per value, padded rows 0 (and q_mean).
 template <class QBlock, class Quantizer>
 __device__ __forceinline__ void castQBlockOf(const SagePrologueParams &params, long long cta, unsigned char *shared) {
-  const int blocks = params.size.padded_q / kBlockQ;
-  const long long head = cta / blocks; // batch index * heads_q + Q head index
-  const int block = (int)(cta % blocks);
+  const QBlockAt at = qBlockAt(params, cta);
   QBlock q;
-  unsigned short *values = (unsigned short *)(params.workspace + params.offsets.q_codes) +
-                           (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
-  loadQBlock(q, params, head, block, shared, true);
+  unsigned short *values =
+      (unsigned short *)(params.workspace + params.offsets.q_codes) + at.firstRow(params) * kHeadDim;
+  loadQBlock(q, params, at.head, at.block, shared, true);
   storeTileValues<Quantizer>(q, values, kBlockQ);
 }
 

@@ -9,15 +9,13 @@ namespace sage::device::prologue {
 template <class QBlock, class Quantizer>
 __device__ __forceinline__ void quantizeFp4QBlockOf(const SagePrologueParams &params, long long cta,
                                                     unsigned char *shared) {
-  const int blocks = params.size.padded_q / kBlockQ;
-  const long long head = cta / blocks; // batch index * heads_q + Q head index
-  const int block = (int)(cta % blocks);
+  const QBlockAt at = qBlockAt(params, cta);
   QBlock q;
-  const long long first_row = head * params.size.padded_q + (long long)block * kBlockQ;
+  const long long first_row = at.firstRow(params);
   unsigned char *codes = params.workspace + params.offsets.q_codes + first_row * (kHeadDim / 2);
   unsigned char *scales =
       params.workspace + params.offsets.q_scales + first_row * (kHeadDim / Quantizer::kGroupChannels);
-  loadQBlock(q, params, head, block, shared, true);
+  loadQBlock(q, params, at.head, at.block, shared, true);
   storeMicroscaledTile<Quantizer>(q, codes, scales, kBlockQ);
 }
 

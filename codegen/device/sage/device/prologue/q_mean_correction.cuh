@@ -1,20 +1,10 @@
 // Q smoothing's correction in the quantization prologue (the GEMV of sage.q_mean_correction), written by the K tiles
 // (launch 2, after launch 1's q_mean). The prologue generator pastes this header after its constants, its tile
-// library and its workspace helpers (TokenTile, kKTileTokens, kVectorElements, kLanesPerRow, kBlockQ, kHeadDim,
-// workspaceFloats), whose names it uses.
+// library (TokenTile, rowSum) and its workspace helpers (kKTileTokens, kVectorElements, kLanesPerRow, kBlockQ,
+// kHeadDim, workspaceFloats), whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
-
-// The f32 sum of `value` over the lanes that hold one token row (lanes that hold no vector add 0).
-__device__ __forceinline__ float rowSum(float value) {
-  if (!laneHoldsVector())
-    value = 0.0f;
-#pragma unroll
-  for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
-    value = __fadd_rn(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
 
 // delta_s [b, h_q, q_blocks, padded_kv] = q_mean[Q block] . x_K[token] for every Q head of this KV head (GQA) and
 // every Q block, where x_K is what psi_K quantizes (`k`: K, or gamma(K) when K is smoothed): f32 products summed over

@@ -11,14 +11,12 @@ namespace sage::device::prologue {
 template <class QBlock>
 __device__ __forceinline__ void measureQBlockOf(const SagePrologueParams &params, long long cta,
                                                 unsigned char *shared) {
-  const int blocks = params.size.padded_q / kBlockQ;
-  const long long head = cta / blocks; // batch index * heads_q + Q head index
-  const int block = (int)(cta % blocks);
+  const QBlockAt at = qBlockAt(params, cta);
   QBlock q;
-  loadQBlock(q, params, head, block, shared, true);
+  loadQBlock(q, params, at.head, at.block, shared, true);
   const float amax = tileAmax<TokenTile<kBlockQ>>(q, (unsigned *)(shared + kTileGroupAmaxOffset));
   if (threadIdx.x == 0)
-    statisticsScratch(params).q_amax[head * blocks + block] = amax;
+    statisticsScratch(params).q_amax[at.head * at.blocks + at.block] = amax;
 }
 
 // Launch 2, on the second read of a Q block: the amax is the max of launch 1's block amax (every block computes the
@@ -26,21 +24,18 @@ __device__ __forceinline__ void measureQBlockOf(const SagePrologueParams &params
 template <class QBlock, class Quantizer>
 __device__ __forceinline__ void quantizePerTensorQBlockOf(const SagePrologueParams &params, long long cta,
                                                           unsigned char *shared) {
-  const int blocks = params.size.padded_q / kBlockQ;
-  const long long head = cta / blocks; // batch index * heads_q + Q head index
-  const int block = (int)(cta % blocks);
+  const QBlockAt at = qBlockAt(params, cta);
   QBlock q;
-  unsigned char *codes =
-      params.workspace + params.offsets.q_codes + (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
-  loadQBlock(q, params, head, block, shared, false);
-  const float *block_amax = statisticsScratch(params).q_amax + head * blocks;
+  unsigned char *codes = params.workspace + params.offsets.q_codes + at.firstRow(params) * kHeadDim;
+  loadQBlock(q, params, at.head, at.block, shared, false);
+  const float *block_amax = statisticsScratch(params).q_amax + at.head * at.blocks;
   float amax = 0.0f;
-  for (int b = threadIdx.x; b < blocks; b += kThreads)
+  for (int b = threadIdx.x; b < at.blocks; b += kThreads)
     amax = fmaxf(amax, block_amax[b]);
   amax = ctaMax(amax, (unsigned *)(shared + kTileGroupAmaxOffset));
   const SymmetricScale scale = symmetricScale(amax, Quantizer::kCodeMax);
-  if (block == 0 && threadIdx.x == 0)
-    workspaceFloats(params, params.offsets.q_scales)[head] = scale.scale;
+  if (at.block == 0 && threadIdx.x == 0)
+    workspaceFloats(params, params.offsets.q_scales)[at.head] = scale.scale;
   storeTileCodes<Quantizer>(q, codes, kBlockQ, [&](int) { return scale.inverse; });
 }
 

@@ -6,20 +6,24 @@
 
 namespace sage::device::prologue {
 
-// psi_Q on one Q block: q_codes [b, h_q, padded_q, d] (padded rows 0) and the block's q_scales (and q_mean).
-template <class QBlock, class Quantizer>
-__device__ __forceinline__ void quantizeQBlockOf(const SagePrologueParams &params, long long cta,
-                                                 unsigned char *shared) {
-  const int blocks = params.size.padded_q / kBlockQ;
-  const long long head = cta / blocks; // batch index * heads_q + Q head index
-  const int block = (int)(cta % blocks);
+// The Q block itself as psi_Q's x (q_rotated_quantize.cuh passes the rotation instead).
+struct QBlockAsIs {
+  template <class QBlock> __device__ __forceinline__ const QBlock &operator()(const QBlock &q) const { return q; }
+};
+
+// psi_Q on one Q block: q_codes [b, h_q, padded_q, d] (padded rows 0) and the block's q_scales (and q_mean), of
+// x = transform(the block).
+template <class QBlock, class Quantizer, class Transform = QBlockAsIs>
+__device__ __forceinline__ void quantizeQBlockOf(const SagePrologueParams &params, long long cta, unsigned char *shared,
+                                                 Transform transform = {}) {
+  const QBlockAt at = qBlockAt(params, cta);
   QBlock q;
-  unsigned char *codes =
-      params.workspace + params.offsets.q_codes + (head * params.size.padded_q + (long long)block * kBlockQ) * kHeadDim;
-  loadQBlock(q, params, head, block, shared, true);
-  float *scales = workspaceFloats(params, params.offsets.q_scales) + head * params.size.q_scale_count +
-                  (long long)block * Quantizer::kGroupsPerTile;
-  quantizeTile<Quantizer>(q, codes, scales, kBlockQ, Quantizer::kGroupsPerTile, shared);
+  unsigned char *codes = params.workspace + params.offsets.q_codes + at.firstRow(params) * kHeadDim;
+  loadQBlock(q, params, at.head, at.block, shared, true);
+  const auto &x = transform(q);
+  float *scales = workspaceFloats(params, params.offsets.q_scales) + at.head * params.size.q_scale_count +
+                  (long long)at.block * Quantizer::kGroupsPerTile;
+  quantizeTile<Quantizer>(x, codes, scales, kBlockQ, Quantizer::kGroupsPerTile, shared);
 }
 
 } // namespace sage::device::prologue

@@ -6,14 +6,24 @@
 
 namespace sage::device::prologue {
 
-// Max of non-negative values over the lanes that hold one row.
-__device__ __forceinline__ float rowMax(float value) {
+// combine(value, value of another lane) over the lanes that hold one row; lanes that hold no vector bring 0.
+template <class Combine> __device__ __forceinline__ float rowReduce(float value, Combine combine) {
   if (!laneHoldsVector())
     value = 0.0f;
 #pragma unroll
   for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2)
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    value = combine(value, __shfl_xor_sync(0xffffffffu, value, offset));
   return value;
+}
+
+// Max of non-negative values over the lanes that hold one row.
+__device__ __forceinline__ float rowMax(float value) {
+  return rowReduce(value, [](float a, float b) { return fmaxf(a, b); });
+}
+
+// The f32 sum over the lanes that hold one row.
+__device__ __forceinline__ float rowSum(float value) {
+  return rowReduce(value, [](float a, float b) { return __fadd_rn(a, b); });
 }
 
 // Max of non-negative values over the CTA (a NaN never wins, like max.f32). `slot`: one word of shared memory.

@@ -382,22 +382,12 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
       for (int tile = 0; tile < kOutputTiles; ++tile)
         state.o_accumulator[row_tile][tile][0] = state.o_accumulator[row_tile][tile][1] = 0u;
   } else {
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kOutputTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          state.o_accumulator[row_tile][tile][i] = 0.0f;
+    for_each_fragment<kRowTiles, kOutputTiles>(
+        [&](int row_tile, int tile, int i) { state.o_accumulator[row_tile][tile][i] = 0.0f; });
   }
   if constexpr (Config::kTwoLevel) {
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kOutputTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          state.o_flushed[row_tile][tile][i] = 0.0f;
+    for_each_fragment<kRowTiles, kOutputTiles>(
+        [&](int row_tile, int tile, int i) { state.o_flushed[row_tile][tile][i] = 0.0f; });
     state.blocks_since_flush = 0;
   }
 

@@ -37,17 +37,12 @@ template <class Config> struct EpilogueSteps {
   static __device__ __forceinline__ void collect_output(float (&output)[kRowTiles][kOutputTiles][4],
                                                         const float (&o_accumulator)[kRowTiles][kOutputTiles][4],
                                                         const float (&o_flushed)[kRowTiles][kOutputTiles][4]) {
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kOutputTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if constexpr (Config::kTwoLevel)
-            output[row_tile][tile][i] = o_accumulator[row_tile][tile][i] + o_flushed[row_tile][tile][i];
-          else
-            output[row_tile][tile][i] = o_accumulator[row_tile][tile][i];
-        }
+    for_each_fragment<kRowTiles, kOutputTiles>([&](int row_tile, int tile, int i) {
+      if constexpr (Config::kTwoLevel)
+        output[row_tile][tile][i] = o_accumulator[row_tile][tile][i] + o_flushed[row_tile][tile][i];
+      else
+        output[row_tile][tile][i] = o_accumulator[row_tile][tile][i];
+    });
   }
 
   // ---- Epilogue: O_i = diag(l_i)^-1 O_i (x delta_V x P's scale) (+ mean(V)), in f16 or bf16 ----

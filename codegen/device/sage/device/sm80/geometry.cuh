@@ -32,6 +32,18 @@ template <bool kCondition, class IfTrue, class IfFalse> struct SelectType { usin
 template <class IfTrue, class IfFalse> struct SelectType<false, IfTrue, IfFalse> { using type = IfFalse; };
 
 // The fragment geometry of one CTA: kWarps warps, each owning kRowsPerWarp consecutive Q rows as m16 row tiles.
+// f(row_tile, tile, i) for register i of each 16 x 8 accumulator tile of a warp's kRowTiles x kTiles grid (S: the
+// score tiles, O: the output tiles), fully unrolled; i / 2 is the tile's row half, i % 2 its column in the pair.
+template <int kRowTiles, int kTiles, class F> __device__ __forceinline__ void for_each_fragment(F f) {
+#pragma unroll
+  for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
+#pragma unroll
+    for (int tile = 0; tile < kTiles; ++tile)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        f(row_tile, tile, i);
+}
+
 template <class Config> struct Geometry {
   static constexpr int kThreads = Config::kWarps * kWarpSize;
   static constexpr int kRowsPerWarp = Config::kBlockQ / Config::kWarps;

@@ -64,13 +64,8 @@ template <class Config> struct ScoreSteps {
     // Token of this lane's ldmatrix row in tile pair 0; pair p adds p * 16 tokens (kv_token_of_column keeps that).
     const unsigned lane_offset =
         swizzled_offset<kRowChunks>(ScoreColumns::kv_token_of_column(matrix / 2, lane % kLdmatrixRows), matrix % 2);
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kScoreTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          score_accumulator[row_tile][tile][i] = 0;
+    for_each_fragment<kRowTiles, kScoreTiles>(
+        [&](int row_tile, int tile, int i) { score_accumulator[row_tile][tile][i] = 0; });
 #pragma unroll
     for (int step = 0; step < kQkSteps; ++step) {
       unsigned q_step[kRowTiles][4];
@@ -104,13 +99,9 @@ template <class Config> struct ScoreSteps {
                     const ScoreAccumulator (&score_accumulator)[kRowTiles][kScoreTiles][4],
                     const float (&row_factor)[kRowTiles][2]) {
     static_assert(!Config::kQuantizedQk, "quantized Q/K: the dequantization takes K's scales");
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kScoreTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          scores[row_tile][tile][i] = score_accumulator[row_tile][tile][i] * row_factor[row_tile][i / 2];
+    for_each_fragment<kRowTiles, kScoreTiles>([&](int row_tile, int tile, int i) {
+      scores[row_tile][tile][i] = score_accumulator[row_tile][tile][i] * row_factor[row_tile][i / 2];
+    });
   }
 
   // ---- Step: S_i^j = psi^-1(Q^_i K^_j^T) in the exponent's base-2 domain ----
@@ -181,20 +172,15 @@ template <class Config> struct ScoreSteps {
   // row i iff j <= i + causal_offset: tokens_kv - tokens_q aligns bottom-right, 0 top-left), get -inf.
   static __device__ __forceinline__ void mask_scores(float (&scores)[kRowTiles][kScoreTiles][4], int first_row,
                                                      int kv_begin, int tokens_kv, int causal_offset, int quad_lane) {
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kScoreTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int token = kv_begin + ScoreColumns::kv_token_of_column(tile, quad_lane * 2 + i % 2);
-          const int row = first_row + row_tile * kMmaRows + (i / 2) * kRowHalf;
-          bool visible = token < tokens_kv;
-          if (Config::kCausal)
-            visible = visible && token <= row + causal_offset;
-          if (!visible)
-            scores[row_tile][tile][i] = negative_infinity();
-        }
+    for_each_fragment<kRowTiles, kScoreTiles>([&](int row_tile, int tile, int i) {
+      const int token = kv_begin + ScoreColumns::kv_token_of_column(tile, quad_lane * 2 + i % 2);
+      const int row = first_row + row_tile * kMmaRows + (i / 2) * kRowHalf;
+      bool visible = token < tokens_kv;
+      if (Config::kCausal)
+        visible = visible && token <= row + causal_offset;
+      if (!visible)
+        scores[row_tile][tile][i] = negative_infinity();
+    });
   }
 };
 

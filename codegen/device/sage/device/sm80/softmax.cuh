@@ -62,13 +62,8 @@ template <class Config> struct SoftmaxSteps {
   // O_i^(j-1) *= exp2(m_i^(j-1) - m_i^j), on an f32 accumulator
   static __device__ __forceinline__ void rescale_output(float (&o_accumulator)[kRowTiles][kOutputTiles][4],
                                                         const float (&rescale)[kRowTiles][2]) {
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int tile = 0; tile < kOutputTiles; ++tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          o_accumulator[row_tile][tile][i] *= rescale[row_tile][i / 2];
+    for_each_fragment<kRowTiles, kOutputTiles>(
+        [&](int row_tile, int tile, int i) { o_accumulator[row_tile][tile][i] *= rescale[row_tile][i / 2]; });
   }
 };
 
