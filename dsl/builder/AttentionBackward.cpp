@@ -82,6 +82,11 @@ AttentionBackwardBuilder &AttentionBackwardBuilder::rotate(uint32_t seed) {
   return *this;
 }
 
+AttentionBackwardBuilder &AttentionBackwardBuilder::token_scales(bool per_token) {
+  token_scales_ = per_token;
+  return *this;
+}
+
 AttentionBackwardBuilder &AttentionBackwardBuilder::name(std::string name) {
   name_ = std::move(name);
   return *this;
@@ -106,7 +111,9 @@ BackwardVariant AttentionBackwardBuilder::describe() const {
   QuantizerSpec q = int8PerBlock(block_q_), k = int8PerBlock(block_kv_);
   q.rotation_seed = k.rotation_seed = rotation_seed_; // one rotation, shared by S, dQ and dK
   const QuantizerSpec d_o = int8PerBlock(block_q_), v = int8PerBlock(block_kv_);
-  const QuantizerSpec tile = int8PerBlock(0); // P and dS: one scale per b_q x b_kv tile
+  // P and dS: one scale per b_q x b_kv tile, or per token of the product's output (token_scales)
+  const QuantizerSpec tile =
+      token_scales_ ? QuantizerSpec{ElementType::int8, Granularity::per_token, 0} : int8PerBlock(0);
   variant.product(BackwardProduct::s) = product(q, k);
   variant.product(BackwardProduct::dp) =
       int8_dp_ ? product(d_o, v) : product(cast(float_type_), cast(float_type_)); // Algorithm 3 line 8: FP16
