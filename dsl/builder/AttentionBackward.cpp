@@ -82,8 +82,9 @@ AttentionBackwardBuilder &AttentionBackwardBuilder::rotate(uint32_t seed) {
   return *this;
 }
 
-AttentionBackwardBuilder &AttentionBackwardBuilder::token_scales(bool per_token) {
-  token_scales_ = per_token;
+AttentionBackwardBuilder &AttentionBackwardBuilder::token_scales(bool per_key, bool per_query) {
+  key_scales_ = per_key;
+  query_scales_ = per_query;
   return *this;
 }
 
@@ -112,14 +113,13 @@ BackwardVariant AttentionBackwardBuilder::describe() const {
   q.rotation_seed = k.rotation_seed = rotation_seed_; // one rotation, shared by S, dQ and dK
   const QuantizerSpec d_o = int8PerBlock(block_q_), v = int8PerBlock(block_kv_);
   // P and dS: one scale per b_q x b_kv tile, or per token of the product's output (token_scales)
-  const QuantizerSpec tile =
-      token_scales_ ? QuantizerSpec{ElementType::int8, Granularity::per_token, 0} : int8PerBlock(0);
+  const QuantizerSpec tile = int8PerBlock(0), per_token{ElementType::int8, Granularity::per_token, 0};
   variant.product(BackwardProduct::s) = product(q, k);
   variant.product(BackwardProduct::dp) =
       int8_dp_ ? product(d_o, v) : product(cast(float_type_), cast(float_type_)); // Algorithm 3 line 8: FP16
-  variant.product(BackwardProduct::dv) = product(tile, d_o);
-  variant.product(BackwardProduct::dq) = product(tile, k);
-  variant.product(BackwardProduct::dk) = product(tile, q);
+  variant.product(BackwardProduct::dv) = product(key_scales_ ? per_token : tile, d_o);
+  variant.product(BackwardProduct::dq) = product(query_scales_ ? per_token : tile, k);
+  variant.product(BackwardProduct::dk) = product(key_scales_ ? per_token : tile, q);
   return variant;
 }
 

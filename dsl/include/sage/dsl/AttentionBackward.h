@@ -41,9 +41,10 @@ public:
   // rotate dQ and dK back. Needs a power-of-two head_dim; a full-precision backward has nothing to rotate.
   AttentionBackwardBuilder &rotate(uint32_t seed = kDefaultRotationSeed);
   // P and dS in int8 with one scale per token of their product's output instead of one per tile (issue 25): per key
-  // for dV = P^T.dO and dK = dS^T.Q, per query for dQ = dS.K (dS is then quantized twice). The scales factor out of
-  // each product's sum and keep the small probabilities of a sharp softmax that a tile-wide 1/127 step zeroes.
-  AttentionBackwardBuilder &token_scales(bool per_token = true);
+  // for dV = P^T.dO and dK = dS^T.Q (`per_key`), per query for dQ = dS.K (`per_query`; dS is then quantized twice).
+  // The scales factor out of each product's sum and keep the small probabilities of a sharp softmax that a tile-wide
+  // 1/127 step zeroes.
+  AttentionBackwardBuilder &token_scales(bool per_key = true, bool per_query = true);
   AttentionBackwardBuilder &name(std::string name);
 
   BackwardVariant describe() const;
@@ -58,7 +59,7 @@ private:
   bool int8_dp_ = false;
   bool full_precision_ = false;
   bool smooth_k_ = true;
-  bool token_scales_ = false;
+  bool key_scales_ = false, query_scales_ = false;
   std::optional<uint32_t> rotation_seed_;
   ElementType float_type_ = ElementType::f16;
 };
