@@ -133,6 +133,9 @@ const std::vector<PresetInfo> &backwardPresets() {
                   "to match); dO.V^T in f16; f32 accumulation"},
       {"sagebwd-rot", "sagebwd with Q and K rotated along d (randomized Hadamard) before quantization, dQ and dK "
                       "rotated back: Q outlier channels (pairs with the rotated forward presets)"},
+      {"sagebwd-rot-ks",
+       "sagebwd-rot with P (for dV) and dS (for dK) in int8 with one scale per key instead of one per "
+       "64x64 tile (issue 25: token_scales(true, false); the mma.sync kernels)"},
       {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
       {"exact-bwd", "the backward in f32 throughout, K unsmoothed (the accuracy baseline)"},
   };
@@ -145,6 +148,8 @@ std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, in
     builder.quantize_dp();
   else if (name == "sagebwd-rot")
     builder.rotate();
+  else if (name == "sagebwd-rot-ks")
+    builder.rotate().token_scales(true, false);
   else if (name == "exact-bwd")
     builder.full_precision().smooth_k(false);
   else if (name != "sagebwd")
