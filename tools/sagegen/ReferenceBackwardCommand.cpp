@@ -60,7 +60,7 @@ QuantizerSpec &namedOperand(BackwardVariant &variant, std::string_view name, std
                   (option == "--exact" ? ", forward" : ""));
 }
 
-// "<operand>=<dtype>[:<granularity>]", e.g. dv.p=f16, dk.ds=int8:per_channel, dq.ds=e4m3:per_token.
+// "<operand>=<dtype>[:<granularity>]", e.g. dv.p=f16, dk.ds=int8:per_token, dq.ds=e4m3:per_block.
 void applyQuantize(BackwardVariant &variant, const std::string &text) {
   const size_t equals = text.find('=');
   if (equals == std::string::npos)
@@ -288,8 +288,9 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
   command
       ->add_option("--quantize", options->quantize,
                    "candidate quantizers on the CPU reference, comma-separated <operand>=<dtype>[:<granularity>] "
-                   "(operands as --exact; e.g. dv.p=f16, dk.ds=int8:per_channel, dq.ds=e4m3:per_token; P and dS "
-                   "tiles: per_token is one scale per query row, per_channel one per key column)")
+                   "(operands as --exact; e.g. dv.p=f16, dk.ds=int8:per_token, dq.ds=e4m3:per_block; P and dS "
+                   "tiles: per_block is one scale per 64x64 tile, per_token one per key for dv.p and dk.ds and one "
+                   "per query for dq.ds)")
       ->delimiter(',');
   return [options] { run(*options); };
 }
