@@ -228,10 +228,10 @@ __device__ __forceinline__ void add_pair(float *address, float low, float high) 
 }
 
 // P^T = exp2(S^T log2(e) / sqrt(d) - L log2(e)) and dS^T = P^T o (dP^T - D) (in place of dP^T) of this thread's
-// elements, with their maxima per key row (index 0: key_base, 1: key_base + 8). kCheckVisibility: test each key
-// against the KV sequence's end and (causal) the diagonal; tiles inside both skip it (rows beyond tokens_q need no
-// test: their stats give P = 0). key_base: the key of the thread's first element row; query_base: the query of its
-// first column.
+// elements, with their maxima per key row with Config::kKeyScales (index 0: key_base, 1: key_base + 8), else in [0].
+// kCheckVisibility: test each key against the KV sequence's end and (causal) the diagonal; tiles inside both skip it
+// (rows beyond tokens_q need no test: their stats give P = 0). key_base: the key of the thread's first element row;
+// query_base: the query of its first column.
 template <class Config, bool kCheckVisibility>
 __device__ __forceinline__ void softmax_gradient(const int (&s)[8][4], float (&dp)[8][4], float (&p_t)[8][4],
                                                  float (&p_max)[2], float (&ds_max)[2], const float *row_stats,
@@ -255,8 +255,9 @@ __device__ __forceinline__ void softmax_gradient(const int (&s)[8][4], float (&d
       }
       p_t[n][e] = probability;
       dp[n][e] = probability * (dp[n][e] - delta);
-      p_max[e >> 1] = fmaxf(p_max[e >> 1], probability);
-      ds_max[e >> 1] = fmaxf(ds_max[e >> 1], fabsf(dp[n][e]));
+      const int key_row = Config::kKeyScales ? e >> 1 : 0; // per key row only where the scales are per key
+      p_max[key_row] = fmaxf(p_max[key_row], probability);
+      ds_max[key_row] = fmaxf(ds_max[key_row], fabsf(dp[n][e]));
     }
   }
 }
@@ -468,8 +469,10 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     // Phase 2. dV_j += P^^T dO^_i, dK_j += dS^^T Q^_i (this warp's 16 keys).
     // The A fragments (2 k-steps of 32 tokens each) serve every channel tile.
     // index: this thread's key row (g, g + 8), the accumulator elements e / 2
-    const float dv_scale[2] = {p_scale[0] * do_scale, p_scale[1] * do_scale};
-    const float dk_scale[2] = {ds_t_scale[0] * q_scale, ds_t_scale[1] * q_scale};
+    const float dv_scale[2] = {p_scale[0] * do_scale,
+                               Config::kKeyScales ? p_scale[1] * do_scale : p_scale[0] * do_scale};
+    const float dk_scale[2] = {ds_t_scale[0] * q_scale,
+                               Config::kKeyScales ? ds_t_scale[1] * q_scale : ds_t_scale[0] * q_scale};
     unsigned a_p[2][4], a_ds_t[2][4];
 #pragma unroll
     for (int k_step = 0; k_step < 2; ++k_step) {
