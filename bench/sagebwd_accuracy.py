@@ -2,8 +2,9 @@
 
 For each data class, dtype and causality: q, k, v are drawn in f32, rounded to the dtype, and every implementation's
 dQ, dK, dV (for one fixed dO) are compared with f32 autograd of exact attention on the same rounded inputs: cosine
-similarity and relative L1 (sum |x - ref| / sum |ref|). Implementations: cuDNN, sagebwd (forward sage-b) and
-sagebwd-rot (forward sage-b-rot, backward sagebwd-rot: Q and K rotated in both passes). Classes:
+similarity and relative L1 (sum |x - ref| / sum |ref|). Implementations (--impls): cudnn, sagebwd (forward sage-b),
+sagebwd-rot (forward sage-b-rot, backward sagebwd-rot: Q and K rotated in both passes) and sagebwd-rot-ks (the same
+with the backward preset sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25). Classes:
   normal      N(0, 1)
   k_bias      K plus a per-channel mean with std --bias (8 by default): the channel offsets of real models' keys
   k_bias_qout the same, plus --outliers Q channels scaled by 20 (Q outlier channels)
@@ -12,6 +13,7 @@ The defaults follow the issue's table: N = 2048, 4 heads, d = 128, batch 1. --js
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -37,6 +39,25 @@ def make_inputs(kind, shape, dtype, bias, outliers, generator):
     return [t.to(dtype) for t in (q, k, v, d_o)]
 
 
+class RotatedKeyScaled(torch.autograd.Function):
+    """The rotated forward (sage-b-rot) with the backward preset sagebwd-rot-ks, through sagegen's ops."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, causal, scale, "sage-b-rot")
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out.contiguous(), ctx.causal,
+                                                             ctx.scale, "sagebwd-rot-ks")
+        return d_q, d_k, d_v, None
+
+
 def gradients(run, q, k, v, d_o):
     q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     out = run(q, k, v)
@@ -60,6 +81,7 @@ def main():
     parser.add_argument("--causal", default="0,1")
     parser.add_argument("--bias", type=float, default=8.0, help="std of K's per-channel mean")
     parser.add_argument("--outliers", type=int, default=4, help="Q outlier channels (x20)")
+    parser.add_argument("--impls", default="cudnn,sagebwd,sagebwd-rot,sagebwd-rot-ks")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
 
@@ -67,7 +89,7 @@ def main():
     rows = []
     print(f"# {torch.cuda.get_device_name()}  N={args.tokens} h={args.heads} d={args.dim}; "
           "reference: f32 autograd on the same rounded inputs; cos / rel-L1")
-    print(f"{'class':<12} {'dtype':<5} {'causal':<6} {'impl':<11} {'dQ':>18} {'dK':>18} {'dV':>18}")
+    print(f"{'class':<12} {'dtype':<5} {'causal':<6} {'impl':<14} {'dQ':>18} {'dK':>18} {'dV':>18}")
     for kind in args.classes.split(","):
         for dtype_name in args.dtypes.split(","):
             for causal in (bool(int(c)) for c in args.causal.split(",")):
@@ -87,9 +109,18 @@ def main():
                 def sagebwd_rot(q_, k_, v_):
                     return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
 
+                def sagebwd_rot_ks(q_, k_, v_):
+                    return RotatedKeyScaled.apply(q_, k_, v_, causal)
+
+                impls = {"cudnn": cudnn, "sagebwd": sagebwd, "sagebwd-rot": sagebwd_rot,
+                         "sagebwd-rot-ks": sagebwd_rot_ks}
+
                 with sdpa_kernel(SDPBackend.MATH):
                     reference = gradients(exact, q, k, v, d_o)
-                for name, run in (("cudnn", cudnn), ("sagebwd", sagebwd), ("sagebwd-rot", sagebwd_rot)):
+                for name in args.impls.split(","):
+                    if name not in impls:
+                        raise SystemExit(f"--impls: unknown '{name}'; expected some of {', '.join(impls)}")
+                    run = impls[name]
                     grads = gradients(run, q, k, v, d_o)
                     row = {"class": kind, "dtype": dtype_name, "causal": causal, "impl": name}
                     cells = []
@@ -98,7 +129,7 @@ def main():
                         row[f"{label}_cos"], row[f"{label}_rel_l1"] = cos, rel
                         cells.append(f"{cos:.5f} / {rel:.4f}")
                     rows.append(row)
-                    print(f"{kind:<12} {dtype_name:<5} {int(causal):<6} {name:<11} " +
+                    print(f"{kind:<12} {dtype_name:<5} {int(causal):<6} {name:<14} " +
                           " ".join(f"{c:>18}" for c in cells), flush=True)
     if args.json:
         with open(args.json, "w") as handle:

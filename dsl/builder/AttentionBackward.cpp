@@ -82,6 +82,12 @@ AttentionBackwardBuilder &AttentionBackwardBuilder::rotate(uint32_t seed) {
   return *this;
 }
 
+AttentionBackwardBuilder &AttentionBackwardBuilder::token_scales(bool per_key, bool per_query) {
+  key_scales_ = per_key;
+  query_scales_ = per_query;
+  return *this;
+}
+
 AttentionBackwardBuilder &AttentionBackwardBuilder::name(std::string name) {
   name_ = std::move(name);
   return *this;
@@ -106,13 +112,14 @@ BackwardVariant AttentionBackwardBuilder::describe() const {
   QuantizerSpec q = int8PerBlock(block_q_), k = int8PerBlock(block_kv_);
   q.rotation_seed = k.rotation_seed = rotation_seed_; // one rotation, shared by S, dQ and dK
   const QuantizerSpec d_o = int8PerBlock(block_q_), v = int8PerBlock(block_kv_);
-  const QuantizerSpec tile = int8PerBlock(0); // P and dS: one scale per b_q x b_kv tile
+  // P and dS: one scale per b_q x b_kv tile, or per token of the product's output (token_scales)
+  const QuantizerSpec tile = int8PerBlock(0), per_token{ElementType::int8, Granularity::per_token, 0};
   variant.product(BackwardProduct::s) = product(q, k);
   variant.product(BackwardProduct::dp) =
       int8_dp_ ? product(d_o, v) : product(cast(float_type_), cast(float_type_)); // Algorithm 3 line 8: FP16
-  variant.product(BackwardProduct::dv) = product(tile, d_o);
-  variant.product(BackwardProduct::dq) = product(tile, k);
-  variant.product(BackwardProduct::dk) = product(tile, q);
+  variant.product(BackwardProduct::dv) = product(key_scales_ ? per_token : tile, d_o);
+  variant.product(BackwardProduct::dq) = product(query_scales_ ? per_token : tile, k);
+  variant.product(BackwardProduct::dk) = product(key_scales_ ? per_token : tile, q);
   return variant;
 }
 
@@ -126,6 +133,9 @@ const std::vector<PresetInfo> &backwardPresets() {
                   "to match); dO.V^T in f16; f32 accumulation"},
       {"sagebwd-rot", "sagebwd with Q and K rotated along d (randomized Hadamard) before quantization, dQ and dK "
                       "rotated back: Q outlier channels (pairs with the rotated forward presets)"},
+      {"sagebwd-rot-ks",
+       "sagebwd-rot with P (for dV) and dS (for dK) in int8 with one scale per key instead of one per "
+       "64x64 tile (issue 25: token_scales(true, false); the mma.sync kernels)"},
       {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
       {"exact-bwd", "the backward in f32 throughout, K unsmoothed (the accuracy baseline)"},
   };
@@ -138,6 +148,8 @@ std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, in
     builder.quantize_dp();
   else if (name == "sagebwd-rot")
     builder.rotate();
+  else if (name == "sagebwd-rot-ks")
+    builder.rotate().token_scales(true, false);
   else if (name == "exact-bwd")
     builder.full_precision().smooth_k(false);
   else if (name != "sagebwd")

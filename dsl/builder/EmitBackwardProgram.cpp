@@ -67,10 +67,11 @@ private:
     return builder_.create<ir::BwdInputOp>(location("input"), tileType(), role);
   }
 
-  // One sage.bwd_quantize per (tensor, quantizer): equal quantizers of one tensor share their codes.
-  mlir::Value quantize(mlir::Value value, const QuantizerSpec &spec) {
+  // One sage.bwd_quantize per (tensor, quantizer): equal quantizers of one tensor share their codes, except per_token
+  // dS, whose scales follow the product (queries for dQ, keys for dK).
+  mlir::Value quantize(mlir::Value value, const QuantizerSpec &spec, bool shared = true) {
     for (const Quantized &done : quantized_)
-      if (done.source == value && done.spec == spec)
+      if (shared && done.source == value && done.spec == spec)
         return done.codes;
     mlir::Value codes = builder_.create<ir::BwdQuantizeOp>(
         location("quantize"), tileType(), value, toDialect(ir::symbolizeElementType, nameOf(spec.dtype)),
@@ -82,7 +83,9 @@ private:
 
   mlir::Value mma(const BackwardVariant &variant, BackwardProduct which, mlir::Value lhs, mlir::Value rhs) {
     const BackwardProductSpec &spec = variant.product(which);
-    mlir::Value lhs_codes = quantize(lhs, spec.lhs);
+    const bool per_token_ds = (which == BackwardProduct::dq || which == BackwardProduct::dk) &&
+                              spec.lhs.granularity == Granularity::per_token;
+    mlir::Value lhs_codes = quantize(lhs, spec.lhs, !per_token_ds);
     mlir::Value rhs_codes = quantize(rhs, spec.rhs);
     return builder_.create<ir::BwdMmaOp>(location(nameOf(which).data()), tileType(), lhs_codes, rhs_codes,
                                          toDialect(ir::symbolizeAccumulatorType, nameOf(spec.accumulator)));

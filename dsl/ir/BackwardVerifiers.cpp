@@ -167,10 +167,25 @@ mlir::LogicalResult BwdQuantizeOp::verify() {
   } else if (dtype != ElementType::int8) {
     return emitOpError() << "the backward quantizes to int8 (or casts to f16, bf16, f32), not '"
                          << stringifyElementType(dtype) << "'";
-  } else if (tile_operand && granularity != Granularity::per_block) {
-    return emitOpError() << originName(origin) << " tiles feed products over both of their axes: int8 "
-                         << originName(origin) << " takes one scale per b_q x b_kv tile (per_block), not '"
+  } else if (tile_operand && granularity != Granularity::per_block && granularity != Granularity::per_token) {
+    return emitOpError() << "int8 " << originName(origin) << " takes one scale per b_q x b_kv tile (per_block) or "
+                         << "one per token of its product's output (per_token), not '"
                          << stringifyGranularity(granularity) << "'";
+  } else if (tile_operand && granularity == Granularity::per_token) {
+    // One scale per key of the tile for dV = P^T.dO and dK = dS^T.Q, per query for dQ = dS.K: the axis the product
+    // keeps, so that the scales factor out of its sum. One set of codes cannot serve both of dS's products.
+    std::optional<BackwardProduct> consumer;
+    for (mlir::Operation *user : getResult().getUsers()) {
+      auto mma = mlir::dyn_cast<BwdMmaOp>(user);
+      const std::optional<BackwardProduct> product = mma ? backward::productOf(mma) : std::nullopt;
+      if (!product)
+        continue; // the mma's own verifier names what it multiplies
+      if (consumer && *consumer != *product)
+        return emitOpError() << "per_token " << originName(origin) << " takes one scale per token of its product's "
+                             << "output (keys for dK, queries for dQ): the dq and dk products each need their own "
+                             << "sage.bwd_quantize";
+      consumer = product;
+    }
   } else if (!tile_operand && granularity != Granularity::per_token && granularity != Granularity::per_block) {
     return emitOpError() << "int8 " << originName(origin) << " is quantized per_token or per_block, not '"
                          << stringifyGranularity(granularity) << "'";

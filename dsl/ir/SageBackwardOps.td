@@ -61,8 +61,10 @@ def Sage_BwdRowDotOp : Sage_BackwardValueOp<"bwd_row_dot"> {
 def Sage_BwdQuantizeOp : Sage_BackwardValueOp<"bwd_quantize"> {
   let summary = "psi of the backward: int8 per_token / per_block, or a cast (f16, bf16, f32)";
   let description = [{
-    Q and dO groups are `group_tokens` query tokens, K and V groups key tokens. P and dS are quantized per_block
-    with one scale per b_q x b_kv tile (group_tokens stays 0): their products reduce over both of a tile's axes.
+    Q and dO groups are `group_tokens` query tokens, K and V groups key tokens. P and dS (group_tokens stays 0)
+    take one scale per b_q x b_kv tile (per_block), or one per token of their product's output (per_token: per key
+    for dV = P^T.dO and dK = dS^T.Q, per query for dQ = dS.K), the axis the product does not sum over, so that the
+    scales factor out of its sum; per_token dS then needs one quantizer for dQ and another for dK.
     `rotation_seed` (issue 25; the forward's sage.quantize attribute, sage/numerics/Hadamard.h) rotates each token
     of Q (by R_Q) or K (by R_K) along head_dim before quantizing it. Every quantizer of Q and K carries the same
     seed, or none: S = (Q R_Q)(K R_K)^T is exact, and dQ = dS (K R_K) R_K^-1, dK = dS^T (Q R_Q) R_Q^-1 are

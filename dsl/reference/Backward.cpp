@@ -150,7 +150,8 @@ size_t index4(int64_t heads, int64_t tokens, int64_t dim, int64_t b, int64_t h, 
 
 } // namespace
 
-std::vector<double> quantizeTile(std::span<const double> tile, const QuantizerSpec &spec) {
+std::vector<double> quantizeTile(std::span<const double> tile, int64_t columns, const QuantizerSpec &spec,
+                                 BackwardProduct product) {
   std::vector<double> result(tile.begin(), tile.end());
   if (spec.granularity == Granularity::none) {
     if (spec.dtype == ElementType::f16)
@@ -164,16 +165,33 @@ std::vector<double> quantizeTile(std::span<const double> tile, const QuantizerSp
                                   std::string(nameOf(spec.dtype)));
     return result;
   }
-  if (spec.dtype != ElementType::int8 || spec.granularity != Granularity::per_block)
-    throw std::invalid_argument("quantizeTile: P and dS tiles are int8 per_block (one scale per tile), got " +
+  const bool int8 = spec.dtype == ElementType::int8, e4m3 = spec.dtype == ElementType::e4m3;
+  if ((!int8 && !e4m3) || (spec.granularity != Granularity::per_block && spec.granularity != Granularity::per_token))
+    throw std::invalid_argument("quantizeTile: P and dS tiles are int8 or e4m3 with one scale per tile (per_block) "
+                                "or one per token of the product's output (per_token), got " +
                                 std::string(nameOf(spec.dtype)) + " " + std::string(nameOf(spec.granularity)));
+  if (product != BackwardProduct::dv && product != BackwardProduct::dq && product != BackwardProduct::dk)
+    throw std::invalid_argument("quantizeTile: P and dS tiles feed dV, dQ or dK, not " + std::string(nameOf(product)));
+  if (columns <= 0 || tile.size() % static_cast<size_t>(columns) != 0)
+    throw std::invalid_argument("quantizeTile: columns must be positive and divide the tile's " +
+                                std::to_string(tile.size()) + " values, got " + std::to_string(columns));
   std::vector<float> values(tile.size());
   std::transform(tile.begin(), tile.end(), values.begin(), [](double value) { return static_cast<float>(value); });
-  std::vector<int8_t> codes(tile.size());
-  const float scale = numerics::quantizeInt8(values, codes);
-  for (size_t i = 0; i < codes.size(); ++i)
-    result[i] = static_cast<double>(codes[i]) * static_cast<double>(scale);
-  return result;
+  if (int8 && spec.granularity == Granularity::per_block) {
+    std::vector<int8_t> codes(tile.size());
+    const float scale = numerics::quantizeInt8(values, codes);
+    for (size_t i = 0; i < codes.size(); ++i)
+      result[i] = static_cast<double>(codes[i]) * static_cast<double>(scale);
+    return result;
+  }
+  // The operand quantizer on the tile as a rows x columns matrix: per_token is one scale per row (query token) for
+  // dQ = dS.K, one per column (key token) for dV = P^T.dO and dK = dS^T.Q; per_block one for the whole tile.
+  const int64_t rows = static_cast<int64_t>(tile.size()) / columns;
+  QuantizerSpec operand = spec;
+  operand.group_tokens = 0;
+  if (spec.granularity == Granularity::per_token && product != BackwardProduct::dq)
+    operand.granularity = Granularity::per_channel;
+  return quantizeOperand(OperandMatrix{rows, columns, std::move(values)}, operand, rows);
 }
 
 GradientResult runBackwardReference(const BackwardVariant &variant, const HostTensor &q, const HostTensor &k,
@@ -253,10 +271,13 @@ GradientResult runBackwardReference(const BackwardVariant &variant, const HostTe
               }
             }
             const size_t tile_size = static_cast<size_t>(rows * columns);
-            const std::vector<double> p_dv = quantizeTile({p_tile.data(), tile_size}, dv_spec.lhs);
-            const std::vector<double> ds_dq = quantizeTile({ds_tile.data(), tile_size}, dq_spec.lhs);
+            const std::span<const double> p_values(p_tile.data(), tile_size), ds_values(ds_tile.data(), tile_size);
+            const std::vector<double> p_dv = quantizeTile(p_values, columns, dv_spec.lhs, P::dv);
+            const std::vector<double> ds_dq = quantizeTile(ds_values, columns, dq_spec.lhs, P::dq);
             const std::vector<double> ds_dk =
-                dk_spec.lhs == dq_spec.lhs ? ds_dq : quantizeTile({ds_tile.data(), tile_size}, dk_spec.lhs);
+                dk_spec.lhs == dq_spec.lhs && dk_spec.lhs.granularity != Granularity::per_token
+                    ? ds_dq
+                    : quantizeTile(ds_values, columns, dk_spec.lhs, P::dk);
             // dV_j += P^T dO_i; dQ_i += dS K_j; dK_j += dS^T Q_i. With K smoothed dQ_i takes K_j - mean(K):
             // sum_j dS_ij (K_j - mean(K)) = sum_j dS_ij K_j, since sum_j dS_ij = sum_j P_ij dP_ij - D_i = 0.
             for (int64_t r = 0; r < rows; ++r) {

@@ -50,8 +50,8 @@ std::string BackwardKernelPlan::describe() const {
   return schedule + " " + std::string(archName(arch)) + " " + std::string(nameOf(input)) + " d" +
          std::to_string(head_dim) + (causal ? " causal" : "") + " tiles " + std::to_string(block_q) + "x" +
          std::to_string(block_kv) + " (" + std::to_string(kv_tile) + " keys per CTA) warps " + std::to_string(warps) +
-         (smooth_k ? " smooth-k" : "") + (rotation_seed ? " rotated" : "") + " launches " +
-         std::to_string(launches.size());
+         (smooth_k ? " smooth-k" : "") + (rotation_seed ? " rotated" : "") + (key_scales ? " key-scales" : "") +
+         " launches " + std::to_string(launches.size());
 }
 
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
@@ -104,8 +104,11 @@ SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, Gpu
     return SupportResult::no(
         "dP = dO.V^T: the kernel multiplies dO and V in the input type (" + std::string(nameOf(input)) +
         "); an int8 dO.V^T (Table 1(c)'s ablation) or another cast runs on the CPU reference only");
-  if (!isInt8PerBlock(dv.lhs, 0) || !isInt8PerBlock(dv.rhs, kBlock) || dq.lhs != dv.lhs || dk.lhs != dv.lhs)
-    return SupportResult::no("dV, dQ, dK: the kernel takes int8 P and dS with one scale per tile and int8 dO per "
+  const QuantizerSpec per_key{ElementType::int8, Granularity::per_token, 0};
+  if ((!isInt8PerBlock(dv.lhs, 0) && dv.lhs != per_key) || !isInt8PerBlock(dv.rhs, kBlock) || dk.lhs != dv.lhs ||
+      !isInt8PerBlock(dq.lhs, 0))
+    return SupportResult::no("dV, dQ, dK: the kernel takes int8 P and dS with one scale per tile (or, for dV and dK "
+                             "both, one per key: per_token), dS for dQ with one scale per tile, and int8 dO per "
                              "64-token block");
   if (dq.rhs != s.rhs || dk.rhs != s.lhs)
     return SupportResult::no("dQ = dS.K and dK = dS^T.Q reuse the codes of S's K and Q in the kernel");
@@ -129,6 +132,7 @@ BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant 
   plan.warps = warps;
   plan.smooth_k = variant.smooth_k != SmoothScope::none;
   plan.rotation_seed = variant.product(BackwardProduct::s).lhs.rotation_seed;
+  plan.key_scales = variant.product(BackwardProduct::dv).lhs.granularity == Granularity::per_token;
   if (plan.smooth_k) // mean(K) before the preprocess kernels, which both use it
     plan.launches.push_back({"sage_bwd_k_sums", BackwardGrid::kv_slices, 0, 128, kBlock, kKMeanSlices});
   plan.launches.push_back({"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0});

@@ -37,6 +37,10 @@ std::string_view Sm90BackwardSchedule::summary() const {
 SupportResult Sm90BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
   if (!hasWgmma(arch))
     return SupportResult::no(std::string(archName(arch)) + " has no wgmma (the sm90 backward needs sm_90a)");
+  if (variant.product(BackwardProduct::dv).lhs.granularity != Granularity::per_block)
+    return SupportResult::no(
+        "P and dS with one scale per key (per_token): the wgmma kernel has one scale per tile; the "
+        "mma.sync schedule runs them");
   // The same quantizers and products as the mma.sync schedule: its verdict on what is computed holds.
   return Sm80BackwardSchedule().supports(variant, arch, input);
 }

@@ -36,10 +36,14 @@ const std::vector<RuleCase> kRules = {
      "the backward quantizes to int8 (or casts to f16, bf16, f32), not 'e4m3'",
      10},
     {"a cast with a scale", {{"%do to f16 none", "%do to f16 per_token"}}, "takes no scale", 18},
-    {"P quantized per token",
-     {{"%p to int8 per_block", "%p to int8 per_token"}},
-     "int8 P takes one scale per b_q x b_kv tile (per_block)",
+    {"P quantized per channel",
+     {{"%p to int8 per_block", "%p to int8 per_channel"}},
+     "int8 P takes one scale per b_q x b_kv tile (per_block) or one per token of its product's output (per_token)",
      15},
+    {"per-token dS shared by dQ and dK",
+     {{"%ds to int8 per_block", "%ds to int8 per_token"}},
+     "the dq and dk products each need their own sage.bwd_quantize",
+     22},
     {"a group of P's tile",
      {{"%p to int8 per_block", "%p to int8 per_block {group_tokens = 16 : i64}"}},
      "group_tokens is only meaningful for per_block Q, K, V and dO",
@@ -161,6 +165,37 @@ TEST_CASE("each backward verifier rule reports its message at its line") {
             "edited.mlir:" + std::to_string(rule.line) + ":" + first.location.substr(first.location.rfind(':') + 1));
     }
   }
+}
+
+TEST_CASE("per-token P and dS scales (token_scales): printed, parsed, and dS quantized once per product") {
+  for (bool rotated : {false, true}) {
+    CAPTURE(rotated);
+    dsl::AttentionBackwardBuilder builder = *dsl::backwardPreset(rotated ? "sagebwd-rot" : "sagebwd");
+    builder.token_scales();
+    const ir::BackwardProgram program = builder.build();
+    const BackwardVariant variant = program.variant();
+    CHECK(variant == builder.describe());
+    for (BackwardProduct product : {BackwardProduct::dv, BackwardProduct::dq, BackwardProduct::dk}) {
+      CAPTURE(nameOf(product));
+      CHECK(variant.product(product).lhs == QuantizerSpec{ElementType::int8, Granularity::per_token});
+    }
+    const std::string text = program.print();
+    CHECK(text.find("%p to int8 per_token") != std::string::npos);
+    const size_t first = text.find("%ds to int8 per_token"), second = text.rfind("%ds to int8 per_token");
+    CHECK(first != std::string::npos);
+    CHECK(first != second); // dQ's codes (per query) and dK's (per key)
+    const ir::BackwardProgram reparsed = ir::BackwardProgram::parse(text, "token_scales.mlir");
+    CHECK(reparsed.print() == text);
+    CHECK(reparsed.variant() == variant);
+    CHECK(reparsed.fingerprint() != dsl::backwardPreset(rotated ? "sagebwd-rot" : "sagebwd")->build().fingerprint());
+  }
+  // A hand-written program with two per-token dS quantizers verifies.
+  std::string text = applyEdits(kValidProgram, {{"  %ds_int8 = sage.bwd_quantize %ds to int8 per_block\n",
+                                                 "  %ds_int8 = sage.bwd_quantize %ds to int8 per_token\n"
+                                                 "  %ds_k = sage.bwd_quantize %ds to int8 per_token\n"},
+                                                {"sage.bwd_mma %ds_int8, %q_int8", "sage.bwd_mma %ds_k, %q_int8"}});
+  CHECK(ir::BackwardProgram::parse(text).variant().product(BackwardProduct::dk).lhs.granularity ==
+        Granularity::per_token);
 }
 
 TEST_CASE("forward and backward programs stay apart") {

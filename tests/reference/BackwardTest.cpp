@@ -102,7 +102,7 @@ GradientAccuracy sagebwdAccuracy(const GradientResult &exact, const HostTensor &
 TEST_CASE("P and dS tiles: one int8 scale per tile, bit-exact with numerics::quantizeInt8") {
   const std::vector<double> tile = {0.5, -1.0, 0.25, 0.0, 0.1234567, -0.75};
   QuantizerSpec int8_tile{ElementType::int8, Granularity::per_block};
-  const std::vector<double> quantized = quantizeTile(tile, int8_tile);
+  const std::vector<double> quantized = quantizeTile(tile, 3, int8_tile, BackwardProduct::dv);
   std::vector<float> values(tile.begin(), tile.end());
   std::vector<int8_t> codes(tile.size());
   const float scale = numerics::quantizeInt8(values, codes);
@@ -112,10 +112,39 @@ TEST_CASE("P and dS tiles: one int8 scale per tile, bit-exact with numerics::qua
   for (size_t i = 0; i < tile.size(); ++i)
     CHECK(quantized[i] == static_cast<double>(codes[i]) * static_cast<double>(scale));
   // Casts: f32 keeps the value, f16 rounds it.
-  CHECK(quantizeTile(tile, QuantizerSpec{ElementType::f32})[4] == tile[4]);
-  CHECK(quantizeTile(tile, QuantizerSpec{ElementType::f16})[4] == static_cast<double>(numerics::roundToHalf(tile[4])));
-  CHECK_THROWS_WITH_AS(quantizeTile(tile, QuantizerSpec{ElementType::int8, Granularity::per_token}),
-                       doctest::Contains("one scale per tile"), std::invalid_argument);
+  CHECK(quantizeTile(tile, 3, QuantizerSpec{ElementType::f32}, BackwardProduct::dv)[4] == tile[4]);
+  CHECK(quantizeTile(tile, 3, QuantizerSpec{ElementType::f16}, BackwardProduct::dv)[4] ==
+        static_cast<double>(numerics::roundToHalf(tile[4])));
+  CHECK_THROWS_WITH_AS(
+      quantizeTile(tile, 3, QuantizerSpec{ElementType::int8, Granularity::per_channel}, BackwardProduct::dv),
+      doctest::Contains("one scale per tile"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(quantizeTile(tile, 4, int8_tile, BackwardProduct::dv), doctest::Contains("columns"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("P and dS tiles per_token: one int8 scale per key for dV and dK, per query for dQ") {
+  // 2 query rows x 3 key columns; the largest |x| of each key column and of each query row is what 127 encodes.
+  const std::vector<double> tile = {0.5, -0.01, 0.001, 0.25, 0.02, -0.004};
+  const QuantizerSpec per_token{ElementType::int8, Granularity::per_token};
+  for (BackwardProduct product : {BackwardProduct::dv, BackwardProduct::dk}) {
+    const std::vector<double> by_key = quantizeTile(tile, 3, per_token, product);
+    CHECK(by_key[0] == doctest::Approx(0.5).epsilon(1e-7));    // 127 x (0.5 / 127)
+    CHECK(by_key[4] == doctest::Approx(0.02).epsilon(1e-7));   // column 1's largest
+    CHECK(by_key[5] == doctest::Approx(-0.004).epsilon(1e-7)); // column 2's largest
+    CHECK(by_key[2] == doctest::Approx(0.001).epsilon(1e-2));  // 31.75 -> 32 steps of 0.004 / 127
+    CHECK(by_key[1] == doctest::Approx(-0.01).epsilon(1e-2));
+  }
+  const std::vector<double> by_query = quantizeTile(tile, 3, per_token, BackwardProduct::dq);
+  CHECK(by_query[0] == doctest::Approx(0.5).epsilon(1e-7));
+  CHECK(by_query[3] == doctest::Approx(0.25).epsilon(1e-7));
+  CHECK(by_query[2] == 0.0); // 0.001 is below half a step of 0.5 / 127 in its row
+  CHECK(std::abs(by_query[5] - (-0.004)) <= 0.25 / 127 / 2);
+  // One scale for the whole tile loses what a key column's own scale keeps.
+  const std::vector<double> by_tile =
+      quantizeTile(tile, 3, QuantizerSpec{ElementType::int8, Granularity::per_block}, BackwardProduct::dv);
+  CHECK(by_tile[2] == 0.0);
+  CHECK_THROWS_WITH_AS(quantizeTile(tile, 3, per_token, BackwardProduct::s), doctest::Contains("dV, dQ or dK"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("the exact gradients match finite differences (GQA, causal with n_q < n_kv)") {

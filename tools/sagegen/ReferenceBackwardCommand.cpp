@@ -29,8 +29,88 @@ struct BackwardReferenceOptions {
   std::string dtype = "f16";
   double k_bias = 0.0, v_bias = 0.0, q_outliers = 1.0;
   bool no_smooth_k = false;
-  bool rotate = false; // issue 25/28: Q and K rotated in the forward and in the backward's S, dQ and dK
+  bool token_scales = false;         // issue 25: P and dS with one int8 scale per token of their product's output
+  bool rotate = false;               // issue 25/28: Q and K rotated in the forward and in the backward's S, dQ and dK
+  std::vector<std::string> exact;    // the error attribution: operands kept exact (f32), "forward" for O and the LSE
+  std::vector<std::string> quantize; // candidate quantizers: <operand>=<dtype>[:<granularity>]
 };
+
+// The operands --exact and --quantize name: "<product>.<operand>" (the quantizer of one GEMM operand).
+struct NamedOperand {
+  std::string_view name;
+  BackwardProduct product;
+  bool lhs;
+};
+constexpr NamedOperand kNamedOperands[] = {{"s.q", BackwardProduct::s, true},    {"s.k", BackwardProduct::s, false},
+                                           {"dp.do", BackwardProduct::dp, true}, {"dp.v", BackwardProduct::dp, false},
+                                           {"dv.p", BackwardProduct::dv, true},  {"dv.do", BackwardProduct::dv, false},
+                                           {"dq.ds", BackwardProduct::dq, true}, {"dq.k", BackwardProduct::dq, false},
+                                           {"dk.ds", BackwardProduct::dk, true}, {"dk.q", BackwardProduct::dk, false}};
+
+QuantizerSpec &namedOperand(BackwardVariant &variant, std::string_view name, std::string_view option) {
+  for (const NamedOperand &operand : kNamedOperands)
+    if (operand.name == name) {
+      BackwardProductSpec &product = variant.product(operand.product);
+      return operand.lhs ? product.lhs : product.rhs;
+    }
+  std::string known;
+  for (const NamedOperand &operand : kNamedOperands)
+    known += (known.empty() ? "" : ", ") + std::string(operand.name);
+  throw UserError(std::string(option) + ": unknown operand '" + std::string(name) + "'; expected one of " + known +
+                  (option == "--exact" ? ", forward" : ""));
+}
+
+// "<operand>=<dtype>[:<granularity>]", e.g. dv.p=f16, dk.ds=int8:per_token, dq.ds=e4m3:per_block.
+void applyQuantize(BackwardVariant &variant, const std::string &text) {
+  const size_t equals = text.find('=');
+  if (equals == std::string::npos)
+    throw UserError("--quantize: expected <operand>=<dtype>[:<granularity>], got '" + text + "'");
+  QuantizerSpec &spec = namedOperand(variant, text.substr(0, equals), "--quantize");
+  const std::string type = text.substr(equals + 1);
+  const size_t colon = type.find(':');
+  const std::optional<ElementType> dtype = parseElementType(type.substr(0, colon));
+  const std::optional<Granularity> granularity = colon == std::string::npos
+                                                     ? std::optional<Granularity>(Granularity::none)
+                                                     : parseGranularity(type.substr(colon + 1));
+  if (!dtype || !granularity)
+    throw UserError("--quantize: '" + type + "' of '" + text +
+                    "' is not <dtype>[:<granularity>] (e.g. f16, int8:per_block)");
+  const bool tile = text.starts_with("dv.p=") || text.starts_with("dq.ds=") || text.starts_with("dk.ds=");
+  if (tile && *granularity != Granularity::none && *granularity != Granularity::per_block &&
+      *granularity != Granularity::per_token)
+    throw UserError("--quantize: P and dS tiles (dv.p, dq.ds, dk.ds) take one scale per tile (per_block) or per token "
+                    "of the product's output (per_token), not '" +
+                    std::string(nameOf(*granularity)) + "' in '" + text + "'");
+  const std::optional<uint32_t> seed = spec.rotation_seed;
+  spec = QuantizerSpec{*dtype, *granularity, *granularity == Granularity::per_block ? spec.group_tokens : 0};
+  if (*granularity != Granularity::none)
+    spec.rotation_seed = seed;
+}
+
+// The variant with the --quantize operands' quantizers replaced and the --exact ones made an f32 cast: the CPU
+// reference's error attribution and its candidate quantizers. The reference interprets the variant without its IR
+// (a product may then mix an f32 operand with an int8 one, which no kernel runs). Returns whether the forward is to
+// be exact too ("forward": O and the LSE from exact attention).
+bool applyAblation(BackwardVariant &variant, const BackwardReferenceOptions &options) {
+  for (const std::string &text : options.quantize)
+    applyQuantize(variant, text);
+  bool forward = false;
+  for (const std::string &name : options.exact)
+    if (name == "forward")
+      forward = true;
+    else
+      namedOperand(variant, name, "--exact") = QuantizerSpec{ElementType::f32};
+  return forward;
+}
+
+std::string ablationText(const BackwardReferenceOptions &options) {
+  std::string text;
+  for (const std::string &name : options.quantize)
+    text += (text.empty() ? "; quantizers: " : ",") + name;
+  for (size_t i = 0; i < options.exact.size(); ++i)
+    text += (i == 0 ? "; exact (f32): " : ",") + options.exact[i];
+  return text;
+}
 
 // The forward rotated as its backward is (one seed for both passes: a rotating backward's variant says so on S's Q),
 // through its IR (verified).
@@ -83,17 +163,26 @@ void run(const BackwardReferenceOptions &options) {
   }
   if (names.empty())
     names = {"sagebwd", "sagebwd-int8-dp"};
-  std::vector<BackwardVariant> variants;
+  struct Run {
+    BackwardVariant variant, ablated; // the preset's (through the IR) and with --quantize / --exact applied
+    bool exact_forward;
+  };
+  std::vector<Run> runs;
   for (const std::string &name : names) {
     dsl::AttentionBackwardBuilder builder = backwardBuilder(name, options.head_dim, mask);
     builder.smooth_k(!options.no_smooth_k);
+    if (options.token_scales)
+      builder.token_scales();
     if (options.rotate) {
       if (name == "exact-bwd")
         throw UserError("--rotate: exact-bwd quantizes nothing, so there is nothing to rotate; drop it from --preset");
       builder.rotate();
     }
     try { // through the IR: the verifier checks the rotation (a power-of-two head_dim)
-      variants.push_back(builder.build().variant());
+      BackwardVariant variant = builder.build().variant();
+      BackwardVariant ablated = variant;
+      const bool exact_forward = applyAblation(ablated, options);
+      runs.push_back({std::move(variant), std::move(ablated), exact_forward});
     } catch (const ir::ProgramError &error) {
       throw UserError(std::string(options.rotate ? "--rotate/--headdim: " : "--preset/--headdim: ") + error.what());
     }
@@ -119,23 +208,26 @@ void run(const BackwardReferenceOptions &options) {
   const auto exact = reference::exactAttentionBackward(q, k, v, d_o, options.causal);
 
   fmt::print("N(0,1) data (dO too), batch {} heads {}/{} n_q {} n_kv {} d {} {} causal={} k_bias={} v_bias={} "
-             "q_outliers={} seed={}; K smoothing {}{}; gradients against exact attention's, in double\n",
+             "q_outliers={} seed={}; K smoothing {}{}{}{}; gradients against exact attention's, in double\n",
              options.batch, options.heads, kv_heads, options.tokens, kv_tokens, d, options.dtype,
              options.causal ? "yes" : "no", options.k_bias, options.v_bias, options.q_outliers, options.seed,
-             options.no_smooth_k ? "off (--no-smooth-k)" : "on", options.rotate ? "; Q and K rotated (--rotate)" : "");
+             options.no_smooth_k ? "off (--no-smooth-k)" : "on", options.rotate ? "; Q and K rotated (--rotate)" : "",
+             options.token_scales ? "; P and dS scaled per token (--token-scales)" : "", ablationText(options));
   fmt::print("{:<16} {:<8} {:>9} {:>8} {:>9} {:>8} {:>9} {:>8} {:>8}\n", "backward", "forward", "dq_cos", "dq_rl1",
              "dk_cos", "dk_rl1", "dv_cos", "dv_rl1", "seconds");
-  for (const BackwardVariant &variant : variants) {
+  for (const auto &[variant, ablated, exact_forward] : runs) {
     const std::string_view forward_name = dsl::backwardPresetForward(variant.name);
     const AttentionVariant forward =
-        pairedForward(dsl::preset(forward_name, options.head_dim, mask)->lse().describe(), variant);
+        exact_forward ? dsl::preset("exact", options.head_dim, mask)->lse().describe()
+                      : pairedForward(dsl::preset(forward_name, options.head_dim, mask)->lse().describe(), variant);
     const auto start = std::chrono::steady_clock::now();
-    const auto result = reference::runForwardBackwardReference(forward, variant, q, k, v, d_o);
+    const auto result = reference::runForwardBackwardReference(forward, ablated, q, k, v, d_o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto accuracy = reference::compareGradients(exact, result);
     fmt::print("{:<16} {:<8} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>9.6f} {:>8.4f} {:>8.2f}\n", variant.name,
-               forward_name, accuracy.dq.cosine_similarity, accuracy.dq.relative_l1, accuracy.dk.cosine_similarity,
-               accuracy.dk.relative_l1, accuracy.dv.cosine_similarity, accuracy.dv.relative_l1, seconds);
+               exact_forward ? "exact" : forward_name, accuracy.dq.cosine_similarity, accuracy.dq.relative_l1,
+               accuracy.dk.cosine_similarity, accuracy.dk.relative_l1, accuracy.dv.cosine_similarity,
+               accuracy.dv.relative_l1, seconds);
   }
 }
 
@@ -182,8 +274,24 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
                     "rotate Q and K by a randomized Hadamard transform before quantizing them, in the forward and in "
                     "the backward's S, dQ and dK (issue 25/28: the presets' rotate(), as sagebwd-rot; a rotating "
                     "backward preset rotates its forward too)");
+  command->add_flag("--token-scales", options->token_scales,
+                    "P and dS in int8 with one scale per token of their product's output (per key for dV and dK, "
+                    "per query for dQ) instead of one per 64x64 tile (issue 25; the CPU reference only for now)");
   command->add_flag("--no-smooth-k", options->no_smooth_k,
                     "the ablation: the backward recomputes S and forms dQ from K as given, without K smoothing");
+  command
+      ->add_option("--exact", options->exact,
+                   "the error attribution: keep these GEMM operands exact (f32) on the CPU reference, comma-separated: "
+                   "s.q, s.k, dp.do, dp.v, dv.p, dv.do, dq.ds, dq.k, dk.ds, dk.q (<product>.<operand>), or forward "
+                   "(O and the LSE from exact attention)")
+      ->delimiter(',');
+  command
+      ->add_option("--quantize", options->quantize,
+                   "candidate quantizers on the CPU reference, comma-separated <operand>=<dtype>[:<granularity>] "
+                   "(operands as --exact; e.g. dv.p=f16, dk.ds=int8:per_token, dq.ds=e4m3:per_block; P and dS "
+                   "tiles: per_block is one scale per 64x64 tile, per_token one per key for dv.p and dk.ds and one "
+                   "per query for dq.ds)")
+      ->delimiter(',');
   return [options] { run(*options); };
 }
 

@@ -38,6 +38,7 @@ struct SageBackwardConfig {{
   static constexpr bool kBulkTiles = false;       // the preprocess writes the Q-side codes in natural order
   static constexpr bool kSmoothK = {smooth_k};        // K - mean(K) quantized, the LSE shifted by q . mean(K) / sqrt(d)
   static constexpr int kKMeanSlices = {slices};        // k_sums' slices per KV head (at most)
+  static constexpr bool kKeyScales = {key_scales}; // P (for dV) and dS (for dK) scaled per key, not per tile
 {rotation}}};
 static_assert(sage::device::sm80::backward::kMainSharedBytes<SageBackwardConfig> == {shared},
               "the schedule's shared-memory plan and the kernel's layout disagree");
@@ -140,7 +141,8 @@ std::string BackwardKernelGenerator::kernelName(const BackwardVariant &variant,
   return identifier(sourceSafe(variant.name)) + "_d" + std::to_string(plan.head_dim) + (plan.causal ? "_causal" : "") +
          "_" + std::string(schedules::nameOf(plan.input)) + "_" + identifier(schedules::archName(plan.arch)) + "_" +
          identifier(plan.schedule) + (plan.smooth_k ? "" : "_unsmoothed_k") +
-         (plan.rotation_seed ? "_rot" + std::to_string(*plan.rotation_seed) : "");
+         (plan.rotation_seed ? "_rot" + std::to_string(*plan.rotation_seed) : "") +
+         (plan.key_scales ? "_key_scales" : "");
 }
 
 BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &variant,
@@ -157,6 +159,10 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
     throw std::invalid_argument("plan: its K smoothing is not the variant's");
   if (plan.rotation_seed != variant.product(BackwardProduct::s).lhs.rotation_seed)
     throw std::invalid_argument("plan: its rotation is not the variant's");
+  if (plan.key_scales != (variant.product(BackwardProduct::dv).lhs.granularity == Granularity::per_token))
+    throw std::invalid_argument("plan: its P/dS scales (per key or per tile) are not the variant's");
+  if (sm90 && plan.key_scales)
+    throw std::invalid_argument("plan: the wgmma backward kernel has no per-key P/dS scales");
   if (plan.rotation_seed && !numerics::isHadamardDim(plan.head_dim))
     throw std::invalid_argument("plan: the rotation needs a power-of-two head_dim, got " +
                                 std::to_string(plan.head_dim));
@@ -181,7 +187,8 @@ BackwardKernelSource BackwardKernelGenerator::generate(const BackwardVariant &va
       fmt::arg("mask", nameOf(variant.mask)), fmt::arg("causal", plan.causal ? "true" : "false"),
       fmt::arg("bf16", plan.input == schedules::InputType::bf16 ? "true" : "false"), fmt::arg("shared", shared),
       fmt::arg("keys", plan.kv_tile), fmt::arg("smooth_k", plan.smooth_k ? "true" : "false"),
-      fmt::arg("slices", slices), fmt::arg("rotation", rotationConstants(plan.rotation_seed, plan.head_dim)));
+      fmt::arg("slices", slices), fmt::arg("key_scales", plan.key_scales ? "true" : "false"),
+      fmt::arg("rotation", rotationConstants(plan.rotation_seed, plan.head_dim)));
   return kernel;
 }
 

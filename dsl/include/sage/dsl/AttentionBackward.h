@@ -40,6 +40,11 @@ public:
   // forward's QkQuantization::rotate): for Q outlier channels. S, dQ and dK share the rotated codes; the kernels
   // rotate dQ and dK back. Needs a power-of-two head_dim; a full-precision backward has nothing to rotate.
   AttentionBackwardBuilder &rotate(uint32_t seed = kDefaultRotationSeed);
+  // P and dS in int8 with one scale per token of their product's output instead of one per tile (issue 25): per key
+  // for dV = P^T.dO and dK = dS^T.Q (`per_key`), per query for dQ = dS.K (`per_query`; dS is then quantized twice).
+  // The scales factor out of each product's sum and keep the small probabilities of a sharp softmax that a tile-wide
+  // 1/127 step zeroes.
+  AttentionBackwardBuilder &token_scales(bool per_key = true, bool per_query = true);
   AttentionBackwardBuilder &name(std::string name);
 
   BackwardVariant describe() const;
@@ -54,6 +59,7 @@ private:
   bool int8_dp_ = false;
   bool full_precision_ = false;
   bool smooth_k_ = true;
+  bool key_scales_ = false, query_scales_ = false;
   std::optional<uint32_t> rotation_seed_;
   ElementType float_type_ = ElementType::f16;
 };
@@ -65,8 +71,9 @@ AttentionBackwardBuilder attention_backward(std::string name = "custom_backward"
 ir::BackwardProgram emitBackwardProgram(const BackwardVariant &variant);
 
 // The backward presets: "sagebwd" (Algorithm 3, K smoothed), "sagebwd-rot" (sagebwd with Q and K rotated: Q outlier
-// channels), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s ablation), "exact-bwd" (f32 throughout, K as
-// given). Each pairs with a forward preset (backwardPresetForward); a rotating backward with a rotated forward.
+// channels), "sagebwd-rot-ks" (sagebwd-rot with P and dS scaled per key for dV and dK, issue 25), "sagebwd-int8-dp"
+// (dO.V^T quantized too, Table 1(c)'s ablation), "exact-bwd" (f32 throughout, K as given). Each pairs with a forward
+// preset (backwardPresetForward); a rotating backward with a rotated forward.
 const std::vector<PresetInfo> &backwardPresets();
 std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, int head_dim = 128,
                                                        MaskKind mask = MaskKind::none);

@@ -50,9 +50,12 @@ GradientResult runForwardBackwardReference(const AttentionVariant &forward, cons
 GradientResult exactAttentionBackward(const HostTensor &q, const HostTensor &k, const HostTensor &v,
                                       const HostTensor &d_o, bool causal);
 
-// One P or dS tile (row-major, as f32 values in double) quantized as `spec` says, returned dequantized: an f32 cast
-// keeps the doubles, f16/bf16 round, int8 per_block takes one scale for the whole tile (numerics::quantizeInt8).
-std::vector<double> quantizeTile(std::span<const double> tile, const QuantizerSpec &spec);
+// One P or dS tile (row-major: b_q query rows of `columns` keys, as f32 values in double) quantized as `spec` says for
+// `product` (dv, dq or dk), returned dequantized: an f32 cast keeps the doubles, f16/bf16 round; int8 or e4m3 take
+// one scale for the whole tile (per_block; int8 as numerics::quantizeInt8) or one per token of the product's output
+// (per_token: per key column for dV = P^T.dO and dK = dS^T.Q, per query row for dQ = dS.K).
+std::vector<double> quantizeTile(std::span<const double> tile, int64_t columns, const QuantizerSpec &spec,
+                                 BackwardProduct product);
 
 struct GradientAccuracy {
   AccuracyMetrics dq, dk, dv;

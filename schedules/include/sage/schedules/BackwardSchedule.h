@@ -51,6 +51,9 @@ struct BackwardKernelPlan {
   // The randomized Hadamard rotation of Q and K (issue 25; the variant's Q and K quantizers' one seed): the preprocess
   // quantizes Q R_Q and K R_K, write_dq and the main kernel's epilogue rotate dQ and dK back; no launch is added.
   std::optional<uint32_t> rotation_seed;
+  // P (for dV) and dS (for dK) with one int8 scale per key of the 64-query tile instead of one per tile (issue 25:
+  // the variant's per_token P and dK operand); dS for dQ keeps one scale per tile.
+  bool key_scales = false;
   std::vector<BackwardLaunch> launches; // in launch order, on one stream
   std::string describe() const;         // one line for logs
 };

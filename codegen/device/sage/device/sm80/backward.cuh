@@ -13,8 +13,9 @@
 //                 each query head of the GQA group and each visible Q tile i, 4 warps of 16 keys each compute
 //                 S^T = K^ Q^^T (int8), P^T = exp2(S^T * scale * log2 e - L * log2 e), dP^T = V dO^T (f16/bf16, kept
 //                 in 16 bits as Algorithm 3 line 8 says), dS^T = P^T o (dP^T - D); P and dS get one int8 scale per
-//                 64 x 64 tile (a block reduction); then dV_j += P^T dO^ and dK_j += dS^T Q^ in registers (f32, summed
-//                 over the group's query heads without atomics) and dQ_i += dS K^ by f32 atomics.
+//                 64 x 64 tile (a block reduction; with Config::kKeyScales P and dS^T one per key, dS for dQ per
+//                 tile); then dV_j += P^T dO^ and dK_j += dS^T Q^ in registers (f32, summed over the group's query
+//                 heads without atomics) and dQ_i += dS K^ by f32 atomics.
 //   write_dq      (Q block, head_q, batch): dq_accum -> dQ in the input type.
 // With the randomized Hadamard rotation (issue 25, Config::kRotate; backward_rotation.cuh) the preprocess quantizes
 // Q R_Q and K R_K, `main` computes as before (S is unchanged; dQ and dK come out in the rotated basis) except that its
@@ -227,13 +228,15 @@ __device__ __forceinline__ void add_pair(float *address, float low, float high) 
 }
 
 // P^T = exp2(S^T log2(e) / sqrt(d) - L log2(e)) and dS^T = P^T o (dP^T - D) (in place of dP^T) of this thread's
-// elements, with their maxima. kCheckVisibility: test each key against the KV sequence's end and (causal) the
-// diagonal; tiles inside both skip it (rows beyond tokens_q need no test: their stats give P = 0).
-// key_base: the key of the thread's first element row; query_base: the query of its first column.
+// elements, with their maxima per key row with Config::kKeyScales (index 0: key_base, 1: key_base + 8), else in [0].
+// kCheckVisibility: test each key against the KV sequence's end and (causal) the diagonal; tiles inside both skip it
+// (rows beyond tokens_q need no test: their stats give P = 0). key_base: the key of the thread's first element row;
+// query_base: the query of its first column.
 template <class Config, bool kCheckVisibility>
 __device__ __forceinline__ void softmax_gradient(const int (&s)[8][4], float (&dp)[8][4], float (&p_t)[8][4],
-                                                 float &p_max, float &ds_max, const float *row_stats, float score_scale,
-                                                 int key_base, int query_base, int tokens_kv, int causal_offset) {
+                                                 float (&p_max)[2], float (&ds_max)[2], const float *row_stats,
+                                                 float score_scale, int key_base, int query_base, int tokens_kv,
+                                                 int causal_offset) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
@@ -252,8 +255,9 @@ __device__ __forceinline__ void softmax_gradient(const int (&s)[8][4], float (&d
       }
       p_t[n][e] = probability;
       dp[n][e] = probability * (dp[n][e] - delta);
-      p_max = fmaxf(p_max, probability);
-      ds_max = fmaxf(ds_max, fabsf(dp[n][e]));
+      const int key_row = Config::kKeyScales ? e >> 1 : 0; // per key row only where the scales are per key
+      p_max[key_row] = fmaxf(p_max[key_row], probability);
+      ds_max[key_row] = fmaxf(ds_max[key_row], fabsf(dp[n][e]));
     }
   }
 }
@@ -407,7 +411,7 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     if constexpr (Config::kCausal)
       masked = masked || key0 + kKeys - 1 > query0 + causal_offset;
     float p_t[8][4];
-    float p_max = 0.0f, ds_max = 0.0f;
+    float p_max[2] = {0.0f, 0.0f}, ds_max[2] = {0.0f, 0.0f}; // per key row of this thread (g, g + 8)
     const int key_base = key0 + warp * 16 + g, query_base = query0 + 2 * t;
     if (masked)
       softmax_gradient<Config, true>(s, dp, p_t, p_max, ds_max, row_stats, score_scale, key_base, query_base,
@@ -415,13 +419,32 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     else
       softmax_gradient<Config, false>(s, dp, p_t, p_max, ds_max, row_stats, score_scale, key_base, query_base,
                                       p.tokens_kv, causal_offset);
-    // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9), i.e. per K block of the tile
+    // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9), i.e. per K block of the tile; with
+    // Config::kKeyScales (issue 25) P for dV and dS for dK take one scale per key instead (the maxima of a key row
+    // over its 4 threads: 2 shuffles each), which factors out of dV_j and dK_j; dS for dQ keeps the tile's.
     float2 maxima[kKeyBlocks];
-    tile_max_pairs<kWarpCount>(p_max, ds_max, scratch + (step & 1) * 2 * kWarpCount, maxima);
-    float p_scale, p_inverse, ds_scale, ds_inverse;
+    tile_max_pairs<kWarpCount>(fmaxf(p_max[0], p_max[1]), fmaxf(ds_max[0], ds_max[1]),
+                               scratch + (step & 1) * 2 * kWarpCount, maxima);
+    float p_scale[2], p_inverse[2], ds_t_scale[2], ds_t_inverse[2], ds_scale, ds_inverse;
     const float2 own = of_block(maxima, warp_block);
-    int8_scale(own.x, p_scale, p_inverse);
     int8_scale(own.y, ds_scale, ds_inverse);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if constexpr (Config::kKeyScales) {
+        float key_p_max = p_max[half], key_ds_max = ds_max[half];
+#pragma unroll
+        for (int offset = 1; offset < 4; offset <<= 1) {
+          key_p_max = fmaxf(key_p_max, __shfl_xor_sync(0xffffffffu, key_p_max, offset));
+          key_ds_max = fmaxf(key_ds_max, __shfl_xor_sync(0xffffffffu, key_ds_max, offset));
+        }
+        int8_scale(key_p_max, p_scale[half], p_inverse[half]);
+        int8_scale(key_ds_max, ds_t_scale[half], ds_t_inverse[half]);
+      } else {
+        int8_scale(own.x, p_scale[half], p_inverse[half]);
+        ds_t_scale[half] = ds_scale;
+        ds_t_inverse[half] = ds_inverse;
+      }
+    }
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -430,8 +453,11 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         const signed char ds_low = int8_code(dp[n][2 * half], ds_inverse);
         const signed char ds_high = int8_code(dp[n][2 * half + 1], ds_inverse);
         *reinterpret_cast<unsigned short *>(p_t_codes + key * kTokenRowBytes + row) =
-            code_pair(int8_code(p_t[n][2 * half], p_inverse), int8_code(p_t[n][2 * half + 1], p_inverse));
-        *reinterpret_cast<unsigned short *>(ds_t_codes + key * kTokenRowBytes + row) = code_pair(ds_low, ds_high);
+            code_pair(int8_code(p_t[n][2 * half], p_inverse[half]), int8_code(p_t[n][2 * half + 1], p_inverse[half]));
+        *reinterpret_cast<unsigned short *>(ds_t_codes + key * kTokenRowBytes + row) =
+            Config::kKeyScales ? code_pair(int8_code(dp[n][2 * half], ds_t_inverse[half]),
+                                           int8_code(dp[n][2 * half + 1], ds_t_inverse[half]))
+                               : code_pair(ds_low, ds_high);
         ds_codes[row * kKeyRowBytes + key] = static_cast<unsigned char>(ds_low);
         ds_codes[(row + 1) * kKeyRowBytes + key] = static_cast<unsigned char>(ds_high);
       }
@@ -442,7 +468,11 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
 
     // Phase 2. dV_j += P^^T dO^_i, dK_j += dS^^T Q^_i (this warp's 16 keys).
     // The A fragments (2 k-steps of 32 tokens each) serve every channel tile.
-    const float dv_scale = p_scale * do_scale, dk_scale = ds_scale * q_scale;
+    // index: this thread's key row (g, g + 8), the accumulator elements e / 2
+    const float dv_scale[2] = {p_scale[0] * do_scale,
+                               Config::kKeyScales ? p_scale[1] * do_scale : p_scale[0] * do_scale};
+    const float dk_scale[2] = {ds_t_scale[0] * q_scale,
+                               Config::kKeyScales ? ds_t_scale[1] * q_scale : ds_t_scale[0] * q_scale};
     unsigned a_p[2][4], a_ds_t[2][4];
 #pragma unroll
     for (int k_step = 0; k_step < 2; ++k_step) {
@@ -461,8 +491,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       mma_s8(acc_k, a_ds_t[1], b1);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        dv[nc][e] += static_cast<float>(acc_v[e]) * dv_scale;
-        dk[nc][e] += static_cast<float>(acc_k[e]) * dk_scale;
+        dv[nc][e] += static_cast<float>(acc_v[e]) * dv_scale[e >> 1];
+        dk[nc][e] += static_cast<float>(acc_k[e]) * dk_scale[e >> 1];
       }
     }
     // dQ_i += dS^ K^_j over the tile's kKeys keys: warp w takes 16 queries (w % 4) and a 1 / (kWarpCount / 4) share
