@@ -33,16 +33,29 @@ test::DeviceCompileResult compile(const std::string &source, const std::string &
 // and products fill the register file (255 at d = 128), a spill would sit in its hot loop. One report per kernel:
 // "Function properties for x / N bytes stack frame, N bytes spill stores, ... / Used N registers" (the registers bound
 // the CTAs per SM: 2 at 255 x 128 threads).
-void checkReports(const std::string &log, const std::string &module, GpuArch arch, const BackwardSchedule &schedule) {
+// One ptxas report per kernel: (1) its name, (2) stack frame bytes, (3) spill store bytes, (4) registers.
+const std::regex &ptxasReport() {
   static const std::regex report(R"(Function properties for (\w+)\s*\nptxas\s+\.\s+(\d+) bytes stack frame, (\d+) )"
                                  R"(bytes spill stores[^\n]*\nptxas info\s*: Used (\d+) registers)");
-  for (std::sregex_iterator it(log.begin(), log.end(), report), end; it != end; ++it) {
+  return report;
+}
+
+void checkReports(const std::string &log, const std::string &module, GpuArch arch, const BackwardSchedule &schedule) {
+  for (std::sregex_iterator it(log.begin(), log.end(), ptxasReport()), end; it != end; ++it) {
     std::printf("%-64s %-7s %-24s registers %3s stack %4s spill stores %4s bytes\n", module.c_str(),
                 std::string(archName(arch)).c_str(), (*it)[1].str().c_str(), (*it)[4].str().c_str(),
                 (*it)[2].str().c_str(), (*it)[3].str().c_str());
     if (schedule.name() == "sm90.wgmma_backward" && (*it)[1].str() == "sage_bwd_main")
       CHECK_MESSAGE((*it)[3].str() == "0", "sm90 sage_bwd_main spills");
   }
+}
+
+// sage_bwd_main's spill stores (bytes) in a ptxas log; -1 without its report.
+int mainSpillStores(const std::string &log) {
+  for (std::sregex_iterator it(log.begin(), log.end(), ptxasReport()), end; it != end; ++it)
+    if ((*it)[1].str() == "sage_bwd_main")
+      return std::stoi((*it)[3].str());
+  return -1;
 }
 
 } // namespace
@@ -69,14 +82,6 @@ TEST_CASE("the rotated SageBwd kernels (issue 25) compile, the wgmma main kernel
         }
 }
 
-// sage_bwd_main's spill stores (bytes) in a ptxas log; -1 without its report.
-int mainSpillStores(const std::string &log) {
-  for (std::sregex_iterator it(log.begin(), log.end(), kReport), end; it != end; ++it)
-    if ((*it)[1].str() == "sage_bwd_main")
-      return std::stoi((*it)[3].str());
-  return -1;
-}
-
 TEST_CASE("per-key P and dS scales (issue 25): the mma.sync kernels compile, the wgmma schedule declines") {
   // Spills: the d = 128 mma.sync main kernel already spills a few bytes at 255 registers (12 on sm_80, 4 on sm_90a
   // when this was written); the per-key scales (two dV and two dK scales per thread instead of one) may add at most
@@ -98,8 +103,10 @@ TEST_CASE("per-key P and dS scales (issue 25): the mma.sync kernels compile, the
         CAPTURE(kernel.name);
         CHECK(kernel.plan.key_scales);
         CHECK_FALSE(baseline.plan.key_scales);
-        const Outcome outcome = compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
-        const Outcome baseline_outcome = compile(codegen::expandDeviceIncludes(baseline.source), baseline.name, arch);
+        const test::DeviceCompileResult outcome =
+            compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+        const test::DeviceCompileResult baseline_outcome =
+            compile(codegen::expandDeviceIncludes(baseline.source), baseline.name, arch);
         INFO(outcome.log);
         REQUIRE(outcome.compiled);
         REQUIRE(baseline_outcome.compiled);
