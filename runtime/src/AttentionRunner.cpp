@@ -351,15 +351,14 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
       kernel.block,
       kernel.dynamic_shared_bytes,
       stream};
-  if (state.kernels.plan.grid.persistent_ctas_per_multiprocessor > 0) // its CTAs claim tiles from zero
-    CudaDriver::instance().fillWordsAsync(
-        reinterpret_cast<driver::DevicePointer>(workspace) + layout.attention_counters.offset, 0u, 1, stream);
-  if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // sm90: the TMA tensor maps of this call
-    kernel.kernel.launch(makeSm90AttentionParams(state.kernels.plan, shape, layout, params,
-                                                 {tensors.v, tensors.v_strides},
-                                                 qk_in_place ? QkRows{tensors.q, tensors.k} : QkRows{}),
-                         launch);
-  else
+  if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) { // sm90: the TMA tensor maps of this call
+    const SageSm90AttentionParams sm90 =
+        makeSm90AttentionParams(state.kernels.plan, shape, layout, params, {tensors.v, tensors.v_strides},
+                                qk_in_place ? QkRows{tensors.q, tensors.k} : QkRows{});
+    if (sm90.tile_counter != nullptr) // a persistent kernel's CTAs claim tiles from zero
+      CudaDriver::instance().fillWordsAsync(reinterpret_cast<driver::DevicePointer>(sm90.tile_counter), 0u, 1, stream);
+    kernel.kernel.launch(sm90, launch);
+  } else
     kernel.kernel.launch(params, launch);
 }
 
