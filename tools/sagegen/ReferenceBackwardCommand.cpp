@@ -274,9 +274,10 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
                     "rotate Q and K by a randomized Hadamard transform before quantizing them, in the forward and in "
                     "the backward's S, dQ and dK (issue 25/28: the presets' rotate(), as sagebwd-rot; a rotating "
                     "backward preset rotates its forward too)");
-  command->add_flag("--token-scales", options->token_scales,
-                    "P and dS in int8 with one scale per token of their product's output (per key for dV and dK, "
-                    "per query for dQ) instead of one per 64x64 tile (issue 25; the CPU reference only for now)");
+  command->add_flag(
+      "--token-scales", options->token_scales,
+      "P and dS in int8 with one scale per token of their product's output (per key for dV and dK, "
+      "per query for dQ) instead of one per 64x64 tile (issue 25; kernels: sagebwd-rot-ks, per key only)");
   command->add_flag("--no-smooth-k", options->no_smooth_k,
                     "the ablation: the backward recomputes S and forms dQ from K as given, without K smoothing");
   command
