@@ -171,7 +171,10 @@ TEST_CASE("whole and split calls on a workspace of stale bytes: the persistent k
   // call's count) would hand out no tiles, and the output would keep its NaN fill.
   using runtime::RunPhase;
   CausalCase c{2, 4, 2, 300, 300, runtime::CausalAlignment::bottom_right, 0xff};
-  c.calls = {{RunPhase::all}, {RunPhase::all}, {RunPhase::prologue, RunPhase::attention}, {RunPhase::attention},
+  c.calls = {{RunPhase::all},
+             {RunPhase::all},
+             {RunPhase::prologue, RunPhase::attention},
+             {RunPhase::attention},
              {RunPhase::all}};
   const AccuracyMetrics metrics = runCausal(c);
   CHECK(metrics.relative_l1 <= 0.01);
