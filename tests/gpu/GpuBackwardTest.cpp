@@ -434,11 +434,12 @@ TEST_CASE("sagebwd-rot: Q and K rotated in the backward kernels, K offsets + Q o
 }
 
 // Issue 25, per-key scales: sagebwd-rot with P (for dV) and dS (for dK) scaled per key instead of per 64x64 tile
-// (token_scales(true, false): the mma.sync kernel's Config::kKeyScales; dS for dQ keeps its tile scale), on the data
-// of the case above. The kernels match the CPU reference of the same variant and, against exact gradients, meet the
-// issue's bounds (cos >= 0.998, rel-L1 <= 0.06) wherever that reference does (the CPU reference at these sizes, d 128:
-// dQ 0.053-0.056, dK 0.047-0.049, dV 0.037-0.039; d 64 at 130 x 190 tokens misses them on its own: dQ and dK 0.062),
-// and dK and dV beat the per-tile kernel's rel-L1 on the same inputs.
+// (token_scales(true, false), preset sagebwd-rot-ks: Config::kKeyScales of both kernels; dS for dQ keeps its tile
+// scale), on the data of the case above, every schedule (on an H100/H200 the wgmma one first, then the mma.sync one).
+// The kernels match the CPU reference of the same variant and, against exact gradients, meet the issue's bounds
+// (cos >= 0.998, rel-L1 <= 0.06) wherever that reference does (the CPU reference at these sizes, d 128: dQ
+// 0.053-0.056, dK 0.047-0.049, dV 0.037-0.039; d 64 at 130 x 190 tokens misses them on its own: dQ and dK 0.062),
+// and dK and dV beat the rel-L1 of the same schedule's per-tile kernel on the same inputs.
 TEST_CASE("sagebwd-rot with per-key P and dS scales: K offsets + Q outliers (issue 25)") {
   const GpuArch arch = deviceArch();
   const DataClass data{"K offsets + Q outliers", 8.0, 20.0};
@@ -455,11 +456,17 @@ TEST_CASE("sagebwd-rot with per-key P and dS scales: K offsets + Q outliers (iss
         reference::runBackwardReference(per_key, in.q, in.k, in.v, in.o, in.d_o, in.lse);
     const reference::GradientAccuracy reference_vs_exact = reference::compareGradients(exact, expected);
     const std::vector<codegen::BackwardKernelSource> per_tile_kernels = kernelsOf(per_tile, arch, c.input);
-    const Run per_tile_run = runKernels(per_tile_kernels.front(), c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
-    const reference::GradientAccuracy per_tile_vs_exact = reference::compareGradients(exact, per_tile_run.gradients);
-    for (const codegen::BackwardKernelSource &kernel : kernelsOf(per_key, arch, c.input)) {
+    const std::vector<codegen::BackwardKernelSource> per_key_kernels = kernelsOf(per_key, arch, c.input);
+    REQUIRE(per_key_kernels.size() == per_tile_kernels.size()); // the schedules that run one run the other
+    if (hasWgmma(arch))
+      CHECK(per_key_kernels.front().plan.schedule == "sm90.wgmma_backward");
+    for (size_t i = 0; i < per_key_kernels.size(); ++i) {
+      const codegen::BackwardKernelSource &kernel = per_key_kernels[i];
       CAPTURE(kernel.name);
       REQUIRE(kernel.plan.key_scales);
+      REQUIRE(per_tile_kernels[i].plan.schedule == kernel.plan.schedule);
+      const Run per_tile_run = runKernels(per_tile_kernels[i], c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
+      const reference::GradientAccuracy per_tile_vs_exact = reference::compareGradients(exact, per_tile_run.gradients);
       const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
       const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
       const reference::GradientAccuracy vs_exact = reference::compareGradients(exact, run.gradients);
