@@ -6,8 +6,9 @@
 // K; K with per-channel offsets (a different one per KV head) and Q with outlier channels, against the issue's bounds,
 // and the kernels of the ablation without smoothing. The rotation (issue 25, sagebwd-rot): Q and K rotated by a
 // randomized Hadamard transform in the preprocess, dQ and dK rotated back, after the rotated forward, on K offsets plus
-// Q outlier channels.
-// Timing: one forward-free backward per shape at the end (the speed table is the runtime's job, issue 12 part 3).
+// Q outlier channels; with per-key P/dS scales (sagebwd-rot-ks) on every schedule against its per-tile kernel.
+// Timing: one forward-free backward per shape and preset at the end (the speed table is the runtime's job, issue 12
+// part 3).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/device/sm80/backward_params.cuh"
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace sage;
@@ -505,13 +507,16 @@ TEST_CASE("SageBwd gradients against exact attention, N(0,1), N = 1024, d = 128 
   }
 }
 
+// sagebwd at 1k and 4k tokens; the rotated presets (issue 25: per-tile sagebwd-rot and per-key sagebwd-rot-ks) at 4k,
+// for the cost of the per-key scales on each schedule.
 TEST_CASE("SageBwd kernel time (backward only; TOPS count 2.5x the forward's flops)") {
   const GpuArch arch = deviceArch();
-  for (int64_t tokens : {1024, 4096})
+  const std::pair<const char *, int64_t> runs[] = {
+      {"sagebwd", 1024}, {"sagebwd", 4096}, {"sagebwd-rot", 4096}, {"sagebwd-rot-ks", 4096}};
+  for (const auto &[preset, tokens] : runs)
     for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
       const Case c{128, mask, InputType::bf16, 16, 16, tokens, tokens};
-      const BackwardVariant variant =
-          dsl::backwardPreset("sagebwd", 128, mask)->float_type(ElementType::bf16).describe();
+      const BackwardVariant variant = dsl::backwardPreset(preset, 128, mask)->float_type(ElementType::bf16).describe();
       for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, c.input)) {
         using reference::randomTensor;
         const auto bf16 = reference::StorageType::bf16;
@@ -520,7 +525,7 @@ TEST_CASE("SageBwd kernel time (backward only; TOPS count 2.5x the forward's flo
         const std::vector<double> lse(static_cast<size_t>(c.heads_q * tokens), 8.0);
         const Run run = runKernels(kernel, c, q, k, k, q, q, lse, 10);
         const double flops = 4.0 * c.heads_q * tokens * tokens * 128 * 2.5 * (mask == MaskKind::causal ? 0.5 : 1.0);
-        std::printf("gpu_backward_test: %-52s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
+        std::printf("gpu_backward_test: %-68s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
                     static_cast<long long>(tokens), run.milliseconds, flops / (run.milliseconds * 1e-3) / 1e12);
         CHECK(run.milliseconds > 0.0f);
       }
