@@ -88,10 +88,10 @@ def main():
                     return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal)
 
                 def sagebwd_rot(q_, k_, v_):
-                    return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
+                    return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot")
 
-                def sagebwd_rot_ks(q_, k_, v_):
-                    return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot-ks")
+                def sagebwd_rot_ks(q_, k_, v_):  # sagebwd_attention(rotate=True)'s pairing
+                    return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
 
                 impls = {"cudnn": cudnn, "sagebwd": sagebwd, "sagebwd-rot": sagebwd_rot,
                          "sagebwd-rot-ks": sagebwd_rot_ks}

@@ -10,7 +10,9 @@ bottom-right aligned (the same as top-left when tokens_q == tokens_kv).
 The LSE output carries no gradient (its incoming gradient is ignored).
 
 Rotation (issue 25): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`: Q and K rotated along d by a randomized
-Hadamard transform before quantization, for Q outlier channels) pairs with the rotated backward preset `sagebwd-rot`;
+Hadamard transform before quantization, for Q outlier channels) pairs with the rotated backward preset
+`sagebwd-rot-ks` (rotated, and P and dS scaled per key for dV and dK: on K offsets + Q outlier channels dK / dV
+rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105, forward + backward 4-11% slower; H200 run 46);
 `rotate=True` picks both (the forward preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward
 preset's name.
 """
@@ -129,10 +131,11 @@ def run_backward(q, k, v, o, lse, d_o, d_q, d_k, d_v, causal, scale, workspace_a
 
 
 ROTATED_SUFFIX = "-rot"  # the rotated forward presets' names (rotatedPresets() in dsl/builder/Presets.cpp)
+ROTATED_BACKWARD = "sagebwd-rot-ks"  # the rotated backward preset they pair with (the module docstring says why)
 
 
 def paired_presets(forward_preset, rotate):
-    """(forward preset, backward preset) for sagebwd_attention: a rotated forward pairs with `sagebwd-rot`."""
+    """(forward preset, backward preset) for sagebwd_attention: a rotated forward pairs with ROTATED_BACKWARD."""
     if not isinstance(forward_preset, str) or not forward_preset:
         raise SageArgumentError(f"forward_preset: expected a preset name, got {forward_preset!r}")
     if rotate not in (None, True, False):
@@ -142,7 +145,7 @@ def paired_presets(forward_preset, rotate):
         forward_preset, rotated = forward_preset + ROTATED_SUFFIX, True
     elif rotate is False and rotated:
         raise SageArgumentError(f"rotate: False, but forward_preset '{forward_preset}' rotates Q and K")
-    return forward_preset, ("sagebwd-rot" if rotated else "sagebwd")
+    return forward_preset, (ROTATED_BACKWARD if rotated else "sagebwd")
 
 
 def _backward_body(q, k, v, o, lse, d_o, causal, scale, preset="sagebwd"):

@@ -86,6 +86,17 @@ class BackwardTest(unittest.TestCase):
             _backward._BackwardRunner("sage-b", 64, False, _library.DTYPE_F16, 0)
         self.assertIn("config.preset: unknown backward preset 'sage-b'", str(caught.exception))
 
+    def test_rotated_forward_presets_train_with_the_per_key_backward(self):
+        from sagegen import _backward
+        self.assertEqual(_backward.paired_presets("sage-b", True), ("sage-b-rot", "sagebwd-rot-ks"))
+        self.assertEqual(_backward.paired_presets("sage2-fp8-rot", None), ("sage2-fp8-rot", "sagebwd-rot-ks"))
+        self.assertEqual(_backward.paired_presets("sage-b", None), ("sage-b", "sagebwd"))
+        for preset in ("sagebwd-rot-ks", "sagebwd"):  # presets the library knows (no GPU here: a later refusal)
+            try:
+                _backward._BackwardRunner(preset, 128, False, _library.DTYPE_F16, 0)
+            except sagegen.SageError as error:
+                self.assertNotIn("unknown backward preset", str(error))
+
     def test_a_host_q_is_refused_before_any_device_work(self):
         from sagegen import _backward
         q = FakeTensor((1, 1, 128, 64), device=Device("cpu"))
