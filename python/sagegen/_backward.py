@@ -12,7 +12,7 @@ The LSE output carries no gradient (its incoming gradient is ignored).
 Rotation (issue 25): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`: Q and K rotated along d by a randomized
 Hadamard transform before quantization, for Q outlier channels) pairs with the rotated backward preset
 `sagebwd-rot-ks` (rotated, and P and dS scaled per key for dV and dK: on K offsets + Q outlier channels dK / dV
-rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105, forward + backward 4-11% slower; H200 run 46);
+rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105, forward + backward 3-10% slower; H200 run 46);
 `rotate=True` picks both (the forward preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward
 preset's name.
 """
