@@ -57,7 +57,7 @@ class FakeCuda:
         self.owner = owner
 
     def is_current_stream_capturing(self):
-        return False
+        return self.owner.capturing
 
     def current_stream(self, device):
         return "stream"
@@ -76,7 +76,7 @@ class FakeTorch:
     float32, uint8 = "torch.float32", "torch.uint8"
 
     def __init__(self):
-        self.current, self.guards, self.allocations = 0, [], []
+        self.current, self.guards, self.allocations, self.capturing, self.stream = 0, [], [], False, 0x5000
         self.cuda = FakeCuda(self)
         owner = self
 
@@ -87,7 +87,7 @@ class FakeTorch:
 
             @staticmethod
             def _cuda_getCurrentRawStream(device):
-                return 0x5000 + device
+                return owner.stream + device
         self._C = C
 
     def empty(self, shape, dtype, device):
@@ -100,7 +100,7 @@ class FakeLibrary:
     """Records what each sage_attention_run sees: the descriptions behind RunArgs' pointers."""
 
     def __init__(self):
-        self.runs, self.workspace_queries = [], 0
+        self.runs, self.workspace_queries, self.workspace_size = [], 0, 4096
 
     def sage_attention_create(self, config, handle):
         handle._obj.value = 0x1234
@@ -111,7 +111,7 @@ class FakeLibrary:
 
     def sage_attention_workspace_bytes(self, handle, layout, q, k, size):
         self.workspace_queries += 1
-        size._obj.value = 4096
+        size._obj.value = self.workspace_size
         return 0
 
     def sage_attention_run(self, handle, args_ref):
@@ -135,6 +135,7 @@ class FakedTest(unittest.TestCase):
         self.torch, self.library = FakeTorch(), FakeLibrary()
         self.saved = sagegen._torch_module, sagegen.library
         sagegen._torch_module, sagegen.library = self.torch, lambda: self.library
+        sagegen._small_workspaces.clear()
 
     def tearDown(self):
         sagegen._torch_module, sagegen.library = self.saved
@@ -336,13 +337,37 @@ class EagerSageattnTest(FakedTest):
         self.assertEqual(len(_torch._bound.calls), 1)
         runs = self.library.runs[-3:]
         self.assertEqual([run["o"][0] for run in runs], [out.data_ptr() for out in outs])  # fresh out per call
-        self.assertEqual(len({run["workspace"][0] for run in runs}), 3)  # and workspace, from the allocator
+        self.assertEqual(len({run["workspace"][0] for run in runs}), 1)  # a small workspace: the stream's, held
         self.assertEqual({run["stream"] for run in runs}, {0x5000})  # the current stream of q's device
         q2, k2, v2 = (EagerTensor((1, 8, 128, 64)) for _ in range(3))  # new tensors, same signature: same binding
         sagegen.sageattn(q2, k2, v2, is_causal=True, preset="sage2-fp8")
         self.assertEqual(len(_torch._bound.calls), 1)
         self.assertEqual([self.library.runs[-1][name][0] for name in "qkv"], [t.data_ptr() for t in (q2, k2, v2)])
         self.assertEqual(self.library.workspace_queries, 1)
+
+    def test_only_small_workspaces_are_held_and_never_under_capture(self):
+        q, k, v = (EagerTensor((1, 8, 128, 64)) for _ in range(3))
+        pointers = lambda runs: {run["workspace"][0] for run in runs}  # noqa: E731
+        for _ in range(2):
+            sagegen.sageattn(q, k, v)
+        self.torch.stream = 0x6000  # another stream: its own
+        for _ in range(2):
+            sagegen.sageattn(q, k, v)
+        self.assertEqual(len(pointers(self.library.runs[:2])), 1)
+        self.assertEqual(len(pointers(self.library.runs)), 2)
+        self.assertEqual(len(sagegen._small_workspaces), 2)
+        self.torch.capturing = True  # a graph's workspace comes from its pool: per call
+        for _ in range(2):
+            sagegen.sageattn(q, k, v)
+        self.assertEqual(len(pointers(self.library.runs[-2:])), 2)
+        self.torch.capturing = False
+        self.library.workspace_size = (8 << 20) + 256  # large: per call, from the caching allocator
+        big = [EagerTensor((1, 8, 4096, 64)) for _ in range(3)]
+        for _ in range(2):
+            sagegen.sageattn(*big)
+        self.assertEqual(len(pointers(self.library.runs[-2:])), 2)
+        self.assertEqual([run["workspace"][1] for run in self.library.runs[-2:]], [(8 << 20) + 256] * 2)
+        self.assertEqual(len(sagegen._small_workspaces), 2)
 
     def test_what_changes_a_call_binds_it_anew(self):
         q, k, v = (EagerTensor((1, 8, 128, 64)) for _ in range(3))
@@ -390,7 +415,7 @@ class EagerSageattnTest(FakedTest):
             sagegen.sageattn(q, k, v, tensor_layout="NHD", is_causal=True)
         workspaces = [run["workspace"] for run in self.library.runs[-3:]]
         self.assertEqual([size for _, size in workspaces], [4096] * 3)
-        self.assertEqual(len({pointer for pointer, _ in workspaces}), 3)  # per call, from the allocator
+        self.assertEqual(len({pointer for pointer, _ in workspaces}), 1)  # small: the stream's held workspace
         self.assertEqual(len(_torch._bound.calls), 2)  # with and without options; the sm_scale call is not bound
         self.assertEqual(len(_torch._attentions), 2)
         self.assertEqual(self.library.workspace_queries, 2)  # one shape: one size query per Attention (lse or not)
