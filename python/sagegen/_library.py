@@ -89,8 +89,11 @@ def _declare(library):
     library.sage_attention_block_sizes.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
                                                    ctypes.POINTER(ctypes.c_int)]
     library.sage_attention_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(RunArgs)]
+    library.sage_attention_head_dim.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
+                                                ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     library.sage_attention_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     for name in ("sage_attention_create", "sage_attention_workspace_bytes", "sage_attention_block_sizes",
+                 "sage_attention_head_dim",
                  "sage_attention_run", "sage_attention_describe"):
         getattr(library, name).restype = ctypes.c_int
 

@@ -9,7 +9,7 @@ import threading
 import warnings
 from typing import Optional, Tuple
 
-from ._head_dim import SM90_HEAD_DIMS, kernel_head_dim
+from ._head_dim import kernel_head_dim
 from ._library import BOTTOM_RIGHT, TOP_LEFT, SageArgumentError, SageUnsupportedError
 from ._tensors import heads_tokens, layout_code
 
@@ -189,10 +189,10 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
             raise SageArgumentError(f"sm_scale: expected a positive finite number, got {sm_scale!r}")
     head_dim = q.shape[-1]
     padded = head_dim
-    if head_dim not in SM90_HEAD_DIMS and k.shape[-1] == v.shape[-1] == head_dim and q.device.type == "cuda":
+    if k.shape[-1] == v.shape[-1] == head_dim and q.device.type == "cuda":
         padded = kernel_head_dim(head_dim, heads_tokens(k, tensor_layout, "k")[2], preset,
                                  torch.cuda.get_device_capability(q.device), block_mask is not None,
-                                 bool(os.environ.get("SAGEGEN_SCHEDULE")))
+                                 q.dtype == torch.bfloat16)
         if padded != head_dim:  # zero channels: exact (_head_dim.py)
             q, k, v = (torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (q, k, v))
     folded = False

@@ -126,7 +126,7 @@ class SlaTest(unittest.TestCase):
 
 
 class KernelHeadDimTest(unittest.TestCase):
-    """sageattn's head-dim rule (_head_dim.py): which dim a call runs at."""
+    """sageattn's head-dim rule (_head_dim.py over the library's sage_attention_head_dim): which dim a call runs at."""
 
     def test_the_sm90_kernels_dims_and_other_archs_keep_their_dim(self):
         from sagegen._head_dim import kernel_head_dim
@@ -145,7 +145,11 @@ class KernelHeadDimTest(unittest.TestCase):
         self.assertEqual(kernel_head_dim(32, 16384, "sage-b", (9, 0)), 32)  # measured no faster padded
         self.assertEqual(kernel_head_dim(32, 16384, "sage2-fp8", (9, 0)), 64)
         self.assertEqual(kernel_head_dim(80, 16384, "sage-t", (9, 0)), 80)  # not measured: unchanged
-        self.assertEqual(kernel_head_dim(80, 16384, "sage-b", (9, 0), forced_schedule=True), 80)
+        os.environ["SAGEGEN_SCHEDULE"] = "sm80.mma_sync"  # forced, as the runner reads it
+        try:
+            self.assertEqual(kernel_head_dim(80, 16384, "sage-b", (9, 0)), 80)
+        finally:
+            del os.environ["SAGEGEN_SCHEDULE"]
         self.assertEqual(kernel_head_dim(80, 16384, "sage-b", (9, 0), block_mask=True), 80)
 
     def test_dims_without_a_kernel_are_padded_to_the_next_one(self):

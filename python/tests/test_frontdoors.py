@@ -59,6 +59,9 @@ class FakeCuda:
     def is_current_stream_capturing(self):
         return self.owner.capturing
 
+    def get_device_capability(self, device):
+        return (9, 0)
+
     def current_stream(self, device):
         return "stream"
 
@@ -319,6 +322,8 @@ class EagerSageattnTest(FakedTest):
         _torch.torch, _torch._get_current_dispatch_mode = self.torch, lambda: None
         _torch._attentions.clear()
         self.saved_bound, _torch._bound = _torch._bound, threading.local()
+        # The head-dim rule is the library's (tested in test_checks.py): here every dim has a kernel.
+        self.saved_rule, _torch.kernel_head_dim = _torch.kernel_head_dim, lambda head_dim, *args: head_dim
 
     def tearDown(self):
         _torch.torch, mode, attentions = self.saved_torch
@@ -328,7 +333,7 @@ class EagerSageattnTest(FakedTest):
             _torch._get_current_dispatch_mode = mode
         _torch._attentions.clear()
         _torch._attentions.update(attentions)
-        _torch._bound = self.saved_bound
+        _torch._bound, _torch.kernel_head_dim = self.saved_bound, self.saved_rule
         super().tearDown()
 
     def test_a_repeated_call_is_bound_once_and_passes_its_new_pointers(self):

@@ -3,6 +3,8 @@
 #include "sage/sage_c.h"
 #include "sage/sage_sla_c.h"
 
+#include "HeadDimChoice.h"
+
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 #include "sage/ir/Program.h"
@@ -22,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <initializer_list>
@@ -246,6 +249,30 @@ sage_status sage_attention_workspace_bytes(sage_attention_t attention, sage_layo
     call.q = describe(q, "q");
     call.k = describe(k, "k");
     *bytes = runner.workspaceBytes(call);
+  });
+}
+
+sage_status sage_attention_head_dim(const char *preset, int head_dim, long long tokens_kv, int capability,
+                                    sage_dtype dtype, int block_mask, int *run_head_dim) {
+  return guarded([&] {
+    if (!preset)
+      throw ArgumentError("preset", "must not be null");
+    if (!run_head_dim)
+      throw ArgumentError("run_head_dim", "must not be null");
+    if (capability < 10 || capability > 999)
+      throw ArgumentError("capability", "expected major * 10 + minor (e.g. 90), got " + std::to_string(capability));
+    if (dtype != 0 && dtype != SAGE_DTYPE_F16 && dtype != SAGE_DTYPE_BF16)
+      throw ArgumentError("dtype", "expected SAGE_DTYPE_F16, SAGE_DTYPE_BF16 or 0 (f16), got " + std::to_string(dtype));
+    sage::runtime::HeadDimRequest request;
+    request.preset = preset;
+    request.head_dim = head_dim;
+    request.tokens_kv = tokens_kv;
+    request.arch = sage::schedules::archFromComputeCapability(capability / 10, capability % 10);
+    request.input = dtype == SAGE_DTYPE_BF16 ? sage::schedules::InputType::bf16 : sage::schedules::InputType::f16;
+    request.block_mask = block_mask != 0;
+    const char *forced = std::getenv("SAGEGEN_SCHEDULE"); // as AttentionRunner reads it
+    request.schedule = forced ? forced : "";
+    *run_head_dim = sage::runtime::runHeadDim(request);
   });
 }
 

@@ -105,6 +105,16 @@ void sage_attention_destroy(sage_attention_t attention);
 sage_status sage_attention_workspace_bytes(sage_attention_t attention, sage_layout layout, const sage_tensor_desc *q,
                                            const sage_tensor_desc *k, size_t *bytes);
 
+/* The head dim to run a call of `preset` at `head_dim` with `tokens_kv` keys on a GPU of compute capability
+ * `capability` (major * 10 + minor, e.g. 90) with inputs of `dtype` (SAGE_DTYPE_F16 / _BF16; 0: f16): `head_dim`
+ * itself where a kernel takes it, else the next dim with a kernel (or, for sage-b and sage2-fp8 on sm_90a, with a
+ * faster one). Zero-padding Q, K and V to it is exact; the caller folds its softmax scale into Q and cuts O's padded
+ * channels. `block_mask`: nonzero for a block-sparse call (never padded). $SAGEGEN_SCHEDULE restricts the choice to
+ * that schedule, as it does the runner's. An unknown preset or a dim no kernel can take is returned unchanged (the
+ * runner refuses it, saying why). */
+sage_status sage_attention_head_dim(const char *preset, int head_dim, long long tokens_kv, int capability,
+                                    sage_dtype dtype, int block_mask, int *run_head_dim);
+
 /* The block mask's granularity: Q rows and KV tokens per mask entry. */
 sage_status sage_attention_block_sizes(sage_attention_t attention, int *block_q, int *block_kv);
 
