@@ -4,6 +4,7 @@
 // K equals dQ from K (dS's rows sum to zero) to double rounding, and it repairs the gradients on K with per-channel
 // offsets, with Q outlier channels too, where the ablation without it falls apart.
 #include "sage/reference/Backward.h"
+#include "VectorErrors.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
@@ -17,26 +18,12 @@
 
 using namespace sage;
 using namespace sage::reference;
+using namespace sage::reference_test;
 
 namespace {
 
 HostTensor randomHnd(int64_t heads, int64_t tokens, int64_t dim, StorageType storage, uint64_t seed) {
   return randomTensor(1, heads, tokens, dim, storage, Layout::hnd, {seed});
-}
-
-double maxAbs(const std::vector<double> &values) {
-  double result = 0.0;
-  for (double value : values)
-    result = std::max(result, std::fabs(value));
-  return result;
-}
-
-double maxAbsDifference(const std::vector<double> &a, const std::vector<double> &b) {
-  REQUIRE(a.size() == b.size());
-  double result = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    result = std::max(result, std::fabs(a[i] - b[i]));
-  return result;
 }
 
 // L = sum(O o G): its gradient with respect to O is G, so dO = G.
