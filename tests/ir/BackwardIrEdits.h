@@ -1,6 +1,10 @@
-// What the backward IR tests share: the sagebwd program they start from (K smoothed, causal) and the find-and-replace
-// edits that turn it into each verifier case. Line numbers matter: each case names the line its error points at.
+// What the backward IR tests share: the sagebwd program they start from (K smoothed, causal), edited into each verifier
+// case (IrEdits.h's applyEdits), and the check of those cases. Line numbers matter: each case names the line its error
+// points at.
 #pragma once
+
+#include "IrEdits.h"
+#include "sage/ir/BackwardProgram.h"
 
 #include <doctest/doctest.h>
 
@@ -40,24 +44,26 @@ inline const std::string kSageBwdCausalProgram =
 }
 )";
 
-struct Edit {
-  std::string find, replace;
-};
-
-struct RuleCase {
-  const char *rule;
-  std::vector<Edit> edits;
-  const char *message; // a substring of the first diagnostic
-  int line;            // the line it points at
-};
-
-inline std::string applyEdits(std::string text, const std::vector<Edit> &edits) {
-  for (const Edit &edit : edits) {
-    size_t at = text.find(edit.find);
-    REQUIRE_MESSAGE(at != std::string::npos, "edit target not found: " << edit.find);
-    text.replace(at, edit.find.size(), edit.replace);
+// Parses each rule's edit of `base` as a backward program, which must fail: its first diagnostic holds the rule's
+// message (and `also`, when given) and points at the rule's line.
+inline void checkBackwardRules(const std::vector<RuleCase> &rules, const std::string &base,
+                               const char *also = nullptr) {
+  for (const RuleCase &rule : rules) {
+    CAPTURE(rule.rule);
+    const std::string text = applyEdits(base, rule.edits);
+    try {
+      (void)ir::BackwardProgram::parse(text, "edited.mlir");
+      FAIL("the edited program verified");
+    } catch (const ir::ProgramError &error) {
+      REQUIRE_FALSE(error.diagnostics().empty());
+      const ir::Diagnostic &first = error.diagnostics().front();
+      CHECK_MESSAGE(first.message.find(rule.message) != std::string::npos, first.message);
+      if (also)
+        CHECK_MESSAGE(first.message.find(also) != std::string::npos, first.message);
+      CHECK(first.location ==
+            "edited.mlir:" + std::to_string(rule.line) + ":" + first.location.substr(first.location.rfind(':') + 1));
+    }
   }
-  return text;
 }
 
 } // namespace sage::ir_test

@@ -1,5 +1,6 @@
-// What the forward IR tests share: the sage-b program they start from (causal, with LSE) and the find-and-replace
-// edits that turn it into each case. Line numbers matter: each verifier case names the line its error points at.
+// What the IR tests share: the sage-b program the forward tests start from (causal, with LSE) and the find-and-replace
+// edits that turn a program into each case (BackwardIrEdits.h has the backward's program). Line numbers matter: each
+// verifier case names the line its error points at.
 #pragma once
 
 #include <doctest/doctest.h>

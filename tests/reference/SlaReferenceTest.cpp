@@ -1,6 +1,6 @@
 // The SLA reference (issue 13): block classes on hand-made inputs, the forward against a dense masked formula, the
 // backward against central finite differences on tiny sizes.
-#include "VectorErrors.h"
+#include "ReferenceTestSupport.h"
 #include "sage/dsl/Presets.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Sla.h"
