@@ -58,17 +58,23 @@ __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, con
   }
 }
 
+// Element i of O's accumulator (not int8's: its blocks go straight into `flushed`) in f32; an f16 accumulator holds
+// two per register.
+template <class Config> __device__ __forceinline__ float output_value(const ConsumerState<Config> &state, int i) {
+  if constexpr (ConsumerState<Config>::kF16Accumulator) {
+    float low, high;
+    unpack_f16x2(state.output[i / 2], low, high);
+    return i % 2 == 0 ? low : high;
+  } else {
+    return state.output[i];
+  }
+}
+
 // The accumulator added into the outer f32 sum (two-level accumulation's flush).
 template <class Config> __device__ __forceinline__ void flush_output(ConsumerState<Config> &state) {
 #pragma unroll
   for (int i = 0; i < Config::kHeadDim / 2; ++i) {
-    if constexpr (ConsumerState<Config>::kF16Accumulator) {
-      float low, high;
-      unpack_f16x2(state.output[i / 2], low, high);
-      state.flushed[i] += i % 2 == 0 ? low : high;
-    } else {
-      state.flushed[i] += state.output[i];
-    }
+    state.flushed[i] += output_value(state, i);
   }
 }
 
@@ -84,17 +90,8 @@ __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
           fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
   } else if constexpr (ConsumerState<Config>::kFoldsRescale) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i) {
-      float value;
-      if constexpr (ConsumerState<Config>::kF16Accumulator) {
-        float low, high;
-        unpack_f16x2(state.output[i / 2], low, high);
-        value = i % 2 == 0 ? low : high;
-      } else {
-        value = state.output[i];
-      }
-      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], value);
-    }
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], output_value(state, i));
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
       state.blocks_since_flush = 0;
@@ -116,15 +113,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 #pragma unroll
   for (int i = 0; i < Config::kHeadDim / 2; ++i) {
     float value;
-    if constexpr (Config::kPv != PvOperands::int8) {
-      if constexpr (ConsumerState<Config>::kF16Accumulator) {
-        float low, high;
-        unpack_f16x2(state.output[i / 2], low, high);
-        value = i % 2 == 0 ? low : high;
-      } else {
-        value = state.output[i];
-      }
-    }
+    if constexpr (Config::kPv != PvOperands::int8)
+      value = output_value(state, i);
     if constexpr (Config::kPv == PvOperands::int8)
       value = state.flushed[i];
     else if constexpr (Config::kTwoLevel) // the outer sum and the blocks since its last flush, both relative to m
