@@ -158,29 +158,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
     }
   }
   if constexpr (Config::kWriteLse) {
-    if (!base.lse)
-      return;
-    constexpr float kLn2 = 0.693147180559945309f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = rows[half];
-      float correction = 0.0f;
-      if constexpr (Config::kLseCorrection) {
-        // K was smoothed: every score of row i moved by q_i . mean(K) / sqrt(d).
-        const float *k_mean =
-            reinterpret_cast<const float *>(workspace + base.offsets.k_mean) + tile.kv_head_index * Config::kHeadDim;
-        const unsigned short *q = static_cast<const unsigned short *>(base.q) + tile.batch * base.q_strides.batch +
-                                  tile.head * base.q_strides.head;
-        correction = smoothed_k_lse_correction<Config::kHeadDim, Config::kBf16>(
-            q + row * base.q_strides.token, k_mean, row < size.tokens_q, quad_lane, base.softmax_scale);
-      }
-      if (quad_lane != 0 || row >= size.tokens_q)
-        continue;
-      const float sum = state.row_sum[half];
-      base.lse[tile.q_head_index * size.tokens_q + row] =
-          sum > 0.0f ? (state.row_max[half] + fast_log2(sum) - Config::kProbabilityCodeLog2) * kLn2 + correction
-                     : negative_infinity();
-    }
+    if (base.lse)
+      write_lse<Config>(base, tile, rows, state.row_max, state.row_sum, quad_lane, Config::kProbabilityCodeLog2);
   }
 }
 
