@@ -3,7 +3,7 @@
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/BackwardProgram.h"
 
-#include "BackwardIrEdits.h"
+#include "IrEdits.h"
 
 #include <doctest/doctest.h>
 
