@@ -43,14 +43,15 @@ def _per_call_us(run, calls, rounds):
     return statistics.median(samples)
 
 
-def c_call(attention, q, k, v, out, workspace):
-    """sage_attention_run alone, its arguments built once: the library's own host time (checks, launches)."""
+def c_call(attention, q, k, v, out, workspace, phase=sagegen.PHASE_ALL):
+    """sage_attention_run alone, its arguments built once: the library's own host time (checks, launches). phase:
+    PHASE_PROLOGUE or PHASE_ATTENTION for one side's share."""
     from sagegen._library import RunArgs, check, library
     from sagegen._tensors import describe, layout_code
     runner = attention._runner(q.device.index, describe(q, "q").dtype)
     descs = {name: describe(tensor, name) for name, tensor in (("q", q), ("k", k), ("v", v), ("o", out))}
     args = RunArgs()
-    args.layout, args.phase = layout_code("HND"), sagegen.PHASE_ALL
+    args.layout, args.phase = layout_code("HND"), phase
     args.causal_alignment = attention._alignment
     for name, desc in descs.items():
         setattr(args, name, ctypes.pointer(desc))
@@ -83,6 +84,16 @@ def main():
             lambda attention=attention, out=out, workspace=workspace: attention(q, k, v, out=out, workspace=workspace),
             None)
         runs[f"{preset} C call alone"] = (c_call(attention, q, k, v, out, workspace), None)
+        runs[f"{preset} C call, prologue phase"] = (
+            c_call(attention, q, k, v, out, workspace, sagegen.PHASE_PROLOGUE), None)
+        runs[f"{preset} C call, attention phase"] = (
+            c_call(attention, q, k, v, out, workspace, sagegen.PHASE_ATTENTION), None)
+    # What a call is made of elsewhere: one launch through PyTorch, and the two allocations a sageattn call makes.
+    tiny = torch.zeros(1, device="cuda")
+    runs["torch: one tiny kernel (add_)"] = (lambda: tiny.add_(1.0), None)
+    runs["torch: two empty() (out, workspace)"] = (
+        lambda: (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+                 torch.empty(1 << 20, dtype=torch.uint8, device=q.device)), None)
 
     print(f"# {torch.cuda.get_device_name()}  shape b,h,N,d = {args.shape}, f16; microseconds per call "
           f"(wall time of {args.calls} back-to-back calls, median of {args.rounds})")

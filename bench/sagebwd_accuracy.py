@@ -13,7 +13,6 @@ The defaults follow the issue's table: N = 2048, 4 heads, d = 128, batch 1. --js
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -23,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import sagegen  # noqa: E402
+from sagebwd_presets import with_backward_preset  # noqa: E402
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -37,25 +37,6 @@ def make_inputs(kind, shape, dtype, bias, outliers, generator):
         channels = torch.randperm(d, generator=generator, device="cuda")[:outliers]
         q[..., channels] *= 20.0
     return [t.to(dtype) for t in (q, k, v, d_o)]
-
-
-class RotatedKeyScaled(torch.autograd.Function):
-    """The rotated forward (sage-b-rot) with the backward preset sagebwd-rot-ks, through sagegen's ops."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal):
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        out, lse = torch.ops.sagegen.sagebwd_attention(q, k, v, causal, scale, "sage-b-rot")
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
-        d_q, d_k, d_v = torch.ops.sagegen.attention_backward(q, k, v, out, lse, grad_out.contiguous(), ctx.causal,
-                                                             ctx.scale, "sagebwd-rot-ks")
-        return d_q, d_k, d_v, None
 
 
 def gradients(run, q, k, v, d_o):
@@ -110,7 +91,7 @@ def main():
                     return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
 
                 def sagebwd_rot_ks(q_, k_, v_):
-                    return RotatedKeyScaled.apply(q_, k_, v_, causal)
+                    return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot-ks")
 
                 impls = {"cudnn": cudnn, "sagebwd": sagebwd, "sagebwd-rot": sagebwd_rot,
                          "sagebwd-rot-ks": sagebwd_rot_ks}

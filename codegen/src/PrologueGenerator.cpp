@@ -152,6 +152,7 @@ std::string entry(const PrologueConfig &config, const PlannedLaunch &launch) {
           "(const __grid_constant__ SagePrologueParams params) {\n";
   text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
   text += "  long long cta = blockIdx.x;\n";
+  text += "  clearLaunchWord(params);\n";
   return text + roleDispatch(config, launch.roles) + "}\n";
 }
 
@@ -218,6 +219,7 @@ std::string onePassEntry(const PrologueConfig &config, const PlannedLaunch &laun
   text += "extern \"C\" __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)\n" + launch.entry_point +
           "(const __grid_constant__ SagePrologueParams params) {\n";
   text += "  __shared__ __align__(16) unsigned char shared[kSharedBytes];\n";
+  text += "  clearLaunchWord(params);\n";
   text += "  runOnePassCta<OnePassRoles>(params, shared);\n}\n";
   return text;
 }

@@ -183,6 +183,7 @@ SagePrologueParams makePrologueParams(const AttentionVariant &variant, const sch
   params.offsets.delta_s = layout.delta_s.offset;
   params.statistics_offset = layout.prologue_statistics.offset;
   params.counters_offset = layout.prologue_counters.offset;
+  params.cleared_word_offset = SAGE_NO_CLEARED_WORD; // the runner's to set, where an attention kernel needs it
   return params;
 }
 

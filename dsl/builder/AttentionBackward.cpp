@@ -135,7 +135,7 @@ const std::vector<PresetInfo> &backwardPresets() {
                       "rotated back: Q outlier channels (pairs with the rotated forward presets)"},
       {"sagebwd-rot-ks",
        "sagebwd-rot with P (for dV) and dS (for dK) in int8 with one scale per key instead of one per "
-       "64x64 tile (issue 25: token_scales(true, false); the mma.sync kernels)"},
+       "64x64 tile (issue 25: token_scales(true, false); both backward kernels)"},
       {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
       {"exact-bwd", "the backward in f32 throughout, K unsmoothed (the accuracy baseline)"},
   };

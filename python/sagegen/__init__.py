@@ -284,6 +284,43 @@ class Attention:
         check(library().sage_attention_run(plan.runner.handle, plan.args_ref))
         return out, lse
 
+    def bound_call(self, q, k, v, layout="HND"):
+        """A function f(q, k, v) -> (out, lse or None) for repeated calls with tensors like these (their shapes,
+        strides, dtypes and device), for one thread: this call's checks and plan made once, and per call only the
+        allocations (out, lse, a workspace from PyTorch's caching allocator on the current stream, as
+        sagegen.sageattn's eager route takes it), the data pointers and the C call (which checks everything again).
+        The caller keys it by the tensors' signatures; a call with other tensors is the library's to refuse."""
+        torch = _load_torch()
+        needed = max(self.workspace_bytes(q, k, layout), 1)
+        plan = self._plan(q, k, v, layout, PHASE_ALL, None, None, None,
+                          torch.empty(needed, dtype=torch.uint8, device=q.device))
+        run, handle, args, args_ref = library().sage_attention_run, plan.runner.handle, plan.args, plan.args_ref
+        q_desc, k_desc, v_desc, o_desc = plan.descs
+        lse_desc, lse_shape, device, torch_device = plan.lse_desc, plan.lse_shape, plan.device, plan.torch_device
+        empty, uint8, f32, dtype, shape = torch.empty, torch.uint8, torch.float32, q.dtype, tuple(q.shape)
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+        def launch(q, k, v):
+            stream = raw_stream(device) if raw_stream is not None else torch.cuda.current_stream(device).cuda_stream
+            out = empty(shape, dtype=dtype, device=torch_device)
+            workspace = empty(needed, dtype=uint8, device=torch_device)
+            lse = empty(lse_shape, dtype=f32, device=torch_device) if lse_desc is not None else None
+            q_desc.data, k_desc.data, v_desc.data, o_desc.data = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                                  out.data_ptr())
+            if lse is not None:
+                lse_desc.data = lse.data_ptr()
+            args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), needed, stream
+            check(run(handle, args_ref))
+            return out, lse
+
+        def call(q, k, v):
+            if _current_device(torch) == device:
+                return launch(q, k, v)
+            with torch.cuda.device(device):  # the current stream and allocations are q's device's
+                return launch(q, k, v)
+
+        return call
+
     def _workspace(self, stream, stream_handle, device, needed, torch):
         # Allocated on its stream: PyTorch's caching allocator then hands a dropped (regrown) workspace only to later
         # work on the same stream, so it is never reused under a kernel still reading it. During CUDA-graph

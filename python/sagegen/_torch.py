@@ -158,6 +158,12 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
     SageArgumentError). This function never falls back; sagegen.integrations.sageattn does, to PyTorch."""
     if torch is None:
         raise ImportError("sagegen.sageattn needs PyTorch")
+    # torch.compile traces the full path (the op); eager calls seen before take one lookup
+    bound = None if torch.compiler.is_compiling() else _bound_calls(q, k, v, tensor_layout, is_causal, sm_scale,
+                                                                    return_lse, kwargs)
+    if bound and _eager(q, k, v):
+        out, lse = bound(q, k, v)
+        return (out, lse) if return_lse else out
     if kwargs:
         unknown = sorted(set(kwargs) - set(_SAGEATTN_OPTIONS) - set(_SAGEATTENTION_OPTIONS))
         if unknown:
@@ -189,18 +195,23 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
                                  bool(os.environ.get("SAGEGEN_SCHEDULE")))
         if padded != head_dim:  # zero channels: exact (_head_dim.py)
             q, k, v = (torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (q, k, v))
+    folded = False
     if sm_scale is not None or padded != head_dim:
         # the kernels scale by 1/sqrt(their d): fold the rest into q
         factor = (float(sm_scale) if sm_scale is not None else head_dim ** -0.5) * math.sqrt(padded)
         if abs(factor - 1.0) > 1e-6:
-            q = q * factor
+            q, folded = q * factor, True
     arguments = (q, k, v, block_mask, preset, bool(is_causal), alignment == TOP_LEFT, tensor_layout,
                  bool(return_lse), tunables)
     # The op has no autograd: with gradients wanted it must refuse at backward time, which only the op does.
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     try:
         if not wants_grad and dispatcher_free(q, k, v, *((block_mask,) if block_mask is not None else ())):
-            out, lse = run_attention_eager(*arguments)
+            if bound is False and padded == head_dim and not folded:
+                # from now on one lookup for such calls (the library still checks each one in full)
+                out, lse = _bind(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs, arguments)(q, k, v)
+            else:
+                out, lse = run_attention_eager(*arguments)
         else:
             out, lse = torch.ops.sagegen.attention(*arguments)
     except SageUnsupportedError as error:
@@ -210,6 +221,65 @@ def sageattn(q, k, v, tensor_layout="HND", is_causal=False, sm_scale=None, retur
     if padded != head_dim:
         out = out[..., :head_dim].contiguous()
     return (out, lse) if return_lse else out
+
+
+# ---- sageattn's repeated eager call: one lookup (issue 24: host time per call no more than SDPA's) ----
+
+_bound = threading.local()  # .calls: this thread's {key: Attention.bound_call} (a bound call writes its RunArgs)
+_BOUND_CALLS_PER_THREAD = 256  # bounded: many shapes (varying lengths) clear the cache rather than grow it
+_BINDABLE_OPTIONS = frozenset((*_SAGEATTN_OPTIONS, *_SAGEATTENTION_OPTIONS))
+
+
+def _bound_key(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs):
+    """What a call's checks and plan depend on, or None where a call is never bound (a block_mask or attn_mask,
+    unknown options). Calls that are keyed but never bound take the full path every time: padded head dims, an
+    sm_scale other than 1/sqrt(d) (a fold into q), tensors that need the dispatcher. Option values are keyed with
+    their types: smooth_k=1 is refused where smooth_k=True is not."""
+    if kwargs:
+        if not kwargs.keys() <= _BINDABLE_OPTIONS or kwargs.get("block_mask") is not None or \
+                kwargs.get("attn_mask") is not None:
+            return None
+        options = tuple((name, type(value), value) for name, value in kwargs.items())
+    else:
+        options = ()
+    return (tensor_layout, bool(is_causal), type(sm_scale), sm_scale, bool(return_lse), options,
+            type(q), q.shape, q.stride(), q.dtype, q.device, type(k), k.shape, k.stride(), k.dtype, k.device,
+            type(v), v.shape, v.stride(), v.dtype, v.device)
+
+
+def _bound_calls(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs):
+    """The bound call for this call (a function), False where the call can be bound but is not yet, None where it is
+    never bound."""
+    try:
+        key = _bound_key(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs)
+        if key is None:
+            return None
+        calls = getattr(_bound, "calls", None)
+        return False if calls is None else calls.get(key, False)
+    except (AttributeError, TypeError):  # not tensors, unhashable options: the full checks say what is wrong
+        return None
+
+
+def _eager(q, k, v):
+    """Whether a bound call may run eagerly as it was bound (the tensors' types and devices are in its key; outside
+    torch.compile): no dispatch mode, and no gradient wanted (the op refuses at backward time)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    return _current_dispatch_mode() is None
+
+
+def _bind(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs, arguments):
+    """Binds a call that passed sageattn's checks and runs at the caller's head dim without a scale fold
+    (`arguments` are run_attention_eager's)."""
+    _, _, _, _, preset, causal, top_left, layout, lse, tunables = arguments
+    bound = _attention(preset, int(q.shape[-1]), causal, top_left, lse, tunables).bound_call(q, k, v, layout)
+    calls = getattr(_bound, "calls", None)
+    if calls is None:
+        calls = _bound.calls = {}
+    if len(calls) >= _BOUND_CALLS_PER_THREAD:
+        calls.clear()
+    calls[_bound_key(q, k, v, tensor_layout, is_causal, sm_scale, return_lse, kwargs)] = bound
+    return bound
 
 
 # ---- falling back to PyTorch: the front doors (sdpa(), sagegen.integrations) say why, once per reason ----

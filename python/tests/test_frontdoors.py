@@ -317,6 +317,7 @@ class EagerSageattnTest(FakedTest):
         self.saved_torch = _torch.torch, getattr(_torch, "_get_current_dispatch_mode", None), dict(_torch._attentions)
         _torch.torch, _torch._get_current_dispatch_mode = self.torch, lambda: None
         _torch._attentions.clear()
+        self.saved_bound, _torch._bound = _torch._bound, threading.local()
 
     def tearDown(self):
         _torch.torch, mode, attentions = self.saved_torch
@@ -326,7 +327,50 @@ class EagerSageattnTest(FakedTest):
             _torch._get_current_dispatch_mode = mode
         _torch._attentions.clear()
         _torch._attentions.update(attentions)
+        _torch._bound = self.saved_bound
         super().tearDown()
+
+    def test_a_repeated_call_is_bound_once_and_passes_its_new_pointers(self):
+        q, k, v = (EagerTensor((1, 8, 128, 64)) for _ in range(3))
+        outs = [sagegen.sageattn(q, k, v, is_causal=True, preset="sage2-fp8") for _ in range(3)]
+        self.assertEqual(len(_torch._bound.calls), 1)
+        runs = self.library.runs[-3:]
+        self.assertEqual([run["o"][0] for run in runs], [out.data_ptr() for out in outs])  # fresh out per call
+        self.assertEqual(len({run["workspace"][0] for run in runs}), 3)  # and workspace, from the allocator
+        self.assertEqual({run["stream"] for run in runs}, {0x5000})  # the current stream of q's device
+        q2, k2, v2 = (EagerTensor((1, 8, 128, 64)) for _ in range(3))  # new tensors, same signature: same binding
+        sagegen.sageattn(q2, k2, v2, is_causal=True, preset="sage2-fp8")
+        self.assertEqual(len(_torch._bound.calls), 1)
+        self.assertEqual([self.library.runs[-1][name][0] for name in "qkv"], [t.data_ptr() for t in (q2, k2, v2)])
+        self.assertEqual(self.library.workspace_queries, 1)
+
+    def test_what_changes_a_call_binds_it_anew(self):
+        q, k, v = (EagerTensor((1, 8, 128, 64)) for _ in range(3))
+        sagegen.sageattn(q, k, v)
+        strided = EagerTensor((1, 8, 128, 64), strides=(8 * 128 * 128, 64, 8 * 64, 1))  # NHD memory read as HND
+        sagegen.sageattn(strided, k, v)
+        self.assertEqual(self.library.runs[-1]["q"][2], (8 * 128 * 128, 64, 8 * 64, 1))
+        sagegen.sageattn(q, k, v, is_causal=True)
+        sagegen.sageattn(q, k, v, return_lse=True)
+        sagegen.sageattn(q, k, v, preset="sage2-fp8")
+        sagegen.sageattn(q, k, v, sm_scale=64 ** -0.5)  # the kernels' own scale: no fold, bound
+        self.assertEqual(len(_torch._bound.calls), 6)
+        for _ in range(2):  # a scale to fold into q: the full path each time (a scaled copy of q)
+            sagegen.sageattn(q, k, v, sm_scale=0.25)
+            self.assertNotEqual(self.library.runs[-1]["q"][0], q.data_ptr())
+        self.assertEqual(len(_torch._bound.calls), 6)
+
+    def test_a_bound_call_still_refuses_what_its_key_does_not_hold(self):
+        q, k, v = (EagerTensor((1, 8, 128, 64)) for _ in range(3))
+        sagegen.sageattn(q, k, v, smooth_k=True)
+        with self.assertRaises(sagegen.SageArgumentError) as caught:  # 1 == True, but not a bool
+            sagegen.sageattn(q, k, v, smooth_k=1)
+        self.assertTrue(str(caught.exception).startswith("smooth_k:"))
+        runs = len(self.library.runs)
+        q.requires_grad = True  # gradients wanted: the op route (which refuses at backward time), not the binding
+        with self.assertRaises(AttributeError):  # EagerTorch has no ops: the call reached the op route
+            sagegen.sageattn(q, k, v, smooth_k=True)
+        self.assertEqual(len(self.library.runs), runs)
 
     def test_sageattn_runs_through_the_plans_and_allocates_lse_only_when_returned(self):
         q, k, v = (EagerTensor((2, 256, 8, 64)) for _ in range(3))
@@ -347,7 +391,7 @@ class EagerSageattnTest(FakedTest):
         workspaces = [run["workspace"] for run in self.library.runs[-3:]]
         self.assertEqual([size for _, size in workspaces], [4096] * 3)
         self.assertEqual(len({pointer for pointer, _ in workspaces}), 3)  # per call, from the allocator
-        self.assertEqual(len(_torch._attentions[("sage-b", 64, True, True, False, "")]._local.plans), 1)
+        self.assertEqual(len(_torch._bound.calls), 2)  # with and without options; the sm_scale call is not bound
         self.assertEqual(len(_torch._attentions), 2)
         self.assertEqual(self.library.workspace_queries, 2)  # one shape: one size query per Attention (lse or not)
 

@@ -305,11 +305,18 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
       state.qk_copies_only && phase == RunPhase::all &&
       q_tensor.inWorkspaceLayout(shape.batch, shape.heads_q, shape.tokens_q, layout.padded_q, shape.head_dim) &&
       k_tensor.inWorkspaceLayout(shape.batch, shape.heads_kv, shape.tokens_kv, layout.padded_kv, shape.head_dim);
+  // A persistent sm90 kernel's CTAs claim tiles from a counter that starts at zero: the prologue of a whole call
+  // clears it (SagePrologueParams::cleared_word_offset), else a memset before the kernel does.
+  bool counter_cleared = false;
   if (phase != RunPhase::attention && !qk_in_place) {
     // psi_Q, gamma(K) and psi_K, psi_V: fill the workspace (makePrologueParams checks Q/K/V alignment)
-    const SagePrologueParams params =
+    SagePrologueParams params =
         codegen::makePrologueParams(state.variant, shape, layout, q_tensor, k_tensor, {tensors.v, tensors.v_strides},
                                     static_cast<unsigned char *>(workspace));
+    if (phase == RunPhase::all && claimsTiles(state.kernels.plan) && !state.prologue_kernels.empty()) {
+      params.cleared_word_offset = layout.attention_counters.offset;
+      counter_cleared = true;
+    }
     const std::vector<codegen::LaunchGrid> &grids = shape_plan->prologue_grids;
     if (shape_plan->prologue_counter_bytes > 0) // the one-pass prologue's ticket and per-head counts start at zero
       CudaDriver::instance().fillWordsAsync(reinterpret_cast<driver::DevicePointer>(workspace) +
@@ -355,7 +362,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     const SageSm90AttentionParams sm90 =
         makeSm90AttentionParams(state.kernels.plan, shape, layout, params, {tensors.v, tensors.v_strides},
                                 qk_in_place ? QkRows{tensors.q, tensors.k} : QkRows{});
-    if (sm90.tile_counter != nullptr) // a persistent kernel's CTAs claim tiles from zero
+    if (sm90.tile_counter != nullptr && !counter_cleared) // a persistent kernel's CTAs claim tiles from zero
       CudaDriver::instance().fillWordsAsync(reinterpret_cast<driver::DevicePointer>(sm90.tile_counter), 0u, 1, stream);
     kernel.kernel.launch(sm90, launch);
   } else

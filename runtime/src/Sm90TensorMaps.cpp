@@ -84,6 +84,10 @@ std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedule
   return {};
 }
 
+bool claimsTiles(const schedules::KernelPlan &plan) {
+  return plan.warp_specialization.consumer_warpgroups > 0 && plan.grid.persistent_ctas_per_multiprocessor > 0;
+}
+
 SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
                                                 const SageAttentionParams &base, const ValueTensor &v,
@@ -137,7 +141,7 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
   }
   }
   // Persistent CTAs claim their tiles from the workspace's counter, which the runner clears before the launch.
-  if (plan.grid.persistent_ctas_per_multiprocessor > 0)
+  if (claimsTiles(plan))
     params.tile_counter =
         reinterpret_cast<unsigned *>(const_cast<unsigned char *>(workspace) + layout.attention_counters.offset);
   static_assert(sizeof(driver::TensorMap) == sizeof(SageTensorMap) && alignof(SageTensorMap) == 64);

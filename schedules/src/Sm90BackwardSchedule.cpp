@@ -29,19 +29,17 @@ int mainSharedBytes(int head_dim) {
 
 std::string_view Sm90BackwardSchedule::summary() const {
   return "SageBwd on wgmma (sm_90a): per CTA 128 keys, one 64-key K block per warpgroup; S^T, dP^T and dQ from shared "
-         "memory, dV and dK with the P/dS codes as register A operands; K and V by cp.async, each Q tile's operands by "
-         "bulk copies of tiles the preprocess wrote in shared-memory order (two stages, mbarriers); dQ by one bulk f32 "
-         "reduction per tile from shared memory";
+         "memory, dV and dK with the P/dS codes as register A operands (one int8 scale per 64x64 tile, or per key for "
+         "dV and dK: plan.key_scales); K and V by cp.async, each Q tile's operands by bulk copies of tiles the "
+         "preprocess wrote in shared-memory order (two stages, mbarriers); dQ by one bulk f32 reduction per tile from "
+         "shared memory";
 }
 
 SupportResult Sm90BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
   if (!hasWgmma(arch))
     return SupportResult::no(std::string(archName(arch)) + " has no wgmma (the sm90 backward needs sm_90a)");
-  if (variant.product(BackwardProduct::dv).lhs.granularity != Granularity::per_block)
-    return SupportResult::no(
-        "P and dS with one scale per key (per_token): the wgmma kernel has one scale per tile; the "
-        "mma.sync schedule runs them");
-  // The same quantizers and products as the mma.sync schedule: its verdict on what is computed holds.
+  // The same quantizers and products as the mma.sync schedule (per-tile or per-key P/dS scales included): its verdict
+  // on what is computed holds.
   return Sm80BackwardSchedule().supports(variant, arch, input);
 }
 

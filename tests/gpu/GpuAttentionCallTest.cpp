@@ -98,6 +98,9 @@ std::vector<double> exactTopLeft(const HostTensor &q, const HostTensor &k, const
 struct CausalCase {
   int64_t batch, heads_q, heads_kv, tokens_q, tokens_kv;
   runtime::CausalAlignment alignment;
+  unsigned char workspace_fill = 0;
+  // The calls made on the one workspace, in order; the output is that of the last (each call computes it anew).
+  std::vector<std::vector<runtime::RunPhase>> calls = {{runtime::RunPhase::all}};
 };
 
 AccuracyMetrics runCausal(const CausalCase &c) {
@@ -121,8 +124,12 @@ AccuracyMetrics runCausal(const CausalCase &c) {
   call.v = v_device.description;
   call.o = o_device.description;
   call.causal_alignment = c.alignment;
-  DeviceBuffer workspace(runner.workspaceBytes(call), 0);
-  runner.run(call, workspace.get(), workspace.bytes, nullptr);
+  DeviceBuffer workspace(runner.workspaceBytes(call), c.workspace_fill);
+  for (const std::vector<runtime::RunPhase> &phases : c.calls) {
+    driver().fillBytes(o_device.buffer.pointer, 0xff, o_device.buffer.bytes); // NaN where nothing is written
+    for (runtime::RunPhase phase : phases)
+      runner.run(call, workspace.get(), workspace.bytes, nullptr, phase);
+  }
   driver().synchronizeContext();
 
   std::vector<uint16_t> o_bits(o_device.buffer.bytes / 2);
@@ -156,6 +163,22 @@ TEST_CASE("causal, top-left: q shorter and longer than kv, against exact attenti
     CHECK(metrics.relative_l1 <= 0.03); // sage-b's own quantization error against exact attention
     CHECK(metrics.cosine_similarity >= 0.999);
   }
+}
+
+TEST_CASE("whole and split calls on a workspace of stale bytes: the persistent kernel's tile counter starts at zero") {
+  // On sm_90a sage-b's persistent CTAs claim tiles from a counter in the workspace: a whole call's prologue clears
+  // it, split phases get a memset before the attention kernel. A counter left at 0xffffffff (or at the previous
+  // call's count) would hand out no tiles, and the output would keep its NaN fill.
+  using runtime::RunPhase;
+  CausalCase c{2, 4, 2, 300, 300, runtime::CausalAlignment::bottom_right, 0xff};
+  c.calls = {{RunPhase::all},
+             {RunPhase::all},
+             {RunPhase::prologue, RunPhase::attention},
+             {RunPhase::attention},
+             {RunPhase::all}};
+  const AccuracyMetrics metrics = runCausal(c);
+  CHECK(metrics.relative_l1 <= 0.01);
+  CHECK(metrics.cosine_similarity >= 0.999);
 }
 
 TEST_CASE("refused calls launch nothing: the output keeps its fill pattern") {

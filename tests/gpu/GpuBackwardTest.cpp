@@ -6,8 +6,9 @@
 // K; K with per-channel offsets (a different one per KV head) and Q with outlier channels, against the issue's bounds,
 // and the kernels of the ablation without smoothing. The rotation (issue 25, sagebwd-rot): Q and K rotated by a
 // randomized Hadamard transform in the preprocess, dQ and dK rotated back, after the rotated forward, on K offsets plus
-// Q outlier channels.
-// Timing: one forward-free backward per shape at the end (the speed table is the runtime's job, issue 12 part 3).
+// Q outlier channels; with per-key P/dS scales (sagebwd-rot-ks) on every schedule against its per-tile kernel.
+// Timing: one forward-free backward per shape and preset at the end (the speed table is the runtime's job, issue 12
+// part 3).
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/device/sm80/backward_params.cuh"
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace sage;
@@ -434,11 +436,12 @@ TEST_CASE("sagebwd-rot: Q and K rotated in the backward kernels, K offsets + Q o
 }
 
 // Issue 25, per-key scales: sagebwd-rot with P (for dV) and dS (for dK) scaled per key instead of per 64x64 tile
-// (token_scales(true, false): the mma.sync kernel's Config::kKeyScales; dS for dQ keeps its tile scale), on the data
-// of the case above. The kernels match the CPU reference of the same variant and, against exact gradients, meet the
-// issue's bounds (cos >= 0.998, rel-L1 <= 0.06) wherever that reference does (the CPU reference at these sizes, d 128:
-// dQ 0.053-0.056, dK 0.047-0.049, dV 0.037-0.039; d 64 at 130 x 190 tokens misses them on its own: dQ and dK 0.062),
-// and dK and dV beat the per-tile kernel's rel-L1 on the same inputs.
+// (token_scales(true, false), preset sagebwd-rot-ks: Config::kKeyScales of both kernels; dS for dQ keeps its tile
+// scale), on the data of the case above, every schedule (on an H100/H200 the wgmma one first, then the mma.sync one).
+// The kernels match the CPU reference of the same variant and, against exact gradients, meet the issue's bounds
+// (cos >= 0.998, rel-L1 <= 0.06) wherever that reference does (the CPU reference at these sizes, d 128: dQ
+// 0.053-0.056, dK 0.047-0.049, dV 0.037-0.039; d 64 at 130 x 190 tokens misses them on its own: dQ and dK 0.062),
+// and dK and dV beat the rel-L1 of the same schedule's per-tile kernel on the same inputs.
 TEST_CASE("sagebwd-rot with per-key P and dS scales: K offsets + Q outliers (issue 25)") {
   const GpuArch arch = deviceArch();
   const DataClass data{"K offsets + Q outliers", 8.0, 20.0};
@@ -455,11 +458,17 @@ TEST_CASE("sagebwd-rot with per-key P and dS scales: K offsets + Q outliers (iss
         reference::runBackwardReference(per_key, in.q, in.k, in.v, in.o, in.d_o, in.lse);
     const reference::GradientAccuracy reference_vs_exact = reference::compareGradients(exact, expected);
     const std::vector<codegen::BackwardKernelSource> per_tile_kernels = kernelsOf(per_tile, arch, c.input);
-    const Run per_tile_run = runKernels(per_tile_kernels.front(), c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
-    const reference::GradientAccuracy per_tile_vs_exact = reference::compareGradients(exact, per_tile_run.gradients);
-    for (const codegen::BackwardKernelSource &kernel : kernelsOf(per_key, arch, c.input)) {
+    const std::vector<codegen::BackwardKernelSource> per_key_kernels = kernelsOf(per_key, arch, c.input);
+    REQUIRE(per_key_kernels.size() == per_tile_kernels.size()); // the schedules that run one run the other
+    if (hasWgmma(arch))
+      CHECK(per_key_kernels.front().plan.schedule == "sm90.wgmma_backward");
+    for (size_t i = 0; i < per_key_kernels.size(); ++i) {
+      const codegen::BackwardKernelSource &kernel = per_key_kernels[i];
       CAPTURE(kernel.name);
       REQUIRE(kernel.plan.key_scales);
+      REQUIRE(per_tile_kernels[i].plan.schedule == kernel.plan.schedule);
+      const Run per_tile_run = runKernels(per_tile_kernels[i], c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
+      const reference::GradientAccuracy per_tile_vs_exact = reference::compareGradients(exact, per_tile_run.gradients);
       const Run run = runKernels(kernel, c, in.q, in.k, in.v, in.o, in.d_o, in.lse, 0);
       const reference::GradientAccuracy same = reference::compareGradients(expected, run.gradients);
       const reference::GradientAccuracy vs_exact = reference::compareGradients(exact, run.gradients);
@@ -498,13 +507,16 @@ TEST_CASE("SageBwd gradients against exact attention, N(0,1), N = 1024, d = 128 
   }
 }
 
+// sagebwd at 1k and 4k tokens; the rotated presets (issue 25: per-tile sagebwd-rot and per-key sagebwd-rot-ks) at 4k,
+// for the cost of the per-key scales on each schedule.
 TEST_CASE("SageBwd kernel time (backward only; TOPS count 2.5x the forward's flops)") {
   const GpuArch arch = deviceArch();
-  for (int64_t tokens : {1024, 4096})
+  const std::pair<const char *, int64_t> runs[] = {
+      {"sagebwd", 1024}, {"sagebwd", 4096}, {"sagebwd-rot", 4096}, {"sagebwd-rot-ks", 4096}};
+  for (const auto &[preset, tokens] : runs)
     for (MaskKind mask : {MaskKind::none, MaskKind::causal}) {
       const Case c{128, mask, InputType::bf16, 16, 16, tokens, tokens};
-      const BackwardVariant variant =
-          dsl::backwardPreset("sagebwd", 128, mask)->float_type(ElementType::bf16).describe();
+      const BackwardVariant variant = dsl::backwardPreset(preset, 128, mask)->float_type(ElementType::bf16).describe();
       for (const codegen::BackwardKernelSource &kernel : kernelsOf(variant, arch, c.input)) {
         using reference::randomTensor;
         const auto bf16 = reference::StorageType::bf16;
@@ -513,7 +525,7 @@ TEST_CASE("SageBwd kernel time (backward only; TOPS count 2.5x the forward's flo
         const std::vector<double> lse(static_cast<size_t>(c.heads_q * tokens), 8.0);
         const Run run = runKernels(kernel, c, q, k, k, q, q, lse, 10);
         const double flops = 4.0 * c.heads_q * tokens * tokens * 128 * 2.5 * (mask == MaskKind::causal ? 0.5 : 1.0);
-        std::printf("gpu_backward_test: %-52s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
+        std::printf("gpu_backward_test: %-68s N=%-5lld %8.3f ms %7.1f TOPS\n", kernel.name.c_str(),
                     static_cast<long long>(tokens), run.milliseconds, flops / (run.milliseconds * 1e-3) / 1e12);
         CHECK(run.milliseconds > 0.0f);
       }

@@ -215,3 +215,42 @@ TEST_CASE("the rotated backward (issue 25): both schedules plan it, the Config c
   CHECK(Sm80BackwardSchedule().supports(mismatched, GpuArch::sm80, InputType::f16).reason.find("one seed") !=
         std::string::npos);
 }
+
+TEST_CASE("per-key P/dS scales (issue 25, sagebwd-rot-ks): both schedules plan them, the wgmma one first on sm_90a") {
+  for (int head_dim : {64, 128}) {
+    CAPTURE(head_dim);
+    const BackwardVariant per_key = dsl::backwardPreset("sagebwd-rot-ks", head_dim, MaskKind::causal)->describe();
+    const BackwardVariant per_tile = dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal)->describe();
+    CHECK(bestBackwardSchedule(per_key, GpuArch::sm90a, InputType::f16).name() == "sm90.wgmma_backward");
+    CHECK(bestBackwardSchedule(per_key, GpuArch::sm89, InputType::f16).name() == "sm80.mma_sync_backward");
+    for (const BackwardSchedule *schedule : allBackwardSchedules()) {
+      CAPTURE(schedule->name());
+      REQUIRE(schedule->supports(per_key, GpuArch::sm90a, InputType::f16));
+      const BackwardKernelPlan plan = schedule->plan(per_key, GpuArch::sm90a, InputType::f16);
+      CHECK(plan.key_scales);
+      CHECK(plan.describe().find(" key-scales") != std::string::npos);
+      const BackwardKernelPlan tile_plan = schedule->plan(per_tile, GpuArch::sm90a, InputType::f16);
+      CHECK_FALSE(tile_plan.key_scales);
+      // the same launches and shared memory: the per-key scales live in registers
+      REQUIRE(plan.launches.size() == tile_plan.launches.size());
+      for (size_t i = 0; i < plan.launches.size(); ++i)
+        CHECK(plan.launches[i].dynamic_shared_bytes == tile_plan.launches[i].dynamic_shared_bytes);
+      const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(per_key, plan);
+      CHECK(kernel.name.ends_with("_key_scales"));
+      CHECK(kernel.source.find("static constexpr bool kKeyScales = true;") != std::string::npos);
+      CHECK(codegen::BackwardKernelGenerator::generate(per_tile, tile_plan)
+                .source.find("static constexpr bool kKeyScales = false;") != std::string::npos);
+      // A plan that disagrees with the variant's P/dS scales is refused, both ways.
+      CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(per_tile, plan), doctest::Contains("P/dS scales"),
+                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(per_key, tile_plan),
+                           doctest::Contains("P/dS scales"), std::invalid_argument);
+      // Per-query dS scales for dQ (token_scales(true, true)) run on the CPU reference only: both schedules say why.
+      const BackwardVariant per_query =
+          dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal)->token_scales(true, true).describe();
+      const SupportResult verdict = schedule->supports(per_query, GpuArch::sm90a, InputType::f16);
+      CHECK_FALSE(verdict);
+      CHECK(verdict.reason.find("dS for dQ with one scale per tile") != std::string::npos);
+    }
+  }
+}

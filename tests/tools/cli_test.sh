@@ -73,6 +73,7 @@ expect "explain: the sm90 schedule leaves FP4 to the sm80 one" 0 "sm90\.wgmma_tm
 expect "explain prints the grid" 0 "grid += \(ceil\(tokens_q / 128\), heads_q, batch\).*longest rows first" -- "$sagegen" explain --preset sage-b --causal --lse --arch sm_86
 expect "explain prints the shared memory" 0 "shared +[0-9]+ bytes \(Q [0-9]+, [0-9]+ stages of" -- "$sagegen" explain --preset exact --arch sm_86
 expect "explain --backward picks the wgmma backward on sm_90a" 0 "chosen: sm90\.wgmma_backward" -- "$sagegen" explain --backward --preset sagebwd --arch sm_90a --input bf16
+expect "explain --backward: per-key P/dS scales on the wgmma backward (issue 25)" 0 "plan +sm90\.wgmma_backward .* key-scales" -- "$sagegen" explain --backward --preset sagebwd-rot-ks --arch sm_90a
 expect "explain --backward says why not on sm_89" 0 "1\. sm90\.wgmma_backward: unsupported: sm_89 has no wgmma" -- "$sagegen" explain --backward --preset sagebwd --arch sm_89
 expect "explain --backward: nothing runs the int8 dO.V^T ablation" 1 "no backward schedule supports 'sagebwd-int8-dp' on sm_90a" -- "$sagegen" explain --backward --preset sagebwd-int8-dp --arch sm_90a
 expect "explain --backward refuses --lse" 1 "--lse: backward presets read the forward's LSE" -- "$sagegen" explain --backward --preset sagebwd --lse --arch sm_90a

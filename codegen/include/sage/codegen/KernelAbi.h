@@ -22,6 +22,8 @@ struct SageProblemSize {
   int q_scale_count, k_scale_count; // scales per (batch, head)
 };
 
+#define SAGE_NO_CLEARED_WORD 0xffffffffffffffffull
+
 // Quantization prologue: reads Q, K, V once and fills the workspace.
 struct SagePrologueParams {
   const void *q, *k, *v; // f16 or bf16, as the kernel was generated for
@@ -32,6 +34,10 @@ struct SagePrologueParams {
   struct SageWorkspaceOffsets offsets;
   unsigned long long statistics_offset; // the prologue's own scratch (WorkspaceLayout::prologue_statistics)
   unsigned long long counters_offset;   // the one-pass prologue's counters (WorkspaceLayout::prologue_counters)
+  // A 4-byte word of the workspace that thread 0 of CTA 0 zeroes in every launch, or SAGE_NO_CLEARED_WORD: the
+  // persistent sm90 kernel's tile counter, cleared by the prologue that precedes it instead of by a memset of its
+  // own (one driver call less per call).
+  unsigned long long cleared_word_offset;
 };
 
 // Attention main loop: reads the workspace (and V directly when it needs no conversion).

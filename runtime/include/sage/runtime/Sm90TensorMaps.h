@@ -21,6 +21,10 @@ struct ValueTensor {
 std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                const ValueTensor &v);
 
+// Whether the plan's kernel claims tiles from WorkspaceLayout::attention_counters (persistent CTAs): the word must be
+// zero when it starts (makeSm90AttentionParams then passes it as tile_counter).
+bool claimsTiles(const schedules::KernelPlan &plan);
+
 // `base` with the three tensor maps of this call. Throws std::invalid_argument (see above) or CudaError.
 // `qk_rows`: the caller's Q and K when they already are in q_codes' and k_codes' layout (the prologue skipped:
 // codegen::prologueOnlyCopiesQk), read in place; else both null (the workspace's codes).

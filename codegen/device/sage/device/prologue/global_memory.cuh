@@ -34,6 +34,13 @@ __device__ __forceinline__ const unsigned short *headPointer(const void *tensor,
   return (const unsigned short *)tensor + head / heads * strides.batch + head % heads * strides.head;
 }
 
+// The word the attention kernel after this prologue needs zeroed (SagePrologueParams::cleared_word_offset): written
+// by one thread of CTA 0; the kernel that reads it starts after this launch ends, in stream order.
+__device__ __forceinline__ void clearLaunchWord(const SagePrologueParams &params) {
+  if (params.cleared_word_offset != SAGE_NO_CLEARED_WORD && blockIdx.x == 0 && threadIdx.x == 0)
+    *(unsigned *)(params.workspace + params.cleared_word_offset) = 0u;
+}
+
 __device__ __forceinline__ float *workspaceFloats(const SagePrologueParams &params, unsigned long long offset) {
   return (float *)(params.workspace + offset);
 }

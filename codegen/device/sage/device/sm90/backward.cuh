@@ -9,7 +9,8 @@
 //   S^T  = K^_w Q^_i^T                      wgmma s8, A and B from shared memory (64 keys x 64 queries)
 //   dP^T = V_w dO_i^T                       wgmma f16/bf16, A and B from shared memory (kept in 16 bits, line 8)
 //   P^T = exp2(S^T scale log2(e) - L log2(e)),  dS^T = P^T o (dP^T - D)      in the accumulator registers
-//   {s_P, P^}, {s_dS, dS^}                  one int8 scale per 64 x 64 tile: a reduction over the warpgroup
+//   {s_P, P^}, {s_dS, dS^}                  one int8 scale per 64 x 64 tile: a reduction over the warpgroup (with
+//                                           Config::kKeyScales P^T and dS^T for dV/dK one per key: over a quad)
 //   dV_w += P^^T dO^_i,  dK_w += dS^^T Q^_i  wgmma s8, A from registers, B = dO^^T / Q^^T codes in shared memory
 //   dS^ -> shared memory as [query][key];   then each warpgroup takes half of dQ_i's channels:
 //   dQ_i = dS^ K^ (both K blocks, each with its own scale)   wgmma s8 from shared memory, into a shared f32 tile
@@ -127,13 +128,14 @@ __device__ __forceinline__ void wgmma_16bit_ss(float (&d)[N / 2], unsigned long 
     WgmmaF16SS<N>::run(d, a, b, scale_d);
 }
 
-// P^T = exp2(S^T scale - L log2(e)) of this thread's 32 accumulator elements, with their maximum. Element 4j + e is
-// key row g + 8 (e / 2) and query column 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: element
-// 4j + e is visible iff 8j + e % 2 >= first_visible[e / 2] (visibility_thresholds: the KV end and the causal diagonal
-// as one compare).
-template <bool kCheckVisibility>
-__device__ __forceinline__ void probabilities(const int (&s)[32], float (&p)[32], float &p_max, const float *row_stats,
-                                              float score_scale, const int (&first_visible)[2]) {
+// P^T = exp2(S^T scale - L log2(e)) of this thread's 32 accumulator elements, with their maxima: per key row with
+// kKeyScales (index e / 2: rows g and g + 8), else all in [0]. Element 4j + e is key row g + 8 (e / 2) and query column
+// 8j + 2t + e % 2 of the warp's 16 x 64 part. kCheckVisibility: element 4j + e is visible iff
+// 8j + e % 2 >= first_visible[e / 2] (visibility_thresholds: the KV end and the causal diagonal as one compare).
+template <bool kKeyScales, bool kCheckVisibility>
+__device__ __forceinline__ void probabilities(const int (&s)[32], float (&p)[32], float (&p_max)[2],
+                                              const float *row_stats, float score_scale,
+                                              const int (&first_visible)[2]) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -147,13 +149,14 @@ __device__ __forceinline__ void probabilities(const int (&s)[32], float (&p)[32]
       if constexpr (kCheckVisibility)
         probability = 8 * j + (e & 1) >= first_visible[e >> 1] ? probability : 0.0f;
       p[4 * j + e] = probability;
-      p_max = fmaxf(p_max, probability);
+      p_max[kKeyScales ? e >> 1 : 0] = fmaxf(p_max[kKeyScales ? e >> 1 : 0], probability);
     }
   }
 }
 
-// dS^T = P^T o (dP^T - D) in place of dP^T (the same elements), with its largest magnitude.
-__device__ __forceinline__ void score_gradients(const float (&p)[32], float (&dp)[32], float &ds_max,
+// dS^T = P^T o (dP^T - D) in place of dP^T (the same elements), with its largest magnitudes (as probabilities').
+template <bool kKeyScales>
+__device__ __forceinline__ void score_gradients(const float (&p)[32], float (&dp)[32], float (&ds_max)[2],
                                                 const float *row_stats) {
   const int t = threadIdx.x & 3;
 #pragma unroll
@@ -163,7 +166,7 @@ __device__ __forceinline__ void score_gradients(const float (&p)[32], float (&dp
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       dp[4 * j + e] = p[4 * j + e] * (dp[4 * j + e] - (e & 1 ? delta.y : delta.x));
-      ds_max = fmaxf(ds_max, fabsf(dp[4 * j + e]));
+      ds_max[kKeyScales ? e >> 1 : 0] = fmaxf(ds_max[kKeyScales ? e >> 1 : 0], fabsf(dp[4 * j + e]));
     }
   }
 }
@@ -181,35 +184,43 @@ __device__ __forceinline__ void visibility_thresholds(int (&first_visible)[2], i
   }
 }
 
-// The A fragments of two 32-query k steps from a 64 x 64 accumulator's elements times `inverse` (int8 codes).
-__device__ __forceinline__ void pack_a_fragments(unsigned (&a)[2][4], const float (&x)[32], float inverse) {
+// The A fragments of two 32-query k steps from a 64 x 64 accumulator's elements times `inverse` (int8 codes):
+// register r holds key row g + 8 (r % 2) of the thread, whose elements take inverse[r % 2] (per-key scales; per tile
+// both are the tile's).
+__device__ __forceinline__ void pack_a_fragments(unsigned (&a)[2][4], const float (&x)[32], const float (&inverse)[2]) {
 #pragma unroll
   for (int step = 0; step < 2; ++step) {
     const float *v = x + 16 * step;
-    a[step][0] = pack_s8x4(v[0] * inverse, v[1] * inverse, v[4] * inverse, v[5] * inverse);
-    a[step][1] = pack_s8x4(v[2] * inverse, v[3] * inverse, v[6] * inverse, v[7] * inverse);
-    a[step][2] = pack_s8x4(v[8] * inverse, v[9] * inverse, v[12] * inverse, v[13] * inverse);
-    a[step][3] = pack_s8x4(v[10] * inverse, v[11] * inverse, v[14] * inverse, v[15] * inverse);
+    const float low = inverse[0], high = inverse[1];
+    a[step][0] = pack_s8x4(v[0] * low, v[1] * low, v[4] * low, v[5] * low);
+    a[step][1] = pack_s8x4(v[2] * high, v[3] * high, v[6] * high, v[7] * high);
+    a[step][2] = pack_s8x4(v[8] * low, v[9] * low, v[12] * low, v[13] * low);
+    a[step][3] = pack_s8x4(v[10] * high, v[11] * high, v[14] * high, v[15] * high);
   }
 }
 
-// The maxima of `first` and `second` over this warpgroup (4 warps): `scratch` holds 4 x 2 floats of it.
-__device__ __forceinline__ float2 warpgroup_max_pair(float first, float second, float *scratch, int warpgroup) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    first = fmaxf(first, __shfl_xor_sync(0xffffffffu, first, offset));
-    second = fmaxf(second, __shfl_xor_sync(0xffffffffu, second, offset));
-  }
-  const int warp = (threadIdx.x >> 5) & 3;
-  if ((threadIdx.x & 31) == 0) {
-    scratch[2 * warp] = first;
-    scratch[2 * warp + 1] = second;
-  }
-  named_barrier_sync(1 + warpgroup, kWarpgroupThreads);
-  float2 result = make_float2(scratch[0], scratch[1]);
+// The maxima of each of `values` over this warpgroup (4 warps), in place: `scratch` holds 4 x kCount floats of it.
+// kLowestLane: lanes closer than this (a quad: 4) already hold equal values.
+template <int kCount, int kLowestLane = 1>
+__device__ __forceinline__ void warpgroup_max(float (&values)[kCount], float *scratch, int warpgroup) {
 #pragma unroll
-  for (int w = 1; w < 4; ++w)
-    result = make_float2(fmaxf(result.x, scratch[2 * w]), fmaxf(result.y, scratch[2 * w + 1]));
-  return result;
+  for (int offset = 16; offset >= kLowestLane; offset >>= 1)
+#pragma unroll
+    for (int i = 0; i < kCount; ++i)
+      values[i] = fmaxf(values[i], __shfl_xor_sync(0xffffffffu, values[i], offset));
+  const int warp = (threadIdx.x >> 5) & 3;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int i = 0; i < kCount; ++i)
+      scratch[kCount * warp + i] = values[i];
+  named_barrier_sync(1 + warpgroup, kWarpgroupThreads);
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) {
+    values[i] = scratch[i];
+#pragma unroll
+    for (int w = 1; w < 4; ++w)
+      values[i] = fmaxf(values[i], scratch[kCount * w + i]);
+  }
 }
 
 // accumulator += product x scale, for s32 products below 2^22 in magnitude (64-token int8 products are).
@@ -362,27 +373,50 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     bool masked = partial_kv_block;
     if constexpr (Config::kCausal)
       masked = masked || block_key0 + kBlock - 1 > query0 + causal_offset;
+    constexpr bool kKeyScales = Config::kKeyScales;
     float prob[32];
-    float p_max = 0.0f, ds_max = 0.0f;
+    float p_max[2] = {0.0f, 0.0f}, ds_max[2] = {0.0f, 0.0f}; // per key row g, g + 8 with kKeyScales, else in [0]
     if (masked) {
       int first_visible[2];
       visibility_thresholds<Config>(first_visible, block_key0 + 16 * warp + g, query0 + 2 * t, p.tokens_kv,
                                     causal_offset);
-      probabilities<true>(s, prob, p_max, row_stats, score_scale, first_visible);
+      probabilities<kKeyScales, true>(s, prob, p_max, row_stats, score_scale, first_visible);
     } else {
       const int unused[2] = {0, 0};
-      probabilities<false>(s, prob, p_max, row_stats, score_scale, unused);
+      probabilities<kKeyScales, false>(s, prob, p_max, row_stats, score_scale, unused);
     }
     wgmma_wait_group<0>();
     warpgroup_fence_operands(dp);
-    score_gradients(prob, dp, ds_max, row_stats);
-    const float2 maxima = warpgroup_max_pair(p_max, ds_max, scratch + 8 * warpgroup, warpgroup);
-    float p_scale, p_inverse, ds_scale, ds_inverse;
-    int8_scale(maxima.x, p_scale, p_inverse);
-    int8_scale(maxima.y, ds_scale, ds_inverse);
-    unsigned p_codes[2][4], ds_codes[2][4];
+    score_gradients<kKeyScales>(prob, dp, ds_max, row_stats);
+    // {s_P, P^}, {s_dS, dS^}: one scale per 64 x 64 tile (a warpgroup reduction). With Config::kKeyScales (issue 25)
+    // P^T for dV and dS^T for dK take one scale per key instead: a key row's 64 queries lie in its quad (the maxima
+    // of 4 threads: 2 shuffles each), and the scale factors out of the key's row of dV_w and dK_w; dS for dQ keeps
+    // the tile's scale (the warpgroup reduction of the quads' maxima: 3 shuffles), packed a second time.
+    float p_scale[2], p_inverse[2], ds_t_scale[2], ds_t_inverse[2], ds_scale, ds_inverse;
+    unsigned p_codes[2][4], ds_codes[2][4], ds_t_codes[2][4];
+    if constexpr (kKeyScales) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        p_max[half] = quad_max(p_max[half]);
+        ds_max[half] = quad_max(ds_max[half]);
+        int8_scale(p_max[half], p_scale[half], p_inverse[half]);
+        int8_scale(ds_max[half], ds_t_scale[half], ds_t_inverse[half]);
+      }
+      float tile_ds_max[1] = {fmaxf(ds_max[0], ds_max[1])};
+      warpgroup_max<1, 4>(tile_ds_max, scratch + 8 * warpgroup, warpgroup);
+      int8_scale(tile_ds_max[0], ds_scale, ds_inverse);
+      pack_a_fragments(ds_t_codes, dp, ds_t_inverse);
+    } else {
+      float maxima[2] = {p_max[0], ds_max[0]};
+      warpgroup_max<2>(maxima, scratch + 8 * warpgroup, warpgroup);
+      int8_scale(maxima[0], p_scale[0], p_inverse[0]);
+      int8_scale(maxima[1], ds_scale, ds_inverse);
+      p_scale[1] = p_scale[0];
+      p_inverse[1] = p_inverse[0];
+    }
     pack_a_fragments(p_codes, prob, p_inverse);
-    pack_a_fragments(ds_codes, dp, ds_inverse);
+    const float ds_inverses[2] = {ds_inverse, ds_inverse};
+    pack_a_fragments(ds_codes, dp, ds_inverses);
 
     // dS^ as [query][key] for dQ: byte b of register r of step s is key g + 8 (r % 2), query 8 J + 2t + b % 2 with
     // J = 4s + 2 (r / 2) + b / 2 (the packing order above). In the 128-byte swizzled rows the XOR term is
@@ -415,7 +449,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < 2; ++k)
-        WgmmaS8RS<kProductChannels>::run(product[n & 1], operand == 0 ? p_codes[k] : ds_codes[k],
+        WgmmaS8RS<kProductChannels>::run(product[n & 1],
+                                         operand == 0 ? p_codes[k] : (kKeyScales ? ds_t_codes[k] : ds_codes[k]),
                                          TransposedTile::descriptor(b_tile, 32 * k, h * kProductChannels), k > 0);
       wgmma_commit_group();
     };
@@ -430,12 +465,16 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       }
       warpgroup_fence_operands(product[n & 1]);
       const int operand = n / kHalves, h = n % kHalves;
-      const float scale = operand == 0 ? p_scale * do_scale : ds_scale * q_scale;
+      // element i of a product is key row g + 8 ((i / 2) % 2): per-key scales take that row's
+      float scale[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        scale[half] = operand == 0 ? p_scale[half] * do_scale : (kKeyScales ? ds_t_scale[half] : ds_scale) * q_scale;
       float *sums = operand == 0 ? dv : dk;
 #pragma unroll
       for (int i = 0; i < kProductChannels / 2; ++i)
         sums[h * kProductChannels / 2 + i] =
-            fmaf(small_int_to_float(product[n & 1][i]), scale, sums[h * kProductChannels / 2 + i]);
+            fmaf(small_int_to_float(product[n & 1][i]), scale[(i >> 1) & 1], sums[h * kProductChannels / 2 + i]);
     }
 
     fence_shared_for_wgmma(); // the dS codes
