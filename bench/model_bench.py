@@ -12,28 +12,13 @@ two warm-ups (CUDA events). Prints one table (ms, speed-up over SDPA) and the ou
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import sagegen  # noqa: E402
-
-
-def time_forward(run, repeats):
-    for _ in range(2):
-        run()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+from cuda_timing import time_ms  # noqa: E402
 
 
 def llm(args, dtype):
@@ -78,13 +63,13 @@ def main():
         with torch.inference_mode():
             title, run = {"llm": llm, "vit": vit}[name](args, dtype)
             baseline_out = run().float()
-            baseline = time_forward(run, args.repeats)
+            baseline = time_ms(run, warmup=2, repeats=args.repeats)
             row = {"model": title, "sdpa_ms": baseline}
             line = f"{title:<52} {baseline:>9.2f}"
             for preset in args.presets.split(","):
                 with sagegen.sdpa(preset):
                     out = run().float()
-                    milliseconds = time_forward(run, args.repeats)
+                    milliseconds = time_ms(run, warmup=2, repeats=args.repeats)
                 cos = torch.nn.functional.cosine_similarity(out.flatten(), baseline_out.flatten(), dim=0).item()
                 row[preset] = {"ms": milliseconds, "speedup": baseline / milliseconds, "cos": cos}
                 line += f" {milliseconds:>15.2f} {baseline / milliseconds:>7.2f} {cos:>9.6f}"

@@ -1,4 +1,5 @@
 // Emits the sage IR of a backward variant: one op per step of SageAttention3's Algorithm 3, in its order.
+#include "EmitSupport.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/Dialect.h"
 
@@ -11,20 +12,13 @@
 namespace sage::dsl {
 namespace {
 
-template <typename Result>
-Result toDialect(std::optional<Result> (*symbolize)(llvm::StringRef), std::string_view name) {
-  std::optional<Result> value = symbolize(llvm::StringRef(name.data(), name.size()));
-  if (!value)
-    throw std::logic_error("no sage dialect keyword for '" + std::string(name) + "'");
-  return *value;
-}
+using detail::toDialect;
 
-class BackwardEmitter {
+class BackwardEmitter : detail::ModuleEmitter {
 public:
-  BackwardEmitter(mlir::MLIRContext &context, mlir::ModuleOp module) : builder_(&context), module_(module) {}
+  using ModuleEmitter::ModuleEmitter;
 
   void emit(const BackwardVariant &variant) {
-    builder_.setInsertionPointToEnd(module_.getBody());
     auto program =
         builder_.create<ir::AttentionBackwardOp>(location("attention_backward"), variant.name, variant.version,
                                                  variant.head_dim, variant.block_q, variant.block_kv);
@@ -60,9 +54,6 @@ public:
   }
 
 private:
-  mlir::Location location(llvm::StringRef step) { return mlir::NameLoc::get(builder_.getStringAttr(step)); }
-  mlir::Type tileType() { return builder_.getType<ir::TileType>(); }
-
   mlir::Value input(ir::BackwardRole role) {
     return builder_.create<ir::BwdInputOp>(location("input"), tileType(), role);
   }
@@ -97,8 +88,6 @@ private:
     mlir::Value codes;
   };
   std::vector<Quantized> quantized_;
-  mlir::OpBuilder builder_;
-  mlir::ModuleOp module_;
 };
 
 } // namespace

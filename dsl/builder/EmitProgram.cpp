@@ -1,4 +1,5 @@
 // Emits the sage IR of a variant: one op per step of the algorithm, in the paper's order.
+#include "EmitSupport.h"
 #include "sage/dsl/Attention.h"
 #include "sage/ir/Dialect.h"
 
@@ -11,21 +12,13 @@
 namespace sage::dsl {
 namespace {
 
-// The dialect's enums share their spellings with the vocabulary's.
-template <typename Result>
-Result toDialect(std::optional<Result> (*symbolize)(llvm::StringRef), std::string_view name) {
-  std::optional<Result> value = symbolize(llvm::StringRef(name.data(), name.size()));
-  if (!value)
-    throw std::logic_error("no sage dialect keyword for '" + std::string(name) + "'");
-  return *value;
-}
+using detail::toDialect;
 
-class ProgramEmitter {
+class ProgramEmitter : detail::ModuleEmitter {
 public:
-  ProgramEmitter(mlir::MLIRContext &context, mlir::ModuleOp module) : builder_(&context), module_(module) {}
+  using ModuleEmitter::ModuleEmitter;
 
   void emit(const AttentionVariant &variant) {
-    builder_.setInsertionPointToEnd(module_.getBody());
     auto attention = builder_.create<ir::AttentionOp>(location("attention"), variant.name, variant.version,
                                                       variant.head_dim, variant.block_q, variant.block_kv);
     builder_.createBlock(&attention.getBody());
@@ -86,9 +79,6 @@ public:
   }
 
 private:
-  mlir::Location location(llvm::StringRef step) { return mlir::NameLoc::get(builder_.getStringAttr(step)); }
-  mlir::Type tileType() { return builder_.getType<ir::TileType>(); }
-
   mlir::Value input(ir::TensorRole role) { return builder_.create<ir::InputOp>(location("input"), tileType(), role); }
 
   mlir::Value smooth(mlir::Value value, SmoothScope scope) {
@@ -113,9 +103,6 @@ private:
     return builder_.create<ir::MmaOp>(location("mma"), tileType(), lhs, rhs,
                                       toDialect(ir::symbolizeAccumulatorType, nameOf(accumulator)));
   }
-
-  mlir::OpBuilder builder_;
-  mlir::ModuleOp module_;
 };
 
 } // namespace

@@ -2,29 +2,16 @@
 #include "Dataflow.h"
 #include "sage/ir/Dialect.h"
 
+#include <iterator>
 #include <string>
 
 namespace sage::ir {
 namespace {
 
 std::string roleName(mlir::Value value) {
-  switch (dataflow::originOf(value)) {
-  case dataflow::Origin::q:
-    return "q";
-  case dataflow::Origin::k:
-    return "k";
-  case dataflow::Origin::v:
-    return "v";
-  case dataflow::Origin::p:
-    return "p";
-  case dataflow::Origin::scores:
-    return "s";
-  case dataflow::Origin::output:
-    return "o";
-  case dataflow::Origin::unknown:
-    break;
-  }
-  return "t";
+  static constexpr const char *kKeywords[] = {"q", "k", "v", "p", "s", "o"};
+  static_assert(std::size(kKeywords) == static_cast<size_t>(dataflow::Origin::unknown));
+  return dataflow::originNameIn(kKeywords, dataflow::originOf(value), "t");
 }
 
 } // namespace

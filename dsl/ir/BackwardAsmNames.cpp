@@ -1,45 +1,18 @@
 // SSA value names of the backward program: %q, %do, %delta, %k_smoothed, %q_int8, %p_int8, %s, %dp, %ds, %dv, ...
 #include "BackwardDataflow.h"
+#include "Dataflow.h"
 
+#include <iterator>
 #include <string>
 
 namespace sage::ir {
 namespace {
 
 std::string originKeyword(mlir::Value value) {
-  switch (backward::originOf(value)) {
-  case backward::Origin::q:
-    return "q";
-  case backward::Origin::k:
-    return "k";
-  case backward::Origin::v:
-    return "v";
-  case backward::Origin::o:
-    return "o";
-  case backward::Origin::lse:
-    return "lse";
-  case backward::Origin::d_o:
-    return "do";
-  case backward::Origin::s:
-    return "s";
-  case backward::Origin::p:
-    return "p";
-  case backward::Origin::dp:
-    return "dp";
-  case backward::Origin::delta:
-    return "delta";
-  case backward::Origin::ds:
-    return "ds";
-  case backward::Origin::dv:
-    return "dv";
-  case backward::Origin::dq:
-    return "dq";
-  case backward::Origin::dk:
-    return "dk";
-  case backward::Origin::unknown:
-    break;
-  }
-  return "t";
+  static constexpr const char *kKeywords[] = {"q", "k",  "v",     "o",  "lse", "do", "s",
+                                              "p", "dp", "delta", "ds", "dv",  "dq", "dk"};
+  static_assert(std::size(kKeywords) == static_cast<size_t>(backward::Origin::unknown));
+  return dataflow::originNameIn(kKeywords, backward::originOf(value), "t");
 }
 
 } // namespace

@@ -2,42 +2,16 @@
 
 #include "Dataflow.h"
 
+#include <iterator>
+
 namespace sage::ir::backward {
 
 const char *originName(Origin origin) {
-  switch (origin) {
-  case Origin::q:
-    return "Q";
-  case Origin::k:
-    return "K";
-  case Origin::v:
-    return "V";
-  case Origin::o:
-    return "O";
-  case Origin::lse:
-    return "the LSE";
-  case Origin::d_o:
-    return "dO";
-  case Origin::s:
-    return "the scores S";
-  case Origin::p:
-    return "P";
-  case Origin::dp:
-    return "dP";
-  case Origin::delta:
-    return "D";
-  case Origin::ds:
-    return "dS";
-  case Origin::dv:
-    return "dV";
-  case Origin::dq:
-    return "dQ";
-  case Origin::dk:
-    return "dK";
-  case Origin::unknown:
-    break;
-  }
-  return "an unknown value";
+  // In the order of Origin's enumerators, up to unknown.
+  static constexpr const char *kNames[] = {"Q", "K",  "V", "O",  "the LSE", "dO", "the scores S",
+                                           "P", "dP", "D", "dS", "dV",      "dQ", "dK"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Origin::unknown));
+  return dataflow::originNameIn(kNames, origin);
 }
 
 namespace {

@@ -14,34 +14,14 @@
 
 namespace sage::ir {
 
-struct BackwardProgram::State {
-  std::unique_ptr<mlir::MLIRContext> context;
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-};
+struct BackwardProgram::State : detail::ModuleState {};
 
 namespace {
 
-AttentionBackwardOp programOf(mlir::ModuleOp module) {
-  AttentionBackwardOp found;
-  for (mlir::Operation &op : module.getBody()->getOperations())
-    if (auto program = mlir::dyn_cast<AttentionBackwardOp>(op))
-      found = program;
-  return found;
-}
+AttentionBackwardOp programOf(mlir::ModuleOp module) { return detail::programOpOf<AttentionBackwardOp>(module); }
 
-std::vector<Diagnostic> checkTopLevel(mlir::ModuleOp module) {
-  int count = 0;
-  for (mlir::Operation &op : module.getBody()->getOperations()) {
-    if (!mlir::isa<AttentionBackwardOp>(op))
-      return {{detail::locationText(op.getLoc()),
-               "'" + op.getName().getStringRef().str() +
-                   "' at top level: a backward program holds one sage.attention_backward only"}};
-    ++count;
-  }
-  if (count != 1)
-    return {{"", "a backward program holds exactly one sage.attention_backward, found " + std::to_string(count)}};
-  return {};
-}
+// A module must hold exactly one sage.attention_backward and nothing else.
+constexpr std::string_view kKind = "backward program";
 
 // The dialect's enums share their spellings with the vocabulary's.
 template <typename Result> Result mapByName(std::optional<Result> mapped, llvm::StringRef name) {
@@ -95,22 +75,13 @@ BackwardProgram::~BackwardProgram() = default;
 
 BackwardProgram BackwardProgram::parse(std::string_view text, std::string_view source_name) {
   auto state = std::make_unique<State>();
-  state->context = Program::makeContext();
-  state->module = detail::parseModule(*state->context, text, source_name, "backward program");
-  if (auto problems = checkTopLevel(*state->module); !problems.empty())
-    throw ProgramError(std::move(problems));
+  detail::parseProgramModule<AttentionBackwardOp>(*state, text, source_name, kKind);
   return BackwardProgram(std::move(state));
 }
 
 BackwardProgram BackwardProgram::adopt(std::unique_ptr<mlir::MLIRContext> context, mlir::ModuleOp module) {
   auto state = std::make_unique<State>();
-  state->context = std::move(context);
-  state->module = mlir::OwningOpRef<mlir::ModuleOp>(module);
-  detail::DiagnosticCollector collector(*state->context);
-  if (auto problems = checkTopLevel(*state->module); !problems.empty())
-    throw ProgramError(std::move(problems));
-  if (mlir::failed(mlir::verify(*state->module)))
-    throw ProgramError(collector.take());
+  detail::adoptProgramModule<AttentionBackwardOp>(*state, std::move(context), module, kKind);
   return BackwardProgram(std::move(state));
 }
 

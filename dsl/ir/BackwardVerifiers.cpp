@@ -2,6 +2,7 @@
 // Each rule names the op, the operand or attribute, and what was expected.
 #include "BackwardDataflow.h"
 #include "Dataflow.h"
+#include "VerifierSupport.h"
 #include "sage/ir/AttentionVariant.h"
 #include "sage/ir/Dialect.h"
 #include "sage/numerics/Hadamard.h"
@@ -19,12 +20,9 @@ namespace {
 using backward::Origin;
 using backward::originName;
 using backward::originOf;
-
-int64_t signedValue(mlir::IntegerAttr attribute) { return attribute ? attribute.getInt() : 0; }
-
-bool isCast(ElementType type) {
-  return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16;
-}
+using detail::isCast;
+using detail::opsOf;
+using detail::signedValue;
 
 // The tile a token group of `origin` must divide: b_q for Q and dO, b_kv for K and V; 0 for P and dS.
 int64_t tileTokensOf(mlir::Operation *op, Origin origin) {
@@ -54,14 +52,6 @@ constexpr std::array<ReductionOperand, 3> kTokenReductions{{
 // The sage.bwd_smooth a quantizer's operand comes from, if any.
 BwdSmoothOp smoothOf(BwdQuantizeOp quantize) {
   return quantize ? quantize.getInput().getDefiningOp<BwdSmoothOp>() : BwdSmoothOp();
-}
-
-template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
-  llvm::SmallVector<OpType> found;
-  for (mlir::Operation &op : body)
-    if (auto typed = mlir::dyn_cast<OpType>(op))
-      found.push_back(typed);
-  return found;
 }
 
 // The randomized Hadamard rotation (issue 25): one rotation per program. S = (Q R_Q)(K R_K)^T needs the same seed on
@@ -100,19 +90,7 @@ mlir::LogicalResult verifyRotation(AttentionBackwardOp program, mlir::Block &bod
 
 } // namespace
 
-mlir::LogicalResult AttentionBackwardOp::verify() {
-  const int64_t version = signedValue(getVersionAttr()), head_dim = signedValue(getHeadDimAttr());
-  if (version != kIrVersion)
-    return emitOpError() << "IR version " << version << " is not supported; this sagegen reads version " << kIrVersion;
-  if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > kMaxHeadDim)
-    return emitOpError() << "head_dim must be a positive multiple of 16 up to " << kMaxHeadDim << ", got " << head_dim;
-  for (auto [name, value] :
-       {std::pair{"block_q", signedValue(getBlockQAttr())}, std::pair{"block_kv", signedValue(getBlockKvAttr())}})
-    if (value <= 0 || value % 16 != 0 || value > kMaxBlockTokens)
-      return emitOpError() << name << " must be a positive multiple of 16 up to " << kMaxBlockTokens << ", got "
-                           << value;
-  return mlir::success();
-}
+mlir::LogicalResult AttentionBackwardOp::verify() { return detail::verifyProgramAttributes(*this); }
 
 mlir::LogicalResult BwdInputOp::verify() { return mlir::success(); }
 

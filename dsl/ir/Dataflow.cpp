@@ -1,25 +1,14 @@
 #include "Dataflow.h"
 
+#include <iterator>
+
 namespace sage::ir::dataflow {
 
 const char *originName(Origin origin) {
-  switch (origin) {
-  case Origin::q:
-    return "Q";
-  case Origin::k:
-    return "K";
-  case Origin::v:
-    return "V";
-  case Origin::p:
-    return "P";
-  case Origin::scores:
-    return "the scores S";
-  case Origin::output:
-    return "the output O";
-  case Origin::unknown:
-    break;
-  }
-  return "an unknown value";
+  // In the order of Origin's enumerators, up to unknown.
+  static constexpr const char *kNames[] = {"Q", "K", "V", "P", "the scores S", "the output O"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Origin::unknown));
+  return dataflow::originNameIn(kNames, origin);
 }
 
 mlir::Operation *earlierProducer(mlir::Value value, mlir::Operation *user) {

@@ -4,11 +4,21 @@
 
 #include "sage/ir/Dialect.h"
 
+#include <cstddef>
+
 namespace sage::ir::dataflow {
 
 enum class Origin { q, k, v, p, scores, output, unknown };
 
 const char *originName(Origin origin);
+
+// names[origin], `fallback` past the end: an origin's name or keyword from its enum's table (Origin here, in
+// BackwardDataflow.h backward::Origin).
+template <typename OriginType, size_t N>
+const char *originNameIn(const char *const (&names)[N], OriginType origin, const char *fallback = "an unknown value") {
+  const auto index = static_cast<size_t>(origin);
+  return index < N ? names[index] : fallback;
+}
 
 // The op defining `value` when it lies earlier than `user` in the same block, else null. The walks below step only
 // to earlier ops, so they end even on a program with a cycle or a use before a definition: the op verifiers that

@@ -1,6 +1,7 @@
 // Verifiers of the individual sage ops: each rule names the op, the attribute and what was expected.
 // Rules that need the whole program (one input per role, an epilogue, ...) are in ProgramVerifier.cpp.
 #include "Dataflow.h"
+#include "VerifierSupport.h"
 #include "sage/ir/AttentionVariant.h"
 #include "sage/ir/Dialect.h"
 
@@ -10,18 +11,12 @@ namespace {
 using dataflow::Origin;
 using dataflow::originName;
 using dataflow::originOf;
-
-// ODS's getters of I64Attr return uint64_t, which turns -64 into 2^64 - 64: every integer attribute is read as the
-// signed value it was written as, then range-checked.
-int64_t signedValue(mlir::IntegerAttr attribute) { return attribute ? attribute.getInt() : 0; }
+using detail::isCast;
+using detail::signedValue;
 
 // Elements sharing one microscale (16 for NVFP4, 32 for MXFP4), else 0.
 int microscaleGroup(Granularity granularity) {
   return granularity == Granularity::microscale_1x16 ? 16 : granularity == Granularity::microscale_1x32 ? 32 : 0;
-}
-
-bool isCast(ElementType type) {
-  return type == ElementType::f32 || type == ElementType::f16 || type == ElementType::bf16;
 }
 
 bool usesGroups(Granularity granularity) {
@@ -183,19 +178,7 @@ mlir::LogicalResult verifyMmaTypes(MmaOp op, ElementType lhs, ElementType rhs) {
 
 } // namespace
 
-mlir::LogicalResult AttentionOp::verify() {
-  const int64_t version = signedValue(getVersionAttr()), head_dim = signedValue(getHeadDimAttr());
-  if (version != kIrVersion)
-    return emitOpError() << "IR version " << version << " is not supported; this sagegen reads version " << kIrVersion;
-  if (head_dim <= 0 || head_dim % 16 != 0 || head_dim > kMaxHeadDim)
-    return emitOpError() << "head_dim must be a positive multiple of 16 up to " << kMaxHeadDim << ", got " << head_dim;
-  for (auto [name, value] :
-       {std::pair{"block_q", signedValue(getBlockQAttr())}, std::pair{"block_kv", signedValue(getBlockKvAttr())}})
-    if (value <= 0 || value % 16 != 0 || value > kMaxBlockTokens)
-      return emitOpError() << name << " must be a positive multiple of 16 up to " << kMaxBlockTokens << ", got "
-                           << value;
-  return mlir::success();
-}
+mlir::LogicalResult AttentionOp::verify() { return detail::verifyProgramAttributes(*this); }
 
 mlir::LogicalResult InputOp::verify() { return mlir::success(); }
 

@@ -15,10 +15,7 @@
 
 namespace sage::ir {
 
-struct Program::State {
-  std::unique_ptr<mlir::MLIRContext> context;
-  mlir::OwningOpRef<mlir::ModuleOp> module;
-};
+struct Program::State : detail::ModuleState {};
 
 namespace {
 
@@ -32,27 +29,10 @@ std::string joinMessages(const std::vector<Diagnostic> &diagnostics) {
   return text.empty() ? std::string("invalid sage program") : text;
 }
 
-AttentionOp attentionOf(mlir::ModuleOp module) {
-  AttentionOp found;
-  for (mlir::Operation &op : module.getBody()->getOperations())
-    if (auto attention = mlir::dyn_cast<AttentionOp>(op))
-      found = attention;
-  return found;
-}
+AttentionOp attentionOf(mlir::ModuleOp module) { return detail::programOpOf<AttentionOp>(module); }
 
 // A module must hold exactly one sage.attention and nothing else.
-std::vector<Diagnostic> checkTopLevel(mlir::ModuleOp module) {
-  int count = 0;
-  for (mlir::Operation &op : module.getBody()->getOperations()) {
-    if (!mlir::isa<AttentionOp>(op))
-      return {{detail::locationText(op.getLoc()), "'" + op.getName().getStringRef().str() +
-                                                      "' at top level: a sage program holds one sage.attention only"}};
-    ++count;
-  }
-  if (count != 1)
-    return {{"", "a sage program holds exactly one sage.attention, found " + std::to_string(count)}};
-  return {};
-}
+constexpr std::string_view kKind = "sage program";
 
 } // namespace
 
@@ -72,22 +52,13 @@ std::unique_ptr<mlir::MLIRContext> Program::makeContext() {
 
 Program Program::parse(std::string_view text, std::string_view source_name) {
   auto state = std::make_unique<State>();
-  state->context = makeContext();
-  state->module = detail::parseModule(*state->context, text, source_name, "sage program");
-  if (auto problems = checkTopLevel(*state->module); !problems.empty())
-    throw ProgramError(std::move(problems));
+  detail::parseProgramModule<AttentionOp>(*state, text, source_name, kKind);
   return Program(std::move(state));
 }
 
 Program Program::adopt(std::unique_ptr<mlir::MLIRContext> context, mlir::ModuleOp module) {
   auto state = std::make_unique<State>();
-  state->context = std::move(context);
-  state->module = mlir::OwningOpRef<mlir::ModuleOp>(module);
-  detail::DiagnosticCollector collector(*state->context);
-  if (auto problems = checkTopLevel(*state->module); !problems.empty())
-    throw ProgramError(std::move(problems));
-  if (mlir::failed(mlir::verify(*state->module)))
-    throw ProgramError(collector.take());
+  detail::adoptProgramModule<AttentionOp>(*state, std::move(context), module, kKind);
   return Program(std::move(state));
 }
 

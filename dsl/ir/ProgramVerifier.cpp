@@ -1,6 +1,7 @@
 // Whole-program rules of sage.attention: the steps every variant must have, exactly once.
 #include "Dataflow.h"
 #include "SlaVerifier.h"
+#include "VerifierSupport.h"
 #include "sage/ir/Dialect.h"
 #include "sage/numerics/Hadamard.h"
 
@@ -14,14 +15,7 @@ namespace sage::ir {
 namespace {
 
 using dataflow::Origin;
-
-template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
-  llvm::SmallVector<OpType> found;
-  for (mlir::Operation &op : body)
-    if (auto typed = mlir::dyn_cast<OpType>(op))
-      found.push_back(typed);
-  return found;
-}
+using detail::opsOf;
 
 // The randomized Hadamard rotation (issue 28), every rule in one place: it is a property of Q.K^T, so it lies on Q's
 // and K's quantizers with one seed, or on neither; it needs a head_dim whose Hadamard matrix exists.

@@ -1,6 +1,7 @@
 // Verifiers of SLA's ops (SlaOps.td) and the whole-program rules of an SLA program (issue 13).
 #include "Dataflow.h"
 #include "SlaVerifier.h"
+#include "VerifierSupport.h"
 #include "sage/ir/Dialect.h"
 
 #include "llvm/ADT/SmallVector.h"
@@ -8,18 +9,12 @@
 namespace sage::ir {
 namespace {
 
+using detail::opsOf;
+
 // SLA reads the caller's tensors: pooling, phi(Q), phi(K) and V of the linear branch see no smoothing or quantizer.
 bool isInputOf(mlir::Value value, TensorRole role) {
   auto input = value.getDefiningOp<InputOp>();
   return input && input.getRole() == role;
-}
-
-template <typename OpType> llvm::SmallVector<OpType> opsOf(mlir::Block &body) {
-  llvm::SmallVector<OpType> found;
-  for (mlir::Operation &op : body)
-    if (auto typed = mlir::dyn_cast<OpType>(op))
-      found.push_back(typed);
-  return found;
 }
 
 } // namespace

@@ -57,22 +57,6 @@ void validateShapes(int head_dim, const HostTensor &q, const HostTensor &k, cons
           "the CPU reference backward would do more than 2^38 multiply-adds (batch x heads x n_q x n_kv x d x 5)");
 }
 
-OperandMatrix headMatrix(const HostTensor &tensor, int64_t b, int64_t h) {
-  OperandMatrix matrix{tensor.tokens(), tensor.dim(), {}};
-  matrix.values.resize(static_cast<size_t>(tensor.tokens() * tensor.dim()));
-  for (int64_t t = 0; t < tensor.tokens(); ++t)
-    for (int64_t c = 0; c < tensor.dim(); ++c)
-      matrix.values[t * tensor.dim() + c] = tensor.at(b, h, t, c);
-  return matrix;
-}
-
-double dot(const double *a, const double *b, int64_t n) {
-  double sum = 0.0;
-  for (int64_t c = 0; c < n; ++c)
-    sum += a[c] * b[c];
-  return sum;
-}
-
 // x R^-1 in double for R = R_Q (or R_K when `for_k`) of sage/numerics/Hadamard.h: R_Q^-1 = D H 2^-e_K, R_K^-1 =
 // D H 2^-e_Q (H H = d I), i.e. the signs, the Walsh-Hadamard transform and the other operand's power of two.
 void unrotateRow(std::span<double> x, uint32_t seed, bool for_k) {

@@ -229,4 +229,13 @@ void subtractRows(OperandMatrix &matrix, int64_t begin, int64_t end, const std::
       matrix.values[t * matrix.dim + c] = matrix.at(t, c) - mean[c]; // one f32 subtraction
 }
 
+OperandMatrix headMatrix(const HostTensor &tensor, int64_t b, int64_t h) {
+  OperandMatrix matrix{tensor.tokens(), tensor.dim(), {}};
+  matrix.values.resize(static_cast<size_t>(tensor.tokens() * tensor.dim()));
+  for (int64_t t = 0; t < tensor.tokens(); ++t)
+    for (int64_t c = 0; c < tensor.dim(); ++c)
+      matrix.values[t * tensor.dim() + c] = tensor.at(b, h, t, c);
+  return matrix;
+}
+
 } // namespace sage::reference

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "sage/ir/AttentionVariant.h"
+#include "sage/reference/HostTensor.h"
 
 #include <cstdint>
 #include <vector>
@@ -14,6 +15,17 @@ struct OperandMatrix {
   std::vector<float> values; // row-major [tokens][dim], the f32 inputs of the quantizer
   float at(int64_t t, int64_t c) const { return values[t * dim + c]; }
 };
+
+// Head (b, h) of `tensor` as a tokens x dim matrix.
+OperandMatrix headMatrix(const HostTensor &tensor, int64_t b, int64_t h);
+
+// The sum of a[c] * b[c] over c < n, in double.
+inline double dot(const double *a, const double *b, int64_t n) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < n; ++c)
+    sum += a[c] * b[c];
+  return sum;
+}
 
 // `tile_tokens` is the tile the spec's groups live in (b_q for Q, b_kv for K; unused otherwise).
 std::vector<double> quantizeOperand(const OperandMatrix &matrix, const QuantizerSpec &spec, int64_t tile_tokens);

@@ -51,22 +51,6 @@ void validateShapes(const AttentionVariant &variant, const HostTensor &q, const 
   }
 }
 
-OperandMatrix headMatrix(const HostTensor &tensor, int64_t b, int64_t h) {
-  OperandMatrix matrix{tensor.tokens(), tensor.dim(), {}};
-  matrix.values.resize(static_cast<size_t>(tensor.tokens() * tensor.dim()));
-  for (int64_t t = 0; t < tensor.tokens(); ++t)
-    for (int64_t c = 0; c < tensor.dim(); ++c)
-      matrix.values[t * tensor.dim() + c] = tensor.at(b, h, t, c);
-  return matrix;
-}
-
-double dot(const double *a, const double *b, int64_t n) {
-  double sum = 0.0;
-  for (int64_t c = 0; c < n; ++c)
-    sum += a[c] * b[c];
-  return sum;
-}
-
 // What Q's or K's quantizer quantizes: the (smoothed) operand, rotated along head_dim when the spec says so (issue 28;
 // after smoothing, as the prologue does it). The scores' other uses of K (Q smoothing's GEMV) keep the unrotated one.
 OperandMatrix rotated(const OperandMatrix &matrix, const QuantizerSpec &spec, bool for_k) {

@@ -3,7 +3,7 @@
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/BackwardProgram.h"
 
-#include "BackwardIrEdits.h"
+#include "IrEdits.h"
 
 #include <doctest/doctest.h>
 
@@ -150,22 +150,7 @@ TEST_CASE("the valid backward program parses and lowers to the sagebwd preset") 
   CHECK(program.print() == kValidProgram);
 }
 
-TEST_CASE("each backward verifier rule reports its message at its line") {
-  for (const RuleCase &rule : kRules) {
-    CAPTURE(rule.rule);
-    const std::string text = applyEdits(kValidProgram, rule.edits);
-    try {
-      (void)ir::BackwardProgram::parse(text, "edited.mlir");
-      FAIL("the edited program verified");
-    } catch (const ir::ProgramError &error) {
-      REQUIRE_FALSE(error.diagnostics().empty());
-      const ir::Diagnostic &first = error.diagnostics().front();
-      CHECK_MESSAGE(first.message.find(rule.message) != std::string::npos, first.message);
-      CHECK(first.location ==
-            "edited.mlir:" + std::to_string(rule.line) + ":" + first.location.substr(first.location.rfind(':') + 1));
-    }
-  }
-}
+TEST_CASE("each backward verifier rule reports its message at its line") { checkBackwardRules(kRules, kValidProgram); }
 
 TEST_CASE("per-token P and dS scales (token_scales): printed, parsed, and dS quantized once per product") {
   for (bool rotated : {false, true}) {

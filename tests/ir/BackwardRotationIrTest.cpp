@@ -4,7 +4,7 @@
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/ir/BackwardProgram.h"
 
-#include "BackwardIrEdits.h"
+#include "IrEdits.h"
 
 #include <doctest/doctest.h>
 
@@ -104,21 +104,7 @@ TEST_CASE("the rotated backward program parses, prints as it was read and lowers
 }
 
 TEST_CASE("each backward rotation rule reports its message, naming rotation_seed, at its line") {
-  for (const RuleCase &rule : kRules) {
-    CAPTURE(rule.rule);
-    const std::string text = applyEdits(rotatedProgram(), rule.edits);
-    try {
-      (void)ir::BackwardProgram::parse(text, "edited.mlir");
-      FAIL("the edited program verified");
-    } catch (const ir::ProgramError &error) {
-      REQUIRE_FALSE(error.diagnostics().empty());
-      const ir::Diagnostic &first = error.diagnostics().front();
-      CHECK_MESSAGE(first.message.find(rule.message) != std::string::npos, first.message);
-      CHECK_MESSAGE(first.message.find("rotation_seed") != std::string::npos, first.message);
-      CHECK(first.location ==
-            "edited.mlir:" + std::to_string(rule.line) + ":" + first.location.substr(first.location.rfind(':') + 1));
-    }
-  }
+  checkBackwardRules(kRules, rotatedProgram(), "rotation_seed");
 }
 
 TEST_CASE("the DSL's rotate(): every Q and K quantizer, one seed, through the verifier") {

@@ -1,5 +1,6 @@
 // Regression tests for hostile IR (issue 10): inputs that crashed, hung or were silently accepted must now be
 // refused with a message that names the attribute or position and what was expected.
+#include "IrEdits.h"
 #include "sage/dsl/Attention.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
@@ -20,31 +21,11 @@
 
 namespace {
 
-const std::string kValidProgram =
-    R"(sage.attention @t version(1) head_dim(128) block_q(128) block_kv(64) {
-  %q = sage.input q
-  %k = sage.input k
-  %v = sage.input v
-  %k_smoothed = sage.smooth %k over sequence
-  %q_int8 = sage.quantize %q to int8 per_block {fold_softmax_scale, group_tokens = 128 : i64}
-  %k_int8 = sage.quantize %k_smoothed to int8 per_block {group_tokens = 64 : i64}
-  %s = sage.mma %q_int8, %k_int8 -> s32
-  %s_dequant = sage.dequant %s
-  %p = sage.online_softmax %s_dequant exp2 state f32
-  %p_f16 = sage.quantize %p to f16 none
-  %v_f16 = sage.quantize %v to f16 none
-  %pv = sage.mma %p_f16, %v_f16 -> f16
-  %o_accumulated = sage.accumulate %pv as f16
-  %o = sage.normalize %o_accumulated by %p
-  sage.write_o %o
-}
-)";
+using namespace sage::ir_test;
+const std::string &kValidProgram = kSageBCausalLseProgram;
 
 std::string edited(const std::string &find, const std::string &replace) {
-  std::string text = kValidProgram;
-  const size_t at = text.find(find);
-  REQUIRE_MESSAGE(at != std::string::npos, "edit target not found: " << find);
-  return text.replace(at, find.size(), replace);
+  return applyEdits(kValidProgram, {{find, replace}});
 }
 
 // Parsing must fail (not crash, not hang) with a diagnostic containing `expected`.
@@ -86,7 +67,7 @@ TEST_CASE("a use before the definition is reported, and the error path leaves no
   // Defined later in the same block: MLIR would report dominance, the trait reports it first by position.
   std::string late = edited("  %k_int8 = sage.quantize %k_smoothed to", "  %k_int8 = sage.quantize %late to");
   late.insert(late.find("  sage.write_o"), "  %late = sage.smooth %k over sequence\n");
-  checkRefused(late, "hostile.mlir:7:27: error: %late is used before its definition (at hostile.mlir:16:3)");
+  checkRefused(late, "hostile.mlir:7:27: error: %late is used before its definition (at hostile.mlir:17:3)");
 }
 
 // Issue 26: MLIR resolves a forward reference wherever the definition turns up, also inside the region of an op still

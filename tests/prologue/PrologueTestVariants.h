@@ -48,24 +48,24 @@ inline AttentionVariant makeVariant(const VariantKind &kind, int head_dim, int b
                              grouped ? (kind.k_group_tokens ? kind.k_group_tokens : block_kv) : 0);
   const bool unquantized = kind.granularity == Granularity::none;
   variant.qk = {kind.qk_dtype, kind.qk_dtype, unquantized ? AccumulatorType::f32 : AccumulatorType::s32};
+  // P~ and V in `dtype` (P~ with one scale or none, V per channel or none), multiplied into `accumulator`.
+  auto pv = [&](ElementType dtype, Granularity p_granularity, Granularity v_granularity, AccumulatorType accumulator) {
+    variant.p = tokenQuantizer(dtype, p_granularity, 0);
+    variant.v = tokenQuantizer(dtype, v_granularity, 0);
+    variant.pv = {dtype, dtype, accumulator};
+  };
   switch (kind.v) {
   case VKind::f16:
-    variant.p = tokenQuantizer(ElementType::f16, Granularity::none, 0);
-    variant.v = tokenQuantizer(ElementType::f16, Granularity::none, 0);
-    variant.pv = {ElementType::f16, ElementType::f16, AccumulatorType::f16};
+    pv(ElementType::f16, Granularity::none, Granularity::none, AccumulatorType::f16);
     variant.accumulation = {AccumulationKind::f16, 0};
     break;
   case VKind::int8:
-    variant.p = tokenQuantizer(ElementType::int8, Granularity::per_tensor, 0);
+    pv(ElementType::int8, Granularity::per_tensor, Granularity::per_channel, AccumulatorType::s32);
     variant.p.static_scale = 1.0 / 127.0;
-    variant.v = tokenQuantizer(ElementType::int8, Granularity::per_channel, 0);
-    variant.pv = {ElementType::int8, ElementType::int8, AccumulatorType::s32};
     break;
   case VKind::e4m3:
-    variant.p = tokenQuantizer(ElementType::e4m3, Granularity::per_tensor, 0);
+    pv(ElementType::e4m3, Granularity::per_tensor, Granularity::per_channel, AccumulatorType::f32);
     variant.p.static_scale = 1.0 / 448.0;
-    variant.v = tokenQuantizer(ElementType::e4m3, Granularity::per_channel, 0);
-    variant.pv = {ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32};
     variant.accumulation = {AccumulationKind::f32_two_level, 4};
     break;
   }

@@ -2,6 +2,7 @@
 // the f32 rounding of the rotated operands (S = (Q R_Q)(K R_K)^T, dQ and dK rotated back), and on K offsets plus Q
 // outlier channels sagebwd-rot, after the rotated forward, beats sagebwd and meets the cosine bound, and with
 // per-token scales for P and dS (token_scales) its rel-L1 bound too.
+#include "ReferenceTestSupport.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 #include "sage/reference/Backward.h"
@@ -17,37 +18,9 @@
 
 using namespace sage;
 using namespace sage::reference;
+using namespace sage::reference_test;
 
 namespace {
-
-double maxAbs(const std::vector<double> &values) {
-  double result = 0.0;
-  for (double value : values)
-    result = std::max(result, std::fabs(value));
-  return result;
-}
-
-double maxAbsDifference(const std::vector<double> &a, const std::vector<double> &b) {
-  REQUIRE(a.size() == b.size());
-  double result = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    result = std::max(result, std::fabs(a[i] - b[i]));
-  return result;
-}
-
-// K [1, heads, tokens, dim] with a per-channel offset of stddev `bias` per head, N(0, 1) around it.
-HostTensor keysWithOffsets(int64_t heads, int64_t tokens, int64_t dim, StorageType storage, uint64_t seed,
-                           double bias) {
-  HostTensor k(1, heads, tokens, dim, storage, Layout::hnd);
-  for (int64_t h = 0; h < heads; ++h) {
-    const HostTensor head =
-        randomTensor(1, 1, tokens, dim, storage, Layout::hnd, {seed + static_cast<uint64_t>(h) * 7919, 0.0, 1.0, bias});
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t c = 0; c < dim; ++c)
-        k.set(0, h, t, c, head.at(0, 0, t, c));
-  }
-  return k;
-}
 
 // The forward preset `sagebwd` (Algorithm 2), rotated as `backward` is.
 AttentionVariant pairedForward(int dim, MaskKind mask, const BackwardVariant &backward) {

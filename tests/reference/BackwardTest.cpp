@@ -4,6 +4,7 @@
 // K equals dQ from K (dS's rows sum to zero) to double rounding, and it repairs the gradients on K with per-channel
 // offsets, with Q outlier channels too, where the ablation without it falls apart.
 #include "sage/reference/Backward.h"
+#include "ReferenceTestSupport.h"
 #include "sage/dsl/AttentionBackward.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
@@ -17,26 +18,12 @@
 
 using namespace sage;
 using namespace sage::reference;
+using namespace sage::reference_test;
 
 namespace {
 
 HostTensor randomHnd(int64_t heads, int64_t tokens, int64_t dim, StorageType storage, uint64_t seed) {
   return randomTensor(1, heads, tokens, dim, storage, Layout::hnd, {seed});
-}
-
-double maxAbs(const std::vector<double> &values) {
-  double result = 0.0;
-  for (double value : values)
-    result = std::max(result, std::fabs(value));
-  return result;
-}
-
-double maxAbsDifference(const std::vector<double> &a, const std::vector<double> &b) {
-  REQUIRE(a.size() == b.size());
-  double result = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    result = std::max(result, std::fabs(a[i] - b[i]));
-  return result;
 }
 
 // L = sum(O o G): its gradient with respect to O is G, so dO = G.
@@ -70,21 +57,6 @@ void checkAgainstFiniteDifferences(HostTensor &tensor, const std::vector<double>
                       "element (" << h << ", " << t << ", " << c << "): finite difference " << numeric << ", gradient "
                                   << analytic);
       }
-}
-
-// K [1, heads, tokens, dim] with a per-channel offset of stddev `bias` drawn for each head (the offsets of real
-// models differ between heads: K smoothing takes one mean per KV head), N(0, 1) around it.
-HostTensor keysWithOffsets(int64_t heads, int64_t tokens, int64_t dim, StorageType storage, uint64_t seed,
-                           double bias) {
-  HostTensor k(1, heads, tokens, dim, storage, Layout::hnd);
-  for (int64_t h = 0; h < heads; ++h) {
-    const HostTensor head =
-        randomTensor(1, 1, tokens, dim, storage, Layout::hnd, {seed + static_cast<uint64_t>(h) * 7919, 0.0, 1.0, bias});
-    for (int64_t t = 0; t < tokens; ++t)
-      for (int64_t c = 0; c < dim; ++c)
-        k.set(0, h, t, c, head.at(0, 0, t, c));
-  }
-  return k;
 }
 
 GradientAccuracy sagebwdAccuracy(const GradientResult &exact, const HostTensor &q, const HostTensor &k,

@@ -1,5 +1,6 @@
 // The SLA reference (issue 13): block classes on hand-made inputs, the forward against a dense masked formula, the
 // backward against central finite differences on tiny sizes.
+#include "ReferenceTestSupport.h"
 #include "sage/dsl/Presets.h"
 #include "sage/reference/Metrics.h"
 #include "sage/reference/Sla.h"
@@ -13,6 +14,7 @@
 
 using namespace sage;
 using namespace sage::reference;
+using sage::reference_test::maxAbsDifference;
 
 namespace {
 
@@ -115,14 +117,6 @@ std::vector<double> denseSla(const AttentionVariant &variant, const HostTensor &
         }
       }
   return output;
-}
-
-double maxAbsDifference(const std::vector<double> &a, const std::vector<double> &b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  return worst;
 }
 
 // Q [1, 1, 2 blocks, 16] and K [1, 1, 20 blocks, 16] whose pooled scores are s_i * a_j along channel 0: q block 0

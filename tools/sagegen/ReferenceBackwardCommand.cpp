@@ -1,6 +1,7 @@
 // `sagegen reference-backward`: runs backward presets (SageBwd) on the CPU reference, after their forward, and
 // compares dQ, dK, dV with the exact gradients of softmax attention.
 #include "Commands.h"
+#include "ReferenceDataOptions.h"
 
 #include "sage/dsl/Attention.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -18,15 +19,10 @@
 namespace sage::tool {
 namespace {
 
-constexpr int64_t kMaxTokens = int64_t(1) << 24;
-
-struct BackwardReferenceOptions {
+struct BackwardReferenceOptions : ReferenceDataOptions {
   std::vector<std::string> presets;
   int head_dim = 128;
   bool causal = false;
-  int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 1, kv_heads = 0; // 0: not given (same as Q's)
-  uint64_t seed = 0;
-  std::string dtype = "f16";
   double k_bias = 0.0, v_bias = 0.0, q_outliers = 1.0;
   bool no_smooth_k = false;
   bool token_scales = false;         // issue 25: P and dS with one int8 scale per token of their product's output
@@ -122,16 +118,6 @@ AttentionVariant pairedForward(AttentionVariant forward, const BackwardVariant &
   return dsl::emitProgram(forward).variant();
 }
 
-reference::StorageType storageOf(const std::string &text) {
-  if (text == "f16")
-    return reference::StorageType::f16;
-  if (text == "bf16")
-    return reference::StorageType::bf16;
-  if (text == "f32")
-    return reference::StorageType::f32;
-  throw UserError("--dtype: expected f16, bf16 or f32, got '" + text + "'");
-}
-
 dsl::AttentionBackwardBuilder backwardBuilder(const std::string &name, int head_dim, MaskKind mask) {
   std::optional<dsl::AttentionBackwardBuilder> found;
   try {
@@ -194,7 +180,7 @@ void run(const BackwardReferenceOptions &options) {
   } catch (const std::invalid_argument &error) {
     throw UserError(std::string("--batch/--heads/--kv-heads/--n/--n-kv: ") + error.what());
   }
-  const auto storage = storageOf(options.dtype);
+  const auto storage = options.storage();
   const auto layout = reference::Layout::hnd;
   auto q = reference::randomTensor(
       options.batch, options.heads, options.tokens, d, storage, layout,
@@ -244,18 +230,7 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
       ->delimiter(',');
   command->add_option("--headdim", options->head_dim, "head dimension d")->capture_default_str();
   command->add_flag("--causal", options->causal, "causal mask (bottom-right aligned when n_q != n_kv)");
-  command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t(1), kMaxTokens));
-  command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)")
-      ->check(CLI::Range(int64_t(1), kMaxTokens));
-  command->add_option("--batch", options->batch, "batch size")->capture_default_str()->check(CLI::Range(1, 65535));
-  command->add_option("--heads", options->heads, "query heads")->capture_default_str()->check(CLI::Range(1, 4096));
-  command->add_option("--kv-heads", options->kv_heads, "key/value heads (GQA; default: --heads)")
-      ->check(CLI::Range(1, 4096));
-  command->add_option("--seed", options->seed, "random seed")->capture_default_str();
-  command->add_option("--dtype", options->dtype, "storage type of Q, K, V, dO: f16, bf16 or f32")
-      ->capture_default_str();
+  options->addDataOptions(*command, "Q, K, V, dO");
   command->add_option("--k-bias", options->k_bias, "stddev of a per-channel bias shared by all K tokens")
       ->capture_default_str()
       ->check(finiteRange(0.0, 1e4));

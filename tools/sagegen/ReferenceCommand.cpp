@@ -1,6 +1,7 @@
 // `sagegen reference`: runs variants on the CPU reference and compares them with exact attention.
 #include "IrFile.h"
 #include "PresetOptions.h"
+#include "ReferenceDataOptions.h"
 
 #include "sage/dsl/Attention.h"
 #include "sage/ir/Program.h"
@@ -19,29 +20,16 @@
 namespace sage::tool {
 namespace {
 
-constexpr int64_t kMaxTokens = int64_t(1) << 24;
-
-struct ReferenceOptions {
+struct ReferenceOptions : ReferenceDataOptions {
+  ReferenceOptions() { heads = 2; }
   PresetOptions preset;
   std::vector<std::string> presets;
   std::string ir_file;
-  int64_t tokens = 1024, kv_tokens = 0, batch = 1, heads = 2, kv_heads = 0; // 0: not given (same as Q's)
-  uint64_t seed = 0;
-  std::string dtype = "f16", layout = "hnd";
+  std::string layout = "hnd";
   double k_bias = 0.0, q_bias = 0.0, q_outliers = 1.0, k_outliers = 1.0;
   bool rotate = false; // also run each variant with Q and K rotated (issue 28)
   uint32_t rotation_seed = dsl::kDefaultRotationSeed;
 };
-
-reference::StorageType storageOf(const std::string &text) {
-  if (text == "f16")
-    return reference::StorageType::f16;
-  if (text == "bf16")
-    return reference::StorageType::bf16;
-  if (text == "f32")
-    return reference::StorageType::f32;
-  throw UserError("--dtype: expected f16, bf16 or f32, got '" + text + "'");
-}
 
 reference::Layout layoutOf(const std::string &text) {
   if (text == "hnd" || text == "HND")
@@ -92,7 +80,7 @@ void run(const ReferenceOptions &options) {
     }
   }
 
-  const auto storage = storageOf(options.dtype);
+  const auto storage = options.storage();
   const auto layout = layoutOf(options.layout);
   const int64_t d = variants.front().head_dim;
   for (const AttentionVariant &variant : variants)
@@ -149,17 +137,7 @@ CommandAction addReferenceCommand(CLI::App &app) {
   auto options = std::make_shared<ReferenceOptions>();
   command->add_option("--preset", options->presets, "preset name(s), repeatable or comma-separated")->delimiter(',');
   command->add_option("--ir", options->ir_file, "a textual sage IR file to run instead of / besides presets");
-  command->add_option("--n", options->tokens, "query tokens (and key tokens unless --n-kv)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t(1), kMaxTokens));
-  command->add_option("--n-kv", options->kv_tokens, "key/value tokens (default: --n)")
-      ->check(CLI::Range(int64_t(1), kMaxTokens));
-  command->add_option("--batch", options->batch, "batch size")->capture_default_str()->check(CLI::Range(1, 65535));
-  command->add_option("--heads", options->heads, "query heads")->capture_default_str()->check(CLI::Range(1, 4096));
-  command->add_option("--kv-heads", options->kv_heads, "key/value heads (GQA; default: --heads)")
-      ->check(CLI::Range(1, 4096));
-  command->add_option("--seed", options->seed, "random seed")->capture_default_str();
-  command->add_option("--dtype", options->dtype, "storage type of Q, K, V: f16, bf16 or f32")->capture_default_str();
+  options->addDataOptions(*command, "Q, K, V");
   command->add_option("--layout", options->layout, "hnd or nhd")->capture_default_str();
   command
       ->add_option("--k-bias", options->k_bias,

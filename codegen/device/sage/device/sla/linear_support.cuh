@@ -196,6 +196,19 @@ template <int kLanes, int kPhi> __device__ __forceinline__ void feature_map_x8(f
   }
 }
 
+// The end of the sums over listed vectors below, once every thread has written its group's partial sums (group g's
+// columns at scratch[g * D ...]): column threadIdx.x's total over the kGroups groups for threadIdx.x < D, 0 for the
+// other threads; scratch is free again on return.
+template <int D, int kGroups> __device__ __forceinline__ float sum_column_groups(const float *scratch) {
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < D)
+    for (int g = 0; g < kGroups; ++g)
+      total += scratch[g * D + threadIdx.x];
+  __syncthreads(); // scratch is free again
+  return total;
+}
+
 // sum_listed_vectors with 16-byte loads: kGroups groups of D / 4 threads take every kGroups-th entry, four entries in
 // flight per group (their list entries first, then the vectors). The sum's order is fixed (deterministic).
 // `scratch`: SumListedX4<D>::kScratchFloats floats of shared memory, free on entry (and on return).
@@ -232,13 +245,7 @@ __device__ float sum_listed_vectors_x4(const float *vectors, long long first, co
   }
   if (group < kGroups)
     reinterpret_cast<float4 *>(scratch)[threadIdx.x] = sum; // group g's columns at scratch[g * D ...]
-  __syncthreads();
-  float total = 0.0f;
-  if (threadIdx.x < D)
-    for (int g = 0; g < kGroups; ++g)
-      total += scratch[g * D + threadIdx.x];
-  __syncthreads(); // scratch is free again
-  return total;
+  return sum_column_groups<D, kGroups>(scratch);
 }
 
 __device__ __forceinline__ void accumulate_f16x8(float (&sum)[8], uint4 bits, float coefficient) {
@@ -274,13 +281,7 @@ __device__ float sum_listed_vectors(const float *vectors, long long first, const
   for (; n < count; n += kGroups)
     sum += base[static_cast<long long>(list[n]) * D];
   scratch[threadIdx.x] = sum;
-  __syncthreads();
-  float total = 0.0f;
-  if (threadIdx.x < D)
-    for (int g = 0; g < kGroups; ++g)
-      total += scratch[g * D + threadIdx.x];
-  __syncthreads(); // scratch is free again
-  return total;
+  return sum_column_groups<D, kGroups>(scratch);
 }
 
 // Sums of d x d matrices stored in f16 with one f32 scale each (h_j, dH_i), in f32 registers: a thread owns

@@ -10,6 +10,7 @@
 // sage_sla_sparse_fused_shared_bytes_sm90.
 #pragma once
 
+#include "sage/device/lanes.cuh"
 #include "sage/device/sla/common.cuh"
 #include "sage/device/sla/sparse_backward_sm90.cuh"
 #include "sage/device/sla/tensor_core.cuh"
@@ -266,16 +267,6 @@ __device__ __forceinline__ void mma_two_fragments_by_rows(float (&c)[D / 8][4], 
       mma_16bit<kBf16>(c[n + 1], a[s], bb[1]);
       mma_16bit<kBf16>(e[n + 1], f[s], bg[1]);
     }
-}
-
-// Max and sum over the 4 lanes of a quad (the lanes holding one accumulator row).
-__device__ __forceinline__ float quad_max(float value) {
-  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
-  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
-}
-__device__ __forceinline__ float quad_sum(float value) {
-  value += __shfl_xor_sync(0xffffffffu, value, 1);
-  return value + __shfl_xor_sync(0xffffffffu, value, 2);
 }
 
 // Statistics kernel (launch 2c): one q block of one q head, BLOCK_Q / 16 warps, over the critical kv blocks: L

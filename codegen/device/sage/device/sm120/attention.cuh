@@ -437,28 +437,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     }
   }
   if constexpr (Config::kWriteLse) {
-    if (!params.lse)
-      return;
-    constexpr float kLn2 = 0.693147180559945309f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = rows[half];
-      float correction = 0.0f;
-      if constexpr (Config::kLseCorrection) {
-        // K was smoothed: every score of row i moved by q_i . mean(K) / sqrt(d), read from the caller's Q.
-        const float *k_mean = reinterpret_cast<const float *>(params.workspace + params.offsets.k_mean) +
-                              tile.kv_head_index * Config::kHeadDim;
-        const unsigned short *q = static_cast<const unsigned short *>(params.q) + tile.batch * params.q_strides.batch +
-                                  tile.head * params.q_strides.head;
-        correction = sm90::smoothed_k_lse_correction<Config::kHeadDim, Config::kBf16>(
-            q + row * params.q_strides.token, k_mean, row < size.tokens_q, quad_lane, params.softmax_scale);
-      }
-      if (quad_lane != 0 || row >= size.tokens_q)
-        continue;
-      const float sum = row_sum[half];
-      params.lse[tile.q_head_index * size.tokens_q + row] =
-          sum > 0.0f ? (row_max[half] + fast_log2(sum)) * kLn2 + correction : negative_infinity();
-    }
+    if (params.lse)
+      sm90::write_lse<Config>(params, tile, rows, row_max, row_sum, quad_lane, 0.0f);
   }
 }
 

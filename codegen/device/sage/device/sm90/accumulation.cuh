@@ -58,17 +58,23 @@ __device__ __forceinline__ void rescale_output(ConsumerState<Config> &state, con
   }
 }
 
+// Element i of O's accumulator (not int8's: its blocks go straight into `flushed`) in f32; an f16 accumulator holds
+// two per register.
+template <class Config> __device__ __forceinline__ float output_value(const ConsumerState<Config> &state, int i) {
+  if constexpr (ConsumerState<Config>::kF16Accumulator) {
+    float low, high;
+    unpack_f16x2(state.output[i / 2], low, high);
+    return i % 2 == 0 ? low : high;
+  } else {
+    return state.output[i];
+  }
+}
+
 // The accumulator added into the outer f32 sum (two-level accumulation's flush).
 template <class Config> __device__ __forceinline__ void flush_output(ConsumerState<Config> &state) {
 #pragma unroll
   for (int i = 0; i < Config::kHeadDim / 2; ++i) {
-    if constexpr (ConsumerState<Config>::kF16Accumulator) {
-      float low, high;
-      unpack_f16x2(state.output[i / 2], low, high);
-      state.flushed[i] += i % 2 == 0 ? low : high;
-    } else {
-      state.flushed[i] += state.output[i];
-    }
+    state.flushed[i] += output_value(state, i);
   }
 }
 
@@ -84,17 +90,8 @@ __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
           fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
   } else if constexpr (ConsumerState<Config>::kFoldsRescale) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i) {
-      float value;
-      if constexpr (ConsumerState<Config>::kF16Accumulator) {
-        float low, high;
-        unpack_f16x2(state.output[i / 2], low, high);
-        value = i % 2 == 0 ? low : high;
-      } else {
-        value = state.output[i];
-      }
-      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], value);
-    }
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], output_value(state, i));
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
       state.blocks_since_flush = 0;
@@ -116,15 +113,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 #pragma unroll
   for (int i = 0; i < Config::kHeadDim / 2; ++i) {
     float value;
-    if constexpr (Config::kPv != PvOperands::int8) {
-      if constexpr (ConsumerState<Config>::kF16Accumulator) {
-        float low, high;
-        unpack_f16x2(state.output[i / 2], low, high);
-        value = i % 2 == 0 ? low : high;
-      } else {
-        value = state.output[i];
-      }
-    }
+    if constexpr (Config::kPv != PvOperands::int8)
+      value = output_value(state, i);
     if constexpr (Config::kPv == PvOperands::int8)
       value = state.flushed[i];
     else if constexpr (Config::kTwoLevel) // the outer sum and the blocks since its last flush, both relative to m
@@ -168,29 +158,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
     }
   }
   if constexpr (Config::kWriteLse) {
-    if (!base.lse)
-      return;
-    constexpr float kLn2 = 0.693147180559945309f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = rows[half];
-      float correction = 0.0f;
-      if constexpr (Config::kLseCorrection) {
-        // K was smoothed: every score of row i moved by q_i . mean(K) / sqrt(d).
-        const float *k_mean =
-            reinterpret_cast<const float *>(workspace + base.offsets.k_mean) + tile.kv_head_index * Config::kHeadDim;
-        const unsigned short *q = static_cast<const unsigned short *>(base.q) + tile.batch * base.q_strides.batch +
-                                  tile.head * base.q_strides.head;
-        correction = smoothed_k_lse_correction<Config::kHeadDim, Config::kBf16>(
-            q + row * base.q_strides.token, k_mean, row < size.tokens_q, quad_lane, base.softmax_scale);
-      }
-      if (quad_lane != 0 || row >= size.tokens_q)
-        continue;
-      const float sum = state.row_sum[half];
-      base.lse[tile.q_head_index * size.tokens_q + row] =
-          sum > 0.0f ? (state.row_max[half] + fast_log2(sum) - Config::kProbabilityCodeLog2) * kLn2 + correction
-                     : negative_infinity();
-    }
+    if (base.lse)
+      write_lse<Config>(base, tile, rows, state.row_max, state.row_sum, quad_lane, Config::kProbabilityCodeLog2);
   }
 }
 

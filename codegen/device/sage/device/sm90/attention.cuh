@@ -94,6 +94,32 @@ __device__ __forceinline__ void issue_p_v(Accumulator (&output)[kCount], const P
   wgmma_commit_group();
 }
 
+// P~_i^j V_j as one wgmma group: int8 into the block's s32 product (restarted), else into O (restarted on the tile's
+// first block).
+template <class Config, int kProductRegisters>
+__device__ __forceinline__ void issue_block_p_v(ConsumerState<Config> &state, int (&block_product)[kProductRegisters],
+                                                const ProbabilityFragments<Config> &p, unsigned v_tile) {
+  if constexpr (Config::kPv == PvOperands::int8)
+    issue_p_v<Config>(block_product, p, v_tile, false);
+  else
+    issue_p_v<Config>(state.output, p, v_tile, accumulates(state));
+}
+
+// Once issue_block_p_v's group has completed: the asynchronous wgmma read P~'s registers and wrote the product (or O)
+// until now (the asm statement that issued it was their last visible use), so fence them.
+template <class Config, int kProductRegisters>
+__device__ __forceinline__ void fence_p_v_registers(ConsumerState<Config> &state,
+                                                    int (&block_product)[kProductRegisters],
+                                                    ProbabilityFragments<Config> &p) {
+#pragma unroll
+  for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
+    warpgroup_fence_operands(p.registers[step]);
+  if constexpr (Config::kPv == PvOperands::int8)
+    warpgroup_fence_operands(block_product);
+  else
+    warpgroup_fence_operands(state.output);
+}
+
 // The KV blocks a CTA visits, in order: every block of [0, block_end), or (block-sparse) the kept ones of its mask
 // row. Dense kernels compile to the plain `++block` loop.
 template <class Config> struct VisitedBlocks {
@@ -349,22 +375,10 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   auto issue_product = [&](int position) {
     rescale_output(state, rescale);
     const unsigned v_tile = stage_base(position) + Layout::kVOffset;
-    if constexpr (Config::kPv == PvOperands::int8)
-      issue_p_v<Config>(block_product, p, v_tile, false);
-    else
-      issue_p_v<Config>(state.output, p, v_tile, accumulates(state));
+    issue_block_p_v<Config>(state, block_product, p, v_tile);
   };
-  // After the P.V of block j completed: P~'s registers were read by the asynchronous wgmma until now (the asm
-  // statement that issued it was their last visible use), so fence them; release V_j's stage; fold the product.
-  auto fence_product = [&] {
-#pragma unroll
-    for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
-      warpgroup_fence_operands(p.registers[step]);
-    if constexpr (Config::kPv == PvOperands::int8)
-      warpgroup_fence_operands(block_product);
-    else
-      warpgroup_fence_operands(state.output);
-  };
+  // After the P.V of block j completed: fence its registers; release V_j's stage; fold the product.
+  auto fence_product = [&] { fence_p_v_registers<Config>(state, block_product, p); };
   auto finish_product = [&](int position) {
     mbarrier_arrive(barriers.empty_v(first_position + position)); // V_j is no longer read
     finish_block(state, block_product);
@@ -529,19 +543,10 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
     rescale_output(state, rescale);
     mbarrier_wait(barriers.full_v(block), phase);
     const unsigned v_tile = stage_base(block) + Layout::kVOffset;
-    if constexpr (Config::kPv == PvOperands::int8)
-      issue_p_v<Config>(block_product, p, v_tile, false);
-    else
-      issue_p_v<Config>(state.output, p, v_tile, accumulates(state));
+    issue_block_p_v<Config>(state, block_product, p, v_tile);
     refill_k(block);
     wgmma_wait_group<0>();
-#pragma unroll
-    for (int step = 0; step < ProbabilityFragments<Config>::kSteps; ++step)
-      warpgroup_fence_operands(p.registers[step]);
-    if constexpr (Config::kPv == PvOperands::int8)
-      warpgroup_fence_operands(block_product);
-    else
-      warpgroup_fence_operands(state.output);
+    fence_p_v_registers<Config>(state, block_product, p);
     mbarrier_arrive(barriers.empty_v(block)); // V_j is no longer read
     finish_block(state, block_product);
   };
