@@ -117,6 +117,8 @@ def _small_workspace(torch, device, stream, needed):
             return None
         workspace = _small_workspaces[key] = torch.empty(needed, dtype=torch.uint8, device=device)
     return workspace
+
+
 _torch_module = None
 
 

@@ -4,7 +4,6 @@ F.scaled_dot_product_attention through sagegen for a block of code."""
 
 import contextlib
 import math
-import os
 import threading
 import warnings
 from typing import Optional, Tuple
