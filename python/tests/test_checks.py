@@ -161,6 +161,10 @@ class KernelHeadDimTest(unittest.TestCase):
         self.assertEqual(kernel_head_dim(200, 128, "sage-b", (9, 0)), 208)
         for refused in (36, 100, 264, 0):  # not 16-byte rows, or past 256: the library's refusal, unchanged
             self.assertEqual(kernel_head_dim(refused, 128, "sage-b", (9, 0)), refused)
+        self.assertEqual(kernel_head_dim(72, 128, "sage-b", (7, 5)), 72)  # a GPU without kernels: the runner says so
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            kernel_head_dim(72, 128, "sage-b", (0, 5))
+        self.assertTrue(str(caught.exception).startswith("capability:"), str(caught.exception))
 
 
 # Runs in a fresh interpreter: runners that stay cached until exit (as _backward._runners keeps them) are destroyed

@@ -267,7 +267,12 @@ sage_status sage_attention_head_dim(const char *preset, int head_dim, long long 
     request.preset = preset;
     request.head_dim = head_dim;
     request.tokens_kv = tokens_kv;
-    request.arch = sage::schedules::archFromComputeCapability(capability / 10, capability % 10);
+    try {
+      request.arch = sage::schedules::archFromComputeCapability(capability / 10, capability % 10);
+    } catch (const std::invalid_argument &) { // a GPU sagegen has no kernels for: the runner refuses it, saying why
+      *run_head_dim = head_dim;
+      return;
+    }
     request.input = dtype == SAGE_DTYPE_BF16 ? sage::schedules::InputType::bf16 : sage::schedules::InputType::f16;
     request.block_mask = block_mask != 0;
     const char *forced = std::getenv("SAGEGEN_SCHEDULE"); // as AttentionRunner reads it

@@ -140,7 +140,7 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
     break;
   }
   }
-  // Persistent CTAs claim their tiles from the workspace's counter, which the runner clears before the launch.
+  // Persistent CTAs claim their tiles from the workspace's counter, zeroed before the launch (AttentionRunner::run).
   if (claimsTiles(plan))
     params.tile_counter =
         reinterpret_cast<unsigned *>(const_cast<unsigned char *>(workspace) + layout.attention_counters.offset);

@@ -110,8 +110,8 @@ sage_status sage_attention_workspace_bytes(sage_attention_t attention, sage_layo
  * itself where a kernel takes it, else the next dim with a kernel (or, for sage-b and sage2-fp8 on sm_90a, with a
  * faster one). Zero-padding Q, K and V to it is exact; the caller folds its softmax scale into Q and cuts O's padded
  * channels. `block_mask`: nonzero for a block-sparse call (never padded). $SAGEGEN_SCHEDULE restricts the choice to
- * that schedule, as it does the runner's. An unknown preset or a dim no kernel can take is returned unchanged (the
- * runner refuses it, saying why). */
+ * that schedule, as it does the runner's. An unknown preset, a dim no kernel can take or a GPU sagegen has no kernels
+ * for gives `head_dim` back unchanged (the runner refuses it, saying why). */
 sage_status sage_attention_head_dim(const char *preset, int head_dim, long long tokens_kv, int capability,
                                     sage_dtype dtype, int block_mask, int *run_head_dim);
 
