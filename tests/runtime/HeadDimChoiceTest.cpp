@@ -11,14 +11,7 @@ namespace {
 
 int runAt(std::string_view preset, int head_dim, int64_t tokens_kv, GpuArch arch, bool block_mask = false,
           std::string_view schedule = {}) {
-  runtime::HeadDimRequest request;
-  request.preset = preset;
-  request.head_dim = head_dim;
-  request.tokens_kv = tokens_kv;
-  request.arch = arch;
-  request.block_mask = block_mask;
-  request.schedule = schedule;
-  return runtime::runHeadDim(request);
+  return runtime::runHeadDim({preset, head_dim, tokens_kv, arch, schedules::InputType::f16, block_mask, schedule});
 }
 
 } // namespace
