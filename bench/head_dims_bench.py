@@ -60,8 +60,8 @@ def main():
             for preset in args.presets.split(","):
                 timed[preset] = lambda q, k, v, preset=preset: sagegen.sageattn(q, k, v, preset=preset)
                 ran_at[preset] = kernel_head_dim(dim, tokens, preset, capability)
-                # the library's own kernel at the caller's d beside (where the mma.sync schedule has one)
-                if dim % 16 == 0 and ran_at[preset] != dim and kernel_head_dim(dim, tokens, preset, (8, 0)) == dim:
+                # the library's own kernel at the caller's d beside (where the mma.sync schedule, sm_80's, has one)
+                if ran_at[preset] != dim and kernel_head_dim(dim, tokens, preset, (8, 0)) == dim:
                     timed[preset + "@d"] = (lambda attention: lambda q, k, v: attention(q, k, v))(
                         sagegen.Attention(preset, head_dim=dim))
             row = {"d": dim, "N": tokens, "batch": batch, "heads": heads}

@@ -8,8 +8,8 @@ forward + backward minus forward. SageBwd's time includes everything the op does
 conversion). Each number is the median over --rounds rounds of the median of 10 calls; --json writes the rows.
 --impls (default flash,cudnn,sagebwd) may add sagebwd-rot-ks (`sagebwd_attention(rotate=True)`: forward sage-b-rot,
 backward sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25) and sagebwd-rot (the same forward, backward
-sagebwd-rot: one scale per tile), so that both rotated pairings are timed in one run: each SageBwd column gets its x flash / x cudnn
-ratios and its forward and backward ms.
+sagebwd-rot: one scale per tile), so that both rotated pairings are timed in one run: each SageBwd column gets its
+x flash / x cudnn ratios and its forward and backward ms.
 """
 
 import argparse
