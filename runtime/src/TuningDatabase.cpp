@@ -45,12 +45,12 @@ void checkVariantName(const std::string &name, const std::string &what) {
 }
 
 // tunablesText's format: block_q, block_kv, warps and stages, each once, as positive integers, and optionally
-// inline_loads (0 or 1) (the runtime's core does not link the schedules, so this checks the form; the schedule checks
-// the values when it applies them).
+// inline_loads (0 or 1) and ctas (a positive integer) (the runtime's core does not link the schedules, so this checks
+// the form; the schedule checks the values when it applies them).
 void checkTunablesText(const std::string &text, const std::string &what) {
-  constexpr std::string_view kNames[] = {"block_q", "block_kv", "warps", "stages", "inline_loads"};
-  constexpr size_t kRequired = 4, kNameCount = 5;
-  bool seen[kNameCount] = {false, false, false, false, false};
+  constexpr std::string_view kNames[] = {"block_q", "block_kv", "warps", "stages", "inline_loads", "ctas"};
+  constexpr size_t kRequired = 4, kNameCount = 6, kFlag = 4; // kNames[kFlag] is 0 or 1, the others positive
+  bool seen[kNameCount] = {false, false, false, false, false, false};
   std::string_view rest = text;
   while (true) {
     const size_t comma = rest.find(',');
@@ -61,14 +61,14 @@ void checkTunablesText(const std::string &text, const std::string &what) {
     while (index < kNameCount && kNames[index] != name)
       ++index;
     const std::string_view digits = equals == std::string_view::npos ? std::string_view() : item.substr(equals + 1);
-    const bool valid = index < kRequired ? !digits.empty() && digits.size() <= 4 &&
-                                               digits.find_first_not_of("0123456789") == std::string_view::npos &&
-                                               digits.front() != '0'
-                                         : digits == "0" || digits == "1";
+    const bool valid = index != kFlag ? !digits.empty() && digits.size() <= 4 &&
+                                            digits.find_first_not_of("0123456789") == std::string_view::npos &&
+                                            digits.front() != '0'
+                                      : digits == "0" || digits == "1";
     if (index == kNameCount || seen[index] || !valid)
       throw JsonError(what +
                       ": expected \"block_q=B,block_kv=B,warps=W,stages=S\" (each once, positive integers; "
-                      "optionally \",inline_loads=0|1\"), got \"" +
+                      "optionally \",inline_loads=0|1\" and \",ctas=C\"), got \"" +
                       text + "\"");
     seen[index] = true;
     if (comma == std::string_view::npos)

@@ -259,8 +259,8 @@ std::optional<TuningEntry> tuningEntry(const SweepResult &result, const TuningPr
 }
 
 std::string sweepTable(const SweepResult &result, const TuningProblem &problem) {
-  std::string text = fmt::format("{:>7} {:>8} {:>5} {:>6} {:>10} {:>8} {:>10}  {}\n", "block_q", "block_kv", "warps",
-                                 "stages", "median_ms", "TOPS", "vs_default", "status");
+  std::string text = fmt::format("{:>7} {:>8} {:>5} {:>6} {:>6} {:>4} {:>10} {:>8} {:>10}  {}\n", "block_q", "block_kv",
+                                 "warps", "stages", "inline", "ctas", "median_ms", "TOPS", "vs_default", "status");
   const double default_ms = result.default_index ? result.candidates[*result.default_index].milliseconds : std::nan("");
   // Candidates the schedule refused before compiling are many and alike: one line per distinct reason, after the
   // rows of the candidates that were compiled.
@@ -283,13 +283,15 @@ std::string sweepTable(const SweepResult &result, const TuningProblem &problem) 
       status += ": " + firstLine(candidate.reason);
     if (candidate.is_default)
       status += " (default)";
+    // sm90's inline loads and their CTA count ("-": the schedule's)
+    const std::string ctas = t.ctas != 0 ? std::to_string(t.ctas) : "-";
     if (candidate.status == CandidateStatus::ok)
-      text += fmt::format("{:>7} {:>8} {:>5} {:>6} {:>10.4f} {:>8.1f} {:>9.3f}x  {}\n", t.block_q, t.block_kv, t.warps,
-                          t.stages, candidate.milliseconds, attentionTops(problem, candidate.milliseconds),
-                          default_ms / candidate.milliseconds, status);
+      text += fmt::format("{:>7} {:>8} {:>5} {:>6} {:>6} {:>4} {:>10.4f} {:>8.1f} {:>9.3f}x  {}\n", t.block_q,
+                          t.block_kv, t.warps, t.stages, t.inline_loads ? 1 : 0, ctas, candidate.milliseconds,
+                          attentionTops(problem, candidate.milliseconds), default_ms / candidate.milliseconds, status);
     else
-      text += fmt::format("{:>7} {:>8} {:>5} {:>6} {:>10} {:>8} {:>10}  {}\n", t.block_q, t.block_kv, t.warps, t.stages,
-                          "-", "-", "-", status);
+      text += fmt::format("{:>7} {:>8} {:>5} {:>6} {:>6} {:>4} {:>10} {:>8} {:>10}  {}\n", t.block_q, t.block_kv,
+                          t.warps, t.stages, t.inline_loads ? 1 : 0, ctas, "-", "-", "-", status);
   }
   for (const auto &[reason, count] : refusals)
     text += fmt::format("refused by the schedule ({} candidate{}): {}\n", count, count == 1 ? "" : "s", reason);

@@ -59,6 +59,9 @@ bool fp4Operand(const QuantizerSpec &spec, Granularity granularity, ScaleType sc
 void validateTunables(const Tunables &tunables, const AttentionVariant &variant) {
   require(!tunables.inline_loads, "tunables.inline_loads: the sm120 schedule has no producer warps (every warp loads "
                                   "its tiles with cp.async): expected 0");
+  require(tunables.ctas == 0, "tunables.ctas: only the sm90 schedule's inline loads take a CTA count, expected none, "
+                              "got " +
+                                  std::to_string(tunables.ctas));
   require(tunables.warps == 4 || tunables.warps == 8,
           "tunables.warps: expected 4 or 8 (16 Q rows each), got " + std::to_string(tunables.warps));
   require(tunables.block_q == kRowsPerWarp * tunables.warps,

@@ -255,6 +255,9 @@ void require(bool condition, const std::string &message) {
 void validateTunables(const Tunables &tunables, const AttentionVariant &variant) {
   require(!tunables.inline_loads, "tunables.inline_loads: the sm80 schedule has no producer warps (every warp loads "
                                   "its tiles with cp.async): expected 0");
+  require(tunables.ctas == 0, "tunables.ctas: only the sm90 schedule's inline loads take a CTA count, expected none, "
+                              "got " +
+                                  std::to_string(tunables.ctas));
   // cp.async copies advance whole 8-row swizzle groups per pass, which 128+ threads guarantee for every tile.
   require(tunables.warps == 4 || tunables.warps == 8 || tunables.warps == 16,
           "tunables.warps: expected 4, 8 or 16, got " + std::to_string(tunables.warps));

@@ -26,6 +26,9 @@ constexpr int kRegisterFile = 65536;   // 32-bit registers per SM
 constexpr int kProducerRegisters = 24; // the producer only issues TMA from one thread
 constexpr int kMaxConsumerRegisters = 240;
 constexpr int kMaxConsumers = 3;
+// Inline loads: CTAs of 128 threads per SM, the registers capped for them (3: 168 each; 4: 128)
+constexpr int kDefaultInlineCtas = 3;
+constexpr int kMaxInlineCtas = 4;
 constexpr int kKeptBlockBytes = 16384 / 8; // block-sparse: the CTA's kept KV blocks as bits (kKeptBlockCapacity)
 
 void require(bool condition, const std::string &message) {
@@ -77,6 +80,10 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
     require(variant.mask.kind != MaskKind::block_sparse,
             "tunables.inline_loads: a block-sparse kernel walks its mask row in a producer warpgroup: expected 0");
   }
+  require(tunables.ctas == 0 || (tunables.inline_loads && tunables.ctas <= kMaxInlineCtas),
+          "tunables.ctas: the CTAs per SM of an inline-loads kernel (its 128 threads' register cap): expected 1.." +
+              std::to_string(kMaxInlineCtas) + " with inline_loads=1, got " + std::to_string(tunables.ctas) +
+              (tunables.inline_loads ? "" : " without inline loads"));
   // Both warp roles walk one mask row per CTA: a CTA's rows and a step's tokens must be one block of the mask.
   if (variant.mask.kind == MaskKind::block_sparse)
     require(tunables.block_q == variant.block_q && tunables.block_kv == variant.block_kv,
@@ -140,7 +147,7 @@ void shareMultiprocessor(KernelPlan &plan, bool explicit_tunables) {
 // after the softmax), a thread needs ~170 registers, and three CTAs share an SM's register file, so three warpgroups'
 // softmax and GEMMs interleave.
 void shareMultiprocessorInline(KernelPlan &plan, bool explicit_tunables) {
-  constexpr int kCtas = 3;
+  const int kCtas = plan.tunables.ctas != 0 ? plan.tunables.ctas : kDefaultInlineCtas;
   const int fitting = shortenStagesToFit(plan, kCtas, explicit_tunables);
   WarpSpecialization &ws = plan.warp_specialization;
   ws.producer_warpgroup = false;
@@ -320,11 +327,16 @@ TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch
             continue;
           if (inline_loads && (warps != kWarpgroupWarps || block_sparse)) // not a choice there: not listed
             continue;
-          try {
-            plan(variant, arch, input, candidate);
-            space.candidates.push_back({candidate, SupportResult::yes()});
-          } catch (const std::invalid_argument &error) {
-            space.candidates.push_back({candidate, SupportResult::no(error.what())});
+          for (int ctas : {0, kMaxInlineCtas}) {
+            if (ctas != 0 && !inline_loads)
+              continue;
+            candidate.ctas = ctas;
+            try {
+              plan(variant, arch, input, candidate);
+              space.candidates.push_back({candidate, SupportResult::yes()});
+            } catch (const std::invalid_argument &error) {
+              space.candidates.push_back({candidate, SupportResult::no(error.what())});
+            }
           }
         }
   return space;

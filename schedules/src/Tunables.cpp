@@ -51,7 +51,8 @@ Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch) {
 std::string tunablesText(const Tunables &tunables) {
   return "block_q=" + std::to_string(tunables.block_q) + ",block_kv=" + std::to_string(tunables.block_kv) +
          ",warps=" + std::to_string(tunables.warps) + ",stages=" + std::to_string(tunables.stages) +
-         (tunables.inline_loads ? ",inline_loads=1" : "");
+         (tunables.inline_loads ? ",inline_loads=1" : "") +
+         (tunables.ctas != 0 ? ",ctas=" + std::to_string(tunables.ctas) : "");
 }
 
 Tunables parseTunables(std::string_view text, const Tunables &base) {
@@ -90,9 +91,11 @@ Tunables parseTunables(std::string_view text, const Tunables &base) {
       tunables.warps = value;
     else if (name == "stages")
       tunables.stages = value;
+    else if (name == "ctas")
+      tunables.ctas = value;
     else
       throw std::invalid_argument("tunables: unknown name '" + std::string(name) +
-                                  "' (expected block_q, block_kv, warps, stages or inline_loads)");
+                                  "' (expected block_q, block_kv, warps, stages, inline_loads or ctas)");
   }
   return tunables;
 }

@@ -229,6 +229,7 @@ TEST_CASE("fields are checked against the vocabulary, and each key appears once"
   check(R"("tunables": "block_q=128,block_kv=64,warps=8,stages=3,turbo=1")", "entries[0].tunables");
   check(R"("tunables": "block_q=-128,block_kv=64,warps=8,stages=3")", "entries[0].tunables");
   check(R"("tunables": "block_q=64,block_kv=128,warps=4,stages=2,inline_loads=2")", "entries[0].tunables");
+  check(R"("tunables": "block_q=64,block_kv=128,warps=4,stages=2,inline_loads=1,ctas=0")", "entries[0].tunables");
   check(R"("tunables": "block_q=64,inline_loads=1,block_kv=128,warps=4,stages=2,inline_loads=1")",
         "entries[0].tunables");
   check(R"("variant": "../../x")", "entries[0].variant: expected a preset name or an IR fingerprint");
@@ -238,7 +239,7 @@ TEST_CASE("fields are checked against the vocabulary, and each key appears once"
   inline_text.erase(inline_text.find(R"("variant": "sage-b", )"), std::string(R"("variant": "sage-b", )").size());
   const std::string old_tunables = "block_q=128,block_kv=64,warps=8,stages=3";
   inline_text.replace(inline_text.find(old_tunables), old_tunables.size(),
-                      "block_q=64,block_kv=128,warps=4,stages=2,inline_loads=1");
+                      "block_q=64,block_kv=128,warps=4,stages=2,inline_loads=1,ctas=4");
   CHECK(TuningDatabase::fromJson(parseJson(inline_text), "db.json").groups().size() == 1);
 
   const std::string entry_text = R"({"variant": "sage-b", "head_dim": 128, "causal": false, "input": "f16",

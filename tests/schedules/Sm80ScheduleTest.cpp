@@ -216,6 +216,8 @@ TEST_CASE("explicit tunables are validated, naming the tunable") {
                        doctest::Contains("tunables.stages"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm86, InputType::f16, Tunables{128, 64, 8, 5}),
                        doctest::Contains("shared memory"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{128, 64, 8, 3, false, 4}),
+                       doctest::Contains("tunables.ctas"), std::invalid_argument);
   const KernelPlan plan = Sm80Schedule().plan(variant, GpuArch::sm90a, InputType::f16, Tunables{64, 64, 4, 4});
   CHECK(plan.rows_per_warp == 16);
   CHECK(plan.tunables.stages == 4);

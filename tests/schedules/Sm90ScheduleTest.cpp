@@ -223,6 +223,17 @@ TEST_CASE("sm90 tunables are checked, naming the tunable") {
   // sage-b's f16 V makes a 128-token stage 48 KiB: two CTAs fit, and so many are asked of the launch
   CHECK(plan({64, 128, 4, 2, true}).min_blocks_per_multiprocessor == 2);
   CHECK(plan({64, 64, 4, 2, true}).min_blocks_per_multiprocessor == 3);
+  // ctas: the CTAs per SM an inline-loads kernel's registers are capped for, where shared memory holds them
+  CHECK(plan({64, 64, 4, 2, true, 4}).min_blocks_per_multiprocessor == 3); // sage-b's 24 KiB stages: three fit
+  CHECK(plan({64, 64, 4, 2, true, 2}).min_blocks_per_multiprocessor == 2);
+  const KernelPlan four =
+      sm90.plan(test::presetVariant("sage2-fp8", 64), GpuArch::sm90a, InputType::f16, Tunables{64, 128, 4, 2, true, 4});
+  CHECK(four.min_blocks_per_multiprocessor == 4);
+  CHECK(four.tunables.ctas == 4);
+  CHECK_THROWS_WITH_AS(plan({64, 64, 4, 2, true, 5}), doctest::Contains("tunables.ctas: the CTAs per SM"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(plan({64, 64, 4, 2, false, 4}), doctest::Contains("without inline loads"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("sm90's tunable space: every candidate planned or refused with the schedule's reason") {

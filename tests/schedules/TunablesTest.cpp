@@ -64,6 +64,11 @@ TEST_CASE("tunables text is canonical and parses back") {
   CHECK(tunablesText(inline_loads) == "block_q=128,block_kv=64,warps=8,stages=4,inline_loads=1");
   CHECK(parseTunables(tunablesText(inline_loads), Tunables{}) == inline_loads);
   CHECK_FALSE(parseTunables("inline_loads=0", inline_loads).inline_loads);
+  // and so is the CTA count of an inline-loads kernel
+  Tunables four_ctas = inline_loads;
+  four_ctas.ctas = 4;
+  CHECK(tunablesText(four_ctas) == "block_q=128,block_kv=64,warps=8,stages=4,inline_loads=1,ctas=4");
+  CHECK(parseTunables(tunablesText(four_ctas), Tunables{}) == four_ctas);
 }
 
 TEST_CASE("malformed tunables text names the problem") {
@@ -83,5 +88,7 @@ TEST_CASE("malformed tunables text names the problem") {
   CHECK_THROWS_WITH_AS(parseTunables("warps", Tunables{}), doctest::Contains("expected name=value"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(parseTunables("inline_loads=2", Tunables{}), doctest::Contains("inline_loads expects 0 or 1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parseTunables("ctas=0", Tunables{}), doctest::Contains("ctas expects a positive integer"),
                        std::invalid_argument);
 }

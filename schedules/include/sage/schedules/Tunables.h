@@ -18,6 +18,8 @@ struct Tunables {
   int stages = 3;    // K/V tiles in flight in the cp.async pipeline (shared-memory buffers)
   // sm90 only: no producer warpgroup; a consumer thread issues the TMA loads (smaller CTAs, more of them per SM)
   bool inline_loads = false;
+  // sm90 inline loads only: the CTAs per SM that __launch_bounds__ caps the registers for (0: the schedule's choice)
+  int ctas = 0;
   bool operator==(const Tunables &) const = default;
 };
 
@@ -30,8 +32,8 @@ Tunables defaultTunables(const AttentionVariant &variant);
 // integer Q.K^T and f16/int8 P.V: 4 warps and 2 stages; see Tunables.cpp). A tuning database entry overrides these.
 Tunables defaultTunables(const AttentionVariant &variant, GpuArch arch);
 
-// "block_q=128,block_kv=64,warps=8,stages=3": canonical, for cache keys and logs (",inline_loads=1" only when set, so
-// that the keys of every other plan stay what they were).
+// "block_q=128,block_kv=64,warps=8,stages=3": canonical, for cache keys and logs (",inline_loads=1" and ",ctas=N"
+// only when set, so that the keys of every other plan stay what they were).
 std::string tunablesText(const Tunables &tunables);
 
 // Parses tunablesText's form; every field is optional and starts from `base`. Throws std::invalid_argument naming
