@@ -81,10 +81,13 @@ def _merge_entry():
 
 def _fusable(*tensors, out_dtype=None):
     """Whether the fused kernel takes these tensors (and an output of `out_dtype`, when given): eager mode (not
-    tracing, no dispatch mode), plain CUDA tensors of one device in f16 / bf16 / f32 (LSEs are made f32 before the
-    call), O tensors with a head dim of stride 1 that is a multiple of 8 up to 1024, and the library loads."""
+    tracing, no dispatch mode), no gradient wanted, plain CUDA tensors of one device in f16 / bf16 / f32 (LSEs are
+    made f32 before the call), O tensors with a head dim of stride 1 that is a multiple of 8 up to 1024, and the
+    library loads."""
     if not dispatcher_free(*tensors):  # False while torch.compile traces, before anything else is looked at
         return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False  # the kernel has no backward: autograd differentiates the torch path
     for t in tensors:
         if t.dim() == 4 and (t.stride(-1) != 1 or t.shape[-1] % 8 != 0 or t.shape[-1] > _FUSED_MAX_HEAD_DIM):
             return False

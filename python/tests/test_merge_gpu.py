@@ -93,6 +93,14 @@ def test_the_fused_path_is_taken():
     assert not _lse._fusable(acc.cpu(), o[1].cpu(), lse[0].cpu(), lse[1].cpu())
     assert not _lse._fusable(acc.double(), o[1], lse[0], lse[1])
     assert not _lse._fusable(acc[..., ::2], o[1][..., ::2], lse[0], lse[1])  # head-dim stride 2: torch
+    # Gradients wanted: the torch path, which autograd differentiates.
+    wanting = o[1].float().requires_grad_()
+    assert not _lse._fusable(acc, wanting, lse[0], lse[1])
+    merged, _ = sagegen.merge_attention([torch.nan_to_num(acc), wanting], [lse[0], lse[1]])
+    merged.sum().backward()
+    assert wanting.grad is not None and torch.isfinite(wanting.grad).all()
+    with torch.no_grad():
+        assert _lse._fusable(acc, wanting, lse[0], lse[1])
 
 
 def test_merge_attention_into_matches_the_host_and_the_torch_path():
