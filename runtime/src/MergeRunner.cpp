@@ -160,9 +160,10 @@ void runMerge(const ValidatedMerge &merge, driver::Stream stream) {
   const CudaDriver &driver = CudaDriver::instance();
   const driver::Context context = driver.primaryContext(merge.device);
   ScopedContext scope(driver, context);
-  // The loaded kernels, per (device, types): a process-wide table, filled once per key under the lock.
+  // The loaded kernels, per (device, types): a process-wide table, filled once per key under the lock; leaked, as
+  // the driver is, so that no module is unloaded at exit after the contexts went away.
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int>, LoadedKernel> kernels;
+  static auto &kernels = *new std::map<std::tuple<int, int, int, int>, LoadedKernel>();
   const auto key = std::make_tuple(merge.device, static_cast<int>(merge.types.a), static_cast<int>(merge.types.b),
                                    static_cast<int>(merge.types.out));
   LoadedKernel kernel;
