@@ -11,10 +11,12 @@ numerically stable: every exponent is shifted by the row's largest LSE_i, so no 
 Fully masked rows: a part in which a row sees no key has LSE_i = -inf and contributes nothing (its O_i is ignored,
 even if it is not finite). A row masked in every part gets LSE = -inf and O = 0.
 
-On CUDA tensors in eager mode, where libsagegen_c.so loads, both run the library's fused merge kernel
-(sage_merge_c.h: one pass per pair of parts, O read in its own dtype, the result written in the output's); elsewhere
-(CPU tensors, no library, f64, torch.compile tracing, dispatch modes, tensor subclasses) they are plain torch (no
-data-dependent control flow, no host synchronization), so torch.compile traces them and CUDA graphs capture them.
+On CUDA tensors in eager mode, where libsagegen_c.so loads, merge_attention, merge_attention_into and merge_pair run
+the library's fused merge kernel (sage_merge_c.h: one pass per pair of parts, O read in its own dtype, the result
+written in the output's; a launch on the current stream, which CUDA graphs capture once a first call outside the
+capture has loaded the kernel); elsewhere (CPU tensors, no library, f64, a gradient wanted, torch.compile tracing,
+dispatch modes, tensor subclasses) they are plain torch (no data-dependent control flow, no host synchronization), so
+torch.compile traces them, CUDA graphs capture them and autograd differentiates them.
 O tensors are [b, h, n, d] ("HND") or [b, n, h, d] ("NHD"); LSE tensors are always [b, h, n] f32, as the kernels
 write them.
 """
