@@ -202,8 +202,8 @@ def merge_attention_into(acc_output, acc_lse, output, lse, layout="HND"):
     """In place: (acc_output, acc_lse) <- the merge of themselves with (output, lse). The running form of
     merge_attention, as ring attention uses it: acc_output is an f32 tensor (O's layout), acc_lse an f32 [b, h, n]
     tensor; both may be views (e.g. the second half of the rows). Start from acc_lse = -inf, acc_output = 0, or from
-    the first part's (O, LSE) in f32. output may be any float dtype. Where its LSE is -inf the fused kernel never
-    reads its O; the torch path multiplies it by a weight of 0 (so it must be finite there: the kernels write 0)
+    the first part's (O, LSE) in f32. output may be any float dtype. Where its LSE is -inf the fused kernel ignores
+    its O; the torch path multiplies it by a weight of 0 (so it must be finite there: the kernels write 0)
     rather than masking it out as merge_attention does. Returns (acc_output, acc_lse)."""
     if torch is None:
         raise ImportError("sagegen.merge_attention_into needs PyTorch")

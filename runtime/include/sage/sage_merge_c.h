@@ -3,7 +3,7 @@
  *   o_out = e^(lse_a - L) o_a + e^(lse_b - L) o_b,   lse_out = L = log(e^(lse_a) + e^(lse_b))
  *
  * in f32 arithmetic, shifted by the row's larger LSE. Exact for masked rows: a part with LSE = -inf contributes
- * nothing and its O is never read (it may be NaN); a row with both at -inf gets lse_out = -inf and o_out = 0. One
+ * nothing and its O is ignored (it may be NaN); a row with both at -inf gets lse_out = -inf and o_out = 0. One
  * kernel on the caller's stream, compiled with NVRTC on first use for the device and the three O dtypes (then cached).
  *
  * Tensors: o_a, o_b, o_out 4-D in `layout` (sage_c.h's sage_layout), one shape, each f16, bf16 or f32 (independently:

@@ -3,8 +3,9 @@
 //   out = e^(lse_a - L) O_a + e^(lse_b - L) O_b,   lse_out = L = top + log(e^(lse_a - top) + e^(lse_b - top))
 //
 // in f32, shifted by top = max(lse_a, lse_b) so that no exponent overflows. A part with LSE = -inf (a row that saw
-// no key) has weight 0 and is never read, so its O may hold anything (NaN included); a row masked in both parts gets
-// lse_out = -inf and out = 0. Ring attention runs it once per step on row slices of its accumulator.
+// no key) has weight 0 and its O is selected away, never multiplied, so it may hold anything (NaN included); a row
+// masked in both parts gets lse_out = -inf and out = 0. Ring attention runs it once per step on row slices of its
+// accumulator.
 //
 // Work split: lanes_per_row lanes of one warp share a row, each taking chunks of 8 elements (16-byte accesses of
 // f16 / bf16, two of f32, where the host says every pointer and stride allows; element accesses otherwise). The
@@ -156,6 +157,16 @@ __device__ void merge_rows_with(const SageMergeParams &p) {
     long long outer = 0, middle = 0, inner = 0;
     if (active)
       split_row(p, row, outer, middle, inner);
+    const long long base_a = row_offset(p.o_a_strides, outer, middle, inner);
+    const long long base_b = row_offset(p.o_b_strides, outer, middle, inner);
+    const long long base_out = row_offset(p.o_out_strides, outer, middle, inner);
+    // The lane's first chunk is loaded before the weights arrive, so that its latency overlaps the LSEs' (a masked
+    // part's values are loaded too, and left out by the selects below).
+    float part_a[8], part_b[8];
+    if (active && group_lane < chunks) {
+      load_chunk<kTypeA, kVectorized>(p.o_a, base_a + group_lane * SAGE_MERGE_CHUNK, part_a);
+      load_chunk<kTypeB, kVectorized>(p.o_b, base_b + group_lane * SAGE_MERGE_CHUNK, part_b);
+    }
     RowWeights weights{0.0f, 0.0f, 0.0f};
     if (active && group_lane == 0)
       weights = row_weights(p.lse_a[row_offset(p.lse_a_strides, outer, middle, inner)],
@@ -164,24 +175,18 @@ __device__ void merge_rows_with(const SageMergeParams &p) {
     const float weight_b = __shfl_sync(0xffffffffu, weights.b, 0, lanes);
     if (!active)
       continue;
-    const long long base_a = row_offset(p.o_a_strides, outer, middle, inner);
-    const long long base_b = row_offset(p.o_b_strides, outer, middle, inner);
-    const long long base_out = row_offset(p.o_out_strides, outer, middle, inner);
     for (int chunk = group_lane; chunk < chunks; chunk += lanes) {
       const long long column = static_cast<long long>(chunk) * SAGE_MERGE_CHUNK;
-      float merged[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      float part[8];
-      if (weight_a > 0.0f) { // a weight of 0 never reads its O: a masked part's values may be NaN
-        load_chunk<kTypeA, kVectorized>(p.o_a, base_a + column, part);
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          merged[i] = weight_a * part[i];
+      if (chunk != group_lane) { // rows wider than the lanes' first chunks (d > 256, or d > 8 x lanes)
+        load_chunk<kTypeA, kVectorized>(p.o_a, base_a + column, part_a);
+        load_chunk<kTypeB, kVectorized>(p.o_b, base_b + column, part_b);
       }
-      if (weight_b > 0.0f) {
-        load_chunk<kTypeB, kVectorized>(p.o_b, base_b + column, part);
+      // A weight of 0 (a masked part) selects 0 instead of multiplying: its values may be NaN.
+      float merged[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          merged[i] = fmaf(weight_b, part[i], merged[i]);
+      for (int i = 0; i < 8; ++i) {
+        const float from_a = weight_a > 0.0f ? weight_a * part_a[i] : 0.0f;
+        merged[i] = weight_b > 0.0f ? fmaf(weight_b, part_b[i], from_a) : from_a;
       }
       store_chunk<kTypeOut, kVectorized>(p.o_out, base_out + column, merged);
     }
