@@ -40,7 +40,7 @@ import os
 
 from ._backward import paired_presets
 from ._library import BOTTOM_RIGHT, SageArgumentError
-from ._lse import merge_attention, merge_attention_into
+from ._lse import merge_attention, merge_attention_into, merge_pair
 
 try:
     import torch
@@ -391,27 +391,45 @@ def _lse_rows(lse, rows):
     return lse[..., rows]
 
 
+def _complement(rows, tokens):
+    """The row slices of [0, tokens) outside `rows` (a slice of it), the empty ones left out."""
+    return [part for part in (slice(0, rows.start or 0), slice(rows.stop, tokens)) if part.stop > part.start]
+
+
 def _ring_forward(q, k, v, group, is_causal, scale, layout, attention_fn):
-    """(o in q's dtype, lse f32) of the local queries against every rank's K/V."""
+    """(o in q's dtype, lse f32) of the local queries against every rank's K/V.
+
+    The merges (sagegen._lse.merge_pair: one fused kernel each on CUDA) read step 0's O in its own dtype: step 1
+    merges it with its own O into a fresh f32 accumulator, later steps merge into that in place, and the last step
+    writes its merge straight into the output in q's dtype. Rows a step does not see (the causal ring's halves) are
+    copied over where the merge changes tensors."""
     group, world_size, rank = _group_info(group)
     seq = _seq_dim(layout)
     tokens = q.shape[seq]
+    at = lambda t, part: t[(slice(None),) * seq + (part,)]  # noqa: E731
     plan = _plan(rank, world_size, is_causal, tokens)  # refusals before any communication
     ring = _Ring(group, world_size, rank)
     acc_o = acc_lse = None
     k_now, v_now = k, v
     for step, (rows, cols, causal) in enumerate(plan):
         transfer = ring.start([k_now, v_now]) if step + 1 < world_size else None
-        o, lse = attention_fn(q[(slice(None),) * seq + (rows,)], k_now[(slice(None),) * seq + (cols,)],
-                              v_now[(slice(None),) * seq + (cols,)], causal, scale, layout)
-        if acc_o is None:  # step 0: the own shard, every row
-            acc_o = torch.empty(q.shape, dtype=torch.float32, device=q.device).copy_(o)
+        o, lse = attention_fn(at(q, rows), at(k_now, cols), at(v_now, cols), causal, scale, layout)
+        if step == 0:  # the own shard, every row: kept as it is until step 1 merges into it
+            acc_o = o
             acc_lse = lse.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
         else:
-            merge_attention_into(acc_o[(slice(None),) * seq + (rows,)], _lse_rows(acc_lse, rows), o, lse, layout)
+            last = step == world_size - 1
+            target = acc_o
+            if last or step == 1:  # a new tensor: the output, or the f32 accumulator
+                target = torch.empty(q.shape, dtype=q.dtype if last else torch.float32, device=q.device)
+                for part in _complement(rows, tokens):
+                    at(target, part).copy_(at(acc_o, part))
+            lse_rows = _lse_rows(acc_lse, rows)
+            merge_pair(at(acc_o, rows), lse_rows, o, lse, at(target, rows), lse_rows, layout)
+            acc_o = target
         if transfer is not None:
             k_now, v_now = transfer.wait()
-    return acc_o.to(q.dtype), acc_lse
+    return acc_o.to(q.dtype), acc_lse  # W > 1: q's dtype already (no copy); W = 1: the block's O
 
 
 def _ring_backward(q, k, v, o, lse, d_o, group, is_causal, scale, layout, backward_fn):

@@ -125,6 +125,29 @@ class SlaTest(unittest.TestCase):
                       str(caught.exception))
 
 
+class MergeTest(unittest.TestCase):
+    """The fused LSE merge (issue 30) through ctypes without a GPU: the library refuses before launching anything."""
+
+    def test_merge_arguments_reach_the_library_in_the_headers_layout(self):
+        from sagegen import _lse
+        self.assertIsNotNone(_lse._merge_entry(), "the library exports sage_merge_attention")
+        o = FakeTensor((1, 2, 16, 64), dtype="torch.float32", device=Device("cpu"))
+        lse = FakeTensor((1, 2, 16), dtype="torch.float32", device=Device("cpu"))
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _lse.call_merge(o, lse, o, lse, o, lse, "HND", None)
+        self.assertTrue(str(caught.exception).startswith("o_out: is in host memory"), str(caught.exception))
+        # The layout is the first field, lse_out the last pointer before the stream: each reaches its argument.
+        desc = _tensors.describe(o, "o")
+        args = _lse.MergeArgs(7, *[_lse.ctypes.pointer(desc)] * 6, None)
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _library.check(_lse._merge_entry()(_lse.ctypes.byref(args)))
+        self.assertIn("layout: expected SAGE_LAYOUT_HND or SAGE_LAYOUT_NHD, got 7", str(caught.exception))
+        args = _lse.MergeArgs(_library.LAYOUT_NHD, *[_lse.ctypes.pointer(desc)] * 5, None, None)
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            _library.check(_lse._merge_entry()(_lse.ctypes.byref(args)))
+        self.assertEqual("lse_out: must not be null", str(caught.exception))
+
+
 class KernelHeadDimTest(unittest.TestCase):
     """sageattn's head-dim rule (_head_dim.py over the library's sage_attention_head_dim): which dim a call runs at."""
 

@@ -131,6 +131,34 @@ def test_merge_is_exact_for_masked_rows_and_stable_for_large_logits():
     assert torch.isfinite(acc_o).all()
 
 
+def test_merge_pair_writes_into_the_given_output():
+    """sagegen._lse.merge_pair, the ring's step (on CPU tensors: its torch path): into a new output of another dtype
+    and in place into part A, a masked part's NaN ignored; mismatched arguments refused by name."""
+    if _skip_without_torch():
+        return
+    from sagegen._lse import merge_pair
+    b, h, n, d = 1, 2, 6, 8
+    for layout in ("HND", "NHD"):
+        shape = (b, h, n, d) if layout == "HND" else (b, n, h, d)
+        o1, o2 = torch.randn(shape), torch.randn(shape)
+        lse1, lse2 = torch.randn(b, h, n), torch.randn(b, h, n)
+        lse1[0, 0, 0] = float("-inf")
+        o1[0, 0, 0] = float("nan")  # row (b 0, h 0, n 0) in both layouts
+        expected_o, expected_lse = sagegen.merge_attention([o1, o2], [lse1, lse2], layout=layout)
+        out, out_lse = torch.empty(shape, dtype=torch.float64), torch.empty(b, h, n)
+        merge_pair(o1, lse1, o2, lse2, out, out_lse, layout)
+        _close(out, expected_o, 1e-6, f"merge_pair into a new f64 output ({layout})")
+        _close(out_lse, expected_lse, 1e-6, f"merge_pair LSE ({layout})")
+        acc, acc_lse = o1.clone(), lse1.clone()
+        merge_pair(acc, acc_lse, o2, lse2, acc, acc_lse, layout)
+        _close(acc, expected_o, 1e-6, f"merge_pair in place ({layout})")
+        _close(acc_lse, expected_lse, 1e-6, f"merge_pair in place, LSE ({layout})")
+    with raises(SageArgumentError, contains="o_b:"):
+        merge_pair(o1, lse1, o2[..., :4], lse2, out, out_lse, "NHD")
+    with raises(SageArgumentError, contains="lse_out: expected float32"):
+        merge_pair(o1, lse1, o2, lse2, out, out_lse.double(), "NHD")
+
+
 def test_merge_refuses_mismatched_arguments():
     if _skip_without_torch():
         return

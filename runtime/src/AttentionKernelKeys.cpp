@@ -64,4 +64,17 @@ KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant
   return key;
 }
 
+KernelKey mergeKernelKey(schedules::GpuArch arch, std::string_view dtypes, std::string_view module_name,
+                         std::string_view source) {
+  KernelKey key;
+  key.schedule = "merge"; // one kernel, not a schedule's plan
+  key.dtypes = std::string(dtypes);
+  key.layout = "strided";
+  key.arch = std::string(schedules::archName(arch));
+  key.compiler_version = nvrtcVersion();
+  key.sagegen_version = sagegenVersion();
+  key.extra = fmt::format("{};source-sha256={}", module_name, sha256Hex(source));
+  return key;
+}
+
 } // namespace sage::runtime

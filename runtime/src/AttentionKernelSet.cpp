@@ -21,6 +21,8 @@ std::string_view nameOf(AttentionKernelRole role) {
     return "backward";
   case AttentionKernelRole::sla:
     return "sla";
+  case AttentionKernelRole::merge:
+    return "merge";
   }
   return "unknown";
 }

@@ -1,6 +1,7 @@
 // The C ABI (sage/sage_c.h) over AttentionRunner. Status codes come from exception types; every exception, of any
 // type, is caught here; enum values from the caller are checked before use.
 #include "sage/sage_c.h"
+#include "sage/sage_merge_c.h"
 #include "sage/sage_sla_c.h"
 
 #include "HeadDimChoice.h"
@@ -17,6 +18,7 @@
 #include "sage/runtime/CudaError.h"
 #include "sage/runtime/DeviceArch.h"
 #include "sage/runtime/KernelKey.h"
+#include "sage/runtime/MergeRunner.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/SlaRunner.h"
 #include "sage/schedules/ScheduleRegistry.h"
@@ -460,6 +462,24 @@ sage_status sage_backward_describe(sage_backward_t backward, char *buffer, size_
   return guarded([&] {
     const sage::runtime::AttentionBackwardRunner &runner = backwardOf(backward);
     copyDescription(runner.describe(), buffer, buffer_bytes);
+  });
+}
+
+// ---- LSE merge (issue 30) ----------------------------------------------------------------------------------------
+sage_status sage_merge_attention(const sage_merge_args *args) {
+  return guarded([&] {
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    sage::runtime::MergeCall call;
+    call.layout = layoutOf(args->layout);
+    call.o_a = describe(args->o_a, "o_a");
+    call.lse_a = describe(args->lse_a, "lse_a");
+    call.o_b = describe(args->o_b, "o_b");
+    call.lse_b = describe(args->lse_b, "lse_b");
+    call.o_out = describe(args->o_out, "o_out");
+    call.lse_out = describe(args->lse_out, "lse_out");
+    const sage::runtime::ValidatedMerge merge = sage::runtime::validateMergeCall(call);
+    sage::runtime::runMerge(merge, static_cast<sage::runtime::driver::Stream>(args->stream));
   });
 }
 

@@ -43,6 +43,8 @@ TEST_CASE("each self-contained device header compiles alone after the kernel ABI
       "sage/device/sm80/fp4_steps.cuh",
       "sage/device/sm80/epilogue.cuh",
       "sage/device/sm80/attention.cuh",
+      "sage/device/merge/abi.cuh",
+      "sage/device/merge/merge.cuh",
   };
   for (const char *header : headers) {
     CAPTURE(header);

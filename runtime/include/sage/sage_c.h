@@ -10,7 +10,8 @@
  * crosses this boundary.
  *
  * Version 1 (sage_attention_run with bare pointers and a shape without head dim) is gone: it could not be made safe.
- * Version 3 added sage_sla_config.dtype (bf16 SLA) at the end of that struct.
+ * Version 3 added sage_sla_config.dtype (bf16 SLA) at the end of that struct; sage_merge_c.h's
+ * sage_merge_attention came later within version 3 (a new function, no struct changed: look the symbol up).
  * Strides are in elements. */
 #ifndef SAGE_C_H
 #define SAGE_C_H

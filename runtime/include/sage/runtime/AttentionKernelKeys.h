@@ -37,4 +37,9 @@ KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant
                        std::string_view module_name, std::string_view source,
                        schedules::InputType input = schedules::InputType::f16);
 
+// The LSE merge module (codegen/MergeKernels.h) of one set of element types: no variant, no IR; `dtypes` names the
+// types ("a=f32,b=bf16,o=f32") and the source's hash keeps the key exact.
+KernelKey mergeKernelKey(schedules::GpuArch arch, std::string_view dtypes, std::string_view module_name,
+                         std::string_view source);
+
 } // namespace sage::runtime

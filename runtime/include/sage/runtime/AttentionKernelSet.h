@@ -22,8 +22,8 @@
 namespace sage::runtime {
 
 // backward and sla: the SageBwd and SLA modules (AuxiliaryKernels.h), each one translation unit of several kernels.
-enum class AttentionKernelRole { prologue, attention, backward, sla };
-std::string_view nameOf(AttentionKernelRole role); // "prologue", "attention", "backward", "sla"
+enum class AttentionKernelRole { prologue, attention, backward, sla, merge };
+std::string_view nameOf(AttentionKernelRole role); // "prologue", "attention", "backward", "sla", "merge"
 
 struct AttentionKernelRequest {
   schedules::InputType input = schedules::InputType::f16;
