@@ -79,8 +79,9 @@ BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, in
 std::string_view Sm80BackwardSchedule::summary() const {
   return "SageBwd on mma.sync: int8 m16n8k32 for S, dV, dK, dQ and f16/bf16 m16n8k16 for dO.V^T; one CTA per KV "
          "tile of 128 keys (64 where shared memory is short) and KV head (GQA group summed in registers), dQ by f32 "
-         "atomics; one int8 scale per 64x64 P/dS tile (per key for dV and dK: plan.key_scales), a warp per 16 keys; K "
-         "smoothed by the preprocess (mean(K) from per-slice column sums, the LSE shifted per query row)";
+         "atomics; one int8 scale per 64x64 P/dS tile (per key for dV and dK: plan.key_scales; per query for dQ: "
+         "plan.query_scales), a warp per 16 keys; K smoothed by the preprocess (mean(K) from per-slice column sums, "
+         "the LSE shifted per query row)";
 }
 
 SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
