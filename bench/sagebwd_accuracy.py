@@ -4,7 +4,8 @@ For each data class, dtype and causality: q, k, v are drawn in f32, rounded to t
 dQ, dK, dV (for one fixed dO) are compared with f32 autograd of exact attention on the same rounded inputs: cosine
 similarity and relative L1 (sum |x - ref| / sum |ref|). Implementations (--impls): cudnn, sagebwd (forward sage-b),
 sagebwd-rot (forward sage-b-rot, backward sagebwd-rot: Q and K rotated in both passes) and sagebwd-rot-ks (the same
-with the backward preset sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25). Classes:
+with the backward preset sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25) and sagebwd-rot-qks
+(backward sagebwd-rot-qks: dS for dQ scaled per query too). Classes:
   normal      N(0, 1)
   k_bias      K plus a per-channel mean with std --bias (8 by default): the channel offsets of real models' keys
   k_bias_qout the same, plus --outliers Q channels scaled by 20 (Q outlier channels)
@@ -93,8 +94,11 @@ def main():
                 def sagebwd_rot_ks(q_, k_, v_):  # sagebwd_attention(rotate=True)'s pairing
                     return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
 
+                def sagebwd_rot_qks(q_, k_, v_):  # dS for dQ scaled per query too
+                    return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot-qks")
+
                 impls = {"cudnn": cudnn, "sagebwd": sagebwd, "sagebwd-rot": sagebwd_rot,
-                         "sagebwd-rot-ks": sagebwd_rot_ks}
+                         "sagebwd-rot-ks": sagebwd_rot_ks, "sagebwd-rot-qks": sagebwd_rot_qks}
 
                 with sdpa_kernel(SDPBackend.MATH):
                     reference = gradients(exact, q, k, v, d_o)

@@ -8,8 +8,9 @@ forward + backward minus forward. SageBwd's time includes everything the op does
 conversion). Each number is the median over --rounds rounds of the median of 10 calls; --json writes the rows.
 --impls (default flash,cudnn,sagebwd) may add sagebwd-rot-ks (`sagebwd_attention(rotate=True)`: forward sage-b-rot,
 backward sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25) and sagebwd-rot (the same forward, backward
-sagebwd-rot: one scale per tile), so that both rotated pairings are timed in one run: each SageBwd column gets its
-x flash / x cudnn ratios and its forward and backward ms.
+sagebwd-rot: one scale per tile) and sagebwd-rot-qks (backward sagebwd-rot-qks: dS for dQ scaled per query too), so
+that the rotated pairings are timed in one run: each SageBwd column gets its x flash / x cudnn ratios and its forward
+and backward ms.
 """
 
 import argparse
@@ -45,6 +46,7 @@ def implementations(causal):
         "sagebwd": lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=causal),
         "sagebwd-rot": lambda q, k, v: with_backward_preset(q, k, v, causal, "sage-b-rot", "sagebwd-rot"),
         "sagebwd-rot-ks": lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=causal, rotate=True),
+        "sagebwd-rot-qks": lambda q, k, v: with_backward_preset(q, k, v, causal, "sage-b-rot", "sagebwd-rot-qks"),
     }
 
 
@@ -55,7 +57,7 @@ def main():
     parser.add_argument("--causal", default="0,1")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--impls", default="flash,cudnn,sagebwd",
-                        help="some of flash, cudnn, sagebwd, sagebwd-rot, sagebwd-rot-ks")
+                        help="some of flash, cudnn, sagebwd, sagebwd-rot, sagebwd-rot-ks, sagebwd-rot-qks")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     torch.manual_seed(0)

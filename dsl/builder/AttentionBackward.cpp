@@ -136,6 +136,8 @@ const std::vector<PresetInfo> &backwardPresets() {
       {"sagebwd-rot-ks",
        "sagebwd-rot with P (for dV) and dS (for dK) in int8 with one scale per key instead of one per "
        "64x64 tile (issue 25: token_scales(true, false); both backward kernels)"},
+      {"sagebwd-rot-qks", "sagebwd-rot-ks with dS for dQ in int8 with one scale per query of the 64-key block too "
+                          "(issue 25: token_scales(true, true); both backward kernels)"},
       {"sagebwd-int8-dp", "sagebwd with dO.V^T in int8 per-block too: Table 1(c)'s ablation"},
       {"exact-bwd", "the backward in f32 throughout, K unsmoothed (the accuracy baseline)"},
   };
@@ -150,6 +152,8 @@ std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, in
     builder.rotate();
   else if (name == "sagebwd-rot-ks")
     builder.rotate().token_scales(true, false);
+  else if (name == "sagebwd-rot-qks")
+    builder.rotate().token_scales(true, true);
   else if (name == "exact-bwd")
     builder.full_precision().smooth_k(false);
   else if (name != "sagebwd")

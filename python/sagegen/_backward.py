@@ -14,7 +14,8 @@ Hadamard transform before quantization, for Q outlier channels) pairs with the r
 `sagebwd-rot-ks` (rotated, and P and dS scaled per key for dV and dK: on K offsets + Q outlier channels dK / dV
 rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105, forward + backward 3-10% slower; H200 run 46);
 `rotate=True` picks both (the forward preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward
-preset's name.
+preset's name. `sagebwd-rot-qks` scales dS for dQ per query too (CPU reference on that data: dQ rel-L1 0.057 -> 0.041
+at d 128, 0.061 -> 0.052 at d 64); it is not the pairing until its speed is measured (bench/sagebwd_bench.py).
 """
 
 import ctypes

@@ -15,12 +15,13 @@ constexpr int kKMeanSlices = 8;
 // The main kernel's shared memory for `keys` keys per CTA (backward.cuh's kMainSharedBytes): every row padded by 16
 // bytes (no bank conflicts for ldmatrix): K^ [keys][d] and Q^ [64][d] int8, K^^T (one [d][64] tile per K block),
 // Q^^T, dO^^T as [d][64] int8, V [keys][d] and dO [64][d] 16-bit, the P^T and dS^T codes [keys][64], the dS codes
-// [64][keys], 2 x 64 row statistics and 2 x 2 x keys / 16 floats of reduction scratch.
-int mainSharedBytes(int head_dim, int keys) {
+// [64][keys], 2 x 64 row statistics and 2 x 2 x keys / 16 floats of reduction scratch; with per-query dS scales
+// (query_scales) each warp's |dS| maxima of the 64 queries.
+int mainSharedBytes(int head_dim, int keys, bool query_scales) {
   constexpr int kPad = 16;
   return (keys + kBlock) * (head_dim + kPad) + (keys / kBlock + 2) * head_dim * (kBlock + kPad) +
          (keys + kBlock) * (2 * head_dim + kPad) + 2 * keys * (kBlock + kPad) + kBlock * (keys + kPad) +
-         (2 * kBlock + 4 * (keys / 16)) * 4;
+         (2 * kBlock + 4 * (keys / 16) + (query_scales ? kBlock * (keys / 16) : 0)) * 4;
 }
 
 // Whether `spec` is int8 with one scale per `group_tokens` tokens, rotated or not (the rotation is checked apart).
@@ -51,7 +52,7 @@ std::string BackwardKernelPlan::describe() const {
          std::to_string(head_dim) + (causal ? " causal" : "") + " tiles " + std::to_string(block_q) + "x" +
          std::to_string(block_kv) + " (" + std::to_string(kv_tile) + " keys per CTA) warps " + std::to_string(warps) +
          (smooth_k ? " smooth-k" : "") + (rotation_seed ? " rotated" : "") + (key_scales ? " key-scales" : "") +
-         " launches " + std::to_string(launches.size());
+         (query_scales ? " query-scales" : "") + " launches " + std::to_string(launches.size());
 }
 
 BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, int64_t batch, int64_t heads_q,
@@ -78,8 +79,9 @@ BackwardWorkspaceSizes backwardWorkspaceSizes(const BackwardKernelPlan &plan, in
 std::string_view Sm80BackwardSchedule::summary() const {
   return "SageBwd on mma.sync: int8 m16n8k32 for S, dV, dK, dQ and f16/bf16 m16n8k16 for dO.V^T; one CTA per KV "
          "tile of 128 keys (64 where shared memory is short) and KV head (GQA group summed in registers), dQ by f32 "
-         "atomics; one int8 scale per 64x64 P/dS tile (per key for dV and dK: plan.key_scales), a warp per 16 keys; K "
-         "smoothed by the preprocess (mean(K) from per-slice column sums, the LSE shifted per query row)";
+         "atomics; one int8 scale per 64x64 P/dS tile (per key for dV and dK: plan.key_scales; per query for dQ: "
+         "plan.query_scales), a warp per 16 keys; K smoothed by the preprocess (mean(K) from per-slice column sums, "
+         "the LSE shifted per query row)";
 }
 
 SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, GpuArch arch, InputType input) const {
@@ -104,12 +106,12 @@ SupportResult Sm80BackwardSchedule::supports(const BackwardVariant &variant, Gpu
     return SupportResult::no(
         "dP = dO.V^T: the kernel multiplies dO and V in the input type (" + std::string(nameOf(input)) +
         "); an int8 dO.V^T (Table 1(c)'s ablation) or another cast runs on the CPU reference only");
-  const QuantizerSpec per_key{ElementType::int8, Granularity::per_token, 0};
-  if ((!isInt8PerBlock(dv.lhs, 0) && dv.lhs != per_key) || !isInt8PerBlock(dv.rhs, kBlock) || dk.lhs != dv.lhs ||
-      !isInt8PerBlock(dq.lhs, 0))
-    return SupportResult::no("dV, dQ, dK: the kernel takes int8 P and dS with one scale per tile (or, for dV and dK "
-                             "both, one per key: per_token), dS for dQ with one scale per tile, and int8 dO per "
-                             "64-token block");
+  const QuantizerSpec per_token{ElementType::int8, Granularity::per_token, 0};
+  if ((!isInt8PerBlock(dv.lhs, 0) && dv.lhs != per_token) || !isInt8PerBlock(dv.rhs, kBlock) || dk.lhs != dv.lhs ||
+      (!isInt8PerBlock(dq.lhs, 0) && dq.lhs != per_token))
+    return SupportResult::no("dV, dQ, dK: the kernel takes int8 P and dS with one scale per tile or per token of the "
+                             "product's output (per_token: per key for dV and dK both, per query for dQ), and int8 "
+                             "dO per 64-token block");
   if (dq.rhs != s.rhs || dk.rhs != s.lhs)
     return SupportResult::no("dQ = dS.K and dK = dS^T.Q reuse the codes of S's K and Q in the kernel");
   if (s.lhs.rotation_seed != s.rhs.rotation_seed)
@@ -133,6 +135,7 @@ BackwardKernelPlan sageBwdPlan(std::string_view schedule, const BackwardVariant 
   plan.smooth_k = variant.smooth_k != SmoothScope::none;
   plan.rotation_seed = variant.product(BackwardProduct::s).lhs.rotation_seed;
   plan.key_scales = variant.product(BackwardProduct::dv).lhs.granularity == Granularity::per_token;
+  plan.query_scales = variant.product(BackwardProduct::dq).lhs.granularity == Granularity::per_token;
   if (plan.smooth_k) // mean(K) before the preprocess kernels, which both use it
     plan.launches.push_back({"sage_bwd_k_sums", BackwardGrid::kv_slices, 0, 128, kBlock, kKMeanSlices});
   plan.launches.push_back({"sage_bwd_preprocess_q", BackwardGrid::q_blocks, 0});
@@ -149,8 +152,10 @@ BackwardKernelPlan Sm80BackwardSchedule::plan(const BackwardVariant &variant, Gp
   // and dQ reductions then serve 128 keys instead of 64, which halves the L2 traffic that limited the 64-key kernel
   // (ncu, H100: L2 69% busy, the tensor pipes below 20%). sm_86/89/120 (99 KB per block) keep one.
   const int limit = gpuLimits(arch).max_dynamic_shared_bytes_per_block;
-  const int keys = mainSharedBytes(variant.head_dim, 2 * kBlock) <= limit ? 2 * kBlock : kBlock;
-  return sageBwdPlan(name(), variant, arch, input, keys, keys / 16, mainSharedBytes(variant.head_dim, keys));
+  const bool query_scales = variant.product(BackwardProduct::dq).lhs.granularity == Granularity::per_token;
+  const int keys = mainSharedBytes(variant.head_dim, 2 * kBlock, query_scales) <= limit ? 2 * kBlock : kBlock;
+  return sageBwdPlan(name(), variant, arch, input, keys, keys / 16,
+                     mainSharedBytes(variant.head_dim, keys, query_scales));
 }
 
 const std::vector<const BackwardSchedule *> &allBackwardSchedules() {

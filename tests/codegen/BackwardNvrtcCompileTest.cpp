@@ -2,8 +2,8 @@
 // causal} x input {f16, bf16} x arch {sm_80, sm_89, sm_90a, sm_100f, sm_120f} x every backward schedule that supports
 // the arch compile to cubins (libnvrtc only: no GPU or driver). ptxas' report gives each kernel's registers and spills;
 // the wgmma main kernel must not spill (its dK/dV accumulators fill most of the register file). The rotated backward
-// (sagebwd-rot, issue 25) on the two archs whose schedules differ, both head dims and input types, with per-tile and
-// (sagebwd-rot-ks) per-key P/dS scales.
+// (sagebwd-rot, issue 25) on the two archs whose schedules differ, both head dims and input types, with per-tile,
+// per-key (sagebwd-rot-ks) and per-key plus per-query (sagebwd-rot-qks) P/dS scales, and per-query ones alone.
 #include "sage/codegen/BackwardKernelGenerator.h"
 #include "sage/codegen/DeviceLibrary.h"
 #include "sage/dsl/AttentionBackward.h"
@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <regex>
 #include <string>
@@ -59,6 +60,14 @@ int mainSpillStores(const std::string &log) {
   return -1;
 }
 
+// sage_bwd_main's stack frame (bytes: spills, and register arrays indexed at run time) in a ptxas log; -1 without it.
+int mainStackBytes(const std::string &log) {
+  for (std::sregex_iterator it(log.begin(), log.end(), ptxasReport()), end; it != end; ++it)
+    if ((*it)[1].str() == "sage_bwd_main")
+      return std::stoi((*it)[2].str());
+  return -1;
+}
+
 } // namespace
 
 TEST_CASE("the rotated SageBwd kernels (issue 25) compile, the wgmma main kernel without spills") {
@@ -83,43 +92,69 @@ TEST_CASE("the rotated SageBwd kernels (issue 25) compile, the wgmma main kernel
         }
 }
 
-TEST_CASE("per-key P and dS scales (issue 25): the kernels of both schedules compile, the wgmma one without spills") {
+TEST_CASE("per-key and per-query P/dS scales (issue 25): the kernels of both schedules compile, the wgmma one without "
+          "spills") {
   // Spills: the d = 128 mma.sync main kernel already spills a few bytes at 255 registers (12 on sm_80, 4 on sm_90a
-  // when this was written); the per-key scales (two dV and two dK scales per thread instead of one) may add at most
-  // 64 bytes (56 on sm_80, none on sm_90a when this was written). The wgmma main kernel must not spill (checkReports).
+  // when the per-key scales were written); the per-key scales (two dV and two dK scales per thread instead of one)
+  // may add at most 64 bytes (56 on sm_80, none on sm_90a then), the per-query dS scales for dQ (sagebwd-rot-qks; and
+  // alone, token_scales(false, true)) at most 64 more. The wgmma main kernel must not spill (checkReports).
+  struct Scales {
+    bool per_key, per_query;
+  };
   for (int head_dim : {64, 128})
     for (InputType input : {InputType::f16, InputType::bf16})
       for (GpuArch arch : {GpuArch::sm80, GpuArch::sm90a}) {
         dsl::AttentionBackwardBuilder builder = *dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal);
         builder.float_type(input == InputType::bf16 ? ElementType::bf16 : ElementType::f16);
         const BackwardVariant per_tile = builder.build().variant();
-        const BackwardVariant per_key = builder.token_scales(true, false).build().variant();
-        CHECK(bestBackwardSchedule(per_key, arch, input).name() == bestBackwardSchedule(per_tile, arch, input).name());
         for (const BackwardSchedule *schedule : allBackwardSchedules()) {
-          CHECK(bool(schedule->supports(per_key, arch, input)) == bool(schedule->supports(per_tile, arch, input)));
-          if (!schedule->supports(per_key, arch, input))
+          if (!schedule->supports(per_tile, arch, input))
             continue;
-          const codegen::BackwardKernelSource kernel =
-              codegen::BackwardKernelGenerator::generate(per_key, schedule->plan(per_key, arch, input));
           const codegen::BackwardKernelSource baseline =
               codegen::BackwardKernelGenerator::generate(per_tile, schedule->plan(per_tile, arch, input));
-          CAPTURE(kernel.name);
-          CHECK(kernel.plan.key_scales);
-          CHECK_FALSE(baseline.plan.key_scales);
-          const test::DeviceCompileResult outcome =
-              compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
           const test::DeviceCompileResult baseline_outcome =
               compile(codegen::expandDeviceIncludes(baseline.source), baseline.name, arch);
-          INFO(outcome.log);
-          REQUIRE(outcome.compiled);
           REQUIRE(baseline_outcome.compiled);
-          checkReports(outcome.log, kernel.name, arch, *schedule);
-          const int spills = mainSpillStores(outcome.log), baseline_spills = mainSpillStores(baseline_outcome.log);
-          std::printf("%-72s %-7s sage_bwd_main spill stores %d bytes (per-tile scales: %d)\n", kernel.name.c_str(),
-                      std::string(archName(arch)).c_str(), spills, baseline_spills);
-          REQUIRE(spills >= 0);
+          const int baseline_spills = mainSpillStores(baseline_outcome.log);
           REQUIRE(baseline_spills >= 0);
-          CHECK(spills <= baseline_spills + 64);
+          int key_spills = baseline_spills; // the per-key kernel's, which the per-query scales come on top of
+          int key_stack = mainStackBytes(baseline_outcome.log);
+          for (Scales scales : {Scales{true, false}, Scales{true, true}, Scales{false, true}}) {
+            if (!scales.per_key && input == InputType::bf16)
+              continue; // per-query scales alone: f16 suffices (the kernel code does not depend on the input type)
+            const BackwardVariant variant =
+                dsl::AttentionBackwardBuilder(builder).token_scales(scales.per_key, scales.per_query).build().variant();
+            CHECK(bestBackwardSchedule(variant, arch, input).name() ==
+                  bestBackwardSchedule(per_tile, arch, input).name());
+            REQUIRE(schedule->supports(variant, arch, input));
+            const codegen::BackwardKernelSource kernel =
+                codegen::BackwardKernelGenerator::generate(variant, schedule->plan(variant, arch, input));
+            CAPTURE(kernel.name);
+            CHECK(kernel.plan.key_scales == scales.per_key);
+            CHECK(kernel.plan.query_scales == scales.per_query);
+            const test::DeviceCompileResult outcome =
+                compile(codegen::expandDeviceIncludes(kernel.source), kernel.name, arch);
+            INFO(outcome.log);
+            REQUIRE(outcome.compiled);
+            checkReports(outcome.log, kernel.name, arch, *schedule);
+            const int spills = mainSpillStores(outcome.log);
+            std::printf("%-72s %-7s sage_bwd_main spill stores %d bytes (per-tile scales: %d)\n", kernel.name.c_str(),
+                        std::string(archName(arch)).c_str(), spills, baseline_spills);
+            REQUIRE(spills >= 0);
+            const int stack = mainStackBytes(outcome.log);
+            if (!scales.per_query) {
+              CHECK(spills <= baseline_spills + 64);
+              key_spills = spills;
+              key_stack = stack;
+            } else {
+              const int before_spills = scales.per_key ? key_spills : baseline_spills;
+              const int before_stack = scales.per_key ? key_stack : mainStackBytes(baseline_outcome.log);
+              CHECK(spills <= before_spills + 64);
+              // the per-query maxima stay in registers: the stack grows by spill slots only (a run-time index into a
+              // register array would put it on the stack without a spill)
+              CHECK(stack - before_stack <= std::max(0, spills - before_spills));
+            }
+          }
         }
       }
 }

@@ -245,12 +245,59 @@ TEST_CASE("per-key P/dS scales (issue 25, sagebwd-rot-ks): both schedules plan t
                            std::invalid_argument);
       CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(per_key, tile_plan),
                            doctest::Contains("P/dS scales"), std::invalid_argument);
-      // Per-query dS scales for dQ (token_scales(true, true)) run on the CPU reference only: both schedules say why.
-      const BackwardVariant per_query =
-          dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal)->token_scales(true, true).describe();
-      const SupportResult verdict = schedule->supports(per_query, GpuArch::sm90a, InputType::f16);
-      CHECK_FALSE(verdict);
-      CHECK(verdict.reason.find("dS for dQ with one scale per tile") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("per-query dS scales for dQ (issue 25, sagebwd-rot-qks): both schedules plan them with or without per-key "
+          "scales, in more shared memory") {
+  for (int head_dim : {64, 128})
+    for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a}) {
+      CAPTURE(head_dim);
+      CAPTURE(archName(arch));
+      const BackwardVariant per_tile = dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal)->describe();
+      const BackwardVariant both = dsl::backwardPreset("sagebwd-rot-qks", head_dim, MaskKind::causal)->describe();
+      const BackwardVariant query_only =
+          dsl::backwardPreset("sagebwd-rot", head_dim, MaskKind::causal)->token_scales(false, true).describe();
+      CHECK(bestBackwardSchedule(both, arch, InputType::f16).name() ==
+            bestBackwardSchedule(per_tile, arch, InputType::f16).name());
+      for (const BackwardSchedule *schedule : allBackwardSchedules()) {
+        CAPTURE(schedule->name());
+        const bool supported = bool(schedule->supports(per_tile, arch, InputType::f16));
+        CHECK(bool(schedule->supports(both, arch, InputType::f16)) == supported);
+        CHECK(bool(schedule->supports(query_only, arch, InputType::f16)) == supported);
+        if (!supported)
+          continue;
+        const BackwardKernelPlan tile_plan = schedule->plan(per_tile, arch, InputType::f16);
+        const BackwardKernelPlan plan = schedule->plan(both, arch, InputType::f16);
+        const BackwardKernelPlan query_plan = schedule->plan(query_only, arch, InputType::f16);
+        CHECK(plan.key_scales);
+        CHECK(plan.query_scales);
+        CHECK_FALSE(query_plan.key_scales);
+        CHECK(query_plan.query_scales);
+        CHECK_FALSE(tile_plan.query_scales);
+        CHECK(plan.describe().find(" key-scales query-scales") != std::string::npos);
+        CHECK(tile_plan.describe().find("query-scales") == std::string::npos);
+        // the same launches; the main kernel's shared memory grows by the warps' per-query maxima
+        REQUIRE(plan.launches.size() == tile_plan.launches.size());
+        for (size_t i = 0; i < plan.launches.size(); ++i) {
+          const bool main = plan.launches[i].entry_point == "sage_bwd_main";
+          CHECK((plan.launches[i].dynamic_shared_bytes > tile_plan.launches[i].dynamic_shared_bytes) == main);
+          CHECK(query_plan.launches[i].dynamic_shared_bytes == plan.launches[i].dynamic_shared_bytes);
+        }
+        const codegen::BackwardKernelSource kernel = codegen::BackwardKernelGenerator::generate(both, plan);
+        CHECK(kernel.name.ends_with("_key_scales_query_scales"));
+        CHECK(kernel.source.find("static constexpr bool kQueryScales = true;") != std::string::npos);
+        CHECK(codegen::BackwardKernelGenerator::generate(per_tile, tile_plan)
+                  .source.find("static constexpr bool kQueryScales = false;") != std::string::npos);
+        // A plan that disagrees with the variant's dS scales for dQ is refused, both ways.
+        CHECK_THROWS_WITH_AS(
+            codegen::BackwardKernelGenerator::generate(
+                both, schedule->plan(dsl::backwardPreset("sagebwd-rot-ks", head_dim, MaskKind::causal)->describe(),
+                                     arch, InputType::f16)),
+            doctest::Contains("dS scales for dQ"), std::invalid_argument);
+        CHECK_THROWS_WITH_AS(codegen::BackwardKernelGenerator::generate(per_tile, query_plan),
+                             doctest::Contains("dS scales for dQ"), std::invalid_argument);
+      }
+    }
 }

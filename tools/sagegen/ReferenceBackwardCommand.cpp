@@ -252,7 +252,8 @@ CommandAction addReferenceBackwardCommand(CLI::App &app) {
   command->add_flag(
       "--token-scales", options->token_scales,
       "P and dS in int8 with one scale per token of their product's output (per key for dV and dK, "
-      "per query for dQ) instead of one per 64x64 tile (issue 25; kernels: sagebwd-rot-ks, per key only)");
+      "per query for dQ) instead of one per 64x64 tile (issue 25; the presets with kernels: sagebwd-rot-ks per key, "
+      "sagebwd-rot-qks per key and per query)");
   command->add_flag("--no-smooth-k", options->no_smooth_k,
                     "the ablation: the backward recomputes S and forms dQ from K as given, without K smoothing");
   command

@@ -71,9 +71,10 @@ AttentionBackwardBuilder attention_backward(std::string name = "custom_backward"
 ir::BackwardProgram emitBackwardProgram(const BackwardVariant &variant);
 
 // The backward presets: "sagebwd" (Algorithm 3, K smoothed), "sagebwd-rot" (sagebwd with Q and K rotated: Q outlier
-// channels), "sagebwd-rot-ks" (sagebwd-rot with P and dS scaled per key for dV and dK, issue 25), "sagebwd-int8-dp"
-// (dO.V^T quantized too, Table 1(c)'s ablation), "exact-bwd" (f32 throughout, K as given). Each pairs with a forward
-// preset (backwardPresetForward); a rotating backward with a rotated forward.
+// channels), "sagebwd-rot-ks" (sagebwd-rot with P and dS scaled per key for dV and dK, issue 25), "sagebwd-rot-qks"
+// (sagebwd-rot-ks with dS scaled per query for dQ too), "sagebwd-int8-dp" (dO.V^T quantized too, Table 1(c)'s
+// ablation), "exact-bwd" (f32 throughout, K as given). Each pairs with a forward preset (backwardPresetForward); a
+// rotating backward with a rotated forward.
 const std::vector<PresetInfo> &backwardPresets();
 std::optional<AttentionBackwardBuilder> backwardPreset(std::string_view name, int head_dim = 128,
                                                        MaskKind mask = MaskKind::none);

@@ -52,8 +52,11 @@ struct BackwardKernelPlan {
   // quantizes Q R_Q and K R_K, write_dq and the main kernel's epilogue rotate dQ and dK back; no launch is added.
   std::optional<uint32_t> rotation_seed;
   // P (for dV) and dS (for dK) with one int8 scale per key of the 64-query tile instead of one per tile (issue 25:
-  // the variant's per_token P and dK operand); dS for dQ keeps one scale per tile.
+  // the variant's per_token P and dK operand).
   bool key_scales = false;
+  // dS for dQ with one int8 scale per query of the 64-key block instead of one per tile (issue 25: the variant's
+  // per_token dQ operand); the scale factors out of dQ's row, so the kernels apply it to the product's output rows.
+  bool query_scales = false;
   std::vector<BackwardLaunch> launches; // in launch order, on one stream
   std::string describe() const;         // one line for logs
 };

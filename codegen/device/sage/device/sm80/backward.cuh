@@ -66,13 +66,15 @@ constexpr int kTokenRowBytes = kBlock + kPad;
 // Shared memory of `main` (kKeys keys, a 64-query tile): K^ ([kKeys][d] int8), Q^ ([64][d] int8), K^^T (one [d][64]
 // int8 tile per K block), Q^^T, dO^^T ([d][64] int8), V ([kKeys][d] 16-bit), dO ([64][d] 16-bit), the P^T and dS^T
 // codes ([kKeys][64] int8), the dS codes ([64][kKeys] int8), the row stats {L log2(e), D} of 64 rows, 2 x 2 x
-// kMainWarps floats of reduction scratch (two buffers, alternating by step, so that a reduction needs one barrier).
+// kMainWarps floats of reduction scratch (two buffers, alternating by step, so that a reduction needs one barrier);
+// with Config::kQueryScales each warp's |dS| maxima of the 64 queries ([kMainWarps][64] floats).
+template <class Config> constexpr int kQueryMaximaFloats = Config::kQueryScales ? kMainWarps<Config> *kBlock : 0;
 template <class Config>
 constexpr int kMainSharedBytes = (Config::kKeys + kBlock) * kCodeRowBytes<Config::kHeadDim> +
                                  (Config::kKeys / kBlock + 2) * Config::kHeadDim *kTokenRowBytes +
                                  (Config::kKeys + kBlock) * kInputRowBytes<Config::kHeadDim> +
                                  2 * Config::kKeys *kTokenRowBytes + kBlock *(Config::kKeys + kPad) +
-                                 (2 * kBlock + 4 * kMainWarps<Config>)*4;
+                                 (2 * kBlock + 4 * kMainWarps<Config> + kQueryMaximaFloats<Config>)*4;
 
 // ---- mma.sync ----------------------------------------------------------------------------------------------------
 __device__ __forceinline__ void mma_s8(int (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -215,6 +217,52 @@ __device__ __forceinline__ void tile_max_pairs(float first, float second, float 
   }
 }
 
+// Column maxima of a warp's 16 x 64 accumulator tile (mma.sync's and wgmma's layout: a thread holds columns 8n + 2t
+// and 8n + 2t + 1 of its two rows): `values[2n + c]` is this thread's maximum of column 8n + 2t + c; lane l returns the
+// warp's maxima of columns 2l and 2l + 1. A reduce-scatter over the 8 lanes of a quad position: each step exchanges
+// the half of the values the partner keeps (8 + 4 + 2 shuffles instead of 16 x 3 for a full reduction of each).
+template <int kHalf> __device__ __forceinline__ void column_maxima_step(float (&values)[16]) {
+  const bool upper = (threadIdx.x & (2 * kHalf)) != 0; // this lane keeps values kHalf .. 2 kHalf - 1
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float low = values[i], high = values[kHalf + i];
+    values[i] = fmaxf(upper ? high : low, __shfl_xor_sync(0xffffffffu, upper ? low : high, 2 * kHalf));
+  }
+}
+
+__device__ __forceinline__ float2 column_maxima(float (&values)[16]) {
+  // lane bits 4, 3, 2 (g's bits 2, 1, 0) pick value bits 3, 2, 1 (steps of constant trip counts: fully unrolled, the
+  // values stay in registers)
+  column_maxima_step<8>(values);
+  column_maxima_step<4>(values);
+  column_maxima_step<2>(values);
+  return make_float2(values[0], values[1]);
+}
+
+// The value of column 8n + 2t + c (c = 0: .x, 1: .y) of this thread (t = lane % 4) from `per_column`, which lane l
+// holds for columns 2l and 2l + 1 (column_maxima's order).
+__device__ __forceinline__ float2 of_columns(float2 per_column, int n) {
+  const int source = 4 * n + (threadIdx.x & 3);
+  return make_float2(__shfl_sync(0xffffffffu, per_column.x, source), __shfl_sync(0xffffffffu, per_column.y, source));
+}
+
+// The |dS| maximum of `query` over K block `block`'s 4 warps (16 keys each), from their column maxima in
+// query_maxima ([warp][64 queries], warps 4 block .. 4 block + 3).
+__device__ __forceinline__ float block_query_max(const float *query_maxima, int block, int query) {
+  const float *first = query_maxima + 4 * block * kBlock + query;
+  return fmaxf(fmaxf(first[0], first[kBlock]), fmaxf(first[2 * kBlock], first[3 * kBlock]));
+}
+
+// ... of the queries `query` (even) and query + 1: 8-byte loads.
+__device__ __forceinline__ float2 block_query_max_pair(const float *query_maxima, int block, int query) {
+  const float2 *first = reinterpret_cast<const float2 *>(query_maxima + 4 * block * kBlock + query);
+  float2 result = first[0];
+#pragma unroll
+  for (int w = 1; w < 4; ++w)
+    result = make_float2(fmaxf(result.x, first[w * kBlock / 2].x), fmaxf(result.y, first[w * kBlock / 2].y));
+  return result;
+}
+
 // ---- the main kernel ------------------------------------------------------------------------------------------------
 // dQ's f32 sum in global memory (8-byte aligned `address`): one reduction per pair of channels on sm_90 (a vector
 // red halves the L2 atomic traffic), two atomics before it.
@@ -315,6 +363,7 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   unsigned char *ds_codes = ds_t_codes + kKeys * kTokenRowBytes;                  // [query][key]
   float *row_stats = reinterpret_cast<float *>(ds_codes + kBlock * kKeyRowBytes); // [query]{L log2(e), D}
   float *scratch = row_stats + 2 * kBlock;                                        // 2 buffers of 2 x kWarpCount
+  float *query_maxima = scratch + 4 * kWarpCount; // kQueryScales: [warp][query] |dS| maxima of the warp's keys
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int key0 = blockIdx.x * kKeys, warp_block = warp / 4; // this warp's K block within the tile
@@ -421,13 +470,38 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
                                       p.tokens_kv, causal_offset);
     // {s_P, P^}, {s_dS, dS^}: one int8 scale per 64 x 64 tile (lines 6 and 9), i.e. per K block of the tile; with
     // Config::kKeyScales (issue 25) P for dV and dS for dK take one scale per key instead (the maxima of a key row
-    // over its 4 threads: 2 shuffles each), which factors out of dV_j and dK_j; dS for dQ keeps the tile's.
+    // over its 4 threads: 2 shuffles each), which factors out of dV_j and dK_j. With Config::kQueryScales dS for dQ
+    // takes one scale per query of the K block: the warps' column maxima meet in shared memory (the tile maxima's
+    // barrier), and the scale factors out of dQ_i's row (applied to the product's rows below).
+    if constexpr (Config::kQueryScales) {
+      float column_values[16];
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          column_values[2 * n + c] = fmaxf(fabsf(dp[n][c]), fabsf(dp[n][c + 2]));
+      reinterpret_cast<float2 *>(query_maxima + warp * kBlock)[lane] = column_maxima(column_values);
+    }
     float2 maxima[kKeyBlocks];
-    tile_max_pairs<kWarpCount>(fmaxf(p_max[0], p_max[1]), fmaxf(ds_max[0], ds_max[1]),
-                               scratch + (step & 1) * 2 * kWarpCount, maxima);
-    float p_scale[2], p_inverse[2], ds_t_scale[2], ds_t_inverse[2], ds_scale, ds_inverse;
-    const float2 own = of_block(maxima, warp_block);
-    int8_scale(own.y, ds_scale, ds_inverse);
+    if constexpr (Config::kKeyScales && Config::kQueryScales)
+      __syncthreads(); // no tile maxima: the query maxima are visible
+    else
+      tile_max_pairs<kWarpCount>(fmaxf(p_max[0], p_max[1]), fmaxf(ds_max[0], ds_max[1]),
+                                 scratch + (step & 1) * 2 * kWarpCount, maxima);
+    float p_scale[2], p_inverse[2], ds_t_scale[2], ds_t_inverse[2], ds_scale = 0.0f, ds_inverse = 0.0f;
+    float2 own = make_float2(0.0f, 0.0f);
+    if constexpr (!(Config::kKeyScales && Config::kQueryScales)) {
+      own = of_block(maxima, warp_block);
+      int8_scale(own.y, ds_scale, ds_inverse);
+    }
+    // kQueryScales: the inverse scales of queries 2 lane and 2 lane + 1 of this warp's K block
+    float2 query_inverse = make_float2(0.0f, 0.0f);
+    if constexpr (Config::kQueryScales) {
+      const float2 amax = block_query_max_pair(query_maxima, warp_block, 2 * lane);
+      float unused_scale;
+      int8_scale(amax.x, unused_scale, query_inverse.x);
+      int8_scale(amax.y, unused_scale, query_inverse.y);
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if constexpr (Config::kKeyScales) {
@@ -446,21 +520,25 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       }
     }
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 8; ++n) {
+      // dS for dQ: the tile's inverse scale, or (kQueryScales) those of queries n * 8 + 2t and n * 8 + 2t + 1
+      const float2 dq_inverse =
+          Config::kQueryScales ? of_columns(query_inverse, n) : make_float2(ds_inverse, ds_inverse);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int key = warp * 16 + g + 8 * half, row = n * 8 + 2 * t; // this thread's rows row and row + 1
-        const signed char ds_low = int8_code(dp[n][2 * half], ds_inverse);
-        const signed char ds_high = int8_code(dp[n][2 * half + 1], ds_inverse);
+        const signed char ds_low = int8_code(dp[n][2 * half], dq_inverse.x);
+        const signed char ds_high = int8_code(dp[n][2 * half + 1], dq_inverse.y);
         *reinterpret_cast<unsigned short *>(p_t_codes + key * kTokenRowBytes + row) =
             code_pair(int8_code(p_t[n][2 * half], p_inverse[half]), int8_code(p_t[n][2 * half + 1], p_inverse[half]));
         *reinterpret_cast<unsigned short *>(ds_t_codes + key * kTokenRowBytes + row) =
-            Config::kKeyScales ? code_pair(int8_code(dp[n][2 * half], ds_t_inverse[half]),
-                                           int8_code(dp[n][2 * half + 1], ds_t_inverse[half]))
-                               : code_pair(ds_low, ds_high);
+            Config::kKeyScales || Config::kQueryScales ? code_pair(int8_code(dp[n][2 * half], ds_t_inverse[half]),
+                                                                   int8_code(dp[n][2 * half + 1], ds_t_inverse[half]))
+                                                       : code_pair(ds_low, ds_high);
         ds_codes[row * kKeyRowBytes + key] = static_cast<unsigned char>(ds_low);
         ds_codes[(row + 1) * kKeyRowBytes + key] = static_cast<unsigned char>(ds_high);
       }
+    }
     wait_copies<0>(); // Q^^T and dO^^T
     __syncthreads();  // the codes, Q^^T and dO^^T are visible; every warp is done with Q^, dO and the row stats
     if (step + 1 < steps)
@@ -501,12 +579,22 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     // (rows beyond tokens_q get zeros: their dS is 0).
     constexpr int kChannelGroups = kWarpCount / 4, kGroupTiles = kChannelTiles / kChannelGroups;
     const int query_group = warp % 4, first_tile = (warp / 4) * kGroupTiles;
-    float dq_scales[kKeyBlocks];
+    // dq_scales[b][half]: K block b's, for query rows g (half 0) and g + 8 (kQueryScales: each row's own dS scale)
+    float dq_scales[kKeyBlocks][2];
 #pragma unroll
     for (int b = 0; b < kKeyBlocks; ++b) {
-      float block_ds_scale, unused_inverse;
-      int8_scale(maxima[b].y, block_ds_scale, unused_inverse);
-      dq_scales[b] = block_ds_scale * k_scales[b] * p.softmax_scale;
+      float block_ds_scale[2], unused_inverse;
+      if constexpr (Config::kQueryScales) {
+        const int query = query_group * 16 + g;
+        int8_scale(block_query_max(query_maxima, b, query), block_ds_scale[0], unused_inverse);
+        int8_scale(block_query_max(query_maxima, b, query + 8), block_ds_scale[1], unused_inverse);
+      } else {
+        int8_scale(maxima[b].y, block_ds_scale[0], unused_inverse);
+        block_ds_scale[1] = block_ds_scale[0];
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        dq_scales[b][half] = block_ds_scale[half] * k_scales[b] * p.softmax_scale;
     }
     unsigned a_ds[kKeyBlocks][2][4];
 #pragma unroll
@@ -528,7 +616,7 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         mma_s8(acc_q, a_ds[b][1], b1);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          dq[e] += static_cast<float>(acc_q[e]) * dq_scales[b];
+          dq[e] += static_cast<float>(acc_q[e]) * dq_scales[b][e >> 1];
       }
       // channels 2t, 2t + 1 of queries g and g + 8
       add_pair(dq_rows + nc * 8, dq[0], dq[1]);

@@ -63,7 +63,8 @@ constexpr int kMainThreads = 2 * kWarpgroupThreads;
 
 // Shared memory of `main`, every tile 1024-byte aligned: K^ [128][d] int8, K^^T [d][64] int8 per K block, V [128][d]
 // 16-bit; two stages of {Q^ [64][d] int8, dO [64][d] 16-bit, Q^^T and dO^^T [d][64] int8, row stats 64 x {L log2(e),
-// D}}; the dS codes [64][128] int8; the dQ tile [64][d] f32; reduction scratch.
+// D}}; the dS codes [64][128] int8; the dQ tile [64][d] f32; with Config::kQueryScales the warps' |dS| maxima per
+// query and each K block's dS scales per query; reduction scratch.
 template <class Config> struct MainLayout {
   static constexpr int kD = Config::kHeadDim;
   using KTile = SwizzledTile<kKeys, kD>;
@@ -93,8 +94,11 @@ template <class Config> struct MainLayout {
   // dQ_i's f32 tile, [64][d] with dq_accum's swizzle (sm80::backward::dq_accum_column), for one bulk reduction
   static constexpr int kDq = align(kDs + DsTile::kBytes);
   static constexpr int kDqBytes = kBlock * kD * 4;
+  // kQueryScales: [warpgroup][warp][64 queries] |dS| maxima, then [warpgroup][64 queries] dS scales for dQ
+  static constexpr int kQueryMaxima = kDq + kDqBytes;
+  static constexpr int kQueryScaleFloats = Config::kQueryScales ? (2 * 4 + 2) * kBlock : 0;
   // 2 warpgroups x 4 warps x {P max, |dS| max}, then the dS scale of each K block; then each stage's mbarrier
-  static constexpr int kScratch = align(kDq + kDqBytes);
+  static constexpr int kScratch = align(kQueryMaxima + kQueryScaleFloats * 4);
   static constexpr int kScratchBytes = (2 * 4 * 2 + 2) * 4;
   static constexpr int kBarriers = kScratch + 80;
   static constexpr int kTotal = kBarriers + 2 * 8;
@@ -248,6 +252,8 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
   unsigned char *shared = raw_shared + (base - raw_base);
   float *scratch = reinterpret_cast<float *>(shared + Layout::kScratch);
   float *ds_block_scales = scratch + 16;
+  float *query_maxima = reinterpret_cast<float *>(shared + Layout::kQueryMaxima); // kQueryScales
+  float *query_ds_scales = query_maxima + 2 * 4 * kBlock;                         // kQueryScales
 
   // warp-uniform by construction (a shuffle from lane 0): wgmma under a branch ptxas considers divergent serializes
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
@@ -391,9 +397,24 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     // {s_P, P^}, {s_dS, dS^}: one scale per 64 x 64 tile (a warpgroup reduction). With Config::kKeyScales (issue 25)
     // P^T for dV and dS^T for dK take one scale per key instead: a key row's 64 queries lie in its quad (the maxima
     // of 4 threads: 2 shuffles each), and the scale factors out of the key's row of dV_w and dK_w; dS for dQ keeps
-    // the tile's scale (the warpgroup reduction of the quads' maxima: 3 shuffles), packed a second time.
-    float p_scale[2], p_inverse[2], ds_t_scale[2], ds_t_inverse[2], ds_scale, ds_inverse;
-    unsigned p_codes[2][4], ds_codes[2][4], ds_t_codes[2][4];
+    // the tile's scale (the warpgroup reduction of the quads' maxima: 3 shuffles), packed a second time. With
+    // Config::kQueryScales dS for dQ takes one scale per query of the K block instead: a query's column spans the
+    // warpgroup's 4 warps, so each warp's column maxima (a reduce-scatter over its lanes) meet in shared memory at
+    // the warpgroup barrier; the scale factors out of dQ_i's row, applied to the dQ products' rows below.
+    constexpr bool kQueryScales = Config::kQueryScales;
+    float *group_query_maxima = query_maxima + warpgroup * 4 * kBlock;
+    if constexpr (kQueryScales) {
+      float column_values[16];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          column_values[2 * j + c] = fmaxf(fabsf(dp[4 * j + c]), fabsf(dp[4 * j + c + 2]));
+      reinterpret_cast<float2 *>(group_query_maxima + warp * kBlock)[lane] =
+          sm80::backward::column_maxima(column_values);
+    }
+    float p_scale[2], p_inverse[2], ds_t_scale[2], ds_t_inverse[2], ds_scale = 0.0f, ds_inverse = 0.0f;
+    unsigned p_codes[2][4], ds_codes[2][4], ds_t_codes[2][4], ds_q_codes[2][4];
     if constexpr (kKeyScales) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -402,9 +423,13 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         int8_scale(p_max[half], p_scale[half], p_inverse[half]);
         int8_scale(ds_max[half], ds_t_scale[half], ds_t_inverse[half]);
       }
-      float tile_ds_max[1] = {fmaxf(ds_max[0], ds_max[1])};
-      warpgroup_max<1, 4>(tile_ds_max, scratch + 8 * warpgroup, warpgroup);
-      int8_scale(tile_ds_max[0], ds_scale, ds_inverse);
+      if constexpr (kQueryScales) {
+        named_barrier_sync(1 + warpgroup, kWarpgroupThreads); // the warps' query maxima are visible
+      } else {
+        float tile_ds_max[1] = {fmaxf(ds_max[0], ds_max[1])};
+        warpgroup_max<1, 4>(tile_ds_max, scratch + 8 * warpgroup, warpgroup);
+        int8_scale(tile_ds_max[0], ds_scale, ds_inverse);
+      }
       pack_a_fragments(ds_t_codes, dp, ds_t_inverse);
     } else {
       float maxima[2] = {p_max[0], ds_max[0]};
@@ -415,8 +440,27 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
       p_inverse[1] = p_inverse[0];
     }
     pack_a_fragments(p_codes, prob, p_inverse);
-    const float ds_inverses[2] = {ds_inverse, ds_inverse};
-    pack_a_fragments(ds_codes, dp, ds_inverses);
+    if constexpr (!(kKeyScales && kQueryScales)) { // the tile's dS codes: for dK (per-tile scales) or dQ
+      const float ds_inverses[2] = {ds_inverse, ds_inverse};
+      pack_a_fragments(ds_codes, dp, ds_inverses);
+    }
+    if constexpr (kQueryScales) { // dS scaled per query (in place: dp's last use), its scales for dQ's rows
+      const float2 amax = sm80::backward::block_query_max_pair(query_maxima, warpgroup, 2 * lane);
+      float2 query_scale, query_inverse;
+      int8_scale(amax.x, query_scale.x, query_inverse.x);
+      int8_scale(amax.y, query_scale.y, query_inverse.y);
+      if (warp == 0)
+        reinterpret_cast<float2 *>(query_ds_scales + warpgroup * kBlock)[lane] = query_scale;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 inverse = sm80::backward::of_columns(query_inverse, j);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dp[4 * j + e] *= e & 1 ? inverse.y : inverse.x;
+      }
+      const float unscaled[2] = {1.0f, 1.0f};
+      pack_a_fragments(ds_q_codes, dp, unscaled);
+    }
 
     // dS^ as [query][key] for dQ: byte b of register r of step s is key g + 8 (r % 2), query 8 J + 2t + b % 2 with
     // J = 4s + 2 (r / 2) + b / 2 (the packing order above). In the 128-byte swizzled rows the XOR term is
@@ -430,9 +474,10 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
         const unsigned at = ds_tile + row_in_atom * 128 + (row_key ^ (row_in_atom << 4));
 #pragma unroll
         for (int step_k = 0; step_k < 2; ++step_k)
-          store_shared_byte(at + (4 * step_k + 2 * (r >> 1) + (b >> 1)) * 1024, ds_codes[step_k][r] >> (8 * b));
+          store_shared_byte(at + (4 * step_k + 2 * (r >> 1) + (b >> 1)) * 1024,
+                            (kQueryScales ? ds_q_codes : ds_codes)[step_k][r] >> (8 * b));
       }
-    if (threadIdx.x % kWarpgroupThreads == 0)
+    if (!kQueryScales && threadIdx.x % kWarpgroupThreads == 0)
       ds_block_scales[warpgroup] = ds_scale;
 
     // dV_w += P^^T dO^ and dK_w += dS^^T Q^: s32 products scaled into the f32 sums, at most 64 channels at a time
@@ -480,15 +525,22 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
     fence_shared_for_wgmma(); // the dS codes
     if (threadIdx.x == 0)
       bulk_wait_source_read(); // the dQ tile is rewritten below
-    __syncthreads();           // ... of both warpgroups, and both K blocks' dS scales
+    __syncthreads();           // ... of both warpgroups, and both K blocks' dS scales (per query: query_ds_scales)
 
     // dQ_i = dS^ K^ for channels [w d / 2, (w + 1) d / 2), 32 channels at a time (register budget, as above): one s32
     // product per K block, each with its scale, into the shared dQ tile; the next step's first thread adds the tile
     // to dq_accum with one bulk reduction (instead of 64 x d / 2 element reductions per warpgroup). Element 4j + e of
     // a piece is query 16 warp + g + 8 (e / 2), channel 8j + 2t + e % 2 of the piece.
     constexpr int kHalf = kD / 2, kPieceChannels = 32;
-    const float dq_scale0 = ds_block_scales[0] * k_scales[0] * p.softmax_scale;
-    const float dq_scale1 = ds_block_scales[1] * k_scales[1] * p.softmax_scale;
+    // dq_scales[b][half]: K block b's, for query rows 16 warp + g (half 0) and + 8 (kQueryScales: each row's own)
+    float dq_scales[2][2];
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        dq_scales[b][half] =
+            (kQueryScales ? query_ds_scales[b * kBlock + 16 * warp + g + 8 * half] : ds_block_scales[b]) * k_scales[b] *
+            p.softmax_scale;
     // Every piece's products are issued first (one wgmma group each), so that later pieces compute while earlier ones
     // are scaled and stored.
     constexpr int kPieces = kHalf / kPieceChannels;
@@ -524,10 +576,10 @@ template <class Config> __device__ void backward_main(const SageBackwardParams &
           const int e = 4 * j + 2 * half, row = 16 * warp + g + 8 * half;
           const int channel = warpgroup * kHalf + piece * kPieceChannels + 8 * j + 2 * t;
           store_shared_pair(dq_tile + (row * kD + sm80::backward::dq_accum_column<Config>(row, channel)) * 4,
-                            small_int_to_float(dq_products[piece][0][e]) * dq_scale0 +
-                                small_int_to_float(dq_products[piece][1][e]) * dq_scale1,
-                            small_int_to_float(dq_products[piece][0][e + 1]) * dq_scale0 +
-                                small_int_to_float(dq_products[piece][1][e + 1]) * dq_scale1);
+                            small_int_to_float(dq_products[piece][0][e]) * dq_scales[0][half] +
+                                small_int_to_float(dq_products[piece][1][e]) * dq_scales[1][half],
+                            small_int_to_float(dq_products[piece][0][e + 1]) * dq_scales[0][half] +
+                                small_int_to_float(dq_products[piece][1][e + 1]) * dq_scales[1][half]);
         }
     }
     previous_dq_tile = p.dq_accum + (q_head * padded_q + query0) * kD;
