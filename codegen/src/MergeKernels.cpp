@@ -43,13 +43,14 @@ MergeKernelSource generateMergeKernel(const MergeTypes &types) {
       R"(// The LSE merge of two partial attention results: O_a {a}, O_b {b}, out {out}; LSEs f32.
 #include "sage/device/merge/merge.cuh"
 
-extern "C" __global__ void __launch_bounds__({threads}) {entry}(const SageMergeParams p) {{
+extern "C" __global__ void __launch_bounds__({threads}, {min_blocks}) {entry}(const SageMergeParams p) {{
   sage::device::merge::merge_rows<{a_macro}, {b_macro}, {out_macro}>(p);
 }}
 )",
       fmt::arg("a", nameOf(types.a)), fmt::arg("b", nameOf(types.b)), fmt::arg("out", nameOf(types.out)),
-      fmt::arg("threads", kMergeThreads), fmt::arg("entry", kMergeKernel), fmt::arg("a_macro", macroOf(types.a)),
-      fmt::arg("b_macro", macroOf(types.b)), fmt::arg("out_macro", macroOf(types.out)));
+      fmt::arg("threads", kMergeThreads), fmt::arg("min_blocks", kMergeMinBlocks), fmt::arg("entry", kMergeKernel),
+      fmt::arg("a_macro", macroOf(types.a)), fmt::arg("b_macro", macroOf(types.b)),
+      fmt::arg("out_macro", macroOf(types.out)));
   return kernel;
 }
 

@@ -21,6 +21,9 @@ struct MergeTypes {
 
 inline constexpr std::string_view kMergeKernel = "sage_merge_attention"; // grid mergeGridCtas(rows), kMergeThreads
 inline constexpr int kMergeThreads = 256;
+// CTAs per SM the kernel is compiled for (at most 64 registers): with the thread count alone, ptxas held some type
+// triples to 48 registers and spilled (f16 with bf16 parts on sm_80).
+inline constexpr int kMergeMinBlocks = 4;
 inline constexpr int kMergeMaxHeadDim = 1024; // the widest row the runner takes (a warp loops over it)
 
 struct MergeKernelSource {

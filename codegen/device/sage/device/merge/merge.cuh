@@ -20,6 +20,20 @@
 
 namespace sage::device::merge {
 
+// An f16 or bf16 value's bits as f32, exactly, in integer and f32 instructions: f16 by moving its exponent and
+// mantissa into f32's fields and scaling by 2^112 (exact; an f16 subnormal becomes an f32 subnormal first), infinities
+// and NaNs by their all-ones exponent. (PTX's cvt.f32.f16 on 16-bit registers made ptxas spill here.)
+template <int kType> __device__ __forceinline__ float decode_half(unsigned bits) {
+  if constexpr (kType == SAGE_MERGE_BF16) {
+    return __uint_as_float(bits << 16); // bf16 is the top half of an f32
+  } else {
+    const unsigned magnitude = bits & 0x7fffu, sign = (bits & 0x8000u) << 16;
+    const float finite = __uint_as_float(magnitude << 13) * __uint_as_float(0x77800000u); // x 2^112
+    const unsigned value = magnitude >= 0x7c00u ? (magnitude << 13) | 0x7f800000u : __float_as_uint(finite);
+    return __uint_as_float(value | sign);
+  }
+}
+
 // SAGE_MERGE_CHUNK elements of type kType at `base` + `offset` (elements) as f32.
 template <int kType, bool kVectorized>
 __device__ __forceinline__ void load_chunk(const void *base, long long offset, float (&values)[8]) {
@@ -42,13 +56,13 @@ __device__ __forceinline__ void load_chunk(const void *base, long long offset, f
       const unsigned words[4] = {packed.x, packed.y, packed.z, packed.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        values[2 * i] = decode_input_element<kType == SAGE_MERGE_BF16>(static_cast<unsigned short>(words[i]));
-        values[2 * i + 1] = decode_input_element<kType == SAGE_MERGE_BF16>(static_cast<unsigned short>(words[i] >> 16));
+        values[2 * i] = decode_half<kType>(words[i] & 0xffffu);
+        values[2 * i + 1] = decode_half<kType>(words[i] >> 16);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
-        values[i] = decode_input_element<kType == SAGE_MERGE_BF16>(pointer[i]);
+        values[i] = decode_half<kType>(pointer[i]);
     }
   }
 }
