@@ -154,41 +154,62 @@ def test_sla_bf16_proj_in_bf16():
     print("test_sla_gpu: bf16 with a bf16 Proj: O and the gradients bf16 and finite")
 
 
+class SlaRun:
+    """One forward of a preset's kernels on fixed shapes (2 query heads, 1 kv head, 700 x 900 tokens, d = 128), with
+    random dO^s and dO^l for the backward."""
+
+    def __init__(self, preset, seed):
+        from sagegen import _sla
+        torch.manual_seed(seed)
+        self.q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
+        self.k = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
+        self.v = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
+        self.d_sparse = torch.randn(self.q.shape, dtype=torch.float32, device="cuda")
+        self.d_linear = torch.randn(self.q.shape, dtype=torch.float32, device="cuda")
+        self.kernels = _sla.SlaKernels(preset, 128, 5.0, 10.0, None, torch.cuda.current_device())
+        self.stream = torch.cuda.current_stream().cuda_stream
+        self.workspace = torch.empty(self.kernels.workspace(self.q, self.k)[0], dtype=torch.uint8, device="cuda")
+        self.o_sparse = torch.empty_like(self.q)
+        self.o_linear = torch.empty(self.q.shape, dtype=torch.float32, device="cuda")
+        self.forward(self.q)
+
+    def forward(self, q):
+        self.kernels.forward(q, self.k, self.v, self.o_sparse, self.o_linear, self.workspace, self.stream)
+
+    def backward(self, inputs, o_sparse):
+        """dQ, dK, dV (NaN before the call, so that an element the kernels skip shows) from (q, k, v, dO^s, dO^l)."""
+        grads = [torch.full(t.shape, float("nan"), dtype=torch.float32, device="cuda") for t in inputs[:3]]
+        self.kernels.backward(*inputs, *grads, self.workspace, self.stream, o_sparse=o_sparse)
+        return grads
+
+    def inputs(self):
+        return [self.q, self.k, self.v, self.d_sparse, self.d_linear]
+
+
+def check_same_gradients(label, expected, candidate, min_cosine, max_rel_l1, digits):
+    """Asserts that two backwards' dQ, dK, dV agree and are finite; prints one line."""
+    torch.cuda.synchronize()
+    line = []
+    for name, a, b in zip(("dQ", "dK", "dV"), expected, candidate):
+        c, r = cosine(a, b), relative_l1(a, b)
+        line.append(f"{name} cos {c:.{digits}f} rel-L1 {r:.1e}")
+        assert bool(torch.isfinite(b).all()), f"{name}: non-finite: {label}"
+        assert c > min_cosine and r < max_rel_l1, f"{name}: {label} differ: cos {c}, rel-L1 {r}"
+    print(f"test_sla_gpu: {label}: " + ", ".join(line))
+
+
 def test_sla_backward_with_saved_lse_matches_recomputed():
     """The backward both ways on one forward: with O^s passed (an exact preset saved L in the forward: D^s from O^s)
     and without (the statistics kernel recomputes L and D^s); sla-int8 recomputes either way. O^s given as float32 is
     refused naming it."""
-    from sagegen import _sla
     for preset in ("sla-f16", "sla-int8"):
-        torch.manual_seed(1)
-        q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
-        k = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
-        v = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
-        kernels = _sla.SlaKernels(preset, 128, 5.0, 10.0, None, torch.cuda.current_device())
-        workspace = torch.empty(kernels.workspace(q, k)[0], dtype=torch.uint8, device="cuda")
-        o_sparse = torch.empty_like(q)
-        o_linear = torch.empty(q.shape, dtype=torch.float32, device="cuda")
-        stream = torch.cuda.current_stream().cuda_stream
-        kernels.forward(q, k, v, o_sparse, o_linear, workspace, stream)
-        d_sparse = torch.randn(q.shape, dtype=torch.float32, device="cuda")
-        d_linear = torch.randn(q.shape, dtype=torch.float32, device="cuda")
-        results = {}
-        for passed in (True, False):  # the saved L first: the statistics kernel overwrites it (with the same L)
-            grads = [torch.full(t.shape, float("nan"), dtype=torch.float32, device="cuda") for t in (q, k, v)]
-            kernels.backward(q, k, v, d_sparse, d_linear, *grads, workspace, stream,
-                             o_sparse=o_sparse if passed else None)
-            results[passed] = grads
-        torch.cuda.synchronize()
-        line = []
-        for name, saved, recomputed in zip(("dQ", "dK", "dV"), results[True], results[False]):
-            c, r = cosine(recomputed, saved), relative_l1(recomputed, saved)
-            line.append(f"{name} cos {c:.7f} rel-L1 {r:.1e}")
-            assert bool(torch.isfinite(saved).all()), f"{name}: non-finite with O^s passed"
-            assert c > 0.99999 and r < 2e-3, f"{name}: saved-L and recomputed backwards differ: cos {c}, rel-L1 {r}"
-        print(f"test_sla_gpu: {preset} backward with O^s passed vs recomputed statistics: " + ", ".join(line))
-        grads = [torch.empty(t.shape, dtype=torch.float32, device="cuda") for t in (q, k, v)]
+        run = SlaRun(preset, seed=1)
+        saved = run.backward(run.inputs(), run.o_sparse)  # first: the statistics kernel overwrites L (with the same L)
+        recomputed = run.backward(run.inputs(), None)
+        check_same_gradients(f"{preset} backward with O^s passed vs recomputed statistics", recomputed, saved,
+                             min_cosine=0.99999, max_rel_l1=2e-3, digits=7)
         try:
-            kernels.backward(q, k, v, d_sparse, d_linear, *grads, workspace, stream, o_sparse=o_sparse.float())
+            run.backward(run.inputs(), run.o_sparse.float())
         except sagegen.SageArgumentError as error:
             assert "o_sparse" in str(error), str(error)
         else:
@@ -210,40 +231,18 @@ def test_sla_backward_reads_unaligned_rows():
     one forward: the same gradients (the backward's kernels read unaligned rows through registers; only the order of
     dK/dV's f32 reductions may differ). The forward refuses such q and v, naming them (its prologue and TMA read 16
     bytes at a time)."""
-    from sagegen import _sla
     for preset in ("sla-f16", "sla-int8"):
-        torch.manual_seed(2)
-        q = torch.randn(1, 2, 700, 128, device="cuda", dtype=torch.float16)
-        k = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
-        v = torch.randn(1, 1, 900, 128, device="cuda", dtype=torch.float16)
-        d_sparse = torch.randn(q.shape, dtype=torch.float32, device="cuda")
-        d_linear = torch.randn(q.shape, dtype=torch.float32, device="cuda")
-        kernels = _sla.SlaKernels(preset, 128, 5.0, 10.0, None, torch.cuda.current_device())
-        stream = torch.cuda.current_stream().cuda_stream
-        workspace = torch.empty(kernels.workspace(q, k)[0], dtype=torch.uint8, device="cuda")
-        o_sparse = torch.empty_like(q)
-        o_linear = torch.empty(q.shape, dtype=torch.float32, device="cuda")
-        kernels.forward(q, k, v, o_sparse, o_linear, workspace, stream)
+        run = SlaRun(preset, seed=2)
         try:
-            kernels.forward(unaligned_view(q), k, v, o_sparse, o_linear, workspace, stream)
+            run.forward(unaligned_view(run.q))
         except sagegen.SageArgumentError as error:
             assert "q: data must be 16-byte aligned" in str(error), str(error)
         else:
             raise AssertionError("the forward accepted an unaligned q")
-        results = {}
-        for unaligned in (False, True):
-            inputs = [unaligned_view(t) if unaligned else t for t in (q, k, v, d_sparse, d_linear)]
-            grads = [torch.full(t.shape, float("nan"), dtype=torch.float32, device="cuda") for t in (q, k, v)]
-            kernels.backward(*inputs, *grads, workspace, stream, o_sparse=o_sparse)
-            results[unaligned] = grads
-        torch.cuda.synchronize()
-        line = []
-        for name, aligned, unaligned in zip(("dQ", "dK", "dV"), results[False], results[True]):
-            c, r = cosine(aligned, unaligned), relative_l1(aligned, unaligned)
-            line.append(f"{name} cos {c:.8f} rel-L1 {r:.1e}")
-            assert bool(torch.isfinite(unaligned).all()), f"{name}: non-finite from unaligned inputs"
-            assert c > 0.999999 and r < 1e-4, f"{name}: unaligned and aligned inputs differ: cos {c}, rel-L1 {r}"
-        print(f"test_sla_gpu: {preset} backward on unaligned inputs vs aligned: " + ", ".join(line))
+        aligned = run.backward(run.inputs(), run.o_sparse)
+        unaligned = run.backward([unaligned_view(t) for t in run.inputs()], run.o_sparse)
+        check_same_gradients(f"{preset} backward on unaligned inputs vs aligned", aligned, unaligned,
+                             min_cosine=0.999999, max_rel_l1=1e-4, digits=8)
 
 
 def test_sla_refuses_bad_input():

@@ -53,15 +53,15 @@ AttentionKernelSet generateAttentionKernels(const AttentionVariant &variant, con
   auto add = [&](AttentionKernelRole role, const std::string &name, const std::string &entry_point,
                  const std::string &source, std::array<unsigned, 3> block, int dynamic_shared_bytes,
                  const std::string &grid_rule, bool uses_device_library) {
-    GeneratedKernel kernel;
-    kernel.role = role;
-    kernel.name = name;
-    kernel.entry_point = entry_point;
-    kernel.source = source;
-    kernel.block = block;
-    kernel.dynamic_shared_bytes = dynamic_shared_bytes;
-    kernel.grid_rule = grid_rule;
-    kernel.uses_device_library = uses_device_library;
+    GeneratedKernel kernel{.role = role,
+                           .name = name,
+                           .entry_point = entry_point,
+                           .source = source,
+                           .uses_device_library = uses_device_library,
+                           .block = block,
+                           .dynamic_shared_bytes = dynamic_shared_bytes,
+                           .grid_rule = grid_rule,
+                           .key = {}};
     // The key hashes the headers too: a changed device library is a different kernel.
     kernel.key = attentionKernelKey(request.ir_fingerprint, variant, set.plan, request.input, request.arch, entry_point,
                                     selfContainedSource(kernel));

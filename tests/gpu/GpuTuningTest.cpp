@@ -31,6 +31,23 @@ schedules::Tunables otherCandidate(const schedules::TunableSpace &space) {
   return space.defaults;
 }
 
+// Options for a runner of `program` on this GPU.
+runtime::AttentionRunnerOptions optionsOnThisGpu(const ir::Program &program) {
+  runtime::AttentionRunnerOptions options;
+  options.arch = runtime::currentDeviceArch();
+  options.ir_fingerprint = program.fingerprint();
+  return options;
+}
+
+// A short timing of `bench`: 2 warm-up calls, the median of 5.
+runtime::GpuTimingOptions shortTiming(const schedules::ProblemShape &bench) {
+  runtime::GpuTimingOptions timing;
+  timing.bench = bench;
+  timing.warmup_calls = 2;
+  timing.timed_calls = 5;
+  return timing;
+}
+
 } // namespace
 
 TEST_CASE("the GPU timer checks and times candidates") {
@@ -38,14 +55,8 @@ TEST_CASE("the GPU timer checks and times candidates") {
     return;
   const ir::Program program = dsl::preset("sage-b", 64)->build();
   const AttentionVariant variant = program.variant();
-  runtime::AttentionRunnerOptions base;
-  base.arch = runtime::currentDeviceArch();
-  base.ir_fingerprint = program.fingerprint();
-  runtime::GpuTimingOptions timing;
-  timing.bench = {2, 4, 4, 1024, 1024, 64};
-  timing.warmup_calls = 2;
-  timing.timed_calls = 5;
-  runtime::GpuCandidateTimer timer(variant, base, timing);
+  const runtime::AttentionRunnerOptions base = optionsOnThisGpu(program);
+  runtime::GpuCandidateTimer timer(variant, base, shortTiming({2, 4, 4, 1024, 1024, 64}));
   const schedules::TunableSpace space = schedules::tunableSpace(variant, *base.arch, schedules::InputType::f16);
   const schedules::Tunables other = otherCandidate(space);
   for (const schedules::Tunables &tunables : {space.defaults, other}) {
@@ -64,14 +75,8 @@ TEST_CASE("a short sweep on the GPU") {
   if (skipWithoutGpu())
     return;
   const ir::Program program = dsl::preset("sage-b", 128, MaskKind::causal)->build();
-  runtime::AttentionRunnerOptions base;
-  base.arch = runtime::currentDeviceArch();
-  base.ir_fingerprint = program.fingerprint();
-  runtime::GpuTimingOptions timing;
-  timing.bench = {4, 8, 8, 2048, 2048, 128};
-  timing.warmup_calls = 2;
-  timing.timed_calls = 5;
-  runtime::GpuCandidateTimer timer(program.variant(), base, timing);
+  const runtime::AttentionRunnerOptions base = optionsOnThisGpu(program);
+  runtime::GpuCandidateTimer timer(program.variant(), base, shortTiming({4, 8, 8, 2048, 2048, 128}));
   runtime::SweepOptions options;
   options.budget_seconds = 60.0;
   const runtime::SweepResult result = runtime::runSweep(

@@ -66,14 +66,7 @@ std::vector<std::vector<PrologueRole>> rolesOf(const PrologueSource &prologue) {
 
 schedules::ProblemShape shapeOf(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t tokens_q, int64_t tokens_kv,
                                 int64_t head_dim) {
-  schedules::ProblemShape shape;
-  shape.batch = batch;
-  shape.heads_q = heads_q;
-  shape.heads_kv = heads_kv;
-  shape.tokens_q = tokens_q;
-  shape.tokens_kv = tokens_kv;
-  shape.head_dim = head_dim;
-  return shape;
+  return {batch, heads_q, heads_kv, tokens_q, tokens_kv, head_dim};
 }
 
 std::vector<unsigned> gridsOf(const PrologueSource &prologue, const schedules::ProblemShape &shape) {

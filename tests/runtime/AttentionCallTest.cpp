@@ -53,12 +53,7 @@ using sage::test::contains;
 
 TEST_CASE("a good call gives the problem shape and the kernels' strides") {
   const ValidatedCall validated = validateAttentionCall(goodCall(), requirements());
-  CHECK(validated.shape.batch == 2);
-  CHECK(validated.shape.heads_q == 8);
-  CHECK(validated.shape.heads_kv == 2);
-  CHECK(validated.shape.tokens_q == 300);
-  CHECK(validated.shape.tokens_kv == 500);
-  CHECK(validated.shape.head_dim == 64);
+  CHECK(validated.shape == sage::schedules::ProblemShape{2, 8, 2, 300, 500, 64}); // batch, heads q, kv, tokens q, kv, d
   CHECK(validated.tensors.q == address(0x10000000));
   CHECK(validated.tensors.k_strides.batch == 2 * 500 * 64);
   CHECK(validated.tensors.k_strides.head == 500 * 64);

@@ -67,6 +67,7 @@ struct ProblemShape {
   int64_t tokens_q = 0;
   int64_t tokens_kv = 0;
   int64_t head_dim = 128;
+  bool operator==(const ProblemShape &) const = default;
 };
 
 // The most slices of tokens the prologue's column statistics split a KV head into (its tunables are checked

@@ -256,14 +256,7 @@ __device__ void rows_backward(const SageSlaRowsBackwardParams &p) {
   }
 
   // dH_i in f16 with a power-of-two scale (as the states): half the bytes the mask GEMM sums per q block.
-  float top = 0.0f;
-#pragma unroll
-  for (int mi = 0; mi < T::kStateM; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < T::kStateN; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        top = fmaxf(top, fabsf(dh[mi][ni][e]));
+  const float top = largest_magnitude(dh);
   // Staged in H_i's buffer (free: block_reduce's barriers follow every read of it), then stored 16 bytes per thread
   // (the fragments' 4-byte pieces would write half of each 32-byte sector per store).
   const float factor = f16_range_factor(block_reduce<true>(top, scratch));
@@ -415,13 +408,7 @@ __device__ void columns_backward(const SageSlaColumnsBackwardParams &p) {
                             dz += sign * p.dz_rows[row_block * D + threadIdx.x];
                         });
       }
-      float largest = 0.0f;
-#pragma unroll
-      for (int v = 0; v < Sum::kVectorsPerThread; ++v)
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          largest = fmaxf(largest, fabsf(dh[v][e]));
-      factor = f16_range_factor(block_reduce<true>(largest, scratch));
+      factor = f16_range_factor(block_reduce<true>(largest_magnitude(dh), scratch));
 #pragma unroll
       for (int v = 0; v < Sum::kVectorsPerThread; ++v)
         if (Sum::owns(v)) {

@@ -15,11 +15,7 @@ template <int K, bool kBKMajor, int kTiles, int kTilesPerWarp, int kTileColumns>
 __device__ __forceinline__ void output_tiles_split(float (&c)[kTilesPerWarp][4], SharedF16 a_hi, SharedF16 a_lo,
                                                    SharedF16 b_hi, SharedF16 b_lo) {
   const int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int t = 0; t < kTilesPerWarp; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      c[t][e] = 0.0f;
+  clear_tiles(c);
   if constexpr (kTileColumns == kWarps && kTiles == kWarps * kTilesPerWarp) {
     // Per k-step: B's fragments of the warp's column, A's of up to four tiles at a time, then each product over those
     // tiles in turn (no product waits on the one before it; a tile's sum keeps its order: lo hi, hi lo, hi hi; the

@@ -78,11 +78,7 @@ template <int D, int BLOCK_KV, int PHI, bool kBf16> __device__ void linear_state
     commit_copies();
   };
   float acc[Tiles::kColumnTiles][4];
-#pragma unroll
-  for (int t = 0; t < Tiles::kColumnTiles; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[t][e] = 0.0f;
+  clear_tiles(acc);
   if (lane < kLanes) // z_j's sums per warp: only these lanes touch their warp's entries (no barrier)
 #pragma unroll
     for (int e = 0; e < 8; ++e)
@@ -154,13 +150,7 @@ template <int D, int BLOCK_KV, int PHI, bool kBf16> __device__ void linear_state
   }
 
   // z_j in a fixed order (the warps' sums in warp order), the scale s_j, then h_j / s_j in f16.
-  float largest = 0.0f;
-#pragma unroll
-  for (int t = 0; t < Tiles::kColumnTiles; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      largest = fmaxf(largest, fabsf(acc[t][e]));
-  largest = block_reduce<true>(largest, scratch); // its barriers also publish z_partial
+  const float largest = block_reduce<true>(largest_magnitude(acc), scratch); // its barriers also publish z_partial
   const float factor = f16_range_factor(largest);
   const long long state = (static_cast<long long>(b) * p.shape.heads_kv + h) * p.shape.kv_blocks + j;
   if (threadIdx.x < D) {

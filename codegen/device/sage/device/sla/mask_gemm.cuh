@@ -124,13 +124,7 @@ template <int D> __device__ void mask_gemm_mma(const MaskGemmOperands &o) {
   };
 
   float acc[T::kMmaRows][T::kMmaColumns][4];
-#pragma unroll
-  for (int m = 0; m < T::kMmaRows; ++m)
-#pragma unroll
-    for (int n = 0; n < T::kMmaColumns; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc[m][n][e] = 0.0f;
+  clear_tiles(acc);
 
   const int steps = (depth + T::kK - 1) / T::kK;
   copy_states(0, 0);

@@ -157,11 +157,7 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 // K Q^T, dO V^T). kBf16 (here and in the products below): bf16 operands.
 template <int D, int N, bool kBf16 = false>
 __device__ __forceinline__ void mma_rows_by_rows(float (&c)[N / 8][4], SharedF16 a, SharedF16 b, int m0) {
-#pragma unroll
-  for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      c[n][e] = 0.0f;
+  clear_tiles(c);
 #pragma unroll 1 // the accumulators are the register budget: no operand prefetch across steps
   for (int k0 = 0; k0 < D; k0 += 16) {
     unsigned fragment[4];
@@ -312,11 +308,7 @@ __device__ void sparse_row_statistics(const SageSlaSparseBackwardParams &p) {
   {
     float row_max[2] = {negative_infinity, negative_infinity}, row_sum[2] = {0.0f, 0.0f};
     float o[kFeatureTiles][4];
-#pragma unroll
-    for (int n = 0; n < kFeatureTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        o[n][e] = 0.0f;
+    clear_tiles(o);
     // K_{n+1} loads during P V_n, V_{n+1} during S_{n+1} (groups in the order K_0, V_0, K_1, V_1, ...).
     stage_block(k_tile, p.k, p.k_strides, 0);
     stage_block(v_tile, p.v, p.v_strides, 0);
@@ -614,11 +606,7 @@ __device__ void sparse_fused_backward_mma_sync(const SageSlaSparseBackwardParams
 #pragma unroll 1
       for (int c0 = 0; c0 < D; c0 += kChunk) {
         float acc[kChunk / 8][4];
-#pragma unroll
-        for (int t = 0; t < kChunk / 8; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[t][e] = 0.0f;
+        clear_tiles(acc);
 #pragma unroll
         for (int k0 = 0; k0 < BLOCK_KV; k0 += 16) {
           unsigned a[4];

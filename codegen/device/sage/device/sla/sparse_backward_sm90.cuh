@@ -263,6 +263,21 @@ __device__ __forceinline__ void accumulator_fragments(unsigned (&a)[kColumns / 1
       a[s][i] = sm90::pack_f16x2(x[8 * s + 2 * i], x[8 * s + 2 * i + 1]);
 }
 
+// acc += A^T B over a q block's rows as one wgmma group, committed and left running: A^T's fragments (P^T or dS^T)
+// in registers, B the q rows of `tile` (dO^s or Q), MN-major.
+template <class L, int D, int kQuerySteps>
+__device__ __forceinline__ void accumulate_over_queries(float (&acc)[D / 2], const unsigned (&a)[kQuerySteps][4],
+                                                        unsigned tile) {
+  sm90::warpgroup_fence_operands(acc);
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kQuerySteps; ++ks)
+    sm90::WgmmaF16RSF32<D>::run(acc, a[ks], mn_major_descriptor<typename L::RowTile>(L::kRowsMnFixed, tile, 16 * ks),
+                                1);
+  sm90::wgmma_commit_group();
+  sm90::warpgroup_fence_operands(acc);
+}
+
 template <int D, int BLOCK_Q, int BLOCK_KV>
 __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p) {
   using L = SparseFusedWgmmaLayout<D, BLOCK_Q, BLOCK_KV>;
@@ -396,14 +411,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     accumulator_fragments<BLOCK_Q>(p_fragments, s);
 
     // dV += P^T dO^s (RS, B MN-major): its group runs while dS^T is computed
-    sm90::warpgroup_fence_operands(dv);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kQuerySteps; ++ks)
-      sm90::WgmmaF16RSF32<D>::run(dv, p_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, do_tile, 16 * ks),
-                                  1);
-    sm90::wgmma_commit_group();
-    sm90::warpgroup_fence_operands(dv);
+    accumulate_over_queries<L, D>(dv, p_fragments, do_tile);
     sm90::wgmma_wait_group<1>(); // dP^T's group
     sm90::warpgroup_fence_operands(dp);
     // dS^T = P^T o (dP^T - D^s), in place of dP^T
@@ -429,14 +437,7 @@ __device__ void sparse_fused_backward_wgmma(const SageSlaSparseBackwardParams &p
     sm90::fence_shared_for_wgmma();
 
     // dK += dS^T Q (RS, B MN-major), left running
-    sm90::warpgroup_fence_operands(dk);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kQuerySteps; ++ks)
-      sm90::WgmmaF16RSF32<D>::run(dk, ds_fragments[ks], mn_major_descriptor<RowTile>(L::kRowsMnFixed, q_tile, 16 * ks),
-                                  1);
-    sm90::wgmma_commit_group();
-    sm90::warpgroup_fence_operands(dk);
+    accumulate_over_queries<L, D>(dk, ds_fragments, q_tile);
     sm90::bulk_wait_source_read(); // the previous item's dQ rows (this lane's bulk reduction) read from the other stage
     __syncthreads();               // every warp's rows of dS^T written (and fenced); the other stage free
 

@@ -6,6 +6,8 @@
 // branch loses nothing measurable to f16 operands while the matrix products run on tensor cores.
 #pragma once
 
+#include "sage/device/lanes.cuh"
+
 namespace sage::device::sla {
 
 __device__ __forceinline__ unsigned short f16_bits(float value) {
@@ -182,15 +184,26 @@ template <int kPending> __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Zeroes an M x N grid of 16 x 8 accumulator tiles (4 floats per lane each).
-template <int M, int N> __device__ __forceinline__ void clear_tiles(float (&c)[M][N][4]) {
+// max |x| over a thread's registers: the amax a power-of-two f16 range factor is taken from.
+template <int N, int E> __device__ __forceinline__ float largest_magnitude(const float (&x)[N][E]) {
+  float largest = 0.0f;
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < E; ++e)
+      largest = fmaxf(largest, fabsf(x[n][e]));
+  return largest;
+}
+template <int M, int N> __device__ __forceinline__ float largest_magnitude(const float (&tiles)[M][N][4]) {
+  float largest = 0.0f;
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int n = 0; n < N; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        c[m][n][e] = 0.0f;
+        largest = fmaxf(largest, fabsf(tiles[m][n][e]));
+  return largest;
 }
 
 __device__ __forceinline__ int tile_row() { return (threadIdx.x % 32) / 4; }

@@ -292,11 +292,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     domain = params.softmax_scale * Config::kLog2e;
 
   float output[kOutputTiles][4];
-#pragma unroll
-  for (int t = 0; t < kOutputTiles; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      output[t][e] = 0.0f;
+  clear_tiles(output);
   float row_max[2] = {negative_infinity(), negative_infinity()};
   float row_sum[2] = {0.0f, 0.0f}; // this lane's part; the quad's lanes are summed in the epilogue
 

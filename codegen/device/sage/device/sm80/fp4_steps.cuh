@@ -112,17 +112,7 @@ template <class Config> struct Fp4Steps {
             }
         }
       }
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int step = 0; step < kPvSteps; ++step) {
-        const float(&first)[4] = probabilities[row_tile][2 * step];
-        const float(&second)[4] = probabilities[row_tile][2 * step + 1];
-        p_fragment[row_tile][step][0] = pack_decoded(first[0], first[1]);   // row g, tokens 2t, 2t + 1
-        p_fragment[row_tile][step][1] = pack_decoded(first[2], first[3]);   // row g + 8
-        p_fragment[row_tile][step][2] = pack_decoded(second[0], second[1]); // row g, tokens 8 + 2t, 9 + 2t
-        p_fragment[row_tile][step][3] = pack_decoded(second[2], second[3]); // row g + 8
-      }
+    pack_score_pairs(p_fragment, probabilities, [](float low, float high) { return pack_decoded(low, high); });
   }
 
   // ---- Step: O_i^j += s_P1 (P^_i^j V^_j) (two-level P), O_i^j += P^_i^j V^_j (direct P) ----
@@ -139,11 +129,7 @@ template <class Config> struct Fp4Steps {
 #pragma unroll
     for (int tile = 0; tile < kOutputTiles; ++tile) {
       float block_product[kRowTiles][4];
-#pragma unroll
-      for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          block_product[row_tile][i] = 0.0f;
+      clear_tiles(block_product);
 #pragma unroll
       for (int pair = 0; pair < kPvSteps / 2; ++pair) {
         unsigned v_fragment[4];

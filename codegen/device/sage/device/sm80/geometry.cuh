@@ -3,6 +3,7 @@
 // Sm80KernelWriter's output) holds the plan's numbers; everything here is a compile-time function of them.
 #pragma once
 
+#include "sage/device/lanes.cuh"
 #include "sage/device/sm80/instructions.cuh"
 #include "sage/device/sm80/tile_helpers.cuh"
 
@@ -32,16 +33,26 @@ template <bool kCondition, class IfTrue, class IfFalse> struct SelectType { usin
 template <class IfTrue, class IfFalse> struct SelectType<false, IfTrue, IfFalse> { using type = IfFalse; };
 
 // The fragment geometry of one CTA: kWarps warps, each owning kRowsPerWarp consecutive Q rows as m16 row tiles.
-// f(row_tile, tile, i) for register i of each 16 x 8 accumulator tile of a warp's kRowTiles x kTiles grid (S: the
-// score tiles, O: the output tiles), fully unrolled; i / 2 is the tile's row half, i % 2 its column in the pair.
-template <int kRowTiles, int kTiles, class F> __device__ __forceinline__ void for_each_fragment(F f) {
+// A warp's accumulator tiles are walked with sage::device::for_each_fragment<kRowTiles, kTiles> (lanes.cuh): S over
+// the score tiles, O over the output tiles.
+
+// The accumulators of two adjacent n8 tiles of S (columns 2t, 2t + 1 of rows g and g + 8) are exactly the A fragment
+// of one m16n8k16 over those 16 tokens: P~ goes into it without leaving the registers, pack(low, high) making each
+// 16-bit pair.
+template <int kRowTiles, int kPvSteps, int kScoreTiles, class Pack>
+__device__ __forceinline__ void pack_score_pairs(unsigned (&p_fragment)[kRowTiles][kPvSteps][4],
+                                                 const float (&probabilities)[kRowTiles][kScoreTiles][4], Pack pack) {
 #pragma unroll
   for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        f(row_tile, tile, i);
+    for (int step = 0; step < kPvSteps; ++step) {
+      const float(&first)[4] = probabilities[row_tile][2 * step];
+      const float(&second)[4] = probabilities[row_tile][2 * step + 1];
+      p_fragment[row_tile][step][0] = pack(first[0], first[1]);   // row g, tokens 2t, 2t + 1
+      p_fragment[row_tile][step][1] = pack(first[2], first[3]);   // row g + 8
+      p_fragment[row_tile][step][2] = pack(second[0], second[1]); // row g, tokens 8 + 2t, 9 + 2t
+      p_fragment[row_tile][step][3] = pack(second[2], second[3]); // row g + 8
+    }
 }
 
 template <class Config> struct Geometry {

@@ -18,17 +18,7 @@ template <class Config> struct F16ValueSteps {
   // fragment of one m16n8k16 over those 16 tokens: P~ never leaves the registers.
   static __device__ __forceinline__ void pack_probabilities(unsigned (&p_fragment)[kRowTiles][kPvSteps][4],
                                                             const float (&probabilities)[kRowTiles][kScoreTiles][4]) {
-#pragma unroll
-    for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
-#pragma unroll
-      for (int step = 0; step < kPvSteps; ++step) {
-        const float(&first)[4] = probabilities[row_tile][2 * step];
-        const float(&second)[4] = probabilities[row_tile][2 * step + 1];
-        p_fragment[row_tile][step][0] = pack_f16x2(first[0], first[1]);   // row g, tokens 2t, 2t + 1
-        p_fragment[row_tile][step][1] = pack_f16x2(first[2], first[3]);   // row g + 8
-        p_fragment[row_tile][step][2] = pack_f16x2(second[0], second[1]); // row g, tokens 8 + 2t, 9 + 2t
-        p_fragment[row_tile][step][3] = pack_f16x2(second[2], second[3]); // row g + 8
-      }
+    pack_score_pairs(p_fragment, probabilities, [](float low, float high) { return pack_f16x2(low, high); });
   }
 
   // ---- Step: O_i^j += P~_i^j V_j ----
