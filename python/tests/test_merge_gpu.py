@@ -108,7 +108,8 @@ def test_merge_attention_into_matches_the_host_and_the_torch_path():
         for dtype in (torch.bfloat16, torch.float16, torch.float32):
             o, lse = parts(layout, dtype)
             expected_o, expected_lse = host_merge(o, lse, layout)
-            acc, acc_lse = o[0].float(), lse[0].clone()
+            # a copy: .float() of an f32 part is the part itself, which the merge below writes
+            acc, acc_lse = o[0].to(torch.float32, copy=True), lse[0].clone()
             sagegen.merge_attention_into(acc, acc_lse, o[1], lse[1], layout)
             assert_merge_close(acc, acc_lse, expected_o, expected_lse, 0.0, f"into, {layout}, {dtype}")
             # The torch path multiplies a masked part by 0: it needs finite O there.
