@@ -3,9 +3,9 @@
 For each data class, dtype and causality: q, k, v are drawn in f32, rounded to the dtype, and every implementation's
 dQ, dK, dV (for one fixed dO) are compared with f32 autograd of exact attention on the same rounded inputs: cosine
 similarity and relative L1 (sum |x - ref| / sum |ref|). Implementations (--impls): cudnn, sagebwd (forward sage-b),
-sagebwd-rot (forward sage-b-rot, backward sagebwd-rot: Q and K rotated in both passes) and sagebwd-rot-ks (the same
+sagebwd-rot (forward sage-b-rot, backward sagebwd-rot: Q and K rotated in both passes), sagebwd-rot-ks (the same
 with the backward preset sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25) and sagebwd-rot-qks
-(backward sagebwd-rot-qks: dS for dQ scaled per query too). Classes:
+(`sagebwd_attention(rotate=True)`: backward sagebwd-rot-qks, dS for dQ scaled per query too). Classes:
   normal      N(0, 1)
   k_bias      K plus a per-channel mean with std --bias (8 by default): the channel offsets of real models' keys
   k_bias_qout the same, plus --outliers Q channels scaled by 20 (Q outlier channels)
@@ -63,7 +63,7 @@ def main():
     parser.add_argument("--causal", default="0,1")
     parser.add_argument("--bias", type=float, default=8.0, help="std of K's per-channel mean")
     parser.add_argument("--outliers", type=int, default=4, help="Q outlier channels (x20)")
-    parser.add_argument("--impls", default="cudnn,sagebwd,sagebwd-rot,sagebwd-rot-ks")
+    parser.add_argument("--impls", default="cudnn,sagebwd,sagebwd-rot,sagebwd-rot-ks,sagebwd-rot-qks")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
 
@@ -91,11 +91,11 @@ def main():
                 def sagebwd_rot(q_, k_, v_):
                     return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot")
 
-                def sagebwd_rot_ks(q_, k_, v_):  # sagebwd_attention(rotate=True)'s pairing
-                    return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
+                def sagebwd_rot_ks(q_, k_, v_):  # P and dS per key for dV and dK, dS per tile for dQ
+                    return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot-ks")
 
-                def sagebwd_rot_qks(q_, k_, v_):  # dS for dQ scaled per query too
-                    return with_backward_preset(q_, k_, v_, causal, "sage-b-rot", "sagebwd-rot-qks")
+                def sagebwd_rot_qks(q_, k_, v_):  # sagebwd_attention(rotate=True)'s pairing: dS for dQ per query too
+                    return sagegen.sagebwd_attention(q_, k_, v_, is_causal=causal, rotate=True)
 
                 impls = {"cudnn": cudnn, "sagebwd": sagebwd, "sagebwd-rot": sagebwd_rot,
                          "sagebwd-rot-ks": sagebwd_rot_ks, "sagebwd-rot-qks": sagebwd_rot_qks}

@@ -6,9 +6,9 @@ bench/attention_bench.py does. TOPS counts 3.5x the forward's 4 * b * h * N^2 * 
 convention (the backward's five products are 2.5x). The forward alone is timed too, and the backward's share is
 forward + backward minus forward. SageBwd's time includes everything the op does (quantization, LSE, D, dQ
 conversion). Each number is the median over --rounds rounds of the median of 10 calls; --json writes the rows.
---impls (default flash,cudnn,sagebwd) may add sagebwd-rot-ks (`sagebwd_attention(rotate=True)`: forward sage-b-rot,
-backward sagebwd-rot-ks: P and dS scaled per key for dV and dK, issue 25) and sagebwd-rot (the same forward, backward
-sagebwd-rot: one scale per tile) and sagebwd-rot-qks (backward sagebwd-rot-qks: dS for dQ scaled per query too), so
+--impls (default flash,cudnn,sagebwd) may add sagebwd-rot-qks (`sagebwd_attention(rotate=True)`: forward sage-b-rot,
+backward sagebwd-rot-qks: P and dS scaled per key for dV and dK, dS per query for dQ, issue 25), sagebwd-rot-ks (the
+same forward, backward sagebwd-rot-ks: per key only) and sagebwd-rot (backward sagebwd-rot: one scale per tile), so
 that the rotated pairings are timed in one run: each SageBwd column gets its x flash / x cudnn ratios and its forward
 and backward ms.
 """
@@ -45,8 +45,8 @@ def implementations(causal):
         "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
         "sagebwd": lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=causal),
         "sagebwd-rot": lambda q, k, v: with_backward_preset(q, k, v, causal, "sage-b-rot", "sagebwd-rot"),
-        "sagebwd-rot-ks": lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=causal, rotate=True),
-        "sagebwd-rot-qks": lambda q, k, v: with_backward_preset(q, k, v, causal, "sage-b-rot", "sagebwd-rot-qks"),
+        "sagebwd-rot-ks": lambda q, k, v: with_backward_preset(q, k, v, causal, "sage-b-rot", "sagebwd-rot-ks"),
+        "sagebwd-rot-qks": lambda q, k, v: sagegen.sagebwd_attention(q, k, v, is_causal=causal, rotate=True),
     }
 
 

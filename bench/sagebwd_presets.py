@@ -1,6 +1,6 @@
 """SageBwd with an explicit backward preset, for the SageBwd benches (issue 25).
 
-`sagegen.sagebwd_attention` pairs its forward preset with a backward preset itself (`sagebwd`, or `sagebwd-rot-ks` for
+`sagegen.sagebwd_attention` pairs its forward preset with a backward preset itself (`sagebwd`, or `sagebwd-rot-qks` for
 a rotated forward: sagegen._backward.paired_presets). To measure another backward preset beside it (e.g. sagebwd-rot:
 one P/dS scale per tile), `with_backward_preset` runs sagegen's own autograd.Function (`SageBwdFunction`: the same
 eager route, the same forward kernel and LSE) with the backward preset replaced.

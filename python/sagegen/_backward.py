@@ -11,11 +11,11 @@ The LSE output carries no gradient (its incoming gradient is ignored).
 
 Rotation (issue 25): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`: Q and K rotated along d by a randomized
 Hadamard transform before quantization, for Q outlier channels) pairs with the rotated backward preset
-`sagebwd-rot-ks` (rotated, and P and dS scaled per key for dV and dK: on K offsets + Q outlier channels dK / dV
-rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105, forward + backward 3-10% slower; H200 run 46);
-`rotate=True` picks both (the forward preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward
-preset's name. `sagebwd-rot-qks` scales dS for dQ per query too (CPU reference on that data: dQ rel-L1 0.057 -> 0.041
-at d 128, 0.061 -> 0.052 at d 64); it is not the pairing until its speed is measured (bench/sagebwd_bench.py).
+`sagebwd-rot-qks` (rotated; P and dS scaled per key for dV and dK, and dS scaled per query for dQ). On K offsets + Q
+outlier channels (H200, runs 46 and 51): per key, dK / dV rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105;
+per query, dQ 0.038 against 0.055 at d 128 and 0.050 against 0.059 at d 64; forward + backward 2-5% slower than
+`sagebwd-rot-ks` (per key only), which was 3-10% slower than `sagebwd-rot`. `rotate=True` picks both (the forward
+preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward preset's name.
 """
 
 import ctypes
@@ -132,7 +132,7 @@ def run_backward(q, k, v, o, lse, d_o, d_q, d_k, d_v, causal, scale, workspace_a
 
 
 ROTATED_SUFFIX = "-rot"  # the rotated forward presets' names (rotatedPresets() in dsl/builder/Presets.cpp)
-ROTATED_BACKWARD = "sagebwd-rot-ks"  # the rotated backward preset they pair with (the module docstring says why)
+ROTATED_BACKWARD = "sagebwd-rot-qks"  # the rotated backward preset they pair with (the module docstring says why)
 
 
 def paired_presets(forward_preset, rotate):

@@ -30,8 +30,8 @@ dk, dv)` with o and lse the *global* ones. Defaults: sagegen's kernels (`sage_bl
 `sage_block_backward(backward_preset)`); `exact_block_forward` / `exact_block_backward` are plain-torch references.
 
 Rotation (issue 25): the backward preset pairs with the forward one as in sagegen.sagebwd_attention (the same helper,
-sagegen._backward.paired_presets): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`) gets `sagebwd-rot-ks`,
-others `sagebwd`. `rotate=True` picks the forward preset's `-rot` form (and so `sagebwd-rot-ks`), `rotate=False`
+sagegen._backward.paired_presets): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`) gets `sagebwd-rot-qks`,
+others `sagebwd`. `rotate=True` picks the forward preset's `-rot` form (and so `sagebwd-rot-qks`), `rotate=False`
 refuses a rotated preset, `rotate=None` (default) follows the preset's name.
 """
 
@@ -209,7 +209,7 @@ def sage_block_forward(preset="sage-b", tunables=None):
 
 
 def sage_block_backward(preset="sagebwd"):
-    """The ring backward's default block function: SageBwd's kernels (backward preset "sagebwd", or "sagebwd-rot-ks"
+    """The ring backward's default block function: SageBwd's kernels (backward preset "sagebwd", or "sagebwd-rot-qks"
     after a rotated forward: ring_attention picks it with paired_presets) from the given O and LSE, which the ring
     passes global, so each block's dQ, dK, dV are its exact share of the full gradient. The function's `preset`
     attribute names its backward preset."""
@@ -245,7 +245,7 @@ def _named_rotation(block_fn, preset, rotated):
 
 def _ring_block_functions(preset, rotate, tunables, attention_fn, attention_backward_fn):
     """(forward block function, backward block function) of ring_attention: the given ones, or sagegen's kernels
-    for `preset` and its paired backward preset (paired_presets, as sagebwd_attention: `-rot` -> `sagebwd-rot-ks`)."""
+    for `preset` and its paired backward preset (paired_presets, as sagebwd_attention: `-rot` -> `sagebwd-rot-qks`)."""
     forward_preset, backward_preset = _paired(preset, rotate, attention_fn is not None and
                                               attention_backward_fn is not None)
     forward_fn = attention_fn
@@ -534,9 +534,9 @@ def ring_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tensor_l
 
     Autograd: with inputs requiring gradients the ring backward runs (SageBwd's kernels by default, with the
     global O and LSE: exact per block, each block quantized on its own); the LSE output has no gradient. Its
-    backward preset pairs with `preset` as sagebwd_attention's does: `sagebwd-rot-ks` after a rotated (`-rot`)
+    backward preset pairs with `preset` as sagebwd_attention's does: `sagebwd-rot-qks` after a rotated (`-rot`)
     forward preset, `sagebwd` otherwise. rotate: None (the preset's name decides), True (Q and K rotated in both
-    passes: the preset's `-rot` form and `sagebwd-rot-ks`) or False (refuses a `-rot` preset).
+    passes: the preset's `-rot` form and `sagebwd-rot-qks`) or False (refuses a `-rot` preset).
     attention_fn / attention_backward_fn replace the block kernels (module docstring)."""
     _need_torch("ring_attention")
     seq, _ = _check_qkv(q, k, v, tensor_layout)
@@ -589,7 +589,7 @@ if torch is not None:
 def _sage_local_attention(preset, tunables, need_lse):
     """Ulysses' default local attention: sageattn without gradients (its LSE only when asked for: the kernel
     without it is a little faster), sagebwd_attention (SageBwd) with them, whose backward preset pairs with
-    `preset` (paired_presets: `sagebwd-rot-ks` after a `-rot` preset)."""
+    `preset` (paired_presets: `sagebwd-rot-qks` after a `-rot` preset)."""
     forward_only = sage_block_forward(preset, tunables)
 
     def attention(q, k, v, causal, scale, layout):
@@ -617,7 +617,7 @@ def ulysses_attention(q, k, v, group=None, is_causal=False, sm_scale=None, tenso
     Differentiable: the all-to-alls are their own adjoints and the local attention is sagegen.sagebwd_attention
     (SageBwd) when gradients are wanted; attention_fn(q, k, v, causal, scale, layout) -> (o, lse) replaces it (it
     must be differentiable itself to train). rotate: as ring_attention's (True: the preset's `-rot` form, whose
-    SageBwd backward is `sagebwd-rot-ks`)."""
+    SageBwd backward is `sagebwd-rot-qks`)."""
     _need_torch("ulysses_attention")
     seq, heads = _check_qkv(q, k, v, tensor_layout)
     forward_preset, _ = _paired(preset, rotate, attention_fn is not None)

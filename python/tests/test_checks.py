@@ -86,12 +86,12 @@ class BackwardTest(unittest.TestCase):
             _backward._BackwardRunner("sage-b", 64, False, _library.DTYPE_F16, 0)
         self.assertIn("config.preset: unknown backward preset 'sage-b'", str(caught.exception))
 
-    def test_rotated_forward_presets_train_with_the_per_key_backward(self):
+    def test_rotated_forward_presets_train_with_the_per_key_and_query_backward(self):
         from sagegen import _backward
-        self.assertEqual(_backward.paired_presets("sage-b", True), ("sage-b-rot", "sagebwd-rot-ks"))
-        self.assertEqual(_backward.paired_presets("sage2-fp8-rot", None), ("sage2-fp8-rot", "sagebwd-rot-ks"))
+        self.assertEqual(_backward.paired_presets("sage-b", True), ("sage-b-rot", "sagebwd-rot-qks"))
+        self.assertEqual(_backward.paired_presets("sage2-fp8-rot", None), ("sage2-fp8-rot", "sagebwd-rot-qks"))
         self.assertEqual(_backward.paired_presets("sage-b", None), ("sage-b", "sagebwd"))
-        for preset in ("sagebwd-rot-ks", "sagebwd"):  # presets the library knows (no GPU here: a later refusal)
+        for preset in ("sagebwd-rot-qks", "sagebwd-rot-ks", "sagebwd"):  # known presets (no GPU here: a later refusal)
             try:
                 _backward._BackwardRunner(preset, 128, False, _library.DTYPE_F16, 0)
             except sagegen.SageError as error:

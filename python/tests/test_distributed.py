@@ -285,10 +285,10 @@ def test_rotated_forward_preset_pairs_with_sagebwd_rot_in_the_ring_backward():
     for preset, rotate, forward, backward in (("sage-b", None, "sage-b", "sagebwd"),
                                               ("sage2-fp8", None, "sage2-fp8", "sagebwd"),
                                               ("sage2-fp8", False, "sage2-fp8", "sagebwd"),
-                                              ("sage2-fp8-rot", None, "sage2-fp8-rot", "sagebwd-rot-ks"),
-                                              ("sage-b-rot", True, "sage-b-rot", "sagebwd-rot-ks"),
-                                              ("sage-b", True, "sage-b-rot", "sagebwd-rot-ks"),
-                                              ("sage2-fp8", True, "sage2-fp8-rot", "sagebwd-rot-ks")):
+                                              ("sage2-fp8-rot", None, "sage2-fp8-rot", "sagebwd-rot-qks"),
+                                              ("sage-b-rot", True, "sage-b-rot", "sagebwd-rot-qks"),
+                                              ("sage-b", True, "sage-b-rot", "sagebwd-rot-qks"),
+                                              ("sage2-fp8", True, "sage2-fp8-rot", "sagebwd-rot-qks")):
         assert paired_presets(preset, rotate) == (forward, backward)  # the same pairing as sagebwd_attention's
         forward_fn, backward_fn = pick(preset, rotate, None, None, None)
         assert backward_fn.preset == backward, (preset, rotate, backward_fn.preset)
@@ -324,7 +324,7 @@ def test_rotated_forward_preset_pairs_with_sagebwd_rot_in_the_ring_backward():
     sd.sage_block_forward = unknown
     try:
         forward_fn, backward_fn = pick("sage2-int4", True, None, None, None)
-        assert backward_fn.preset == "sagebwd-rot-ks"
+        assert backward_fn.preset == "sagebwd-rot-qks"
         with raises(SageArgumentError, contains="rotate: True, but preset 'sage2-int4' has no rotated form"):
             forward_fn(q, k, v, False, 0.3, "HND")
         forward_fn, _ = pick("sage2-int4", None, None, None, None)  # not made by rotate: the library's own error
@@ -406,8 +406,9 @@ def _check_rotated_backward(group, world, rank):
             q, k, v = _qkv(5, 1, 12, 6, 4 * world, 8, layout)
             grad_out = _qkv(55, 1, 12, 12, 4 * world, 8, layout)[0]
             full_grads = _grads_of_full(q, k, v, True, layout, grad_out)
-            for preset, rotate, expected in (("sage2-fp8-rot", None, "sagebwd-rot-ks"),
-                                             ("sage-b-rot", None, "sagebwd-rot-ks"), ("sage-b", True, "sagebwd-rot-ks"),
+            for preset, rotate, expected in (("sage2-fp8-rot", None, "sagebwd-rot-qks"),
+                                             ("sage-b-rot", None, "sagebwd-rot-qks"),
+                                             ("sage-b", True, "sagebwd-rot-qks"),
                                              ("sage-b", None, "sagebwd"), ("sage2-fp8", False, "sagebwd")):
                 for method in ("ring", "ulysses"):
                     shard = ((lambda t: sd.zigzag_shard(t, rank, world, dim=seq)) if method == "ring"
