@@ -6,7 +6,23 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace sage::runtime {
+
+namespace {
+
+// What every key shares: the arch, the compilers' versions, and the entry point or module with the source's own hash
+// (which keeps a key exact even for variants built without an IR fingerprint).
+KernelKey withBuild(KernelKey key, schedules::GpuArch arch, std::string_view name, std::string_view source) {
+  key.arch = std::string(schedules::archName(arch));
+  key.compiler_version = nvrtcVersion();
+  key.sagegen_version = sagegenVersion();
+  key.extra = fmt::format("{};source-sha256={}", name, sha256Hex(source));
+  return key;
+}
+
+} // namespace
 
 KernelKey attentionKernelKey(const std::string &ir_fingerprint, const AttentionVariant &variant,
                              const schedules::KernelPlan &plan, schedules::InputType input, schedules::GpuArch arch,
@@ -19,12 +35,7 @@ KernelKey attentionKernelKey(const std::string &ir_fingerprint, const AttentionV
   key.causal = variant.mask.kind == MaskKind::causal;
   key.dtypes = fmt::format("qkv={},o={}", schedules::nameOf(input), schedules::nameOf(input));
   key.layout = "strided"; // HND and NHD are launch-time strides, not compile-time choices
-  key.arch = std::string(schedules::archName(arch));
-  key.compiler_version = nvrtcVersion();
-  key.sagegen_version = sagegenVersion();
-  // The source's own hash makes the key exact even for variants built without an IR fingerprint.
-  key.extra = fmt::format("{};source-sha256={}", entry_point, sha256Hex(source));
-  return key;
+  return withBuild(std::move(key), arch, entry_point, source);
 }
 
 KernelKey backwardKernelKey(const std::string &ir_fingerprint, const schedules::BackwardKernelPlan &plan,
@@ -38,11 +49,7 @@ KernelKey backwardKernelKey(const std::string &ir_fingerprint, const schedules::
   const std::string_view input = schedules::nameOf(plan.input);
   key.dtypes = fmt::format("qkv={},do={},grads={}", input, input, input);
   key.layout = "contiguous";
-  key.arch = std::string(schedules::archName(plan.arch));
-  key.compiler_version = nvrtcVersion();
-  key.sagegen_version = sagegenVersion();
-  key.extra = fmt::format("{};source-sha256={}", module_name, sha256Hex(source));
-  return key;
+  return withBuild(std::move(key), plan.arch, module_name, source);
 }
 
 KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant &variant, schedules::GpuArch arch,
@@ -55,13 +62,9 @@ KernelKey slaKernelKey(const std::string &ir_fingerprint, const AttentionVariant
   key.causal = false; // SLA variants take no mask
   key.dtypes = fmt::format("qkv={0},o={0}", schedules::nameOf(input));
   key.layout = "strided";
-  key.arch = std::string(schedules::archName(arch));
-  key.compiler_version = nvrtcVersion();
-  key.sagegen_version = sagegenVersion();
   // The feature map and the k_h / k_l percentages are compiled into the source (or passed at launch): its hash
   // keeps the key exact.
-  key.extra = fmt::format("{};source-sha256={}", module_name, sha256Hex(source));
-  return key;
+  return withBuild(std::move(key), arch, module_name, source);
 }
 
 KernelKey mergeKernelKey(schedules::GpuArch arch, std::string_view dtypes, std::string_view module_name,
@@ -70,11 +73,7 @@ KernelKey mergeKernelKey(schedules::GpuArch arch, std::string_view dtypes, std::
   key.schedule = "merge"; // one kernel, not a schedule's plan
   key.dtypes = std::string(dtypes);
   key.layout = "strided";
-  key.arch = std::string(schedules::archName(arch));
-  key.compiler_version = nvrtcVersion();
-  key.sagegen_version = sagegenVersion();
-  key.extra = fmt::format("{};source-sha256={}", module_name, sha256Hex(source));
-  return key;
+  return withBuild(std::move(key), arch, module_name, source);
 }
 
 } // namespace sage::runtime
