@@ -13,7 +13,7 @@ Rotation (issue 25): a rotated forward preset (`sage-b-rot`, `sage2-fp8-rot`: Q 
 Hadamard transform before quantization, for Q outlier channels) pairs with the rotated backward preset
 `sagebwd-rot-qks` (rotated; P and dS scaled per key for dV and dK, and dS scaled per query for dQ). On K offsets + Q
 outlier channels (H200, runs 46 and 51): per key, dK / dV rel-L1 0.047 / 0.041 against `sagebwd-rot`'s 0.093 / 0.105;
-per query, dQ 0.038 against 0.055 at d 128 and 0.050 against 0.059 at d 64; forward + backward 2-5% slower than
+per query, dQ 0.038 against 0.055 at d 128 and 0.050 against 0.059 at d 64; forward + backward 0-5% slower than
 `sagebwd-rot-ks` (per key only), which was 3-10% slower than `sagebwd-rot`. `rotate=True` picks both (the forward
 preset's `-rot` form), `rotate=False` neither, `rotate=None` follows the forward preset's name.
 """
