@@ -343,6 +343,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   params.o = tensors.o;
   params.o_strides = tensors.o_strides;
   params.lse = tensors.lse;
+  params.lse_strides = {shape.heads_q * shape.tokens_q, shape.tokens_q}; // dense [b, h_q, tokens_q]
   params.block_mask = tensors.block_mask;
   params.size = {static_cast<int>(shape.batch),         static_cast<int>(shape.heads_q),
                  static_cast<int>(shape.heads_kv),      static_cast<int>(shape.tokens_q),

@@ -19,6 +19,7 @@ KernelPlan Schedule::planOf(const AttentionVariant &variant, GpuArch arch, Input
   plan.input = input;
   plan.tunables = chosen;
   plan.head_dim = variant.head_dim;
+  plan.packed_sequences = variant.packed_sequences;
   return plan;
 }
 

@@ -16,10 +16,26 @@ struct SageTensorStrides {
   long long batch, head, token; // elements; the head-dim stride is 1
 };
 
+struct SageLseStrides {
+  long long batch, head; // elements; the token stride is 1
+};
+
 struct SageProblemSize {
   int batch, heads_q, heads_kv, tokens_q, tokens_kv;
   int padded_q, padded_kv;          // tokens rounded up to the block sizes
   int q_scale_count, k_scale_count; // scales per (batch, head)
+};
+
+// Variable-length batches (KernelPlan::packed_sequences; both pointers 0 for dense kernels). Sequence b of Q is rows
+// q[b] .. q[b + 1] - 1 of the caller's packed Q, O and LSE ([total_q, heads, d], batch stride 0), and of K/V by kv[].
+// SageProblemSize then holds batch = the number of sequences and tokens_q / tokens_kv = the call's maximum lengths
+// (the workspace's dense layout; a sequence's tokens past its length are written as zero codes). Kernels clamp what
+// they read to [0, total_q) / [0, total_kv) and a length to the maximum, so wrong offsets never touch memory outside
+// the tensors (the front doors check them where they can).
+struct SageSequenceOffsets {
+  const int *q;  // cu_seqlens_q, int32 [batch + 1], device memory
+  const int *kv; // cu_seqlens_kv, int32 [batch + 1]
+  int total_q, total_kv;
 };
 
 #define SAGE_NO_CLEARED_WORD 0xffffffffffffffffull
@@ -29,7 +45,8 @@ struct SagePrologueParams {
   const void *q, *k, *v; // f16 or bf16, as the kernel was generated for
   struct SageTensorStrides q_strides, k_strides, v_strides;
   struct SageProblemSize size;
-  float q_prescale; // multiplies Q before quantization: 1/sqrt(d) * log2(e) when folded, else 1
+  struct SageSequenceOffsets sequences; // packed variants only (all 0 otherwise)
+  float q_prescale;                     // multiplies Q before quantization: 1/sqrt(d) * log2(e) when folded, else 1
   unsigned char *workspace;
   struct SageWorkspaceOffsets offsets;
   unsigned long long statistics_offset; // the prologue's own scratch (WorkspaceLayout::prologue_statistics)
@@ -50,13 +67,20 @@ struct SageAttentionParams {
   struct SageTensorStrides v_strides;
   void *o; // output, same dtype as the input
   struct SageTensorStrides o_strides;
-  float *lse;                      // [b, h_q, tokens_q] natural-log LSE, or 0
+  // Natural-log LSE, or 0: element (b, h, t) at lse[b * lse_strides.batch + h * lse_strides.head + t]; dense
+  // [b, h_q, tokens_q]: {h_q tokens_q, tokens_q}; packed [h_q, total_q]: {0, total_q}.
+  float *lse;
+  struct SageLseStrides lse_strides;
   const unsigned char *block_mask; // [b, h_q, q_blocks, kv_blocks] (1 = compute), or 0
   struct SageProblemSize size;
   float softmax_scale; // 1/sqrt(d): for the LSE and for unfolded variants
   // Causal: query row i sees key j iff j <= i + causal_offset. tokens_kv - tokens_q aligns the mask bottom-right
   // (FlashAttention); 0 aligns it top-left (PyTorch SDPA's is_causal). Unused without a causal mask.
   int causal_offset;
+  // Packed variants: t above is the sequence's first row plus its token, and the mask's offset is per sequence:
+  // causal_offset + (length_kv - length_q) when causal_bottom_right, else causal_offset (0: top-left).
+  struct SageSequenceOffsets sequences;
+  int causal_bottom_right;
 };
 
 // The sm90 (TMA) kernels: a CUtensorMap per operand, encoded by the runtime with cuTensorMapEncodeTiled for this

@@ -139,6 +139,11 @@ struct AttentionVariant {
   MaskSpec mask;
   EpilogueSpec epilogue;
   SlaSpec sla; // SLA (issue 13): when enabled, the fields above describe its sparse part (mask: block_sparse)
+  // Variable-length batches (issue 28): the batch is a list of sequences packed along the tokens, sequence b being
+  // rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of Q (and of K/V by their own offsets). Every statistic "over the
+  // sequence" (K smoothing, V's per-channel scales, the causal mask's alignment) is per sequence: one sequence's
+  // tokens never reach another's. The variant computes, for each sequence, what the dense variant computes on it.
+  bool packed_sequences = false;
 
   bool operator==(const AttentionVariant &) const = default;
 };

@@ -153,6 +153,10 @@ struct KernelPlan {
   // (both in registers), at least as often as the variant's flush_period asks; 0: not two-level.
   int two_level_flush_blocks = 0;
   bool block_sparse = false; // sm90: the CTA's mask row as a bitmask in shared memory (part of shared.total_bytes)
+  // The variant's packed_sequences (issue 28): the prologue and the kernel read each sequence's length and token
+  // offset from SageSequenceOffsets (KernelAbi.h); the workspace keeps the dense [batch, heads, padded tokens] layout
+  // with batch = sequences and tokens = the call's maximum sequence lengths.
+  bool packed_sequences = false;
 
   // sm120.mma_fp4: microscaled FP4 operands (e2m1 codes, two per byte; one UE4M3 or UE8M0 scale per
   // `fp4_scale_group` elements along each matmul's reduction axis; codegen/README.md, "FP4 operands").
