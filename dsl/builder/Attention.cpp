@@ -222,6 +222,11 @@ AttentionBuilder &AttentionBuilder::sla(const SlaSpec &spec) {
   return *this;
 }
 
+AttentionBuilder &AttentionBuilder::packed_sequences(bool packed) {
+  packed_sequences_ = packed;
+  return *this;
+}
+
 SlaSpec sla_spec(FeatureMap feature_map, double critical_percent, double negligible_percent) {
   SlaSpec spec;
   spec.enabled = true;
@@ -266,7 +271,7 @@ AttentionVariant AttentionBuilder::describe() const {
   }
   variant.epilogue.write_lse = lse_;
   variant.epilogue.lse_smoothing_correction = lse_ && variant.smooth_k != SmoothScope::none;
-  return variant;
+  return packed_sequences_ ? packedSequencesOf(variant) : variant;
 }
 
 ir::Program AttentionBuilder::build() const { return emitProgram(describe()); }

@@ -19,8 +19,9 @@ public:
   using ModuleEmitter::ModuleEmitter;
 
   void emit(const AttentionVariant &variant) {
-    auto attention = builder_.create<ir::AttentionOp>(location("attention"), variant.name, variant.version,
-                                                      variant.head_dim, variant.block_q, variant.block_kv);
+    auto attention =
+        builder_.create<ir::AttentionOp>(location("attention"), variant.name, variant.version, variant.head_dim,
+                                         variant.block_q, variant.block_kv, variant.packed_sequences);
     builder_.createBlock(&attention.getBody());
 
     mlir::Value q = input(ir::TensorRole::q);

@@ -2,6 +2,7 @@
 #include "sage/ir/AttentionVariant.h"
 
 #include <array>
+#include <stdexcept>
 #include <utility>
 
 namespace sage {
@@ -111,6 +112,24 @@ AttentionVariant slaSparsePart(const AttentionVariant &variant) {
   if (slaSparsePartIsExact(sparse))
     sparse.epilogue.write_lse = true; // L for the backward (SlaRunner passes null where the workspace has no room)
   return sparse;
+}
+
+std::string packedSequencesProblem(MaskKind mask, bool sla) {
+  if (sla)
+    return "packed_sequences: SLA is not built for packed batches yet (its mask prediction and linear branch pool and "
+           "sum over one dense batch entry's tokens)";
+  if (mask == MaskKind::block_sparse)
+    return "packed_sequences: a block_sparse mask is given per dense batch entry ([batch, heads_q, q_blocks, "
+           "kv_blocks]); it is not built for packed batches yet";
+  return {};
+}
+
+AttentionVariant packedSequencesOf(const AttentionVariant &dense) {
+  if (const std::string problem = packedSequencesProblem(dense.mask.kind, dense.sla.enabled); !problem.empty())
+    throw std::invalid_argument("variant '" + dense.name + "': " + problem);
+  AttentionVariant packed = dense;
+  packed.packed_sequences = true;
+  return packed;
 }
 
 } // namespace sage

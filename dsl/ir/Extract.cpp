@@ -47,6 +47,7 @@ AttentionVariant extractVariant(AttentionOp attention) {
   variant.head_dim = static_cast<int>(attention.getHeadDim());
   variant.block_q = static_cast<int>(attention.getBlockQ());
   variant.block_kv = static_cast<int>(attention.getBlockKv());
+  variant.packed_sequences = attention.getPackedSequences();
 
   for (mlir::Operation &op : attention.getBody().front()) {
     if (auto smooth = mlir::dyn_cast<SmoothOp>(op)) {

@@ -58,6 +58,20 @@ mlir::LogicalResult verifyRotation(AttentionOp attention, mlir::Block &body) {
   return mlir::success();
 }
 
+// Packed sequences (issue 28): what cannot run on them is one rule of the vocabulary (packedSequencesProblem), which
+// packedSequencesOf applies to a variant and this to a program.
+mlir::LogicalResult verifyPackedSequences(AttentionOp attention, mlir::Block &body) {
+  if (!attention.getPackedSequences())
+    return mlir::success();
+  sage::MaskKind mask = sage::MaskKind::none;
+  if (auto masks = opsOf<MaskOp>(body); !masks.empty())
+    mask = sage::parseMaskKind(stringifyMaskKind(masks.front().getKind()).str()).value_or(sage::MaskKind::none);
+  const std::string problem = sage::packedSequencesProblem(mask, !opsOf<PredictMaskOp>(body).empty());
+  if (!problem.empty())
+    return attention.emitOpError() << problem;
+  return mlir::success();
+}
+
 } // namespace
 
 mlir::LogicalResult AttentionOp::verifyRegions() {
@@ -132,6 +146,8 @@ mlir::LogicalResult AttentionOp::verifyRegions() {
       return lse_writes.front().emitOpError() << "smoothing_correction is set but K is not smoothed";
   }
   if (mlir::failed(verifySlaProgram(*this, body)))
+    return mlir::failure();
+  if (mlir::failed(verifyPackedSequences(*this, body)))
     return mlir::failure();
 
   // The variant is read from the ops themselves (Extract.cpp), so a step nothing uses would still describe it: an

@@ -27,13 +27,17 @@ def Sage_AttentionOp : Sage_Op<"attention", [IsolatedFromAbove, NoTerminator, Si
   let description = [{
     `version` is the IR version (sage::kIrVersion); `head_dim` the head dimension d; `block_q` and
     `block_kv` the Q and K/V tile sizes (the paper's b_q and b_kv), which fix the per-block scales.
+    `packed_sequences` (issue 28): the batch is sequences of their own lengths packed along the tokens
+    (FlashAttention's varlen); every statistic over the sequence (K smoothing's mean, V's per-channel
+    scales, Q smoothing's blocks) and the causal mask's alignment are per sequence, so each sequence gets
+    what the program computes on it alone.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$version, I64Attr:$head_dim, I64Attr:$block_q,
-                       I64Attr:$block_kv);
+                       I64Attr:$block_kv, UnitAttr:$packed_sequences);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `version` `(` $version `)` `head_dim` `(` $head_dim `)` `block_q` `(` $block_q `)`
-    `block_kv` `(` $block_kv `)` attr-dict-with-keyword $body
+    `block_kv` `(` $block_kv `)` (`packed_sequences` $packed_sequences^)? attr-dict-with-keyword $body
   }];
   let hasRegionVerifier = 1;
 }

@@ -4,6 +4,7 @@
 
 #include "OperandQuantizer.h"
 #include "PvAccumulator.h"
+#include "ReferenceChecks.h"
 #include "sage/numerics/CheckedSize.h"
 #include "sage/numerics/Quantizers.h"
 
@@ -13,6 +14,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace sage::reference {
 namespace {
@@ -24,31 +26,6 @@ constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
 void require(bool condition, const std::string &message) {
   if (!condition)
     throw std::invalid_argument(message);
-}
-
-void validateShapes(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k, const HostTensor &v,
-                    const BlockMask *block_mask) {
-  require(!variant.sla.enabled,
-          "variant: '" + variant.name + "' is an SLA variant: run it with runSlaReference (sage/reference/Sla.h)");
-  require(q.dim() == variant.head_dim, "q: head dim " + std::to_string(q.dim()) + " does not match the variant's " +
-                                           std::to_string(variant.head_dim));
-  require(k.dim() == q.dim() && v.dim() == q.dim(), "k, v: head dims must equal q's (" + std::to_string(q.dim()) + ")");
-  require(k.batch() == q.batch() && v.batch() == q.batch(), "k, v: batch must equal q's");
-  require(v.heads() == k.heads(), "v: must have as many heads as k");
-  require(k.heads() > 0 && q.heads() % k.heads() == 0, "q: heads_q (" + std::to_string(q.heads()) +
-                                                           ") must be a multiple of heads_kv (" +
-                                                           std::to_string(k.heads()) + ") for grouped-query attention");
-  require(v.tokens() == k.tokens(), "v: must have as many tokens as k");
-  require(q.tokens() > 0 && k.tokens() > 0, "q, k: need at least one token");
-  if (variant.mask.kind == MaskKind::block_sparse) {
-    require(block_mask != nullptr, "block_mask: the variant is block_sparse and needs a block mask");
-    int64_t q_blocks = (q.tokens() + variant.block_q - 1) / variant.block_q;
-    int64_t kv_blocks = (k.tokens() + variant.block_kv - 1) / variant.block_kv;
-    require(block_mask->q_blocks == q_blocks && block_mask->kv_blocks == kv_blocks &&
-                static_cast<int64_t>(block_mask->keep.size()) == q.batch() * q.heads() * q_blocks * kv_blocks,
-            "block_mask: expected [batch, heads_q, " + std::to_string(q_blocks) + ", " + std::to_string(kv_blocks) +
-                "] entries");
-  }
 }
 
 // What Q's or K's quantizer quantizes: the (smoothed) operand, rotated along head_dim when the spec says so (issue 28;
@@ -128,7 +105,34 @@ bool keepBlock(const BlockMask *mask, int64_t b, int64_t h, int64_t heads, int64
 
 } // namespace
 
-void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d) {
+namespace detail {
+
+void validateShapes(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k, const HostTensor &v,
+                    const BlockMask *block_mask) {
+  require(!variant.sla.enabled,
+          "variant: '" + variant.name + "' is an SLA variant: run it with runSlaReference (sage/reference/Sla.h)");
+  require(q.dim() == variant.head_dim, "q: head dim " + std::to_string(q.dim()) + " does not match the variant's " +
+                                           std::to_string(variant.head_dim));
+  require(k.dim() == q.dim() && v.dim() == q.dim(), "k, v: head dims must equal q's (" + std::to_string(q.dim()) + ")");
+  require(k.batch() == q.batch() && v.batch() == q.batch(), "k, v: batch must equal q's");
+  require(v.heads() == k.heads(), "v: must have as many heads as k");
+  require(k.heads() > 0 && q.heads() % k.heads() == 0, "q: heads_q (" + std::to_string(q.heads()) +
+                                                           ") must be a multiple of heads_kv (" +
+                                                           std::to_string(k.heads()) + ") for grouped-query attention");
+  require(v.tokens() == k.tokens(), "v: must have as many tokens as k");
+  require(q.tokens() > 0 && k.tokens() > 0, "q, k: need at least one token");
+  if (variant.mask.kind == MaskKind::block_sparse) {
+    require(block_mask != nullptr, "block_mask: the variant is block_sparse and needs a block mask");
+    int64_t q_blocks = (q.tokens() + variant.block_q - 1) / variant.block_q;
+    int64_t kv_blocks = (k.tokens() + variant.block_kv - 1) / variant.block_kv;
+    require(block_mask->q_blocks == q_blocks && block_mask->kv_blocks == kv_blocks &&
+                static_cast<int64_t>(block_mask->keep.size()) == q.batch() * q.heads() * q_blocks * kv_blocks,
+            "block_mask: expected [batch, heads_q, " + std::to_string(q_blocks) + ", " + std::to_string(kv_blocks) +
+                "] entries");
+  }
+}
+
+void checkReferenceMemory(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d) {
   using numerics::checkedProduct;
   const auto q_elements = checkedProduct({batch, heads_q, n_q, d});
   const auto kv_elements = checkedProduct({batch, heads_kv, n_kv, d});
@@ -145,17 +149,30 @@ void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64
         " of memory for batch " + std::to_string(batch) + ", heads " + std::to_string(heads_q) + "/" +
         std::to_string(heads_kv) + ", n_q " + std::to_string(n_q) + ", n_kv " + std::to_string(n_kv) + ", d " +
         std::to_string(d) + "; the limit is " + std::to_string(kMaxReferenceBytes >> 30) + " GiB");
-  const auto work = checkedProduct({batch, heads_q, n_q, n_kv, d, 2});
-  if (!work || *work > kMaxReferenceWork)
+}
+
+void checkReferenceWork(std::optional<int64_t> multiply_adds, std::string_view formula) {
+  if (!multiply_adds || *multiply_adds > kMaxReferenceWork)
     throw std::invalid_argument("the CPU reference would do " +
-                                (work ? std::to_string(*work) : std::string("more than 2^63")) +
-                                " multiply-adds (batch x heads x n_q x n_kv x d x 2); the limit is 2^38 = " +
-                                std::to_string(kMaxReferenceWork));
+                                (multiply_adds ? std::to_string(*multiply_adds) : std::string("more than 2^63")) +
+                                " multiply-adds (" + std::string(formula) +
+                                "); the limit is 2^38 = " + std::to_string(kMaxReferenceWork));
+}
+
+} // namespace detail
+
+void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d) {
+  detail::checkReferenceMemory(batch, heads_q, heads_kv, n_q, n_kv, d);
+  detail::checkReferenceWork(numerics::checkedProduct({batch, heads_q, n_q, n_kv, d, 2}),
+                             "batch x heads x n_q x n_kv x d x 2");
 }
 
 AttentionResult runReference(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k,
                              const HostTensor &v, const BlockMask *block_mask) {
-  validateShapes(variant, q, k, v, block_mask);
+  if (variant.packed_sequences)
+    throw std::invalid_argument("variant: '" + variant.name +
+                                "' runs on packed sequences: run it with runPackedReference and the cu_seqlens");
+  detail::validateShapes(variant, q, k, v, block_mask);
   checkReferenceShape(q.batch(), q.heads(), k.heads(), q.tokens(), k.tokens(), q.dim());
   const int64_t d = q.dim(), n_q = q.tokens(), n_kv = k.tokens();
   const int64_t group = q.heads() / k.heads();
@@ -265,7 +282,7 @@ AttentionResult exactAttention(const HostTensor &q, const HostTensor &k, const H
     throw std::invalid_argument("q: head dim " + std::to_string(q.dim()) + " exceeds " + std::to_string(kMaxHeadDim));
   AttentionVariant shape_only;
   shape_only.head_dim = static_cast<int>(q.dim());
-  validateShapes(shape_only, q, k, v, nullptr);
+  detail::validateShapes(shape_only, q, k, v, nullptr);
   const int64_t d = q.dim(), n_q = q.tokens(), n_kv = k.tokens(), group = q.heads() / k.heads();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   AttentionResult result{q.batch(), q.heads(), n_q, d, {}, {}};

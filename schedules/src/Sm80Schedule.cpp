@@ -3,6 +3,7 @@
 #include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
+#include "sage/schedules/PackedSequences.h"
 #include "sage/schedules/PrologueHeadDim.h"
 #include "sage/schedules/PrologueRotation.h"
 
@@ -476,6 +477,8 @@ SupportResult Sm80Schedule::supports(const AttentionVariant &variant, GpuArch ar
                              std::to_string(kIrVersion));
   if (!hasInt8MmaSync(arch))
     return SupportResult::no(std::string(archName(arch)) + " has no mma.sync");
+  if (SupportResult packed = packedSequencesSupport(variant); !packed)
+    return packed;
   if (variant.sla.enabled) // the kernel would compute the critical blocks only: O^s without Proj(O^l)
     return SupportResult::no("SLA (mask prediction and the linear branch) is not an attention kernel of this "
                              "schedule; its sparse part alone (the variant without `sla`) is block_sparse");

@@ -4,6 +4,7 @@
 #include "PipelineStages.h"
 
 #include "sage/schedules/GpuLimits.h"
+#include "sage/schedules/PackedSequences.h"
 #include "sage/schedules/Sm80Schedule.h"
 
 #include <algorithm>
@@ -203,6 +204,8 @@ SupportResult Sm90Schedule::supports(const AttentionVariant &variant, GpuArch ar
   if (variant.head_dim != 64 && variant.head_dim != 128)
     return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
                              ": the sm90 schedule has tiles for head_dim 64 and 128 only");
+  if (SupportResult packed = packedSequencesSupport(variant); !packed)
+    return packed;
   if (variant.mask.kind == MaskKind::block_sparse)
     if (const std::string problem = blockSparseTilingProblem(variant); !problem.empty())
       return SupportResult::no(problem);

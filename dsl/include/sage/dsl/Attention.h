@@ -101,6 +101,9 @@ public:
   // SLA (issue 13): mask prediction, the linear branch and O = O^s + Proj(O^l); the variant's attention becomes its
   // sparse part, block_sparse over the predicted critical blocks (so the mask must be no_mask or block_sparse).
   AttentionBuilder &sla(const SlaSpec &spec);
+  // Variable-length batches (issue 28): run on sequences packed along the tokens (FlashAttention's varlen), each
+  // sequence computed as this variant computes it alone. Not with SLA or a block_sparse mask (packedSequencesOf).
+  AttentionBuilder &packed_sequences(bool packed = true);
 
   // The normalized description (groups resolved); build().variant() returns the same.
   AttentionVariant describe() const;
@@ -117,6 +120,7 @@ private:
   MaskKind mask_ = MaskKind::none;
   bool lse_ = false;
   SlaSpec sla_;
+  bool packed_sequences_ = false;
 };
 
 // SLA's defaults (the paper's): k_h = 5%, k_l = 10%, phi = softmax. Use with .blocks(64, 64), the paper's b_q, b_kv.

@@ -179,4 +179,11 @@ bool slaSparsePartIsExact(const AttentionVariant &variant);
 // (and their IR fingerprint) use the same.
 AttentionVariant slaSparsePart(const AttentionVariant &variant);
 
+// Variable-length batches (issue 28). Why a variant with this mask (and SLA or not) cannot run on packed sequences, or
+// empty when it can: the one rule, read by the IR verifier and by packedSequencesOf.
+std::string packedSequencesProblem(MaskKind mask, bool sla);
+// `dense` computing on packed sequences (packed_sequences = true; the name is kept). Throws std::invalid_argument with
+// packedSequencesProblem's reason where packed sequences cannot be.
+AttentionVariant packedSequencesOf(const AttentionVariant &dense);
+
 } // namespace sage

@@ -17,6 +17,7 @@
 #include "sage/reference/HostTensor.h"
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace sage::reference {
@@ -43,11 +44,28 @@ inline constexpr int64_t kMaxReferenceWork = int64_t(1) << 38;
 void checkReferenceShape(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n_q, int64_t n_kv, int64_t d);
 
 // Runs `variant` on Q [b, h_q, n_q, d], K and V [b, h_kv, n_kv, d] (GQA: h_kv divides h_q).
-// Throws std::invalid_argument naming the argument when shapes disagree with each other or the variant.
+// Throws std::invalid_argument naming the argument when shapes disagree with each other or the variant, and for a
+// variant with packed_sequences (runPackedReference runs those).
 AttentionResult runReference(const AttentionVariant &variant, const HostTensor &q, const HostTensor &k,
                              const HostTensor &v, const BlockMask *block_mask = nullptr);
 
 // Plain softmax(Q K^T / sqrt(d)) V in double with no tiling and no quantization: the ground truth.
 AttentionResult exactAttention(const HostTensor &q, const HostTensor &k, const HostTensor &v, bool causal);
+
+// Variable-length batches (issue 28; FlashAttention's varlen). Q is [1, h_q, total_q, d] and K, V [1, h_kv, total_kv,
+// d]: sequence b is tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of Q and cu_seqlens_kv[b] .. of K and V. Each
+// offset list has batch + 1 entries (at least 2), starts at 0, never decreases and ends at its tensor's token count;
+// a sequence may be empty. The result is over [1, h_q, total_q, d] (LSE [1, h_q, total_q]): sequence b's rows are
+// exactly (bit for bit) runReference of the dense variant on sequence b alone, K smoothing's mean, V's scales, Q's
+// blocks and the causal mask's bottom-right alignment (row i sees key j iff j <= i + len_kv - len_q) all per
+// sequence; rows of a sequence without keys are O = 0, LSE = -inf. Throws std::invalid_argument naming the argument
+// for a dense variant (packed_sequences false), offsets that break the rules above or shapes that disagree.
+AttentionResult runPackedReference(const AttentionVariant &packed, const HostTensor &q, const HostTensor &k,
+                                   const HostTensor &v, std::span<const int64_t> cu_seqlens_q,
+                                   std::span<const int64_t> cu_seqlens_kv);
+// exactAttention per sequence of a packed batch (the same layout and offsets; causal bottom-right per sequence).
+AttentionResult exactPackedAttention(const HostTensor &q, const HostTensor &k, const HostTensor &v,
+                                     std::span<const int64_t> cu_seqlens_q, std::span<const int64_t> cu_seqlens_kv,
+                                     bool causal);
 
 } // namespace sage::reference
