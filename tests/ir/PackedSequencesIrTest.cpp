@@ -3,6 +3,7 @@
 // packed batches cannot be (SLA, block_sparse masks), and the DSL and packedSequencesOf refuse the same.
 #include "IrEdits.h"
 #include "sage/dsl/Presets.h"
+#include "sage/ir/Legalize.h"
 #include "sage/ir/Program.h"
 
 #include <doctest/doctest.h>
@@ -74,6 +75,13 @@ TEST_CASE("texts without the keyword parse as dense programs, with it as packed 
   CHECK(errorOf(ir_test::applyEdits(packed_text, {{"packed_sequences {", "packed_sequences attributes "
                                                                          "{packed_sequences} {"}}))
             .find("which its syntax already gives") != std::string::npos);
+}
+
+TEST_CASE("legalization keeps packed_sequences") {
+  const ir::Program packed = dsl::preset("sage2-int4", 128)->packed_sequences().build();
+  const ir::Program legalized = ir::legalizeForTarget(packed, "sm_90a");
+  CHECK(legalized.print().find("sage.decode") != std::string::npos);
+  CHECK(legalized.variant().packed_sequences);
 }
 
 TEST_CASE("the verifier refuses packed sequences with a block_sparse mask or SLA, saying why") {

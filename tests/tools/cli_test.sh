@@ -78,6 +78,18 @@ expect "explain --backward says why not on sm_89" 0 "1\. sm90\.wgmma_backward: u
 expect "explain --backward: nothing runs the int8 dO.V^T ablation" 1 "no backward schedule supports 'sagebwd-int8-dp' on sm_90a" -- "$sagegen" explain --backward --preset sagebwd-int8-dp --arch sm_90a
 expect "explain --backward refuses --lse" 1 "--lse: backward presets read the forward's LSE" -- "$sagegen" explain --backward --preset sagebwd --lse --arch sm_90a
 expect "explain chooses the FP4 schedule on sm_120f" 0 "chosen: sm120\.mma_fp4 \(default plan\)" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
+# Packed variable-length batches (issue 28): the IR's keyword, the schedules' verdicts.
+expect "ir --packed puts the keyword on the header" 0 'block_kv\(64\) packed_sequences \{' -- "$sagegen" ir --preset sage-b --packed
+"$sagegen" ir --preset sage2-fp8 --causal --packed >"$work/packed.mlir"
+expect "check accepts a packed program" 0 "packed\.mlir: ok" -- "$sagegen" check "$work/packed.mlir"
+expect "ir --packed refuses SLA" 1 "packed_sequences: SLA is not built for packed batches yet" -- "$sagegen" ir --preset sla-f16 --packed
+expect "explain --packed: sm90 runs packed sage-b" 0 "chosen: sm90\.wgmma_tma \(default plan\)" -- "$sagegen" explain --preset sage-b --causal --packed --arch sm_90a
+expect "explain --packed says so" 0 "packed sequences: each sequence's lengths" -- "$sagegen" explain --preset sage2-fp8 --packed --arch sm_89
+expect "explain --ir of a packed program" 0 "packed sequences: each sequence's lengths" -- "$sagegen" explain --ir "$work/packed.mlir" --arch sm_90a
+expect "explain --packed: no FP4 kernel for packed batches" 1 "sm120\.mma_fp4: unsupported: packed sequences: not built for the FP4 kernel yet" -- "$sagegen" explain --preset sage3-fp4 --packed --arch sm_120f
+expect "explain --packed: FP4 emulation neither" 1 "sm80\.mma_sync: unsupported: packed sequences: not built for FP4" -- "$sagegen" explain --preset sage3-fp4 --packed --arch sm_90a
+expect "explain --packed with an --ir file" 1 "--packed: they apply to --preset" -- "$sagegen" explain --ir "$work/packed.mlir" --packed --arch sm_90a
+expect "explain --packed --backward" 1 "--packed: the backward is not built for packed sequences" -- "$sagegen" explain --backward --preset sagebwd --packed --arch sm_90a
 expect "explain prints the FP4 plan" 0 "FP4 +ue4m3 scales per 16 elements; P two-level.*K rows read permuted in shared memory" -- "$sagegen" explain --preset sage3-fp4 --arch sm_120f
 expect "explain says why not sm_100f" 0 "sm120\.mma_fp4: unsupported: sm_100f: ptxas 13\.0 rejects the block-scaled mma\.sync" -- "$sagegen" explain --preset sage3-mxfp4 --arch sm_100f
 expect "sm_100f runs FP4 by emulation" 0 "chosen: sm80\.mma_sync" -- "$sagegen" explain --preset sage3-fp4 --arch sm_100f
@@ -90,7 +102,7 @@ expect "explain bad --input" 1 "--input: expected f16 or bf16, got 'f8'" -- "$sa
 expect "explain unknown preset" 1 "--preset: unknown preset 'sage-x'" -- "$sagegen" explain --preset sage-x --arch sm_80
 expect "explain needs a preset or an IR file" 1 "--preset/--ir: name exactly one" -- "$sagegen" explain --arch sm_80
 expect "explain takes one of --preset and --ir" 1 "--preset/--ir: name exactly one" -- "$sagegen" explain --preset sage-b --ir "$work/good.mlir" --arch sm_80
-expect "explain --ir refuses preset options" 1 "--headdim/--causal/--lse: they apply to --preset" -- "$sagegen" explain --ir "$work/good.mlir" --causal --arch sm_80
+expect "explain --ir refuses preset options" 1 "--headdim/--causal/--lse/--packed: they apply to --preset" -- "$sagegen" explain --ir "$work/good.mlir" --causal --arch sm_80
 expect "explain of a missing IR file" 1 "--ir: cannot open" -- "$sagegen" explain --ir "$work/missing.mlir" --arch sm_80
 
 # tune: the sweep itself needs a GPU (its logic is tested with a fake timer in runtime_tuning_sweep_test); here the

@@ -21,8 +21,9 @@ namespace {
 struct ExplainOptions {
   KernelSetOptions kernel;
   std::string ir_file;
-  bool preset_shape_given = false; // --headdim, --causal or --lse: they shape a preset, an IR file has its own
-  bool backward = false;           // --preset names a backward preset
+  bool preset_shape_given =
+      false;             // --headdim, --causal, --lse or --packed: they shape a preset, an IR file has its own
+  bool backward = false; // --preset names a backward preset
 };
 
 std::string_view pvPathName(schedules::PvPath path) {
@@ -140,6 +141,10 @@ bool explainVariant(const ir::Program &program, const AttentionVariant &variant,
   fmt::print("variant '{}' d{} {}{}, {} inputs, on {}\n", variant.name, variant.head_dim, nameOf(variant.mask.kind),
              variant.epilogue.write_lse ? ", with LSE" : "", schedules::nameOf(input), schedules::archName(arch));
   fmt::print("legalized for {}: {}\n", schedules::archName(arch), legalizationSummary(program, arch));
+  if (variant.packed_sequences) // issue 28
+    fmt::print("packed sequences: each sequence's lengths and first rows from cu_seqlens, its statistics and causal "
+               "alignment its own; the workspace keeps the dense layout (batch = sequences, tokens = the maximum "
+               "lengths)\n");
   if (variant.q.rotation_seed) // issue 28
     fmt::print("rotation: Q and K rotated along d by a randomized Hadamard transform (seed {}) before quantization, "
                "in the prologue\n",
@@ -197,13 +202,16 @@ void explain(const ExplainOptions &options) {
   if (options.kernel.preset.preset.empty() == options.ir_file.empty())
     throw UserError("--preset/--ir: name exactly one of a preset (see `sagegen list`) or an IR file");
   if (!options.ir_file.empty() && options.preset_shape_given)
-    throw UserError("--headdim/--causal/--lse: they apply to --preset; an --ir file sets its own");
+    throw UserError("--headdim/--causal/--lse/--packed: they apply to --preset; an --ir file sets its own");
   if (options.kernel.arch.empty())
     throw UserError("--arch: name the target architecture (sm_80, sm_86, sm_89, sm_90a, sm_100f, sm_120f)");
   const schedules::GpuArch arch = parseArchOption(options.kernel.arch);
   const schedules::InputType input = parseInputOption(options.kernel.input);
-  if (options.backward)
+  if (options.backward) {
+    if (options.kernel.preset.packed)
+      throw UserError("--packed: the backward is not built for packed sequences");
     return explainBackward(options, arch, input);
+  }
   const ir::Program program = options.ir_file.empty()
                                   ? options.kernel.preset.builder(options.kernel.preset.preset).build()
                                   : programFromFile(options.ir_file);
@@ -238,12 +246,13 @@ CommandAction addExplainCommand(CLI::App &app) {
   auto options = std::make_shared<ExplainOptions>();
   options->kernel.preset.preset.clear(); // --preset or --ir
   options->kernel.addTo(*command, /*preset_optional=*/true);
+  options->kernel.preset.addPackedTo(*command);
   command->add_option("--ir", options->ir_file, "a textual sage IR file instead of --preset");
   command->add_flag("--backward", options->backward,
                     "--preset is a backward preset (sagebwd, sagebwd-int8-dp, exact-bwd): the backward schedules' "
                     "verdicts");
   return [options, command] {
-    for (const char *name : {"--headdim", "--causal", "--lse"})
+    for (const char *name : {"--headdim", "--causal", "--lse", "--packed"})
       options->preset_shape_given = options->preset_shape_given || command->get_option(name)->count() > 0;
     explain(*options);
   };

@@ -21,10 +21,13 @@ CommandAction addIrCommand(CLI::App &app) {
   command->add_flag("--backward", *backward,
                     "print the backward program of a backward preset (sagebwd, sagebwd-int8-dp, exact-bwd)");
   options->addTo(*command);
+  options->addPackedTo(*command);
   return [options, target, backward] {
     if (*backward) {
       if (!target->empty())
         throw UserError("--legalize: backward programs have no legalization");
+      if (options->packed)
+        throw UserError("--packed: backward programs are not built for packed sequences");
       auto found =
           dsl::backwardPreset(options->preset, options->head_dim, options->causal ? MaskKind::causal : MaskKind::none);
       if (!found) {

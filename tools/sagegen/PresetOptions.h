@@ -1,4 +1,5 @@
-// Options shared by commands that pick a preset variant: --preset, --headdim, --causal, --lse.
+// Options shared by commands that pick a preset variant: --preset, --headdim, --causal, --lse (and --packed where a
+// command adds it).
 #pragma once
 
 #include "Commands.h"
@@ -14,6 +15,7 @@ struct PresetOptions {
   int head_dim = 128;
   bool causal = false;
   bool lse = false;
+  bool packed = false; // packed variable-length sequences (issue 28)
 
   void addTo(CLI::App &command, bool with_lse = true) {
     command.add_option("--headdim", head_dim, "head dimension d (a multiple of 16, at most 256)")
@@ -21,6 +23,14 @@ struct PresetOptions {
     command.add_flag("--causal", causal, "causal mask (bottom-right aligned when n_q != n_kv)");
     if (with_lse)
       command.add_flag("--lse", lse, "also write the LSE (corrected for K smoothing)");
+  }
+
+  // --packed: the preset on packed variable-length sequences (FlashAttention's varlen), for the commands that show a
+  // variant and its verdicts (ir, explain).
+  void addPackedTo(CLI::App &command) {
+    command.add_flag("--packed", packed,
+                     "the variant on packed variable-length sequences (cu_seqlens; each sequence's statistics and "
+                     "causal alignment its own)");
   }
 
   // The builder of `name` (default: the --preset value); a UserError names the known presets.
@@ -34,6 +44,7 @@ struct PresetOptions {
       throw UserError("--preset: unknown preset '" + name + "'; expected one of " + known);
     }
     found->lse(lse);
+    found->packed_sequences(packed);
     return *found;
   }
 };
