@@ -237,6 +237,12 @@ PrologueConfig makePrologueConfig(const AttentionVariant &variant, schedules::In
                 std::to_string(variant.block_kv));
   }
 
+  // A packed batch's statistics are per sequence; the one-pass launch's ticket order and its combined statistics are
+  // not written for that (the schedules refuse the tunable too).
+  config.packed_sequences = variant.packed_sequences;
+  require(!config.packed_sequences || !tunables.one_pass,
+          "tunables.one_pass: the one-pass prologue does not take packed (variable-length) sequences; use the two "
+          "launches (one_pass = false)");
   config.tunables = tunables;
   PrologueTunables &resolved = config.tunables;
   if (resolved.v_tile_tokens == 0) { // about 32 KiB of V per CTA, a power of two of at least 128 tokens (the

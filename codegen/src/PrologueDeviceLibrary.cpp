@@ -74,6 +74,9 @@ std::string emitConstants(const PrologueConfig &config) {
   text += "[[maybe_unused]] constexpr int kKTileTokens = kBlockKv * kKBlocksPerTile;\n";
   text += "[[maybe_unused]] constexpr int kVTileWords = kVTileTokens / 4; // a transposed V row packs 4 tokens' codes "
           "per word\n";
+  // Packed variable-length batches (sequences.cuh): each slot's rows and length from SagePrologueParams::sequences.
+  text += std::string("[[maybe_unused]] constexpr bool kPackedSequences = ") +
+          (config.packed_sequences ? "true" : "false") + "; // rows of slot b from cu_seqlens[b]\n";
   const bool one_pass = config.onePass();
   text += std::string("[[maybe_unused]] constexpr bool kOnePass = ") + (one_pass ? "true" : "false") +
           "; // statistics and the tiles that wait for them in one launch\n";
@@ -129,7 +132,8 @@ std::string emitBasicHelpers(const PrologueConfig &config) {
          pasteDeviceHeader("sage/device/prologue/scalar_helpers.cuh") +
          pasteDeviceHeader(config.input == schedules::InputType::bf16 ? "sage/device/prologue/input_bf16.cuh"
                                                                       : "sage/device/prologue/input_f16.cuh") +
-         pasteDeviceHeader("sage/device/prologue/global_memory.cuh");
+         pasteDeviceHeader("sage/device/prologue/global_memory.cuh") +
+         pasteDeviceHeader("sage/device/prologue/sequences.cuh");
 }
 
 namespace {

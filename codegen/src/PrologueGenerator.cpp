@@ -69,6 +69,9 @@ std::string describeVariant(const PrologueConfig &config) {
       commentLines("// ", "Variant \"" + sourceSafe(config.variant_name) + "\" (IR v" + std::to_string(kIrVersion) +
                               "): Q, K, V in " + input + ", head_dim " + std::to_string(config.head_dim) + ", b_q " +
                               std::to_string(config.block_q) + ", b_kv " + std::to_string(config.block_kv) + ".");
+  if (config.packed_sequences)
+    text += commentLines("//   ", "Packed sequences: slot b holds rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of the "
+                                  "caller's tensors; its lengths stand for tokens_q / tokens_kv, statistics per slot.");
   std::string q = "psi_Q: " + describeQuantizer(config.q) + " of ";
   q += config.fold_q_scale ? "Q * 1/sqrt(d) * log2(e) (softmax scale folded in, paper 4.6)" : "Q";
   q += config.smooth_q ? ", minus the mean of each Q block (Q smoothing)" : "";

@@ -107,8 +107,9 @@ bool prologueOnlyCopiesQk(const AttentionVariant &variant, schedules::InputType 
   } catch (const std::invalid_argument &) {
     return false; // no prologue for it at all
   }
+  // A packed batch's Q and K are never in the workspace's dense layout: its slots are gathered by the prologue.
   return config.q.cast() && config.k.cast() && !config.fold_q_scale && !config.smooth_q && !config.smooth_k &&
-         !config.smooth_v && config.v_output == VOutput::none;
+         !config.smooth_v && config.v_output == VOutput::none && !config.packed_sequences;
 }
 
 bool PrologueTensor::inWorkspaceLayout(int64_t batch, int64_t heads, int64_t tokens, int64_t padded_tokens,

@@ -57,6 +57,9 @@ struct PrologueConfig {
   ElementType v_dtype = ElementType::f16;               // int8 or e4m3 when v_output == codes, e2m1 for fp4_codes
   Granularity v_granularity = Granularity::per_channel; // microscale_1x16 / 1x32 for fp4_codes
   schedules::VCodesTokenOrder v_codes_token_order = schedules::VCodesTokenOrder::natural; // codes only
+  // Variable-length batches (variant.packed_sequences): slot b's rows are cu_seqlens[b] + t of the packed tensors
+  // and its lengths replace tokens_q / tokens_kv (sage/device/prologue/sequences.cuh). Never one pass.
+  bool packed_sequences = false;
   PrologueTunables tunables;            // resolved: no zero (derived) fields left
   int statistics_ctas_per_tensor = 256; // tunables.statistics_target_ctas shared by K's and V's statistics
 

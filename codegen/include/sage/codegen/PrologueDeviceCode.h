@@ -22,7 +22,8 @@ std::string emitConstants(const PrologueConfig &config);
 // Shared-memory bytes of each role (after the quantizer structs); `roles` picks this launch's kSharedBytes.
 std::string emitSharedBudgets(const std::vector<PrologueRole> &roles);
 // sage/device/prologue/geometry.cuh (mirrored by prologueRoleCtas), scalar_helpers.cuh (f32 scale arithmetic),
-// input_f16.cuh or input_bf16.cuh, global_memory.cuh; and the using-directive that names them for the generated code.
+// input_f16.cuh or input_bf16.cuh, global_memory.cuh, sequences.cuh (a slot's rows, dense or packed); and the
+// using-directive that names them for the generated code.
 std::string emitBasicHelpers(const PrologueConfig &config);
 // codes.cuh (int8, int4), and fp4/microscaling.cuh and e4m3_codes.cuh when the variant has FP4 or e4m3 codes.
 std::string emitCodeHelpers(const PrologueConfig &config);

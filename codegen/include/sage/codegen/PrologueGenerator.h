@@ -117,7 +117,9 @@ class PrologueGenerator {
 public:
   // Throws std::invalid_argument naming the field when the variant asks for something the prologue does not
   // produce (int4/FP4 codes, microscales, a V that is neither f16/f32 nor per-channel int8/e4m3, ...). An
-  // unquantized Q or K (granularity none, f16/bf16/f32) is cast to `input`.
+  // unquantized Q or K (granularity none, f16/bf16/f32) is cast to `input`. A packed variant
+  // (variant.packed_sequences) reads each slot's rows and lengths from SagePrologueParams::sequences, with the grids
+  // and the workspace of a dense call of the maximum lengths; it refuses tunables.one_pass.
   static PrologueSource generate(const AttentionVariant &variant, schedules::InputType input, int head_dim,
                                  const PrologueTunables &tunables = {}, const PrologueOptions &options = {});
 };

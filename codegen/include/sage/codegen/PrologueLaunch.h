@@ -36,6 +36,7 @@ float prologueQPrescale(const AttentionVariant &variant);
 // Whether the prologue only copies Q and K into q_codes and k_codes: both unquantized (a cast to the input type, which
 // is a copy), unscaled and unsmoothed, and V read in place (nothing else to write). Then a caller's Q and K that are
 // already in that layout (PrologueTensor::inWorkspaceLayout) can be read where they are and the prologue skipped.
+// Never for packed sequences.
 bool prologueOnlyCopiesQk(const AttentionVariant &variant, schedules::InputType input);
 
 // The caller's Q, K and V: device pointers and strides in elements (the head dim is contiguous). The kernels

@@ -1,8 +1,8 @@
 // The column statistics roles of the quantization prologue's launch 1: per-channel sums and/or minima and maxima over
 // a slice of one KV head's tokens of K or V, into prologue_statistics. The generator pastes this header after its
 // constants (kThreads, kHeadDim, kVectorElements, kVectorsPerRow, kRowsPerPass, kStatisticsUnroll), geometry.cuh,
-// scalar_helpers.cuh, the input header, global_memory.cuh, tile_reductions.cuh (foldRows) and its statistics scratch
-// (statisticsScratch), whose names it uses.
+// scalar_helpers.cuh, the input header, global_memory.cuh, sequences.cuh, tile_reductions.cuh (foldRows) and its
+// statistics scratch (statisticsScratch), whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
@@ -78,12 +78,12 @@ __device__ __forceinline__ void reduceColumnsOfSlice(const SagePrologueParams &p
   const int slices = statisticsSlices(params.size);
   const long long head = cta / slices; // batch index * heads_kv + KV head index
   const int slice = (int)(cta % slices);
-  const int slice_tokens = statisticsSliceTokens(params.size);
+  const SequenceRows rows = kK ? keyRows(params, head) : valueRows(params, head);
+  const int slice_tokens = statisticsSliceTokens(rows.length, slices);
   const int begin = slice * slice_tokens;
-  const int end = min(params.size.tokens_kv, begin + slice_tokens);
+  const int end = min(rows.length, begin + slice_tokens); // empty past a short sequence: the identities are stored
   const StatisticsScratch scratch = statisticsScratch(params);
   const long long entry = (head * slices + slice) * kHeadDim;
-  const SageTensorStrides &strides = kK ? params.k_strides : params.v_strides;
   float *sum = nullptr;
   unsigned short *lowest = nullptr, *highest = nullptr;
   if constexpr (kSum)
@@ -92,8 +92,7 @@ __device__ __forceinline__ void reduceColumnsOfSlice(const SagePrologueParams &p
     lowest = (kK ? scratch.k_min : scratch.v_min) + entry;
     highest = (kK ? scratch.k_max : scratch.v_max) + entry;
   }
-  reduceColumns<kSum, kMinMax>(headPointer(kK ? params.k : params.v, strides, head, params.size.heads_kv),
-                               strides.token, begin, end, (float *)shared, sum, lowest, highest);
+  reduceColumns<kSum, kMinMax>(rows.rows, rows.token_stride, begin, end, (float *)shared, sum, lowest, highest);
 }
 
 } // namespace sage::device::prologue

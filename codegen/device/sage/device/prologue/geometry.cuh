@@ -23,9 +23,8 @@ __device__ __forceinline__ int statisticsSlices(const SageProblemSize &size) {
   const long long slices = for_parallelism < for_length ? for_parallelism : for_length;
   return (int)(slices < kMaxStatisticsSlices ? slices : kMaxStatisticsSlices);
 }
-__device__ __forceinline__ int statisticsSliceTokens(const SageProblemSize &size) {
-  return (int)ceilDiv(size.tokens_kv, statisticsSlices(size));
-}
+// Tokens of one slice of a sequence of `length` tokens (a packed slot's own length: its slices share its tokens).
+__device__ __forceinline__ int statisticsSliceTokens(int length, int slices) { return (int)ceilDiv(length, slices); }
 __device__ __forceinline__ int vTiles(const SageProblemSize &size) {
   return (int)ceilDiv(size.padded_kv, kVTileTokens);
 }

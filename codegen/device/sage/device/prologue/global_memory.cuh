@@ -1,5 +1,5 @@
 // The quantization prologue's global memory: 16-byte vectors of 8 input elements, read through the read-only path,
-// and the caller's tensors and the workspace by head. The generator pastes this header after KernelAbi.h and the
+// and the workspace (sequences.cuh finds the caller's rows). The generator pastes this header after KernelAbi.h and the
 // input header (inputToFloat, extremeOfPairs), whose names it uses.
 #pragma once
 
@@ -26,12 +26,6 @@ __device__ __forceinline__ float maxMagnitudeOf(const uint4 &words) {
   const unsigned high = extremeOfPairs<true>(words.z & 0x7fff7fffu, words.w & 0x7fff7fffu);
   const unsigned both = extremeOfPairs<true>(low, high);
   return fmaxf(fmaxf(0.0f, inputToFloat(both & 0xffffu)), inputToFloat(both >> 16)); // 0 when both are NaN
-}
-
-// Head `head` (= batch index * heads + head index) of a caller tensor.
-__device__ __forceinline__ const unsigned short *headPointer(const void *tensor, const SageTensorStrides &strides,
-                                                             long long head, int heads) {
-  return (const unsigned short *)tensor + head / heads * strides.batch + head % heads * strides.head;
 }
 
 // The word the attention kernel after this prologue needs zeroed (SagePrologueParams::cleared_word_offset): written

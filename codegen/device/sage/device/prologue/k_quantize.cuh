@@ -1,8 +1,8 @@
 // The quantization prologue's psi_K role on kKBlocksPerTile KV blocks of one KV head: k_codes [b, h_kv, padded_kv, d]
 // (padded rows 0) and the blocks' k_scales, or the per-tensor scale, FP4 codes and microscales, or K (gamma(K)) rounded
 // to the input type when K is not quantized. Role is the variant's KRole (generated: a Config of flags, its K tile and
-// its KQuantizer). The prologue generator pastes this header after its constants, the tile library, k_tile.cuh and
-// the headers of the steps the variant has (k_statistics.cuh, q_mean_correction.cuh, rotation.cuh,
+// its KQuantizer). The prologue generator pastes this header after its constants, sequences.cuh, the tile library,
+// k_tile.cuh and the headers of the steps the variant has (k_statistics.cuh, q_mean_correction.cuh, rotation.cuh,
 // microscaled_tile.cuh), whose names it uses; the steps a variant lacks are only declared below, and never
 // instantiated.
 #pragma once
@@ -10,8 +10,8 @@
 namespace sage::device::prologue {
 
 template <bool kSmoothed, bool kMinMax>
-__device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head, bool store,
-                                                    float *channel_mean, unsigned *amax_slot);
+__device__ __forceinline__ float combineKStatistics(const SagePrologueParams &params, long long head, int tokens,
+                                                    bool store, float *channel_mean, unsigned *amax_slot);
 template <class KValues>
 __device__ __forceinline__ void writeQMeanCorrection(const KValues &k, const SagePrologueParams &params, long long head,
                                                      int first, int stored_rows);
@@ -50,17 +50,16 @@ __device__ __forceinline__ void quantizeKTileOf(const SagePrologueParams &params
   const int tiles = (int)ceilDiv(params.size.padded_kv / kBlockKv, kKBlocksPerTile);
   const long long head = cta / tiles; // batch index * heads_kv + KV head index
   const int first = (int)(cta % tiles) * kKTileTokens;
-  const long long token_stride = params.k_strides.token;
-  const int valid_rows = min(kKTileTokens, params.size.tokens_kv - first);
+  const SequenceRows rows = keyRows(params, head);
+  const int valid_rows = min(kKTileTokens, rows.length - first);            // <= 0 past a packed sequence: zero codes
   const int stored_rows = min(kKTileTokens, params.size.padded_kv - first); // whole KV blocks
   typename Role::Tile k;
-  k.tile.load(headPointer(params.k, params.k_strides, head, params.size.heads_kv) + first * token_stride, token_stride,
-              valid_rows);
+  k.tile.load(rows.rows + first * rows.token_stride, rows.token_stride, valid_rows);
   [[maybe_unused]] float amax = 0.0f;
   if constexpr (Role::kStatistics) {
     // The statistics of the whole sequence, while this tile's loads are in flight.
     float *channel_mean = (float *)(shared + kTileMeansOffset);
-    amax = combineKStatistics<Role::kSmoothed, Role::kPerTensor>(params, head, first == 0, channel_mean,
+    amax = combineKStatistics<Role::kSmoothed, Role::kPerTensor>(params, head, rows.length, first == 0, channel_mean,
                                                                  (unsigned *)(shared + kTileGroupAmaxOffset));
     if constexpr (Role::kSmoothed) {
       k.valid_rows = valid_rows;

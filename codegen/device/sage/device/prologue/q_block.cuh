@@ -1,5 +1,5 @@
 // The Q block of the quantization prologue's psi_Q roles: kBlockQ tokens of Q in registers, and the x that psi_Q
-// quantizes. The prologue generator pastes this header after its constants, global_memory.cuh, token_tile.cuh and
+// quantizes. The prologue generator pastes this header after its constants, sequences.cuh, token_tile.cuh and
 // tile_reductions.cuh (tileColumnMeans), whose names it uses, and names the variant's block:
 // `using QBlock = QBlockOf<prescaled, smoothed>`.
 #pragma once
@@ -70,11 +70,10 @@ template <bool kPrescaled, bool kSmoothed>
 __device__ __forceinline__ void loadQBlock(QBlockOf<kPrescaled, kSmoothed> &q, const SagePrologueParams &params,
                                            long long head, int block, [[maybe_unused]] unsigned char *shared,
                                            [[maybe_unused]] bool store_mean) {
-  const long long token_stride = params.q_strides.token;
-  q.valid_rows = min(kBlockQ, params.size.tokens_q - block * kBlockQ);
-  q.tile.load(headPointer(params.q, params.q_strides, head, params.size.heads_q) +
-                  (long long)block * kBlockQ * token_stride,
-              token_stride, q.valid_rows);
+  const SequenceRows rows = queryRows(params, head);
+  // 0 for a block past a packed sequence (a dense call's blocks all start inside its tokens): zero codes, mean 0.
+  q.valid_rows = max(0, min(kBlockQ, rows.length - block * kBlockQ));
+  q.tile.load(rows.rows + (long long)block * kBlockQ * rows.token_stride, rows.token_stride, q.valid_rows);
   if constexpr (kPrescaled)
     q.prescale = params.q_prescale;
   if constexpr (kSmoothed) {

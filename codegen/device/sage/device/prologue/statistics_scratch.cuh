@@ -20,17 +20,18 @@ struct StatisticsScratch {
 };
 
 // One channel's statistics over the whole sequence, from its entries of launch 1's slices (`first_entry`,
-// `first_entry + kHeadDim`, ...) combined in slice order. The mean: the slices' sums added in order, one f32 division.
+// `first_entry + kHeadDim`, ...) combined in slice order. The mean: the slices' sums added in order, one f32 division;
+// 0 for a sequence of no tokens (an empty packed sequence).
 // Read through L2 (ld.global.cg): in the one-pass prologue other CTAs wrote them during this launch.
 __device__ __forceinline__ float combinedMean(const float *sums, long long first_entry, int slices, int tokens) {
   float sum = 0.0f;
   for (int slice = 0; slice < slices; ++slice)
     sum = __fadd_rn(sum, __ldcg(sums + first_entry + slice * kHeadDim));
-  return __fdiv_rn(sum, (float)tokens);
+  return tokens > 0 ? __fdiv_rn(sum, (float)tokens) : 0.0f;
 }
 
 // The amax of x - mean (kCentred: x -> x - mean is monotonic in f32, so the minimum and maximum bound every token),
-// or of x.
+// or of x. A sequence of no tokens has only the identities (+inf, -inf) in its slices: callers take 0 for it.
 template <bool kCentred>
 __device__ __forceinline__ float combinedAmax(const unsigned short *minima, const unsigned short *maxima,
                                               long long first_entry, int slices, [[maybe_unused]] float mean) {

@@ -63,7 +63,8 @@ __device__ __forceinline__ void foldRows(const float (&mine)[kVectorElements], f
   __syncthreads();
 }
 
-// Per-channel mean of rows [0, valid_rows) of a tile: f32 sums in a fixed order, one f32 division.
+// Per-channel mean of rows [0, valid_rows) of a tile: f32 sums in a fixed order, one f32 division (0 for no rows: a
+// Q block past a packed sequence).
 template <class Tile, class Values>
 __device__ __forceinline__ void tileColumnMeans(const Values &values, int valid_rows, float *partials, float *means) {
   float sum[kVectorElements];
@@ -78,7 +79,7 @@ __device__ __forceinline__ void tileColumnMeans(const Values &values, int valid_
         sum[j] = __fadd_rn(sum[j], values(pass, j));
   foldRows(
       sum, partials, 0.0f, [](float a, float b) { return __fadd_rn(a, b); },
-      [&](int c, float total) { means[c] = __fdiv_rn(total, (float)valid_rows); });
+      [&](int c, float total) { means[c] = valid_rows > 0 ? __fdiv_rn(total, (float)valid_rows) : 0.0f; });
 }
 
 // Largest |x| of a whole tile (a per-tensor quantizer's share of the amax).

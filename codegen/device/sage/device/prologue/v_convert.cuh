@@ -23,7 +23,7 @@ __device__ __forceinline__ void convertVTileOf(const SagePrologueParams &params,
   [[maybe_unused]] float mean[kVectorElements];
   if constexpr (VMean::kSmoothed) {
     float *channel_mean = (float *)shared;
-    VMean::combine(params, v_tile.head, v_tile.tile == 0, channel_mean);
+    VMean::combine(params, v_tile.head, v_tile.length, v_tile.tile == 0, channel_mean);
 #pragma unroll
     for (int j = 0; j < kVectorElements; ++j)
       mean[j] = channel_mean[channel + j];

@@ -38,7 +38,8 @@ __device__ __forceinline__ void quantizeVTileOf(const SagePrologueParams &params
                                                            : uint4{0u, 0u, 0u, 0u};
     }
   }
-  combineVStatistics<kSmoothed, true, VQuantizer>(params, v_tile.head, v_tile.tile == 0, channel_mean, channel_inverse);
+  combineVStatistics<kSmoothed, true, VQuantizer>(params, v_tile.head, v_tile.length, v_tile.tile == 0, channel_mean,
+                                                  channel_inverse);
 #pragma unroll
   for (int i = 0; i < kTasksPerThread; ++i) {
     const int task = i * kThreads + (int)threadIdx.x;

@@ -1,27 +1,30 @@
 // The statistics of V over the whole sequence for the quantization prologue's V roles (launch 2), combined from
 // launch 1's slices in slice order: mean(V) when V is smoothed, the per-channel scales of psi_V when V is quantized
 // (VQuantizer, the generated psi_V: kCodeMax). The prologue generator pastes this header after its constants, its
-// statistics scratch (statisticsScratch), geometry.cuh, scalar_helpers.cuh, the input header and global_memory.cuh,
-// whose names it uses.
+// statistics scratch (statisticsScratch), geometry.cuh, scalar_helpers.cuh, the input header, global_memory.cuh and
+// sequences.cuh, whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
 
-// Channel by channel (this thread's channels), mean(V) (the slices' sums in slice order, one f32 division; 0 when V
-// is not smoothed) and psi_V's scale from the slices' minima and maxima (kCodes), handed to emit(c, mean, scale).
+// Channel by channel (this thread's channels), mean(V) over the head's `tokens` (its slot's sequence; the slices' sums
+// in slice order, one f32 division; 0 when V is not smoothed or has no token) and psi_V's scale from the slices'
+// minima and maxima (kCodes; scale and inverse 0 without a token, so codes 0), handed to emit(c, mean, scale).
 template <bool kSmoothed, bool kCodes, class VQuantizer, class Emit>
-__device__ __forceinline__ void combineVSlices(const SagePrologueParams &params, long long head, Emit emit) {
+__device__ __forceinline__ void combineVSlices(const SagePrologueParams &params, long long head, int tokens,
+                                               Emit emit) {
   const int slices = statisticsSlices(params.size);
   const StatisticsScratch scratch = statisticsScratch(params);
   for (int c = threadIdx.x; c < kHeadDim; c += kThreads) {
     const long long first_entry = head * slices * kHeadDim + c;
     float mean = 0.0f;
     if constexpr (kSmoothed)
-      mean = combinedMean(scratch.v_sum, first_entry, slices, params.size.tokens_kv);
+      mean = combinedMean(scratch.v_sum, first_entry, slices, tokens);
     SymmetricScale scale = {0.0f, 0.0f};
     if constexpr (kCodes) // max |V - mean(V)| or max |V|
-      scale = symmetricScale(combinedAmax<kSmoothed>(scratch.v_min, scratch.v_max, first_entry, slices, mean),
-                             VQuantizer::kCodeMax);
+      if (tokens > 0)
+        scale = symmetricScale(combinedAmax<kSmoothed>(scratch.v_min, scratch.v_max, first_entry, slices, mean),
+                               VQuantizer::kCodeMax);
     emit(c, mean, scale);
   }
 }
@@ -31,7 +34,8 @@ __device__ __forceinline__ void combineVSlices(const SagePrologueParams &params,
 // head's last statistics CTA has combined them once (combineVStatisticsOnce).
 template <bool kSmoothed, bool kCodes, class VQuantizer = void>
 __device__ __forceinline__ void combineVStatistics(const SagePrologueParams &params, long long head,
-                                                   [[maybe_unused]] bool store, [[maybe_unused]] float *channel_mean,
+                                                   [[maybe_unused]] int tokens, [[maybe_unused]] bool store,
+                                                   [[maybe_unused]] float *channel_mean,
                                                    [[maybe_unused]] float *channel_inverse) {
   if constexpr (kOnePass) {
     awaitStatistics(params, head);
@@ -43,7 +47,7 @@ __device__ __forceinline__ void combineVStatistics(const SagePrologueParams &par
         channel_inverse[c] = __ldcg(scratch.v_inverse + head * kHeadDim + c);
     }
   } else {
-    combineVSlices<kSmoothed, kCodes, VQuantizer>(params, head, [&](int c, float mean, SymmetricScale scale) {
+    combineVSlices<kSmoothed, kCodes, VQuantizer>(params, head, tokens, [&](int c, float mean, SymmetricScale scale) {
       if constexpr (kSmoothed) {
         channel_mean[c] = mean;
         if (store)
@@ -64,7 +68,8 @@ __device__ __forceinline__ void combineVStatistics(const SagePrologueParams &par
 template <bool kSmoothed, bool kCodes, class VQuantizer = void>
 __device__ __forceinline__ void combineVStatisticsOnce(const SagePrologueParams &params, long long head) {
   const StatisticsScratch scratch = statisticsScratch(params);
-  combineVSlices<kSmoothed, kCodes, VQuantizer>(params, head, [&](int c, float mean, SymmetricScale scale) {
+  const int tokens = keyLength(params, head);
+  combineVSlices<kSmoothed, kCodes, VQuantizer>(params, head, tokens, [&](int c, float mean, SymmetricScale scale) {
     if constexpr (kSmoothed) {
       scratch.v_mean[head * kHeadDim + c] = mean;
       workspaceFloats(params, params.offsets.v_mean)[head * kHeadDim + c] = mean;
@@ -79,9 +84,9 @@ __device__ __forceinline__ void combineVStatisticsOnce(const SagePrologueParams 
 // mean(V) for convertVTileOf (v_convert.cuh) when V is smoothed.
 struct SmoothedVMean {
   static constexpr bool kSmoothed = true;
-  static __device__ __forceinline__ void combine(const SagePrologueParams &params, long long head, bool store,
-                                                 float *channel_mean) {
-    combineVStatistics<true, false>(params, head, store, channel_mean, nullptr);
+  static __device__ __forceinline__ void combine(const SagePrologueParams &params, long long head, int tokens,
+                                                 bool store, float *channel_mean) {
+    combineVStatistics<true, false>(params, head, tokens, store, channel_mean, nullptr);
   }
 };
 

@@ -1,5 +1,5 @@
 // The V tile that one CTA of a V role of the quantization prologue handles. The prologue generator pastes this header
-// after KernelAbi.h, its constants (kVTileTokens), geometry.cuh and global_memory.cuh, whose names it uses.
+// after KernelAbi.h, its constants (kVTileTokens), geometry.cuh and sequences.cuh, whose names it uses.
 #pragma once
 
 namespace sage::device::prologue {
@@ -9,7 +9,8 @@ struct VTileTask {
   long long head;          // batch index * heads_kv + KV head index
   int tile;                // of the head
   int first;               // its first token
-  int valid_rows;          // its tokens inside the sequence (<= 0 in the padding)
+  int length;              // the head's tokens (its slot's sequence)
+  int valid_rows;          // its tokens inside the sequence (<= 0 in the padding, or past a packed sequence)
   long long token_stride;  // of the caller's V
   const unsigned short *v; // its first token in the caller's V
 };
@@ -20,9 +21,11 @@ __device__ __forceinline__ VTileTask vTileTask(const SagePrologueParams &params,
   task.head = cta / tiles;
   task.tile = (int)(cta % tiles);
   task.first = task.tile * kVTileTokens;
-  task.valid_rows = min(kVTileTokens, params.size.tokens_kv - task.first);
-  task.token_stride = params.v_strides.token;
-  task.v = headPointer(params.v, params.v_strides, task.head, params.size.heads_kv) + task.first * task.token_stride;
+  const SequenceRows rows = valueRows(params, task.head);
+  task.length = rows.length;
+  task.valid_rows = min(kVTileTokens, rows.length - task.first);
+  task.token_stride = rows.token_stride;
+  task.v = rows.rows + task.first * task.token_stride;
   return task;
 }
 
