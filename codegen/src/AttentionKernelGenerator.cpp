@@ -40,6 +40,8 @@ std::string AttentionKernelGenerator::kernelName(const AttentionVariant &variant
     name += "_causal";
   else if (variant.mask.kind == MaskKind::block_sparse)
     name += "_block_sparse";
+  if (plan.packed_sequences) // beside the dense kernel of the same variant (one module may hold both)
+    name += "_packed";
   name += "_" + std::string(schedules::nameOf(plan.input));
   name += "_" + identifierPart(schedules::archName(plan.arch));
   if (plan.warp_specialization.consumer_warpgroups > 0) // the sm90 kernel beside the sm80 one of the same arch

@@ -154,6 +154,8 @@ struct Config {{
   static constexpr bool kCausal = {causal};
   static constexpr bool kBlockSparse = {block_sparse}; // visit only the kept KV blocks of params.block_mask
   static constexpr bool kReverseQBlocks = {reverse};   // causal: the longest rows first
+  // Packed sequences: batch b is sequence b of params.sequences (its lengths, rows and causal offset)
+  static constexpr bool kPackedSequences = {packed};
   static constexpr bool kTwoLevel = {two_level};       // a second, f32 accumulator receives O every kFlushPeriod blocks
   static constexpr int kFlushPeriod = {flush_period};
   static constexpr float kProbabilityScale = {p_scale}; // 8-bit P: P~ = code x scale
@@ -229,6 +231,7 @@ KernelSource writeSm80Kernel(const AttentionVariant &variant, const schedules::K
       fmt::arg("staged_k_scales", context.staged_k_scales), fmt::arg("k_scales_per_block", plan.k_scales_per_block),
       fmt::arg("causal", context.causal), fmt::arg("block_sparse", context.block_sparse),
       fmt::arg("reverse", plan.grid.reverse_q_blocks), fmt::arg("two_level", context.two_level),
+      fmt::arg("packed", plan.packed_sequences),
       fmt::arg("flush_period", context.two_level ? variant.accumulation.flush_period : 1),
       fmt::arg("p_scale", detail::floatLiteral(p_scale)), fmt::arg("p_code_scale", detail::floatLiteral(1.0 / p_scale)),
       fmt::arg("domain_note", from_params            ? "1/sqrt(d) x log2(e), from the parameters"

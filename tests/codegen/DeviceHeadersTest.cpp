@@ -30,6 +30,7 @@ TEST_CASE("each self-contained device header compiles alone after the kernel ABI
       "sage/device/conversions.cuh",
       "sage/device/lanes.cuh",
       "sage/device/hadamard.cuh",
+      "sage/device/sequences.cuh",
       "sage/device/fp4/microscaling.cuh",
       "sage/device/sm80/instructions.cuh",
       "sage/device/sm80/layout.cuh",

@@ -81,6 +81,8 @@ struct Config {{
   static constexpr bool kCausal = {causal};
   static constexpr bool kBlockSparse = {block_sparse}; // visit only the kept KV blocks of params.base.block_mask
   static constexpr bool kReverseQBlocks = {reverse}; // causal: the longest rows first
+  // Packed sequences: batch b is sequence b of params.base.sequences (its lengths, rows and causal offset)
+  static constexpr bool kPackedSequences = {packed};
   static constexpr bool kPersistent = {persistent};  // a CTA walks tiles blockIdx.x, + gridDim.x, ... (TileSchedule)
   static constexpr sage::device::sm90::QkOperands kQk = sage::device::sm90::QkOperands::{qk};
   static constexpr sage::device::sm90::PvOperands kPv = sage::device::sm90::PvOperands::{pv};
@@ -151,7 +153,7 @@ KernelSource writeSm90Kernel(const AttentionVariant &variant, const schedules::K
       fmt::arg("softmax_under_product", ws.softmax_under_product),
       fmt::arg("consumer_registers", ws.consumer_registers), fmt::arg("inline_loads", !ws.producer_warpgroup),
       fmt::arg("causal", context.causal), fmt::arg("block_sparse", context.block_sparse),
-      fmt::arg("reverse", plan.grid.reverse_q_blocks),
+      fmt::arg("reverse", plan.grid.reverse_q_blocks), fmt::arg("packed", plan.packed_sequences),
       fmt::arg("persistent", plan.grid.persistent_ctas_per_multiprocessor > 0), fmt::arg("qk", qkOperands(plan)),
       fmt::arg("pv", pvOperands(plan.pv_path)), fmt::arg("values", detail::valueSourceName(plan.v_source)),
       fmt::arg("two_level", plan.two_level_flush_blocks > 0),

@@ -77,6 +77,7 @@ struct Tile {
   long long q_head_index, kv_head_index;
   int block_end;        // KV blocks [0, block_end) are visited
   const float *delta_s; // Q smoothing: the delta_s row [padded_kv] of this CTA's Q block, else null
+  int tokens_q, q_base; // the LSE's rows (sm90::write_lse): the call's (no packed sequences on this schedule)
 };
 
 template <class Config> __device__ __forceinline__ Tile tile_of(const SageAttentionParams &params) {
@@ -92,6 +93,8 @@ template <class Config> __device__ __forceinline__ Tile tile_of(const SageAttent
   const int kv_blocks = (size.tokens_kv + Config::kBlockKv - 1) / Config::kBlockKv;
   tile.block_end = kv_blocks;
   tile.delta_s = nullptr;
+  tile.tokens_q = size.tokens_q;
+  tile.q_base = 0;
   if constexpr (Config::kDeltaS) {
     const long long q_blocks = size.padded_q / Config::kVariantBlockQ;
     tile.delta_s = reinterpret_cast<const float *>(params.workspace + params.offsets.delta_s) +

@@ -15,6 +15,7 @@
 
 #include "sage/device/conversions.cuh"
 #include "sage/device/lanes.cuh"
+#include "sage/device/sequences.cuh"
 #include "sage/device/sm80/epilogue.cuh"
 #include "sage/device/sm80/fp4_steps.cuh"
 #include "sage/device/sm80/geometry.cuh"
@@ -75,7 +76,7 @@ struct ThreadPosition {
   int warp, lane;
   int quad_lane;     // PTX threadID_in_group: columns 2t, 2t + 1 of each n8 tile
   int first_row;     // sequence row of this thread's row g in row tile 0
-  int causal_offset; // params.causal_offset: key j is visible to row i iff j <= i + causal_offset
+  int causal_offset; // key j is visible to row i iff j <= i + causal_offset (packed: the sequence's)
 };
 
 // ---- Where this CTA's K_j and V_j come from, and which KV blocks it visits ----
@@ -252,7 +253,6 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   position.warp = static_cast<int>(threadIdx.x) / kWarpSize;
   position.lane = static_cast<int>(threadIdx.x) % kWarpSize;
   position.quad_lane = position.lane % kLanesPerRow;
-  position.causal_offset = params.causal_offset;
 
   // ---- This CTA's Q block i, head and batch; GQA: heads_q / heads_kv q heads share one KV head ----
   const int q_block =
@@ -260,6 +260,14 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / (size.heads_q / size.heads_kv);
   const int q_begin = q_block * kBlockQ;
+  // The batch's sequence: its lengths, first rows in the caller's tensors and causal offset (dense: the call's, 0).
+  // The workspace keeps the dense layout; only the caller's O, LSE, Q and V use the bases.
+  static_assert(!(Config::kPackedSequences && Config::kBlockSparse), "packed sequences: no block-sparse mask rows");
+  const SequenceExtent sequence = sequence_extent<Config::kPackedSequences>(params, batch);
+  if constexpr (Config::kPackedSequences)
+    if (q_begin >= sequence.tokens_q) // past the sequence's end: nothing to read or write
+      return;
+  position.causal_offset = sequence.causal_offset;
   position.first_row = q_begin + position.warp * G::kRowsPerWarp + position.lane / kLanesPerRow;
   const long long q_head_index = static_cast<long long>(batch) * size.heads_q + head;
   const long long kv_head_index = static_cast<long long>(batch) * size.heads_kv + kv_head;
@@ -273,7 +281,6 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   if constexpr (G::kFp4 && Reads::q_scales)
     q_microscales =
         workspace + params.offsets.q_scales + q_head_index * size.q_scale_count + q_begin * Config::kQScaleRowBytes;
-  const int kv_blocks = (size.tokens_kv + kBlockKv - 1) / kBlockKv;
   KvStream<Config> kv;
   kv.k_codes = workspace + params.offsets.k_codes + kv_head_index * size.padded_kv * Reads::kKRowBytes;
   if constexpr (Reads::delta_s) {
@@ -297,7 +304,9 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
       constexpr int kValueBytes = 2;
       kv.v_row_stride = params.v_strides.token * kValueBytes;
       kv.v_rows = static_cast<const unsigned char *>(params.v) +
-                  (batch * params.v_strides.batch + kv_head * params.v_strides.head) * kValueBytes;
+                  (batch * params.v_strides.batch + kv_head * params.v_strides.head +
+                   sequence.kv_base * params.v_strides.token) *
+                      kValueBytes;
     } else if constexpr (Reads::v_values) {
       // V: the prologue's f16 copy (converted from bf16 and/or smoothed)
       kv.v_row_stride = G::kVValueRowBytes;
@@ -306,18 +315,20 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
       kv.v_codes = workspace + params.offsets.v_codes + kv_head_index * kHeadDim * size.padded_kv;
     }
   }
-  kv.tokens_kv = size.tokens_kv;
+  kv.tokens_kv = sequence.tokens_kv; // V read in place: rows from here on are zero-filled, never read
   kv.padded_kv = size.padded_kv;
+  const int sequence_kv_blocks = (sequence.tokens_kv + kBlockKv - 1) / kBlockKv;
   if constexpr (Config::kCausal) {
     // Causal: blocks after the diagonal of this Q block's last row are skipped
-    const int last_visible_token = min(q_begin + kBlockQ, size.tokens_q) - 1 + position.causal_offset;
-    kv.block_end = last_visible_token < 0 ? 0 : min(kv_blocks, last_visible_token / kBlockKv + 1);
+    const int last_visible_token = min(q_begin + kBlockQ, sequence.tokens_q) - 1 + position.causal_offset;
+    kv.block_end = last_visible_token < 0 ? 0 : min(sequence_kv_blocks, last_visible_token / kBlockKv + 1);
   } else {
-    kv.block_end = kv_blocks;
+    kv.block_end = sequence_kv_blocks;
   }
   if constexpr (Config::kBlockSparse) {
     // Block-sparse: KV blocks whose block_mask[b, h, i, j] is 0 are skipped (no mask: every block)
     const int q_blocks = (size.tokens_q + kBlockQ - 1) / kBlockQ;
+    const int kv_blocks = (size.tokens_kv + kBlockKv - 1) / kBlockKv;
     kv.kept_blocks = params.block_mask ? params.block_mask + (q_head_index * q_blocks + q_block) * kv_blocks : nullptr;
   }
 
@@ -392,7 +403,7 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   }
 
   // ---- Main loop over the KV blocks j: blocks that need no mask first, then the rest ----
-  const int full_blocks = size.tokens_kv / kBlockKv;
+  const int full_blocks = sequence.tokens_kv / kBlockKv;
   int unmasked_end = full_blocks;
   if constexpr (Config::kCausal) {
     // Causal: block j needs no mask when its last token is visible to the CTA's first row
@@ -408,6 +419,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   cp_async_wait<0>();
 
   // ---- Epilogue: l_i from the lanes' shares, O_i = diag(l_i)^-1 O_i, LSE ----
+  // Packed: the sequence's rows read again from the offsets rather than held in registers through the KV loop
+  const SequenceExtent rows = sequence_extent<Config::kPackedSequences>(params, batch);
 #pragma unroll
   for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
 #pragma unroll
@@ -415,14 +428,15 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
       state.row_sum[row_tile][half] = quad_sum(state.row_sum[row_tile][half]);
   float output[kRowTiles][kOutputTiles][4];
   Epilogue::collect_output(output, state.o_accumulator, state.o_flushed);
-  unsigned short *o =
-      static_cast<unsigned short *>(params.o) + batch * params.o_strides.batch + head * params.o_strides.head;
+  // Packed: the batch stride is 0 and the sequence's rows start at q_base
+  unsigned short *o = static_cast<unsigned short *>(params.o) + batch * params.o_strides.batch +
+                      head * params.o_strides.head + rows.q_base * params.o_strides.token;
   const float *v_scales = nullptr, *v_mean = nullptr;
   if constexpr (Reads::v_scales && !G::kFp4) // per-channel delta_V
     v_scales = reinterpret_cast<const float *>(workspace + params.offsets.v_scales) + kv_head_index * kHeadDim;
   if constexpr (Reads::v_mean)
     v_mean = reinterpret_cast<const float *>(workspace + params.offsets.v_mean) + kv_head_index * kHeadDim;
-  Epilogue::write_output(output, state.row_sum, o, params.o_strides.token, position.first_row, size.tokens_q,
+  Epilogue::write_output(output, state.row_sum, o, params.o_strides.token, position.first_row, rows.tokens_q,
                          position.quad_lane, v_scales, v_mean);
   if constexpr (Config::kWriteLse) {
     if (params.lse) {
@@ -431,8 +445,8 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
         const float *k_mean =
             reinterpret_cast<const float *>(workspace + params.offsets.k_mean) + kv_head_index * kHeadDim;
         const unsigned short *q_input = static_cast<const unsigned short *>(params.q) + batch * params.q_strides.batch +
-                                        head * params.q_strides.head;
-        Epilogue::q_dot_k_mean(correction, q_input, params.q_strides.token, k_mean, position.first_row, size.tokens_q,
+                                        head * params.q_strides.head + rows.q_base * params.q_strides.token;
+        Epilogue::q_dot_k_mean(correction, q_input, params.q_strides.token, k_mean, position.first_row, rows.tokens_q,
                                position.quad_lane);
 #pragma unroll
         for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
@@ -444,8 +458,9 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
         for (int row_tile = 0; row_tile < kRowTiles; ++row_tile)
           correction[row_tile][0] = correction[row_tile][1] = 0.0f;
       }
-      Epilogue::write_lse(state.row_max, state.row_sum, correction, params.lse + q_head_index * size.tokens_q,
-                          position.first_row, size.tokens_q, position.quad_lane);
+      float *lse = params.lse + batch * params.lse_strides.batch + head * params.lse_strides.head + rows.q_base;
+      Epilogue::write_lse(state.row_max, state.row_sum, correction, lse, position.first_row, rows.tokens_q,
+                          position.quad_lane);
     }
   }
 }

@@ -75,6 +75,10 @@ template <class Config> struct EpilogueSteps {
               high += v_mean[channel + 1];
             }
           }
+          if constexpr (Config::kPackedSequences) { // an empty KV sequence: O = 0 whatever its V statistics hold
+            low = visible ? low : 0.0f;
+            high = visible ? high : 0.0f;
+          }
           if constexpr (Config::kBf16)
             *reinterpret_cast<unsigned *>(o + row * o_row_stride + channel) = pack_bf16x2(low, high);
           else

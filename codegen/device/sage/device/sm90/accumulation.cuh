@@ -105,9 +105,9 @@ __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
 // O_i = diag(l_i)^-1 O_i (x delta_V x P's scale) (+ mean(V)) in the input's dtype, then the LSE.
 template <class Config>
 __device__ __forceinline__ void write_results(ConsumerState<Config> &state, const SageSm90AttentionParams &params,
-                                              const TileCoordinates &tile, const int (&rows)[2], int quad_lane) {
+                                              const TileCoordinates &loop_tile, const int (&rows)[2], int quad_lane) {
   const SageAttentionParams &base = params.base;
-  const SageProblemSize &size = base.size;
+  const TileCoordinates tile = epilogue_tile<Config>(base, loop_tile);
   constexpr bool kCodes = Config::kPv == PvOperands::int8 || Config::kPv == PvOperands::e4m3;
   float output[Config::kHeadDim / 2];
 #pragma unroll
@@ -128,13 +128,14 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
       reinterpret_cast<const float *>(workspace + base.offsets.v_scales) + tile.kv_head_index * Config::kHeadDim;
   const float *v_mean =
       reinterpret_cast<const float *>(workspace + base.offsets.v_mean) + tile.kv_head_index * Config::kHeadDim;
-  unsigned short *o =
-      static_cast<unsigned short *>(base.o) + tile.batch * base.o_strides.batch + tile.head * base.o_strides.head;
+  // Packed: the batch stride is 0 and the sequence's rows start at q_base
+  unsigned short *o = static_cast<unsigned short *>(base.o) + tile.batch * base.o_strides.batch +
+                      tile.head * base.o_strides.head + tile.q_base * base.o_strides.token;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     state.row_sum[half] = quad_sum(state.row_sum[half]);
     const int row = rows[half];
-    if (row >= size.tokens_q)
+    if (row >= tile.tokens_q)
       continue;
     const bool visible = state.row_sum[half] > 0.0f;
     const float inverse_sum = visible ? 1.0f / state.row_sum[half] : 0.0f;
@@ -152,6 +153,10 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
           low += v_mean[channel];
           high += v_mean[channel + 1];
         }
+      }
+      if constexpr (Config::kPackedSequences) { // an empty KV sequence: O = 0 whatever its (unused) V statistics hold
+        low = visible ? low : 0.0f;
+        high = visible ? high : 0.0f;
       }
       const unsigned packed = Config::kBf16 ? pack_bf16x2(low, high) : pack_f16x2(low, high);
       *reinterpret_cast<unsigned *>(o + row * base.o_strides.token + channel) = packed;

@@ -175,8 +175,11 @@ __device__ __forceinline__ void load_v(const SageSm90AttentionParams &params, co
                   static_cast<int>(tile.kv_head_index * Config::kHeadDim));
     else if constexpr (Config::kValues == ValueTiles::workspace_values) // [b * h_kv * padded_kv rows][2d bytes]
       tma_load_2d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, k_row);
-    else // the caller's V: [b][h_kv][tokens_kv][2d bytes], any strides TMA accepts
+    else if constexpr (!Config::kPackedSequences) // the caller's V: [b][h_kv][tokens_kv][2d bytes], any strides
       tma_load_4d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, kv_begin, tile.kv_head, tile.batch);
+    else // the caller's packed V: [1][h_kv][total_kv][2d bytes]; keys past the sequence are masked (P~ = 0)
+      tma_load_4d(destination, &params.v_map, full_v, chunk * Layout::kVChunkBytes, tile.kv_base + kv_begin,
+                  tile.kv_head, 0);
   }
 }
 
@@ -208,9 +211,9 @@ __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, c
                                         unsigned shared_base, const StageBarriers<Config> &barriers) {
   using Layout = SharedLayout<Config>;
   int position = 0;
-  int index = schedule.claim(params.tile_counter);
+  int index = schedule.claim(params.tile_counter, params.base);
   for (int iteration = 0;; ++iteration) {
-    const int next = index < schedule.tiles ? schedule.claim(params.tile_counter) : schedule.tiles;
+    const int next = index < schedule.tiles ? schedule.claim(params.tile_counter, params.base) : schedule.tiles;
     mbarrier_wait_suspended(barriers.q_empty(), StageBarriers<Config>::phase_of(iteration) ^ 1u);
     asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(shared_base + Layout::kTileSlotOffset), "r"(index),
                  "r"(next)
@@ -218,7 +221,7 @@ __device__ __forceinline__ void produce(const SageSm90AttentionParams &params, c
     mbarrier_arrive(shared_base + Layout::kTileFullOffset); // releases the slot's store
     if (index >= schedule.tiles)                            // no tile: the consumers read that and return
       return;
-    const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
+    const TileCoordinates tile = schedule.coordinates(index, params.base);
     load_q<Config>(params, tile, shared_base, barriers);
     VisitedBlocks<Config> visits{};
     visits.block_end = tile.block_end;
@@ -287,9 +290,8 @@ __device__ __forceinline__ void start_consumer(ConsumerState<Config> &state, con
 
 // Blocks from the returned one on cross the sequence's end or (causal) the diagonal of the consumer's first row.
 template <class Config>
-__device__ __forceinline__ int unmasked_block_end(const SageProblemSize &size, const TileCoordinates &tile,
-                                                  int consumer_row) {
-  int unmasked_end = size.tokens_kv / Config::kBlockKv;
+__device__ __forceinline__ int unmasked_block_end(const TileCoordinates &tile, int consumer_row) {
+  int unmasked_end = tile.tokens_kv / Config::kBlockKv;
   if constexpr (Config::kCausal) {
     const int diagonal_limit = consumer_row + tile.causal_offset + 1;
     unmasked_end = diagonal_limit <= 0 ? 0 : min(unmasked_end, diagonal_limit / Config::kBlockKv);
@@ -324,7 +326,7 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   start_consumer<Config>(state, base, tile, rows);
   const float *k_scales =
       reinterpret_cast<const float *>(workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
-  const int unmasked_end = unmasked_block_end<Config>(size, tile, consumer_row);
+  const int unmasked_end = unmasked_block_end<Config>(tile, consumer_row);
   const unsigned q_tile = shared_base + Layout::kQOffset + consumer * 64 * Layout::kQkChunkBytes;
   // Pipeline positions of this tile's blocks, counted over all of the CTA's tiles.
   auto stage_base = [&](int position) {
@@ -452,6 +454,28 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   return first_block < block_end ? position : 0;
 }
 
+// Packed sequences, inline loads: the tile's KV length, causal offset and block ends (the values a dense kernel reads
+// from the constant bank) wait in shared memory, in the alignment slack where a persistent CTA keeps its tile slot,
+// and are read where the KV loop uses them instead of held in registers through it (held, ptxas spilled 56 bytes for
+// sage2-fp8 d128). Written by thread 0 before the CTA's first barrier.
+template <class Config> struct InlineTileBounds {
+  static_assert(SharedLayout<Config>::kTileSlotOffset % 16 == 0, "st.shared.v4 needs 16-byte alignment");
+  // shared-window address of 4 ints: tokens_kv, causal_offset, block_end, min(unmasked_end, block_end) (the blocks
+  // before it need no mask)
+  unsigned address;
+  __device__ __forceinline__ void store(const TileCoordinates &tile, int unmasked_end) const {
+    asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(tile.tokens_kv),
+                 "r"(tile.causal_offset), "r"(tile.block_end), "r"(unmasked_end)
+                 : "memory");
+  }
+  // Read again at every use (volatile): the value is not kept live across the loop
+  __device__ __forceinline__ int load(int index) const {
+    int value;
+    asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(value) : "r"(address + 4 * index) : "memory");
+    return value;
+  }
+};
+
 // The kernel without a producer warpgroup (Config::kInlineLoads): one warpgroup, one tile, which issues its own TMA
 // loads: Q_i and the first kStages blocks up front (thread 0), then K_(j+kStages) while P~_j V_j runs and
 // V_(j+kStages) as block j + 1 starts (see `refill_k`). Each block runs in order: S_j = Q K_j^T, its softmax, P~_j V_j,
@@ -470,13 +494,26 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
   const int thread = static_cast<int>(threadIdx.x);
   const int warp = thread / 32, lane = thread % 32, quad_lane = lane % 4;
   const int rows[2] = {tile.q_begin + warp * 16 + lane / 4, tile.q_begin + warp * 16 + lane / 4 + 8};
-  const int block_end = tile.block_end;
+  const InlineTileBounds<Config> bounds{shared_base + SharedLayout<Config>::kTileSlotOffset};
+  // The loop's bounds: dense, the tile's (from the constant bank); packed, from shared memory at each use
+  auto block_end = [&] { return Config::kPackedSequences ? bounds.load(2) : tile.block_end; };
+  const int tile_unmasked_end = Config::kPackedSequences ? 0 : unmasked_block_end<Config>(tile, tile.q_begin);
+  // (packed: already at most block_end, which changes no comparison below)
+  auto unmasked_end = [&] { return Config::kPackedSequences ? bounds.load(3) : tile_unmasked_end; };
+  auto loop_tile = [&] {
+    TileCoordinates masked = tile;
+    if constexpr (Config::kPackedSequences) {
+      masked.tokens_kv = bounds.load(0);
+      masked.causal_offset = bounds.load(1);
+    }
+    return masked;
+  };
   auto stage_base = [&](int block) {
     return shared_base + Layout::kStageOffset + (block % Config::kStages) * Layout::kStageBytes;
   };
   if (thread == 0) {
     load_q<Config>(params, tile, shared_base, barriers);
-    for (int block = 0; block < min(block_end, Config::kStages); ++block) {
+    for (int block = 0; block < min(block_end(), Config::kStages); ++block) {
       load_k<Config>(params, tile, block, stage_base(block), barriers.full_k(block));
       load_v<Config>(params, tile, block, stage_base(block), barriers.full_v(block));
     }
@@ -485,7 +522,6 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
   start_consumer<Config>(state, base, tile, rows);
   const float *k_scales =
       reinterpret_cast<const float *>(base.workspace + base.offsets.k_scales) + tile.kv_head_index * size.k_scale_count;
-  const int unmasked_end = unmasked_block_end<Config>(size, tile, tile.q_begin);
   const unsigned q_tile = shared_base + Layout::kQOffset;
   using BlockScales = typename CodesSoftmax<Config>::BlockScales;
 
@@ -504,7 +540,7 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
   // places also keep ptxas within 168 registers without spills; K's refill at the loop's top spilled 64 bytes.
   const int warp_uniform = __shfl_sync(0xffffffffu, warp, 0);
   auto refills = [&](int block) { // whether warp 0 refills the stage of `block` with block + kStages
-    return warp_uniform == 0 && block >= 0 && block + Config::kStages < block_end;
+    return warp_uniform == 0 && block >= 0 && block + Config::kStages < block_end();
   };
   auto refill_k = [&](int block) {
     if (!refills(block))
@@ -534,7 +570,7 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
     warpgroup_fence_operands(accumulator);
     mbarrier_arrive(barriers.empty_k(block)); // K_j is no longer read
     if (masked)
-      score_block<Config, true>(state, scores, accumulator, size, tile, k_scales, block_scales, rows,
+      score_block<Config, true>(state, scores, accumulator, size, loop_tile(), k_scales, block_scales, rows,
                                 block * Config::kBlockKv, quad_lane, rescale);
     else
       score_block<Config, false>(state, scores, accumulator, size, tile, k_scales, block_scales, rows,
@@ -555,28 +591,29 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
   // with both paths keeps ptxas within its 168 registers without spills (two loops spilled 44 bytes).
   if constexpr (Config::kCausal) {
     int block = 0;
-    for (; block < min(unmasked_end, block_end); ++block)
+    for (; block < (Config::kPackedSequences ? unmasked_end() : min(unmasked_end(), block_end())); ++block)
       run_block(block, false);
-    for (; block < block_end; ++block)
+    for (; block < block_end(); ++block)
       run_block(block, true);
   } else {
-    for (int block = 0; block < block_end; ++block)
-      run_block(block, block >= unmasked_end);
+    for (int block = 0; block < block_end(); ++block)
+      run_block(block, block >= unmasked_end());
   }
   write_results<Config>(state, params, tile, rows, quad_lane);
 }
 
 // A consumer warpgroup's tiles, in the order the producer loads them; the ping-pong's turns carry on across tiles.
+// `grid_tile`: the tile of a CTA that is not persistent.
 template <class Config>
 __device__ __forceinline__ void consume_tiles(const SageSm90AttentionParams &params,
-                                              const TileSchedule<Config> &schedule, const VisitedBlocks<Config> &visits,
-                                              unsigned shared_base, const StageBarriers<Config> &barriers,
-                                              int consumer) {
+                                              const TileSchedule<Config> &schedule, const TileCoordinates &grid_tile,
+                                              const VisitedBlocks<Config> &visits, unsigned shared_base,
+                                              const StageBarriers<Config> &barriers, int consumer) {
   using Layout = SharedLayout<Config>;
   const TurnTaking<Config> turns{consumer};
   turns.start();
-  if constexpr (!Config::kPersistent) { // the grid's tile
-    const TileCoordinates tile = schedule.coordinates(0, params.base.size, params.base.causal_offset);
+  if constexpr (!Config::kPersistent) {
+    const TileCoordinates &tile = grid_tile;
     VisitedBlocks<Config> tile_visits = visits;
     tile_visits.block_end = tile.block_end;
     consume<Config>(params, tile, tile_visits, shared_base, barriers, consumer, turns, 0, 0, true);
@@ -593,7 +630,7 @@ __device__ __forceinline__ void consume_tiles(const SageSm90AttentionParams &par
                  : "memory");
     if (index >= schedule.tiles) // the CTA claimed no tile at all
       return;
-    const TileCoordinates tile = schedule.coordinates(index, params.base.size, params.base.causal_offset);
+    const TileCoordinates tile = schedule.coordinates(index, params.base);
     VisitedBlocks<Config> tile_visits = visits;
     tile_visits.block_end = tile.block_end;
     position += consume<Config>(params, tile, tile_visits, shared_base, barriers, consumer, turns, position, iteration,
@@ -611,6 +648,12 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
   const unsigned shared_base = (raw_base + 1023u) & ~1023u;
   const StageBarriers<Config> barriers{shared_base + Layout::kBarrierOffset};
   const TileSchedule<Config> schedule(params.base.size);
+  static_assert(!(Config::kPackedSequences && Config::kBlockSparse), "packed sequences: no block-sparse mask rows");
+  // The CTA's tile unless it is persistent (a persistent CTA claims its own)
+  const TileCoordinates grid_tile = schedule.coordinates(0, params.base);
+  if constexpr (Config::kPackedSequences && !Config::kPersistent)
+    if (grid_tile.empty()) // past its sequence's end: the whole CTA leaves before any barrier exists
+      return;
 
   if (threadIdx.x == 0) {
     for (int stage = 0; stage < Config::kStages; ++stage) {
@@ -628,23 +671,23 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
     tma_prefetch_descriptor(&params.k_map);
     tma_prefetch_descriptor(&params.v_map);
     if constexpr (!Config::kPersistent && !Config::kInlineLoads) // its own thread's barrier: no CTA barrier first
-      load_q<Config>(params, schedule.coordinates(0, params.base.size, params.base.causal_offset), shared_base,
-                     barriers);
+      load_q<Config>(params, grid_tile, shared_base, barriers);
+    if constexpr (Config::kInlineLoads && Config::kPackedSequences)
+      InlineTileBounds<Config>{shared_base + Layout::kTileSlotOffset}.store(
+          grid_tile, min(unmasked_block_end<Config>(grid_tile, grid_tile.q_begin), grid_tile.block_end));
   }
   VisitedBlocks<Config> visits{};
   if constexpr (Config::kBlockSparse) { // read before the roles split: the producer and the consumers walk it alike
     static_assert(!Config::kPersistent, "a block-sparse CTA reads one tile's mask row");
-    const TileCoordinates tile = schedule.coordinates(0, params.base.size, params.base.causal_offset);
-    visits.block_end = tile.block_end;
+    visits.block_end = grid_tile.block_end;
     visits.kept = collect_kept_blocks<Config>(
-        params.base, tile,
+        params.base, grid_tile,
         reinterpret_cast<unsigned *>(shared_memory + (shared_base - raw_base) + Layout::kKeptOffset));
   }
   __syncthreads();
 
   if constexpr (Config::kInlineLoads) {
-    consume_inline<Config>(params, schedule.coordinates(0, params.base.size, params.base.causal_offset), shared_base,
-                           barriers);
+    consume_inline<Config>(params, grid_tile, shared_base, barriers);
     return;
   }
   // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers
@@ -658,16 +701,15 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
         produce<Config>(params, schedule, shared_base, barriers);
       } else {
         int position = 0;
-        const TileCoordinates tile = schedule.coordinates(0, params.base.size, params.base.causal_offset);
         if constexpr (!Config::kBlockSparse)
-          visits.block_end = tile.block_end;
-        produce_tile<Config>(params, tile, visits, shared_base, barriers, position);
+          visits.block_end = grid_tile.block_end;
+        produce_tile<Config>(params, grid_tile, visits, shared_base, barriers, position);
       }
     }
   } else {
     if constexpr (Config::kConsumerRegisters > 0)
       warpgroup_claim_registers<Config::kConsumerRegisters>();
-    consume_tiles<Config>(params, schedule, visits, shared_base, barriers, warpgroup - 1);
+    consume_tiles<Config>(params, schedule, grid_tile, visits, shared_base, barriers, warpgroup - 1);
   }
 }
 

@@ -56,14 +56,16 @@ __device__ __forceinline__ float smoothed_k_lse_correction(const unsigned short 
 
 // The LSE of a thread's two rows, written by quad lane 0 (natural log; -inf for a row with no visible key):
 // (m + log2 l - log2_offset) ln 2, plus smoothed_k_lse_correction when K was smoothed (Config::kLseCorrection).
-// `params`: SageAttentionParams; `tile`: the CTA's batch, head, q_head_index and kv_head_index; `row_sum` already
-// summed over the quad. The sm90 and sm120 attention kernels' epilogue.
+// `params`: SageAttentionParams; `tile`: the CTA's batch, head, kv_head_index, and its sequence's tokens_q and first
+// row q_base (dense: the call's tokens_q and 0); `row_sum` already summed over the quad. Element (b, h, t) of the LSE
+// is at lse[b lse_strides.batch + h lse_strides.head + t], t counted from q_base. The sm90 and sm120 attention
+// kernels' epilogue.
 template <class Config, class Params, class Tile>
 __device__ __forceinline__ void write_lse(const Params &params, const Tile &tile, const int (&rows)[2],
                                           const float (&row_max)[2], const float (&row_sum)[2], int quad_lane,
                                           float log2_offset) {
-  const auto &size = params.size;
   constexpr float kLn2 = 0.693147180559945309f;
+  float *lse = params.lse + tile.batch * params.lse_strides.batch + tile.head * params.lse_strides.head + tile.q_base;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = rows[half];
@@ -73,15 +75,14 @@ __device__ __forceinline__ void write_lse(const Params &params, const Tile &tile
       const float *k_mean = reinterpret_cast<const float *>(params.workspace + params.offsets.k_mean) +
                             tile.kv_head_index * Config::kHeadDim;
       const unsigned short *q = static_cast<const unsigned short *>(params.q) + tile.batch * params.q_strides.batch +
-                                tile.head * params.q_strides.head;
+                                tile.head * params.q_strides.head + tile.q_base * params.q_strides.token;
       correction = smoothed_k_lse_correction<Config::kHeadDim, Config::kBf16>(
-          q + row * params.q_strides.token, k_mean, row < size.tokens_q, quad_lane, params.softmax_scale);
+          q + row * params.q_strides.token, k_mean, row < tile.tokens_q, quad_lane, params.softmax_scale);
     }
-    if (quad_lane != 0 || row >= size.tokens_q)
+    if (quad_lane != 0 || row >= tile.tokens_q)
       continue;
     const float sum = row_sum[half];
-    params.lse[tile.q_head_index * size.tokens_q + row] =
-        sum > 0.0f ? (row_max[half] + fast_log2(sum) - log2_offset) * kLn2 + correction : negative_infinity();
+    lse[row] = sum > 0.0f ? (row_max[half] + fast_log2(sum) - log2_offset) * kLn2 + correction : negative_infinity();
   }
 }
 

@@ -221,16 +221,16 @@ template <class Config> struct CodesSoftmax {
   }
 
   template <bool kMasked>
-  static __device__ __forceinline__ void
-  run(ConsumerState<Config> &state, float (&x)[Config::kBlockKv / 2], const int (&accumulator)[Config::kBlockKv / 2],
-      const SageProblemSize &size, const TileCoordinates &tile, const BlockScales &scales, const int (&rows)[2],
-      int kv_begin, int quad_lane, float (&rescale)[2]) {
+  static __device__ __forceinline__ void run(ConsumerState<Config> &state, float (&x)[Config::kBlockKv / 2],
+                                             const int (&accumulator)[Config::kBlockKv / 2],
+                                             const TileCoordinates &tile, const BlockScales &scales,
+                                             const int (&rows)[2], int kv_begin, int quad_lane, float (&rescale)[2]) {
     const float(&k_scale)[kGroups] = scales.k_scale;
 #pragma unroll
     for (int i = 0; i < Config::kBlockKv / 2; ++i)
       x[i] = __int_as_float(accumulator[i] + 0x4B400000);
     if constexpr (kMasked) // -inf stays -inf through the FFMA below
-      mask_scores<Config>(x, rows, kv_begin, size.tokens_kv, tile.causal_offset, quad_lane);
+      mask_scores<Config>(x, rows, kv_begin, tile.tokens_kv, tile.causal_offset, quad_lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float block_max = state.row_max[half];
@@ -272,19 +272,19 @@ __device__ __forceinline__ void score_block(ConsumerState<Config> &state, float 
                                             const typename CodesSoftmax<Config>::BlockScales &block_scales,
                                             const int (&rows)[2], int kv_begin, int quad_lane, float (&rescale)[2]) {
   if constexpr (CodesSoftmax<Config>::kApplies) {
-    CodesSoftmax<Config>::template run<kMasked>(state, scores, accumulator, size, tile, block_scales, rows, kv_begin,
+    CodesSoftmax<Config>::template run<kMasked>(state, scores, accumulator, tile, block_scales, rows, kv_begin,
                                                 quad_lane, rescale);
   } else if constexpr (Config::kQk != QkOperands::int8) {
 #pragma unroll
     for (int i = 0; i < Config::kBlockKv / 2; ++i)
       scores[i] = accumulator[i];
     if constexpr (kMasked) // -inf stays -inf through the FFMA (the factor is positive)
-      mask_scores<Config>(scores, rows, kv_begin, size.tokens_kv, tile.causal_offset, quad_lane);
+      mask_scores<Config>(scores, rows, kv_begin, tile.tokens_kv, tile.causal_offset, quad_lane);
     online_softmax_scaled<Config>(scores, state.row_factor, state.row_max, state.row_sum, rescale);
   } else {
     dequantize_scores<Config>(scores, accumulator, state.row_factor, k_scales, size.k_scale_count, kv_begin, quad_lane);
     if constexpr (kMasked)
-      mask_scores<Config>(scores, rows, kv_begin, size.tokens_kv, tile.causal_offset, quad_lane);
+      mask_scores<Config>(scores, rows, kv_begin, tile.tokens_kv, tile.causal_offset, quad_lane);
     online_softmax<Config>(scores, state.row_max, state.row_sum, rescale);
   }
 }

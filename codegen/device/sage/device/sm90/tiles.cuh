@@ -2,6 +2,7 @@
 // the shared-memory layout, the registers a consumer thread keeps, and which tile a CTA works on.
 #pragma once
 
+#include "sage/device/sequences.cuh"
 #include "sage/device/sm90/common.cuh"
 
 namespace sage::device::sm90 {
@@ -114,18 +115,26 @@ template <class Config> struct ConsumerState {
   int blocks_since_flush;   // blocks in `output` since it was restarted (two-level: since its last flush)
 };
 
-// Where this CTA works: its Q block, head, batch and the KV blocks it visits.
+// Where this CTA works: its Q block, head, batch and the KV blocks it visits. Packed sequences: the batch index is the
+// sequence, whose lengths, first rows and causal offset come from SageSequenceOffsets (sage/device/sequences.cuh);
+// the workspace keeps the dense [batch, heads, padded tokens] layout, so only the caller's tensors use the bases.
 struct TileCoordinates {
   int q_block, head, batch, kv_head;
   int q_begin;
   long long q_head_index, kv_head_index;
   int kv_blocks, block_end; // [0, block_end) of kv_blocks
   int causal_offset;        // key j is visible to row i iff j <= i + causal_offset (SageAttentionParams)
+  int tokens_q, tokens_kv;  // the tile's sequence (dense: the call's)
+  int q_base, kv_base;      // its first rows in the caller's Q/O/LSE and V (dense: 0)
+  // Packed: the tile lies past its sequence's end (it reads and writes nothing)
+  __device__ __forceinline__ bool empty() const { return q_begin >= tokens_q; }
 };
 
 template <class Config>
-__device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSize &size, int causal_offset, int q_block,
-                                                            int head, int batch) {
+__device__ __forceinline__ TileCoordinates tile_coordinates(const SageAttentionParams &params, int q_block, int head,
+                                                            int batch) {
+  const SageProblemSize &size = params.size;
+  const SequenceExtent sequence = sequence_extent<Config::kPackedSequences>(params, batch);
   TileCoordinates tile;
   tile.q_block = q_block;
   tile.head = head;
@@ -134,15 +143,36 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(const SageProblemSiz
   tile.q_begin = tile.q_block * Config::kBlockQ;
   tile.q_head_index = static_cast<long long>(tile.batch) * size.heads_q + tile.head;
   tile.kv_head_index = static_cast<long long>(tile.batch) * size.heads_kv + tile.kv_head;
-  tile.kv_blocks = (size.tokens_kv + Config::kBlockKv - 1) / Config::kBlockKv;
-  tile.causal_offset = causal_offset; // tokens_kv - tokens_q: bottom-right aligned; 0: top-left
+  tile.tokens_q = sequence.tokens_q;
+  tile.tokens_kv = sequence.tokens_kv;
+  tile.q_base = sequence.q_base;
+  tile.kv_base = sequence.kv_base;
+  tile.kv_blocks = (tile.tokens_kv + Config::kBlockKv - 1) / Config::kBlockKv;
+  tile.causal_offset = sequence.causal_offset; // tokens_kv - tokens_q: bottom-right aligned; 0: top-left
   tile.block_end = tile.kv_blocks;
   if constexpr (Config::kCausal) { // blocks after the diagonal of this Q block's last row are skipped
-    const int last_row = min(tile.q_begin + Config::kBlockQ, size.tokens_q) - 1;
+    const int last_row = min(tile.q_begin + Config::kBlockQ, tile.tokens_q) - 1;
     const int last_visible_token = last_row + tile.causal_offset;
     tile.block_end = last_visible_token < 0 ? 0 : min(tile.kv_blocks, last_visible_token / Config::kBlockKv + 1);
   }
+  if constexpr (Config::kPackedSequences) // an empty tile visits nothing (its producer and consumers agree on that)
+    if (tile.empty())
+      tile.block_end = 0;
   return tile;
+}
+
+// The tile's rows for its epilogue: packed, its sequence's length and first row read again from the offsets rather
+// than kept in registers through the KV loop (the inline-loads kernel has none to spare); dense, the tile's.
+template <class Config>
+__device__ __forceinline__ TileCoordinates epilogue_tile(const SageAttentionParams &params,
+                                                         const TileCoordinates &tile) {
+  TileCoordinates rows = tile;
+  if constexpr (Config::kPackedSequences) {
+    const SequenceExtent sequence = sequence_extent<true>(params, tile.batch);
+    rows.tokens_q = sequence.tokens_q;
+    rows.q_base = sequence.q_base;
+  }
+  return rows;
 }
 
 // The tiles (Q block, q head, batch) a CTA works on. One CTA per tile: the grid is (Q blocks, heads, batch). A
@@ -159,9 +189,17 @@ template <class Config> struct TileSchedule {
         tiles(Config::kPersistent ? q_blocks * size.heads_q * size.batch : 1) {}
   // The next unclaimed tile (>= tiles: none left). The counter is zero when the launch starts (the runtime clears
   // WorkspaceLayout::attention_counters before each launch of a persistent kernel).
-  __device__ __forceinline__ int claim(unsigned *counter) const { return static_cast<int>(atomicAdd(counter, 1u)); }
-  __device__ __forceinline__ TileCoordinates coordinates(int tile, const SageProblemSize &size,
-                                                         int causal_offset) const {
+  // Packed sequences: the tiles past their sequence's end are claimed and passed over here, so that the consumers
+  // never see one.
+  __device__ __forceinline__ int claim(unsigned *counter, const SageAttentionParams &params) const {
+    int tile = static_cast<int>(atomicAdd(counter, 1u));
+    if constexpr (Config::kPackedSequences)
+      while (tile < tiles && coordinates(tile, params).empty())
+        tile = static_cast<int>(atomicAdd(counter, 1u));
+    return tile;
+  }
+  __device__ __forceinline__ TileCoordinates coordinates(int tile, const SageAttentionParams &params) const {
+    const SageProblemSize &size = params.size;
     int q_block, head, batch;
     if constexpr (!Config::kPersistent) {
       q_block = Config::kReverseQBlocks ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
@@ -177,7 +215,7 @@ template <class Config> struct TileSchedule {
       head = tile / q_blocks % size.heads_q;
       batch = tile / q_blocks / size.heads_q;
     }
-    return tile_coordinates<Config>(size, causal_offset, q_block, head, batch);
+    return tile_coordinates<Config>(params, q_block, head, batch);
   }
 };
 
