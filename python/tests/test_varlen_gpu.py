@@ -1,6 +1,6 @@
 """sagegen.sageattn_varlen on a GPU (issue 28): packed sequences against PyTorch SDPA run on each sequence alone and
-against sagegen's dense sageattn on each sequence (same quantizers: nearly equal), causal bottom-right (FlashAttention's)
-and top-left, GQA, bf16, a strided Q view, the LSE, lengths 0 and 1, CUDA-graph capture with fixed maxima replayed
+against sagegen's dense sageattn on each sequence (same quantizers: nearly equal), causal bottom-right
+(FlashAttention's) and top-left, GQA, bf16, a strided Q view, the LSE, lengths 0 and 1, CUDA-graph capture with fixed maxima replayed
 with new offsets, and bad offsets refused naming the argument. Prints each case's numbers.
 
     python3 python/tests/test_varlen_gpu.py [-k NAME]
@@ -59,7 +59,8 @@ PRESET_BOUNDS = {"sage-b": 0.05, "sage2-fp8": 0.08}
 
 def test_packed_matches_sdpa_per_sequence():
     for preset, bound in PRESET_BOUNDS.items():
-        for dim, causal, dtype in ((128, True, torch.float16), (64, False, torch.bfloat16), (128, False, torch.float16)):
+        for dim, causal, dtype in ((128, True, torch.float16), (64, False, torch.bfloat16),
+                                   (128, False, torch.float16)):
             torch.manual_seed(0)
             q, k, v, cu_q, cu_k = packed(dim=dim, dtype=dtype)
             out = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 1100, 1200, is_causal=causal, preset=preset)
