@@ -1,7 +1,7 @@
 """sagegen.sageattn_varlen on a GPU (issue 28): packed sequences against PyTorch SDPA run on each sequence alone and
 against sagegen's dense sageattn on each sequence (same quantizers: nearly equal), causal bottom-right
-(FlashAttention's) and top-left, GQA, bf16, a strided Q view, the LSE, lengths 0 and 1, CUDA-graph capture with fixed maxima replayed
-with new offsets, and bad offsets refused naming the argument. Prints each case's numbers.
+(FlashAttention's) and top-left, GQA, bf16, a strided Q view, the LSE, lengths 0 and 1, CUDA-graph capture with fixed
+maxima replayed with new offsets, and bad offsets refused naming the argument. Prints each case's numbers.
 
     python3 python/tests/test_varlen_gpu.py [-k NAME]
 """
