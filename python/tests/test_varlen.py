@@ -3,6 +3,7 @@ is handed for a packed call (fake library and torch from test_frontdoors.py), th
 under CUDA-graph capture and with check_offsets=False) and the fallback to PyTorch once per reason. Runs with
 `python3 python/tests/test_varlen.py`; the kernels' numbers are python/tests/test_varlen_gpu.py's."""
 
+import ctypes
 import os
 import sys
 import unittest
@@ -66,6 +67,18 @@ class VarlenLibrary(FakeLibrary):
             "max": (args.max_seqlen_q, args.max_seqlen_kv), "alignment": args.causal_alignment,
             "workspace": (args.workspace, args.workspace_bytes), "stream": args.stream})
         return 0
+
+
+class LibraryTest(unittest.TestCase):
+    def test_the_library_has_the_varlen_entry_points_and_refuses_a_null_handle_by_name(self):
+        library = _library.library()  # the real one ($SAGEGEN_LIBRARY or the build's)
+        self.assertTrue(hasattr(library, "sage_attention_run_varlen"))
+        args = _library.VarlenArgs()
+        status = library.sage_attention_run_varlen(None, ctypes.byref(args))
+        self.assertEqual(status, 1)
+        self.assertTrue(library.sage_last_error().decode().startswith("attention:"))
+        size = ctypes.c_size_t()
+        self.assertEqual(library.sage_attention_varlen_workspace_bytes(None, 2, 8, 8, 128, 128, ctypes.byref(size)), 1)
 
 
 class AttentionVarlenTest(FakedTest):
