@@ -282,13 +282,15 @@ const AttentionRunner &AttentionRunner::packedRunner() const {
   if (!state.packed_runner) {
     const AttentionVariant packed = packedVariantOf(state.variant);
     AttentionRunnerOptions options = state.options;
-    options.device = state.device; // the same device, whatever the thread has current now
     try { // the packed IR's fingerprint: its kernels' keys differ from the dense ones by the IR
       options.ir_fingerprint = dsl::emitProgram(packed).fingerprint();
     } catch (const ir::ProgramError &error) { // the verifier's reason why this variant cannot be packed
       throw schedules::UnsupportedError(
           fmt::format("packed (variable-length) calls of {}: {}", state.variant.name, error.what()));
     }
+    // In this runner's context (a device's primary one, or the caller's current one at construction), whatever the
+    // thread has current now: the packed kernels launch on the same streams.
+    ScopedContext scope(CudaDriver::instance(), state.context);
     state.packed_runner = std::make_unique<AttentionRunner>(packed, std::move(options));
   }
   return *state.packed_runner;
