@@ -280,13 +280,19 @@ const AttentionRunner &AttentionRunner::packedRunner() const {
     return *this;
   std::lock_guard<std::mutex> lock(state.packed_mutex);
   if (!state.packed_runner) {
-    const AttentionVariant packed = packedVariantOf(state.variant);
+    const auto unsupported = [&](const std::exception &error) {
+      return schedules::UnsupportedError(
+          fmt::format("packed (variable-length) calls of {}: {}", state.variant.name, error.what()));
+    };
+    AttentionVariant packed;
     AttentionRunnerOptions options = state.options;
     try { // the packed IR's fingerprint: its kernels' keys differ from the dense ones by the IR
+      packed = packedVariantOf(state.variant);
       options.ir_fingerprint = dsl::emitProgram(packed).fingerprint();
     } catch (const ir::ProgramError &error) { // the verifier's reason why this variant cannot be packed
-      throw schedules::UnsupportedError(
-          fmt::format("packed (variable-length) calls of {}: {}", state.variant.name, error.what()));
+      throw unsupported(error);
+    } catch (const std::invalid_argument &error) { // packedSequencesOf's reason
+      throw unsupported(error);
     }
     // In this runner's context (a device's primary one, or the caller's current one at construction), whatever the
     // thread has current now: the packed kernels launch on the same streams.
