@@ -18,10 +18,11 @@ import weakref
 
 from ._library import (BOTTOM_RIGHT, CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT, DTYPE_F32, DTYPE_U8, PHASE_ALL,
                        PHASE_ATTENTION, PHASE_PROLOGUE, TOP_LEFT, AttentionConfig, RunArgs, SageArgumentError,
-                       SageError, SageUnsupportedError, TensorDesc, check, library)
+                       SageError, SageUnsupportedError, TensorDesc, VarlenArgs, check, library)
 from ._tensors import DTYPE_NAMES, describe, heads_tokens, layout_code
 
-__all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sdpa", "version",
+__all__ = ["Attention", "SageError", "SageArgumentError", "SageUnsupportedError", "sageattn", "sageattn_varlen", "sdpa",
+           "version",
            "sagebwd_attention",
            "PHASE_ALL", "PHASE_PROLOGUE", "PHASE_ATTENTION", "BOTTOM_RIGHT", "TOP_LEFT"]
 
@@ -51,6 +52,21 @@ class _Runner:
         # Not __del__ (module globals may be None at interpreter shutdown): the finalizer holds the destroy function.
         self._finalizer = weakref.finalize(self, loaded.sage_attention_destroy, handle)
         self._workspace_sizes = {}  # (layout, q shape, k shape) -> bytes: one library call per shape, not per call
+
+    def varlen_workspace_bytes(self, batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_k):
+        key = ("varlen", batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_k)
+        needed = self._workspace_sizes.get(key)
+        if needed is None:
+            loaded = library()
+            if not hasattr(loaded, "sage_attention_run_varlen"):
+                raise SageUnsupportedError("cu_seqlens_q: this libsagegen_c.so has no variable-length calls; rebuild")
+            size = ctypes.c_size_t()
+            check(loaded.sage_attention_varlen_workspace_bytes(self.handle, batch, heads_q, heads_kv, max_seqlen_q,
+                                                               max_seqlen_k, ctypes.byref(size)))
+            if len(self._workspace_sizes) >= 1024:
+                self._workspace_sizes.clear()
+            needed = self._workspace_sizes[key] = size.value
+        return needed
 
     def workspace_bytes(self, layout_value, q_desc, k_desc):
         key = (layout_value, tuple(q_desc.shape), tuple(k_desc.shape))
@@ -309,6 +325,72 @@ class Attention:
         check(library().sage_attention_run(plan.runner.handle, plan.args_ref))
         return out, lse
 
+    def varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out=None, lse=None,
+               stream=None, workspace=None):
+        """A packed (variable-length) call, FlashAttention's varlen convention: q [total_q, h_q, d], k/v [total_k,
+        h_kv, d], cu_seqlens_q / cu_seqlens_k int32 [batch + 1] on q's device, max_seqlen_q / max_seqlen_k (ints)
+        >= every length. Sequence b (rows cu[b] .. cu[b + 1] - 1) is attended alone, as a dense call of it would be;
+        causal masks align per sequence by this object's causal_alignment (bottom-right: FlashAttention's). Returns
+        out [total_q, h_q, d] (and lse f32 [h_q, total_q] when built with lse=True). The offsets' values are the
+        caller's to get right (sageattn_varlen checks them in eager mode); the library checks every descriptor."""
+        torch = _load_torch()
+        q_desc = describe(q, "q")
+        if q_desc.device < 0:
+            raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
+        if q_desc.ndim != 3:
+            raise SageArgumentError(f"q: expected a 3-D tensor [total_q, heads_q, head_dim], got shape "
+                                    f"{tuple(q_desc.shape[:q_desc.ndim])}")
+        device = q_desc.device
+        runner = self._runner(device, q_desc.dtype)
+        k_desc, v_desc = describe(k, "k"), describe(v, "v")
+        cu_q_desc, cu_k_desc = describe(cu_seqlens_q, "cu_seqlens_q"), describe(cu_seqlens_k, "cu_seqlens_k")
+        if k_desc.ndim != 3:
+            raise SageArgumentError(f"k: expected a 3-D tensor [total_k, heads_kv, head_dim], got shape "
+                                    f"{tuple(k_desc.shape[:k_desc.ndim])}")
+        maxima = []
+        for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SageArgumentError(f"{name}: expected an int >= 1 (an upper bound of the lengths), got {value!r}")
+            maxima.append(value)
+        total_q, heads_q = q_desc.shape[0], q_desc.shape[1]
+        batch = cu_q_desc.shape[0] - 1
+        needed = None
+        if workspace is None:
+            needed = runner.varlen_workspace_bytes(batch, heads_q, k_desc.shape[1], *maxima)
+        else:
+            ws = describe(workspace, "workspace")
+            if ws.device != device or ws.dtype != DTYPE_U8 or ws.ndim != 1:
+                raise SageArgumentError(f"workspace: expected a 1-D uint8 tensor on CUDA device {device}")
+        if stream is not None and getattr(stream, "device", q.device) != q.device:
+            raise SageArgumentError(f"stream: is on {stream.device}, expected q's device {q.device}")
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        if lse is None and self.write_lse:
+            lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+        o_desc = describe(out, "o")
+        lse_desc = describe(lse, "lse") if lse is not None else None
+        args = VarlenArgs()
+        args.causal_alignment = self._alignment
+        args.q, args.k, args.v, args.o = (ctypes.pointer(desc) for desc in (q_desc, k_desc, v_desc, o_desc))
+        if lse_desc is not None:
+            args.lse = ctypes.pointer(lse_desc)
+        args.cu_seqlens_q, args.cu_seqlens_kv = ctypes.pointer(cu_q_desc), ctypes.pointer(cu_k_desc)
+        args.max_seqlen_q, args.max_seqlen_kv = maxima
+
+        def launch():
+            stream_handle = _current_raw_stream(torch, device) if stream is None else stream.cuda_stream
+            space = workspace if workspace is not None else self._workspace(stream, stream_handle, device, needed,
+                                                                            torch)
+            args.workspace, args.workspace_bytes, args.stream = space.data_ptr(), space.numel(), stream_handle
+            check(library().sage_attention_run_varlen(runner.handle, ctypes.byref(args)))
+
+        if _current_device(torch) == device:
+            launch()
+        else:
+            with torch.cuda.device(device):  # the current stream and capture state are q's device's
+                launch()
+        return (out, lse) if self.write_lse else out
+
     def bound_call(self, q, k, v, layout="HND"):
         """A function f(q, k, v) -> (out, lse or None) for repeated calls with tensors like these (their shapes,
         strides, dtypes and device), for one thread: this call's checks and plan made once, and per call only the
@@ -365,6 +447,7 @@ class Attention:
 
 
 from ._torch import sageattn, sdpa  # noqa: E402  (after Attention, which it uses)
+from ._varlen import sageattn_varlen  # noqa: E402  (issue 28: packed variable-length batches)
 
 
 def __getattr__(name):

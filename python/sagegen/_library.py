@@ -26,7 +26,7 @@ _STATUS_ERRORS = {1: SageArgumentError, 2: SageUnsupportedError}
 _STATUS_NAMES = {1: "invalid argument", 2: "unsupported", 3: "compile error", 4: "CUDA error", 5: "internal error",
                  6: "out of memory"}
 
-DTYPE_F16, DTYPE_BF16, DTYPE_F32, DTYPE_U8, DTYPE_BOOL = 1, 2, 3, 4, 5
+DTYPE_F16, DTYPE_BF16, DTYPE_F32, DTYPE_U8, DTYPE_BOOL, DTYPE_I32 = 1, 2, 3, 4, 5, 6
 LAYOUT_HND, LAYOUT_NHD = 0, 1
 CAUSAL_BOTTOM_RIGHT, CAUSAL_TOP_LEFT = 0, 1
 PHASE_ALL, PHASE_PROLOGUE, PHASE_ATTENTION = 0, 1, 2
@@ -50,6 +50,16 @@ class RunArgs(ctypes.Structure):
                 ("q", ctypes.POINTER(TensorDesc)), ("k", ctypes.POINTER(TensorDesc)),
                 ("v", ctypes.POINTER(TensorDesc)), ("o", ctypes.POINTER(TensorDesc)),
                 ("lse", ctypes.POINTER(TensorDesc)), ("block_mask", ctypes.POINTER(TensorDesc)),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t), ("stream", ctypes.c_void_p)]
+
+
+class VarlenArgs(ctypes.Structure):
+    """sage_varlen_args: a packed (variable-length) call."""
+    _fields_ = [("causal_alignment", ctypes.c_int), ("q", ctypes.POINTER(TensorDesc)),
+                ("k", ctypes.POINTER(TensorDesc)), ("v", ctypes.POINTER(TensorDesc)),
+                ("o", ctypes.POINTER(TensorDesc)), ("lse", ctypes.POINTER(TensorDesc)),
+                ("cu_seqlens_q", ctypes.POINTER(TensorDesc)), ("cu_seqlens_kv", ctypes.POINTER(TensorDesc)),
+                ("max_seqlen_q", ctypes.c_longlong), ("max_seqlen_kv", ctypes.c_longlong),
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t), ("stream", ctypes.c_void_p)]
 
 
@@ -92,6 +102,12 @@ def _declare(library):
     library.sage_attention_head_dim.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
                                                 ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     library.sage_attention_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    if hasattr(library, "sage_attention_run_varlen"):  # added within ABI version 3: looked up by symbol
+        library.sage_attention_varlen_workspace_bytes.argtypes = [ctypes.c_void_p] + [ctypes.c_longlong] * 5 + [
+            ctypes.POINTER(ctypes.c_size_t)]
+        library.sage_attention_run_varlen.argtypes = [ctypes.c_void_p, ctypes.POINTER(VarlenArgs)]
+        library.sage_attention_varlen_workspace_bytes.restype = ctypes.c_int
+        library.sage_attention_run_varlen.restype = ctypes.c_int
     for name in ("sage_attention_create", "sage_attention_workspace_bytes", "sage_attention_block_sizes",
                  "sage_attention_head_dim",
                  "sage_attention_run", "sage_attention_describe"):

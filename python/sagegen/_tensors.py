@@ -2,11 +2,12 @@
 needed to import sagegen or to test these checks. Everything about sizes, dtypes and devices is checked again, and
 completely, by the library (runtime/src/AttentionCall.cpp); Python only refuses what it cannot describe."""
 
-from ._library import (DTYPE_BF16, DTYPE_BOOL, DTYPE_F16, DTYPE_F32, DTYPE_U8, HOST_MEMORY, LAYOUT_HND, LAYOUT_NHD,
-                       SageArgumentError, TensorDesc)
+from ._library import (DTYPE_BF16, DTYPE_BOOL, DTYPE_F16, DTYPE_F32, DTYPE_I32, DTYPE_U8, HOST_MEMORY, LAYOUT_HND,
+                       LAYOUT_NHD, SageArgumentError, TensorDesc)
 
 _DTYPES = {"float16": DTYPE_F16, "half": DTYPE_F16, "bfloat16": DTYPE_BF16, "float32": DTYPE_F32,
-           "float": DTYPE_F32, "uint8": DTYPE_U8, "bool": DTYPE_BOOL}
+           "float": DTYPE_F32, "uint8": DTYPE_U8, "bool": DTYPE_BOOL,
+           "int32": DTYPE_I32}
 DTYPE_NAMES = {DTYPE_F16: "f16", DTYPE_BF16: "bf16"}
 
 LAYOUTS = {"HND": LAYOUT_HND, "NHD": LAYOUT_NHD}
@@ -17,7 +18,7 @@ def dtype_code(dtype, name):
     text = str(dtype).replace("torch.", "")
     if text not in _DTYPES:
         raise SageArgumentError(f"{name}: dtype {text} is not supported (expected float16 or bfloat16; float32 for "
-                                "lse, uint8 or bool for block_mask)")
+                                "lse, uint8 or bool for block_mask, int32 for cu_seqlens)")
     return _DTYPES[text]
 
 

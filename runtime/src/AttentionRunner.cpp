@@ -2,6 +2,8 @@
 #include "sage/runtime/AttentionRunner.h"
 
 #include "sage/codegen/PrologueLaunch.h"
+#include "sage/dsl/Attention.h"
+#include "sage/ir/Program.h"
 #include "sage/runtime/AotKernelDirectory.h"
 #include "sage/runtime/ArgumentError.h"
 #include "sage/runtime/AttentionKernelSet.h"
@@ -14,6 +16,7 @@
 #include "sage/runtime/Sm90TensorMaps.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/UnsupportedError.h"
 
 #include <fmt/core.h>
 
@@ -64,6 +67,14 @@ std::shared_ptr<const TuningDatabase> processTuningDatabase() {
   return database;
 }
 
+// The packed form of a dense variant.
+// TODO(varlen merge): sage::packedSequencesOf (dsl/AttentionVariant.h, owner 1) replaces this one place.
+AttentionVariant packedVariantOf(const AttentionVariant &dense) {
+  AttentionVariant packed = dense;
+  packed.packed_sequences = true;
+  return packed;
+}
+
 struct CompiledKernel {
   std::string name;
   LoadedKernel kernel;
@@ -92,6 +103,8 @@ struct AttentionRunner::State {
   std::string tunables_origin;       // where the plan's tunables came from, for describe()
   mutable std::mutex shape_plan_mutex;
   mutable std::shared_ptr<const ShapePlan> last_shape_plan;
+  mutable std::mutex packed_mutex;
+  mutable std::unique_ptr<AttentionRunner> packed_runner; // packedRunner(), built at the first packed call
 
   std::shared_ptr<const ShapePlan> planFor(const schedules::ProblemShape &shape) const {
     {
@@ -165,7 +178,8 @@ struct AttentionRunner::State {
       else
         attention_kernel = compile(kernel);
     }
-    qk_copies_only = kernels.plan.warp_specialization.consumer_warpgroups > 0 &&
+    // A packed call's Q and K are never in the workspace's layout (sequences are gathered into padded slots).
+    qk_copies_only = kernels.plan.warp_specialization.consumer_warpgroups > 0 && !variant.packed_sequences &&
                      codegen::prologueOnlyCopiesQk(variant, options.input);
   }
 
@@ -260,6 +274,50 @@ void AttentionRunner::run(const AttentionCall &call, void *workspace, size_t wor
   run(validated.shape, validated.tensors, workspace, workspace_bytes, stream, phase);
 }
 
+const AttentionRunner &AttentionRunner::packedRunner() const {
+  const State &state = *state_;
+  if (state.variant.packed_sequences)
+    return *this;
+  std::lock_guard<std::mutex> lock(state.packed_mutex);
+  if (!state.packed_runner) {
+    const auto unsupported = [&](const std::exception &error) {
+      return schedules::UnsupportedError(
+          fmt::format("packed (variable-length) calls of {}: {}", state.variant.name, error.what()));
+    };
+    AttentionVariant packed;
+    AttentionRunnerOptions options = state.options;
+    try { // the packed IR's fingerprint: its kernels' keys differ from the dense ones by the IR
+      packed = packedVariantOf(state.variant);
+      options.ir_fingerprint = dsl::emitProgram(packed).fingerprint();
+    } catch (const ir::ProgramError &error) { // the verifier's reason why this variant cannot be packed
+      throw unsupported(error);
+    } catch (const std::invalid_argument &error) { // packedSequencesOf's reason
+      throw unsupported(error);
+    }
+    // In this runner's context (a device's primary one, or the caller's current one at construction), whatever the
+    // thread has current now: the packed kernels launch on the same streams.
+    ScopedContext scope(CudaDriver::instance(), state.context);
+    state.packed_runner = std::make_unique<AttentionRunner>(packed, std::move(options));
+  }
+  return *state.packed_runner;
+}
+
+size_t AttentionRunner::varlenWorkspaceBytes(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t max_seqlen_q,
+                                             int64_t max_seqlen_kv) const {
+  const AttentionRunner &packed = packedRunner();
+  return packed.workspaceBytes(
+      varlenProblemShape(batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_kv, packed.requirements()));
+}
+
+void AttentionRunner::run(const VarlenCall &call, void *workspace, size_t workspace_bytes, driver::Stream stream,
+                          RunPhase phase) const {
+  if (phase != RunPhase::all && phase != RunPhase::prologue && phase != RunPhase::attention)
+    throw ArgumentError("phase", "expected all, prologue or attention");
+  const AttentionRunner &packed = packedRunner();
+  const ValidatedCall validated = validateVarlenCall(call, packed.requirements());
+  packed.run(validated.shape, validated.tensors, workspace, workspace_bytes, stream, phase);
+}
+
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
   // Through the plan cache: the C ABI sizes the workspace on every run (its overlap check), and the run that follows
   // finds the same plan.
@@ -282,6 +340,11 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     throw std::invalid_argument("q, k, v, o: device pointers must not be null");
   if (reinterpret_cast<uintptr_t>(tensors.o) % 4 != 0 || tensors.o_strides.token % 2 != 0)
     throw std::invalid_argument("o: must be 4-byte aligned with even strides");
+  const bool packed = state.variant.packed_sequences;
+  if (packed && (!tensors.sequences.q || !tensors.sequences.kv))
+    throw std::invalid_argument("sequences: a packed attention needs cu_seqlens_q and cu_seqlens_kv (a VarlenCall)");
+  if (!packed && (tensors.sequences.q || tensors.sequences.kv))
+    throw std::invalid_argument("sequences: a dense attention takes no cu_seqlens (run a VarlenCall: packedRunner())");
   const std::shared_ptr<const ShapePlan> shape_plan = state.planFor(shape);
   const schedules::WorkspaceLayout &layout = shape_plan->layout;
   if (!workspace || reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
@@ -293,7 +356,9 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   // The kernels belong to this runner's device: launch them in its context, whatever the thread has current.
   ScopedContext scope(CudaDriver::instance(), state.context);
   if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) // before anything is launched
-    if (const std::string problem = valueTensorProblem(state.kernels.plan, shape, {tensors.v, tensors.v_strides});
+    if (const std::string problem =
+            valueTensorProblem(state.kernels.plan, valueTensorShape(state.kernels.plan, shape, tensors.sequences),
+                               {tensors.v, tensors.v_strides});
         !problem.empty())
       throw std::invalid_argument(problem);
 
@@ -313,6 +378,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     SagePrologueParams params =
         codegen::makePrologueParams(state.variant, shape, layout, q_tensor, k_tensor, {tensors.v, tensors.v_strides},
                                     static_cast<unsigned char *>(workspace));
+    params.sequences = tensors.sequences; // packed: each sequence gathered into its batch slot
     if (phase == RunPhase::all && claimsTiles(state.kernels.plan) && !state.prologue_kernels.empty()) {
       params.cleared_word_offset = layout.attention_counters.offset;
       counter_cleared = true;
@@ -343,7 +409,8 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   params.o = tensors.o;
   params.o_strides = tensors.o_strides;
   params.lse = tensors.lse;
-  params.lse_strides = {shape.heads_q * shape.tokens_q, shape.tokens_q}; // dense [b, h_q, tokens_q]
+  params.lse_strides = packed ? SageLseStrides{0, tensors.sequences.total_q}                    // packed [h_q, total_q]
+                              : SageLseStrides{shape.heads_q * shape.tokens_q, shape.tokens_q}; // [b, h_q, tokens_q]
   params.block_mask = tensors.block_mask;
   params.size = {static_cast<int>(shape.batch),         static_cast<int>(shape.heads_q),
                  static_cast<int>(shape.heads_kv),      static_cast<int>(shape.tokens_q),
@@ -351,7 +418,11 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
                  static_cast<int>(layout.padded_kv),    static_cast<int>(layout.q_scale_count),
                  static_cast<int>(layout.k_scale_count)};
   params.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(state.variant.head_dim)));
-  params.causal_offset = static_cast<int>(causalOffset(tensors.causal_alignment, shape.tokens_q, shape.tokens_kv));
+  // Packed: the offset is each sequence's own (the kernel adds length_kv - length_q where bottom-right).
+  params.causal_offset =
+      packed ? 0 : static_cast<int>(causalOffset(tensors.causal_alignment, shape.tokens_q, shape.tokens_kv));
+  params.sequences = tensors.sequences;
+  params.causal_bottom_right = packed && tensors.causal_alignment == CausalAlignment::bottom_right ? 1 : 0;
   const auto &grid = shape_plan->attention_grid;
   const CompiledKernel &kernel = state.attention_kernel;
   const LaunchConfig launch{

@@ -21,6 +21,7 @@
 #include "sage/runtime/MergeRunner.h"
 #include "sage/runtime/NvrtcCompiler.h"
 #include "sage/runtime/SlaRunner.h"
+#include "sage/runtime/VarlenCall.h"
 #include "sage/schedules/ScheduleRegistry.h"
 #include "sage/schedules/UnsupportedError.h"
 
@@ -106,6 +107,15 @@ sage::runtime::TensorLayout layoutOf(int layout) {
   if (layout == SAGE_LAYOUT_NHD)
     return sage::runtime::TensorLayout::nhd;
   throw ArgumentError("layout", "expected SAGE_LAYOUT_HND or SAGE_LAYOUT_NHD, got " + std::to_string(layout));
+}
+
+sage::runtime::CausalAlignment causalAlignmentOf(int alignment) {
+  if (alignment == SAGE_CAUSAL_BOTTOM_RIGHT)
+    return sage::runtime::CausalAlignment::bottom_right;
+  if (alignment == SAGE_CAUSAL_TOP_LEFT)
+    return sage::runtime::CausalAlignment::top_left;
+  throw ArgumentError("causal_alignment",
+                      "expected SAGE_CAUSAL_BOTTOM_RIGHT or SAGE_CAUSAL_TOP_LEFT, got " + std::to_string(alignment));
 }
 
 sage::runtime::AttentionRunner &runnerOf(sage_attention_t attention) {
@@ -308,13 +318,7 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
       call.lse = describe(args->lse, "lse");
     if (args->block_mask)
       call.block_mask = describe(args->block_mask, "block_mask");
-    if (args->causal_alignment == SAGE_CAUSAL_BOTTOM_RIGHT)
-      call.causal_alignment = sage::runtime::CausalAlignment::bottom_right;
-    else if (args->causal_alignment == SAGE_CAUSAL_TOP_LEFT)
-      call.causal_alignment = sage::runtime::CausalAlignment::top_left;
-    else
-      throw ArgumentError("causal_alignment", "expected SAGE_CAUSAL_BOTTOM_RIGHT or SAGE_CAUSAL_TOP_LEFT, got " +
-                                                  std::to_string(args->causal_alignment));
+    call.causal_alignment = causalAlignmentOf(args->causal_alignment);
     sage::runtime::RunPhase phase = sage::runtime::RunPhase::all;
     switch (args->phase) {
     case SAGE_PHASE_ALL:
@@ -334,6 +338,43 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
                                   runner.workspaceBytes(validated.shape), 256, "sage_attention_workspace_bytes");
     runner.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
                static_cast<sage::runtime::driver::Stream>(args->stream), phase);
+  });
+}
+
+sage_status sage_attention_varlen_workspace_bytes(sage_attention_t attention, long long batch, long long heads_q,
+                                                  long long heads_kv, long long max_seqlen_q, long long max_seqlen_kv,
+                                                  size_t *bytes) {
+  return guarded([&] {
+    const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!bytes)
+      throw ArgumentError("bytes", "must not be null");
+    *bytes = runner.varlenWorkspaceBytes(batch, heads_q, heads_kv, max_seqlen_q, max_seqlen_kv);
+  });
+}
+
+sage_status sage_attention_run_varlen(sage_attention_t attention, const sage_varlen_args *args) {
+  return guarded([&] {
+    const sage::runtime::AttentionRunner &runner = runnerOf(attention);
+    if (!args)
+      throw ArgumentError("args", "must not be null");
+    sage::runtime::VarlenCall call;
+    call.q = describe(args->q, "q");
+    call.k = describe(args->k, "k");
+    call.v = describe(args->v, "v");
+    call.o = describe(args->o, "o");
+    if (args->lse)
+      call.lse = describe(args->lse, "lse");
+    call.cu_seqlens_q = describe(args->cu_seqlens_q, "cu_seqlens_q");
+    call.cu_seqlens_kv = describe(args->cu_seqlens_kv, "cu_seqlens_kv");
+    call.max_seqlen_q = args->max_seqlen_q;
+    call.max_seqlen_kv = args->max_seqlen_kv;
+    call.causal_alignment = causalAlignmentOf(args->causal_alignment);
+    const sage::runtime::AttentionRunner &packed = runner.packedRunner(); // SAGE_UNSUPPORTED where none runs it
+    const sage::runtime::ValidatedCall validated = sage::runtime::validateVarlenCall(call, packed.requirements());
+    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
+                                  packed.workspaceBytes(validated.shape), 256, "sage_attention_varlen_workspace_bytes");
+    packed.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
+               static_cast<sage::runtime::driver::Stream>(args->stream));
   });
 }
 

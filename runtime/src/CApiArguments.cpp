@@ -88,8 +88,10 @@ DataType dataTypeOf(int dtype, const char *argument) {
     return DataType::u8;
   case SAGE_DTYPE_BOOL:
     return DataType::boolean;
+  case SAGE_DTYPE_I32:
+    return DataType::i32;
   }
-  throw ArgumentError(argument, "expected a sage_dtype (1 to 5), got " + std::to_string(dtype));
+  throw ArgumentError(argument, "expected a sage_dtype (1 to 6), got " + std::to_string(dtype));
 }
 
 TensorDescription describe(const sage_tensor_desc *tensor, const char *argument) {

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -84,6 +85,16 @@ std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedule
   return {};
 }
 
+schedules::ProblemShape valueTensorShape(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
+                                         const SageSequenceOffsets &sequences) {
+  if (!plan.packed_sequences)
+    return shape;
+  schedules::ProblemShape packed = shape;
+  packed.batch = 1;
+  packed.tokens_kv = std::max(1, sequences.total_kv);
+  return packed;
+}
+
 bool claimsTiles(const schedules::KernelPlan &plan) {
   return plan.warp_specialization.consumer_warpgroups > 0 && plan.grid.persistent_ctas_per_multiprocessor > 0;
 }
@@ -124,14 +135,15 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
     encodeRows(v_map, workspace + layout.v_values.offset, 2 * plan.head_dim, kv_rows, ws.v_box);
     break;
   case schedules::ValueSource::input: { // the caller's V: [b][h_kv][tokens_kv][d] with its own strides
-    if (const std::string problem = valueTensorProblem(plan, shape, v); !problem.empty())
+    const schedules::ProblemShape v_shape = valueTensorShape(plan, shape, base.sequences);
+    if (const std::string problem = valueTensorProblem(plan, v_shape, v); !problem.empty())
       throw std::invalid_argument(problem);
-    const std::array<std::int64_t, 3> byte_strides = valueByteStrides(plan, shape, v);
-    if (static_cast<std::uint64_t>(shape.tokens_kv) >= kMaxDimension || shape.tokens_kv > kMaxCoordinate)
+    const std::array<std::int64_t, 3> byte_strides = valueByteStrides(plan, v_shape, v);
+    if (static_cast<std::uint64_t>(v_shape.tokens_kv) >= kMaxDimension || v_shape.tokens_kv > kMaxCoordinate)
       throw std::invalid_argument("shape: tokens_kv must be below 2^31 for the sm90 schedule");
-    const std::uint64_t dims[4] = {static_cast<std::uint64_t>(2 * plan.head_dim),
-                                   static_cast<std::uint64_t>(shape.tokens_kv),
-                                   static_cast<std::uint64_t>(shape.heads_kv), static_cast<std::uint64_t>(shape.batch)};
+    const std::uint64_t dims[4] = {
+        static_cast<std::uint64_t>(2 * plan.head_dim), static_cast<std::uint64_t>(v_shape.tokens_kv),
+        static_cast<std::uint64_t>(v_shape.heads_kv), static_cast<std::uint64_t>(v_shape.batch)};
     const std::uint64_t strides[3] = {static_cast<std::uint64_t>(byte_strides[0]),
                                       static_cast<std::uint64_t>(byte_strides[1]),
                                       static_cast<std::uint64_t>(byte_strides[2])};

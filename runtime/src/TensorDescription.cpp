@@ -14,6 +14,8 @@ std::string_view nameOf(DataType type) {
     return "u8";
   case DataType::boolean:
     return "bool";
+  case DataType::i32:
+    return "i32";
   }
   return "unknown";
 }
@@ -24,6 +26,7 @@ int64_t bytesOf(DataType type) {
   case DataType::bf16:
     return 2;
   case DataType::f32:
+  case DataType::i32:
     return 4;
   case DataType::u8:
   case DataType::boolean:

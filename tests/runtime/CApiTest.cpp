@@ -83,6 +83,15 @@ TEST_CASE("calls on a null handle or with null arguments fail cleanly") {
   sage_attention_destroy(nullptr); // a no-op
 }
 
+TEST_CASE("varlen calls on a null handle fail cleanly, naming the handle") {
+  sage_varlen_args args{};
+  CHECK(sage_attention_run_varlen(nullptr, &args) == SAGE_INVALID_ARGUMENT);
+  CHECK(lastError().rfind("attention:", 0) == 0);
+  size_t bytes = 0;
+  CHECK(sage_attention_varlen_workspace_bytes(nullptr, 2, 8, 8, 128, 128, &bytes) == SAGE_INVALID_ARGUMENT);
+  CHECK(lastError().rfind("attention:", 0) == 0);
+}
+
 TEST_CASE("the error message stays until the next call; the version needs no GPU") {
   CHECK(sage_attention_run(nullptr, nullptr) == SAGE_INVALID_ARGUMENT);
   CHECK_FALSE(lastError().empty());

@@ -11,7 +11,8 @@
  *
  * Version 1 (sage_attention_run with bare pointers and a shape without head dim) is gone: it could not be made safe.
  * Version 3 added sage_sla_config.dtype (bf16 SLA) at the end of that struct; sage_merge_c.h's
- * sage_merge_attention came later within version 3 (a new function, no struct changed: look the symbol up).
+ * sage_merge_attention came later within version 3 (a new function, no struct changed: look the symbol up), and so
+ * did the variable-length calls (sage_attention_run_varlen, sage_attention_varlen_workspace_bytes, SAGE_DTYPE_I32).
  * Strides are in elements. */
 #ifndef SAGE_C_H
 #define SAGE_C_H
@@ -39,7 +40,8 @@ typedef enum sage_dtype {
   SAGE_DTYPE_BF16 = 2,
   SAGE_DTYPE_F32 = 3,
   SAGE_DTYPE_U8 = 4,
-  SAGE_DTYPE_BOOL = 5 /* one byte per element, 0 or 1 */
+  SAGE_DTYPE_BOOL = 5, /* one byte per element, 0 or 1 */
+  SAGE_DTYPE_I32 = 6   /* cu_seqlens of a variable-length call */
 } sage_dtype;
 
 typedef enum sage_layout {
@@ -124,6 +126,36 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
 /* A one-line description: variant, schedule, arch, tunables, kernel names, where each kernel came from
  * (aot / memory / disk / built) and its compile time. */
 sage_status sage_attention_describe(sage_attention_t attention, char *buffer, size_t buffer_bytes);
+
+/* ---- Variable-length (packed) batches (issue 28), FlashAttention's varlen convention ----------------------------
+ * Sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and o (and of the lse's columns), and rows
+ * cu_seqlens_kv[b] .. cu_seqlens_kv[b + 1] - 1 of k and v; each is attended alone, as a dense call of that one
+ * sequence would (K smoothing, V's scales and the causal mask per sequence). A handle from sage_attention_create runs
+ * them with the kernels of its variant's packed form, built at its first packed call (SAGE_UNSUPPORTED, with the
+ * reason, where nothing runs it: SLA, block-sparse, FP4 presets). Rows of o outside every sequence are not written;
+ * a sequence of no keys gets o = 0 and lse = -inf. Only the descriptors are checked: the offsets' values are never
+ * read on the host (a call can be captured in a CUDA graph), and the kernels clamp them to the tensors, so wrong
+ * offsets give wrong numbers, never an out-of-bounds access; the caller guarantees cu[0] = 0, non-decreasing, last
+ * entry = total, and every length <= its max_seqlen. */
+typedef struct sage_varlen_args {
+  sage_causal_alignment causal_alignment; /* per sequence; SAGE_CAUSAL_BOTTOM_RIGHT is FlashAttention's */
+  const sage_tensor_desc *q;              /* [total_q, heads_q, head_dim], head dim contiguous, 16-byte aligned rows */
+  const sage_tensor_desc *k, *v;          /* [total_kv, heads_kv, head_dim] (heads_kv divides heads_q) */
+  const sage_tensor_desc *o;              /* q's shape and dtype */
+  const sage_tensor_desc *lse;            /* f32 [heads_q, total_q], contiguous, natural log: required iff write_lse */
+  const sage_tensor_desc *cu_seqlens_q;   /* SAGE_DTYPE_I32 [batch + 1], contiguous, on the handle's device */
+  const sage_tensor_desc *cu_seqlens_kv;  /* SAGE_DTYPE_I32 [batch + 1] */
+  long long max_seqlen_q, max_seqlen_kv;  /* >= every sequence's length, >= 1 */
+  void *workspace;                        /* 256-byte aligned device memory on the same device */
+  size_t workspace_bytes;                 /* at least sage_attention_varlen_workspace_bytes() */
+  void *stream;                           /* a CUstream / cudaStream_t of that device (NULL: its default stream) */
+} sage_varlen_args;
+
+/* The workspace of a packed call of `batch` sequences: that of the dense call [batch, heads, max_seqlen, head_dim]. */
+sage_status sage_attention_varlen_workspace_bytes(sage_attention_t attention, long long batch, long long heads_q,
+                                                  long long heads_kv, long long max_seqlen_q, long long max_seqlen_kv,
+                                                  size_t *bytes);
+sage_status sage_attention_run_varlen(sage_attention_t attention, const sage_varlen_args *args);
 
 /* ---- SageBwd (issue 12): the backward pass of attention -------------------------------------------------------
  * dQ, dK, dV from Q, K, V, the forward's O and natural-log LSE, and dO (SageAttention3's Algorithm 3: int8 S, dV, dQ,

@@ -38,6 +38,9 @@ struct AttentionTensors {
   float *lse = nullptr;                      // [b, h_q, n_q], or null
   const unsigned char *block_mask = nullptr; // [b, h_q, q_blocks, kv_blocks], or null
   CausalAlignment causal_alignment = CausalAlignment::bottom_right;
+  // Packed calls (VarlenCall.h) only: cu_seqlens and the packed token counts; the strides above then have batch
+  // stride 0 and a sequence's rows start at its offset. All zero for dense calls.
+  SageSequenceOffsets sequences{};
 };
 
 struct AttentionCall {

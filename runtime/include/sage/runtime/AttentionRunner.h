@@ -8,6 +8,7 @@
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/KernelCache.h"
 #include "sage/runtime/TuningDatabase.h"
+#include "sage/runtime/VarlenCall.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/InputType.h"
 #include "sage/schedules/Tunables.h"
@@ -65,6 +66,19 @@ public:
   // check the tensors' sizes, dtypes or devices (run(AttentionCall) can).
   void run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
            size_t workspace_bytes, driver::Stream stream, RunPhase phase = RunPhase::all) const;
+
+  // Packed variable-length calls (VarlenCall.h) run on the runner of this variant's packed form
+  // (AttentionVariant::packed_sequences; its own plan and kernels, cached like these): built at the first packed call
+  // and kept. It throws schedules::UnsupportedError, with the reason, where nothing runs the packed form (SLA,
+  // block-sparse, FP4, ...). A runner of a packed variant is its own packed runner.
+  const AttentionRunner &packedRunner() const;
+  // The workspace of a packed call of `batch` sequences: the dense call's of shape (batch, heads, max lengths).
+  size_t varlenWorkspaceBytes(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t max_seqlen_q,
+                              int64_t max_seqlen_kv) const;
+  // Validates the call (validateVarlenCall: descriptors only, never the offsets' values), then launches the packed
+  // runner's prologue and attention kernel on `stream`.
+  void run(const VarlenCall &call, void *workspace, size_t workspace_bytes, driver::Stream stream,
+           RunPhase phase = RunPhase::all) const;
 
   // What the kernels accept: head dim, dtype, LSE, block mask and its block sizes, device.
   const KernelRequirements &requirements() const;

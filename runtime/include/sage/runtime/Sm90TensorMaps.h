@@ -21,13 +21,20 @@ struct ValueTensor {
 std::string valueTensorProblem(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                const ValueTensor &v);
 
+// The shape V is read in as a tensor map: the problem's, or for a packed plan [1][h_kv][total_kv][d] over the
+// packed V (batch stride 0; a sequence's rows start at cu_seqlens_kv[b]); an empty packed V (total_kv 0, never read)
+// is encoded as one token so that the map stays valid.
+schedules::ProblemShape valueTensorShape(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
+                                         const SageSequenceOffsets &sequences);
+
 // Whether the plan's kernel claims tiles from WorkspaceLayout::attention_counters (persistent CTAs): the word must be
 // zero when it starts (makeSm90AttentionParams then passes it as tile_counter).
 bool claimsTiles(const schedules::KernelPlan &plan);
 
-// `base` with the three tensor maps of this call. Throws std::invalid_argument (see above) or CudaError.
-// `qk_rows`: the caller's Q and K when they already are in q_codes' and k_codes' layout (the prologue skipped:
-// codegen::prologueOnlyCopiesQk), read in place; else both null (the workspace's codes).
+// `base` with the three tensor maps of this call (a packed plan's V map over valueTensorShape(base.sequences)). Throws
+// std::invalid_argument (see above) or CudaError. `qk_rows`: the caller's Q and K when they already are in q_codes' and
+// k_codes' layout (the prologue skipped: codegen::prologueOnlyCopiesQk), read in place; else both null (the workspace's
+// codes).
 struct QkRows {
   const void *q = nullptr, *k = nullptr;
 };

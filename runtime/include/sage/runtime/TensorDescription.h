@@ -8,8 +8,8 @@
 
 namespace sage::runtime {
 
-enum class DataType { f16, bf16, f32, u8, boolean };
-std::string_view nameOf(DataType type); // "f16", "bf16", "f32", "u8", "bool"
+enum class DataType { f16, bf16, f32, u8, boolean, i32 }; // i32: cu_seqlens (VarlenCall.h)
+std::string_view nameOf(DataType type);                   // "f16", "bf16", "f32", "u8", "bool", "i32"
 int64_t bytesOf(DataType type);
 
 constexpr int kHostMemory = -1; // TensorDescription::device of host memory
