@@ -2,6 +2,7 @@
 // dereferenced); a good call gives the dense problem (batch = sequences, tokens = the maxima), batch stride 0 and the
 // sequence offsets the kernels read.
 #include "sage/runtime/VarlenCall.h"
+#include "sage/runtime/Sm90TensorMaps.h"
 
 #include "../support/RuntimeArguments.h"
 
@@ -163,4 +164,21 @@ TEST_CASE("the dense problem of a packed call: sequences and maxima checked by n
   sage::test::rejection([] { varlenProblemShape(70000, 8, 2, 100, 200, requirements()); }, "cu_seqlens_q");
   sage::test::rejection([] { varlenProblemShape(3, 8, 3, 100, 200, requirements()); }, "k");
   sage::test::rejection([] { varlenProblemShape(3, 8, 2, 100, 0, requirements()); }, "max_seqlen_kv");
+}
+
+TEST_CASE("sm90 reads a packed V in place as [1][h_kv][total_kv][d]: batch stride 0 is no problem there") {
+  sage::schedules::KernelPlan plan;
+  plan.v_source = sage::schedules::ValueSource::input;
+  plan.head_dim = 64;
+  const ValidatedCall validated = validateVarlenCall(goodCall(), requirements());
+  const ValueTensor v{validated.tensors.v, validated.tensors.v_strides};
+  // Dense plans read V over the problem's shape: the packed V's batch stride 0 would be refused there.
+  CHECK(valueTensorShape(plan, validated.shape, validated.tensors.sequences) == validated.shape);
+  CHECK_FALSE(valueTensorProblem(plan, validated.shape, v).empty());
+  plan.packed_sequences = true;
+  const sage::schedules::ProblemShape shape = valueTensorShape(plan, validated.shape, validated.tensors.sequences);
+  CHECK(shape == sage::schedules::ProblemShape{1, 8, 2, 400, 1500, 64});
+  CHECK(valueTensorProblem(plan, shape, v).empty());
+  // No keys at all: one token, so that the map stays valid (it is never read).
+  CHECK(valueTensorShape(plan, validated.shape, {nullptr, nullptr, 0, 0}).tokens_kv == 1);
 }
