@@ -1,7 +1,8 @@
 """Packed (variable-length) attention, timed (issue 28): sagegen.sageattn_varlen against the same tokens padded into a
 dense batch (sagegen.sageattn on [batch, max_len]), a per-sequence PyTorch SDPA loop, SDPA over the packed tokens with
 a block-diagonal mask, and flash_attn_varlen_func where flash-attn is installed. Equal total tokens per row of the
-table; lengths drawn uniformly in [max_len / 8, max_len] (seeded). Not a test: numbers only.
+table; lengths drawn uniformly in [max_len / 8, max_len] (seeded). The last two columns run the same total tokens as
+sequences of length max_len, packed and as the dense call of that shape. Not a test: numbers only.
 
     python3 bench/varlen_bench.py [--preset sage-b] [--heads 32] [--heads-kv 8] [--dim 128] [--causal]
                                   [--total 16384] [--max-len 512,2048,8192] [--json out.json]
@@ -53,7 +54,7 @@ def main():
         flash_attn_varlen_func = None
     rows = []
     print(f"{'max_len':>8} {'seqs':>5} {'varlen ms':>10} {'TFLOPS':>7} {'padded ms':>10} {'sdpa loop':>10} "
-          f"{'sdpa mask':>10} {'flash-attn':>10}")
+          f"{'sdpa mask':>10} {'flash-attn':>10} {'uniform varlen':>14} {'uniform dense':>13}")
     for max_len in (int(x) for x in args.max_len.split(",")):
         lengths = lengths_for(args.total, max_len, seed=max_len)
         batch, longest = len(lengths), max(lengths)
@@ -85,12 +86,25 @@ def main():
             row["flash_attn_ms"] = time_ms(lambda: flash_attn_varlen_func(q, k, v, cu, cu, longest, longest,
                                                                           causal=args.causal))
         row["varlen_tflops"] = flops(lengths, args.heads, args.dim, args.causal) / row["varlen_ms"] / 1e9
+        # The same total tokens as sequences of one length (max_len): the packed call against the dense call of
+        # that exact shape, which computes the same thing (the issue's "within 10% of dense at equal tokens").
+        uniform = args.total // max_len
+        cu_uniform = torch.arange(0, (uniform + 1) * max_len, max_len, dtype=torch.int32, device="cuda")
+        qu, ku, vu = (t[:uniform * max_len] for t in (q, k, v))
+        row["uniform_varlen_ms"] = time_ms(lambda: sagegen.sageattn_varlen(
+            qu, ku, vu, cu_uniform, cu_uniform, max_len, max_len, is_causal=args.causal, preset=args.preset,
+            check_offsets=False))
+        dense = [t.view(uniform, max_len, t.shape[1], args.dim) for t in (qu, ku, vu)]
+        row["uniform_dense_ms"] = time_ms(lambda: sagegen.sageattn(*dense, tensor_layout="NHD", is_causal=args.causal,
+                                                                   preset=args.preset,
+                                                                   causal_alignment="bottom-right"))
         rows.append(row)
 
         def cell(name):
             return f"{row[name]:10.3f}" if name in row else f"{'-':>10}"
         print(f"{max_len:>8} {batch:>5} {row['varlen_ms']:10.3f} {row['varlen_tflops']:7.1f} {cell('padded_ms')} "
-              f"{cell('sdpa_loop_ms')} {cell('sdpa_mask_ms')} {cell('flash_attn_ms')}")
+              f"{cell('sdpa_loop_ms')} {cell('sdpa_mask_ms')} {cell('flash_attn_ms')} {row['uniform_varlen_ms']:14.3f} "
+              f"{row['uniform_dense_ms']:13.3f}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"device": torch.cuda.get_device_name(), "preset": args.preset, "heads": args.heads,
