@@ -30,9 +30,10 @@ namespace {
 
 constexpr int kRegisterFile = 65536; // 32-bit registers per SM on sm_80 .. sm_90
 // The packed kernels hold a few per-sequence values in registers where the dense ones read the constant bank. Kernels
-// already at their register limit spill a little more (measured with CUDA 13: sage-vt d64 on sm_80 / sm_89, 255
-// registers: 16 / 24 bytes against 8 / 12; sage2-fp8 d128 causal on sm_90a, inline loads: 12 against 8).
-constexpr int kSpillToleranceBytes = 16;
+// already at their register limit (and spilling) spill a little more (measured with CUDA 13, packed against dense
+// bytes: sage2-fp8 d64 causal on sm_89 64 / 44, sage-vt d64 on sm_89 24 / 12, sage2-fp8 d128 causal on sm_90a with
+// inline loads 12 / 8; most kernels 0 / 0).
+constexpr int kSpillToleranceBytes = 24;
 
 struct Case {
   std::string preset;
