@@ -67,14 +67,6 @@ std::shared_ptr<const TuningDatabase> processTuningDatabase() {
   return database;
 }
 
-// The packed form of a dense variant.
-// TODO(varlen merge): sage::packedSequencesOf (dsl/AttentionVariant.h, owner 1) replaces this one place.
-AttentionVariant packedVariantOf(const AttentionVariant &dense) {
-  AttentionVariant packed = dense;
-  packed.packed_sequences = true;
-  return packed;
-}
-
 struct CompiledKernel {
   std::string name;
   LoadedKernel kernel;
@@ -287,7 +279,7 @@ const AttentionRunner &AttentionRunner::packedRunner() const {
     AttentionVariant packed;
     AttentionRunnerOptions options = state.options;
     try { // the packed IR's fingerprint: its kernels' keys differ from the dense ones by the IR
-      packed = packedVariantOf(state.variant);
+      packed = packedSequencesOf(state.variant);
       options.ir_fingerprint = dsl::emitProgram(packed).fingerprint();
     } catch (const ir::ProgramError &error) { // the verifier's reason why this variant cannot be packed
       throw unsupported(error);

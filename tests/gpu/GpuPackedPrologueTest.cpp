@@ -280,8 +280,7 @@ void checkSlotsAgainstDense(const std::vector<int> &lengths_q, const std::vector
     AttentionVariant dense = dsl::preset(c.preset, c.head_dim)->describe();
     if (c.rotated)
       dense.q.rotation_seed = dense.k.rotation_seed = 31;
-    AttentionVariant packed = dense;
-    packed.packed_sequences = true; // sage::packedSequencesOf's result (owner 1) once merged
+    const AttentionVariant packed = packedSequencesOf(dense);
     const InputType input = c.storage == StorageType::bf16 ? InputType::bf16 : InputType::f16;
     const PackedProblem problem(lengths_q, lengths_kv, 8, 2, c.head_dim, c.storage);
     const schedules::ProblemShape shape = problem.shape();
@@ -337,8 +336,7 @@ TEST_CASE("packed slots hold the dense prologue's bytes of each sequence alone (
 TEST_CASE("offsets out of range are clamped: the prologue finishes without a fault") {
   driver().ensureContext();
   const AttentionVariant dense = dsl::preset("sage2-fp8", 128)->describe();
-  AttentionVariant packed = dense;
-  packed.packed_sequences = true;
+  const AttentionVariant packed = packedSequencesOf(dense);
   const PackedProblem problem({100, 50, 70}, {300, 20, 90}, 4, 4, 128, StorageType::f16);
   const schedules::ProblemShape shape = problem.shape();
   const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(packed, shape, InputType::f16);

@@ -64,8 +64,7 @@ void compilePackedPresets(const char *arch, int arch_index) {
           continue;
         const char *preset = presets[p];
         const AttentionVariant dense = dsl::preset(preset, head_dim)->describe();
-        AttentionVariant packed = dense;
-        packed.packed_sequences = true; // sage::packedSequencesOf's result (owner 1) once merged
+        const AttentionVariant packed = packedSequencesOf(dense);
         const codegen::PrologueSource dense_prologue = codegen::PrologueGenerator::generate(dense, input, head_dim);
         const codegen::PrologueSource packed_prologue = codegen::PrologueGenerator::generate(packed, input, head_dim);
         REQUIRE(packed_prologue.kernels.size() == dense_prologue.kernels.size());

@@ -18,10 +18,7 @@ using schedules::InputType;
 
 namespace {
 
-AttentionVariant packedOf(AttentionVariant variant) {
-  variant.packed_sequences = true; // sage::packedSequencesOf's result (owner 1) once merged
-  return variant;
-}
+AttentionVariant packedOf(const AttentionVariant &variant) { return packedSequencesOf(variant); }
 
 std::vector<unsigned> gridsOf(const codegen::PrologueSource &prologue, const schedules::ProblemShape &shape) {
   std::vector<unsigned> grids;
