@@ -229,7 +229,7 @@ template <class Config> struct CodesSoftmax {
 #pragma unroll
     for (int i = 0; i < Config::kBlockKv / 2; ++i)
       x[i] = __int_as_float(accumulator[i] + 0x4B400000);
-    if constexpr (kMasked) // -inf stays -inf through the FFMA below
+    if constexpr (kMasked) // -inf stays -inf through the FFMA below (the factor is made positive there)
       mask_scores<Config>(x, rows, kv_begin, tile.tokens_kv, tile.causal_offset, quad_lane);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -238,6 +238,12 @@ template <class Config> struct CodesSoftmax {
 #pragma unroll
       for (int group = 0; group < kGroups; ++group) {
         factor[group] = state.row_factor[half] * k_scale[group];
+        // A zero factor (an all-zero Q block or K group: scale 0, codes 0) would turn a masked -inf into NaN. Its
+        // keys' S are 0 whatever the factor, so the smallest normal float changes no visible score (the FFMA below
+        // rounds kOffset x FLT_MIN away) and keeps -inf. Packed sequences meet it in every scale group past a
+        // sequence (written 0); a dense call where a tail group's K - mean(K) is all zero.
+        if constexpr (kMasked)
+          factor[group] = fmaxf(factor[group], 1.17549435e-38f);
         const float group_max = half_row_max<kTilesPerGroup>(x, half, group * kTilesPerGroup);
         if (group_max != negative_infinity())
           block_max = fmaxf(block_max, (group_max - kOffset) * factor[group]);
