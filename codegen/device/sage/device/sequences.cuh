@@ -16,8 +16,8 @@ struct SequenceExtent {
 // Sequence `batch`'s first row and length from cumulative offsets, clamped as the file's comment says.
 __device__ __forceinline__ void clamped_sequence(const int *cumulative, int batch, int total, int maximum, int &base,
                                                  int &length) {
-  // Plain loads, not __ldg: a kernel that reads them again in its epilogue (instead of keeping them in registers through
-  // its main loop) then really reloads them, where an invariant load could be merged with the first one.
+  // Plain loads, not __ldg: a kernel that reads them again in its epilogue (instead of keeping them in registers
+  // through its main loop) then really reloads them, where an invariant load could be merged with the first one.
   const int begin = min(max(cumulative[batch], 0), total);
   const int end = min(max(cumulative[batch + 1], 0), total);
   base = begin;
