@@ -13,13 +13,10 @@
 #include <nvrtc.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace sage;
@@ -65,27 +62,15 @@ Outcome compile(const Case &item) {
   outcome.compiled = result.compiled;
   outcome.cubin_bytes = result.cubin_bytes;
   outcome.log = result.log;
-  std::smatch match;
-  if (std::regex_search(outcome.log, match, std::regex(R"(Used (\d+) registers)")))
-    outcome.registers = std::stoi(match[1]);
-  if (std::regex_search(outcome.log, match, std::regex(R"((\d+) bytes spill stores)")))
-    outcome.spill_store_bytes = std::stoi(match[1]);
+  const test::PtxasUsage usage = test::ptxasUsage(outcome.log);
+  outcome.registers = usage.registers;
+  outcome.spill_store_bytes = usage.spill_store_bytes;
   return outcome;
 }
 
 // Compiles the cases on up to 4 threads; each must compile within the spill budget.
 void compileAndCheck(const std::vector<Case> &cases) {
-  std::vector<Outcome> outcomes(cases.size());
-  std::atomic<size_t> next{0};
-  const unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (unsigned worker = 0; worker < workers; ++worker)
-    threads.emplace_back([&] {
-      for (size_t index = next++; index < cases.size(); index = next++)
-        outcomes[index] = compile(cases[index]);
-    });
-  for (std::thread &thread : threads)
-    thread.join();
+  const std::vector<Outcome> outcomes = test::compileInParallel(cases, compile);
 
   for (size_t index = 0; index < cases.size(); ++index) {
     const Outcome &outcome = outcomes[index];

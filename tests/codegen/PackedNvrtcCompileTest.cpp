@@ -15,11 +15,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace sage;
@@ -78,27 +75,10 @@ Outcome compile(const Case &item) {
   const test::DeviceCompileResult result = test::compileWithNvrtc(source, std::string(archName(item.arch)), options);
   outcome.compiled = result.compiled && result.cubin_bytes > 0;
   outcome.log = result.log;
-  std::smatch match;
-  if (std::regex_search(outcome.log, match, std::regex(R"(Used (\d+) registers)")))
-    outcome.registers = std::stoi(match[1]);
-  if (std::regex_search(outcome.log, match, std::regex(R"((\d+) bytes spill stores)")))
-    outcome.spill_store_bytes = std::stoi(match[1]);
+  const test::PtxasUsage usage = test::ptxasUsage(outcome.log);
+  outcome.registers = usage.registers;
+  outcome.spill_store_bytes = usage.spill_store_bytes;
   return outcome;
-}
-
-std::vector<Outcome> compileAll(const std::vector<Case> &cases) {
-  std::vector<Outcome> outcomes(cases.size());
-  std::atomic<size_t> next{0};
-  const unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> threads;
-  for (unsigned worker = 0; worker < workers; ++worker)
-    threads.emplace_back([&] {
-      for (size_t index = next++; index < cases.size(); index = next++)
-        outcomes[index] = compile(cases[index]);
-    });
-  for (std::thread &thread : threads)
-    thread.join();
-  return outcomes;
 }
 
 // Each (preset, head dim, mask, input) the schedule supports, dense and packed side by side (cases 2i and 2i + 1). In
@@ -126,7 +106,7 @@ std::vector<Case> casesFor(GpuArch arch, const Schedule &schedule) {
 
 void checkPackedAgainstDense(const std::vector<Case> &cases) {
   REQUIRE(!cases.empty());
-  const std::vector<Outcome> outcomes = compileAll(cases);
+  const std::vector<Outcome> outcomes = test::compileInParallel(cases, compile);
   for (size_t index = 0; index + 1 < cases.size(); index += 2) {
     const Outcome &dense = outcomes[index], &packed = outcomes[index + 1];
     CAPTURE(packed.name);

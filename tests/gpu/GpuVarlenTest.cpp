@@ -3,6 +3,7 @@
 // include 0 and 1, maxima above every length, GQA, a per-sequence K channel offset and Q outlier channels. Rows of Q
 // past the last sequence belong to none: their O rows and LSE entries must keep the sentinel written before the call.
 // Skipped, with a message, where no GPU is present.
+#include "../support/RuntimeArguments.h"
 #include "../support/SkipWithoutGpu.h"
 #include "GpuAttentionRun.h"
 #include "sage/dsl/Presets.h"
@@ -83,18 +84,7 @@ HostTensor slice(const HostTensor &packed, int64_t begin, int64_t length) {
 }
 
 runtime::TensorDescription describe(const void *data, std::initializer_list<int64_t> shape, runtime::DataType dtype) {
-  runtime::TensorDescription tensor;
-  tensor.data = data;
-  tensor.rank = static_cast<int>(shape.size());
-  int64_t stride = 1;
-  for (int i = tensor.rank - 1; i >= 0; --i) {
-    tensor.shape[static_cast<size_t>(i)] = shape.begin()[i];
-    tensor.strides[static_cast<size_t>(i)] = stride;
-    stride *= shape.begin()[i];
-  }
-  tensor.dtype = dtype;
-  tensor.device = 0;
-  return tensor;
+  return test::contiguous(shape, reinterpret_cast<uintptr_t>(data), dtype);
 }
 
 double decode(uint16_t bits, StorageType storage) {

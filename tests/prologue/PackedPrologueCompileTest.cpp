@@ -37,11 +37,9 @@ KernelUsage compile(const codegen::PrologueKernel &kernel, const char *arch) {
   KernelUsage usage;
   usage.compiled = result.compiled;
   usage.log = result.log;
-  std::smatch match;
-  if (std::regex_search(result.log, match, std::regex(R"(Used (\d+) registers)")))
-    usage.registers = std::stoi(match[1]);
-  if (std::regex_search(result.log, match, std::regex(R"((\d+) bytes spill stores)")))
-    usage.spill_store_bytes = std::stoi(match[1]);
+  const test::PtxasUsage ptxas = test::ptxasUsage(result.log);
+  usage.registers = ptxas.registers;
+  usage.spill_store_bytes = ptxas.spill_store_bytes;
   return usage;
 }
 

@@ -10,7 +10,11 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
+#include <atomic>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace sage::test {
@@ -59,6 +63,36 @@ inline DeviceCompileResult compileWithNvrtc(const std::string &source, const std
     result.compiled = nvrtcGetCUBINSize(program, &result.cubin_bytes) == NVRTC_SUCCESS;
   nvrtcDestroyProgram(&program);
   return result;
+}
+
+// The first kernel's registers and spill-store bytes in a ptxas -v report (-1 where the report has no such line).
+struct PtxasUsage {
+  int registers = -1, spill_store_bytes = -1;
+};
+inline PtxasUsage ptxasUsage(const std::string &log) {
+  PtxasUsage usage;
+  std::smatch match;
+  if (std::regex_search(log, match, std::regex(R"(Used (\d+) registers)")))
+    usage.registers = std::stoi(match[1]);
+  if (std::regex_search(log, match, std::regex(R"((\d+) bytes spill stores)")))
+    usage.spill_store_bytes = std::stoi(match[1]);
+  return usage;
+}
+
+// compile(item) for every item on up to 4 threads (NVRTC and ptxas are single-threaded), results in the items' order.
+template <class Item, class Compile> auto compileInParallel(const std::vector<Item> &items, Compile compile) {
+  std::vector<decltype(compile(items.front()))> results(items.size());
+  std::atomic<size_t> next{0};
+  const unsigned workers = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (unsigned worker = 0; worker < workers; ++worker)
+    threads.emplace_back([&] {
+      for (size_t index = next++; index < items.size(); index = next++)
+        results[index] = compile(items[index]);
+    });
+  for (std::thread &thread : threads)
+    thread.join();
+  return results;
 }
 
 inline DeviceCompileResult compileWithDeviceLibrary(const std::string &source, const std::string &arch,
