@@ -128,9 +128,10 @@ void writeAotDirectory(const std::filesystem::path &directory, const Case &c) {
     entry.arch = kernel.key.arch;
     entry.input = std::string(schedules::nameOf(request.input));
     entry.entry_point = kernel.entry_point;
-    entry.source_file = kernel.entry_point + ".cu";
     entry.source_sha256 = runtime::sha256Hex(compile.source);
-    entry.cubin_file = kernel.entry_point + ".cubin";
+    // The names `sagegen emit` derives from the entry (the manifest refuses any other)
+    entry.source_file = runtime::aotSourceFileName(entry.entry_point, entry.source_sha256);
+    entry.cubin_file = runtime::aotImageFileName(entry.entry_point, entry.source_sha256, entry.arch, "cubin");
     entry.cubin_sha256 = runtime::sha256Hex(cubin);
     entry.block = {int(kernel.block[0]), int(kernel.block[1]), int(kernel.block[2])};
     entry.grid_rule = kernel.grid_rule;
