@@ -1,4 +1,4 @@
-// The packed (variable-length) quantization prologue on the GPU (issue 28; /work/briefs/varlen.md's contract): a
+// The packed (variable-length) quantization prologue on the GPU (issue 28): a
 // packed call's batch slot b holds, byte for byte, what the dense prologue writes for sequence b alone, in the
 // dense workspace layout padded to the call's maximum lengths:
 //  - rows (and scale groups, Q blocks, v_codes columns, delta_s entries) that the dense call of sequence b has: the
@@ -9,17 +9,10 @@
 // that give every sequence the same slice count (one slice, or four on sequences of at least 49 keys).
 // Offsets out of range (negative, past the totals, decreasing) must not fault. The launches run straight from
 // PrologueGenerator's output. Without a GPU the program reports itself skipped (tests/support/GpuTestMain.cpp).
-#include "sage/codegen/PrologueGenerator.h"
-#include "sage/codegen/PrologueLaunch.h"
+#include "DevicePrologue.h"
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/HostTensor.h"
-#include "sage/runtime/CudaDriver.h"
-#include "sage/runtime/DeviceArch.h"
-#include "sage/runtime/LoadedKernel.h"
-#include "sage/runtime/NvrtcCompiler.h"
-#include "sage/schedules/GpuArch.h"
-#include "sage/schedules/WorkspaceLayout.h"
 
 #include <doctest/doctest.h>
 
@@ -37,17 +30,9 @@ using schedules::InputType;
 
 namespace {
 
-const runtime::CudaDriver &driver() { return runtime::CudaDriver::instance(); }
-
-struct DeviceBuffer {
-  runtime::driver::DevicePointer pointer = 0;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t size) : bytes(std::max<size_t>(size, 16)) { pointer = driver().allocate(bytes); }
-  ~DeviceBuffer() { driver().free(pointer); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  void *get() const { return reinterpret_cast<void *>(pointer); }
-};
+using test::DeviceBuffer;
+using test::DevicePrologue;
+using test::driver;
 
 std::unique_ptr<DeviceBuffer> upload(const void *data, size_t bytes) {
   auto buffer = std::make_unique<DeviceBuffer>(bytes);
@@ -59,46 +44,6 @@ std::unique_ptr<DeviceBuffer> upload(const void *data, size_t bytes) {
 uint16_t bitsOf(float value, StorageType storage) {
   return storage == StorageType::bf16 ? numerics::floatToBfloat16Bits(value) : numerics::floatToHalfBits(value);
 }
-
-// The prologue of one variant compiled for this GPU; run() launches its kernels in order and returns the workspace
-// (filled with 0xff before, so that a byte nobody wrote shows).
-class DevicePrologue {
-public:
-  DevicePrologue(const AttentionVariant &variant, InputType input, const codegen::PrologueTunables &tunables)
-      : source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, tunables)) {
-    for (const codegen::PrologueKernel &kernel : source_.kernels) {
-      runtime::CompileRequest request;
-      request.key = kernel.entry_point;
-      request.source = kernel.source;
-      request.source_name = kernel.entry_point + ".cu";
-      request.options.arch = std::string(schedules::archName(runtime::currentDeviceArch()));
-      modules_.push_back(runtime::LoadedModule::load(runtime::NvrtcCompiler().compileCubin(request).image));
-      kernels_.push_back(modules_.back()->kernel(kernel.entry_point));
-    }
-  }
-
-  std::vector<unsigned char> run(const schedules::ProblemShape &shape, const schedules::WorkspaceLayout &layout,
-                                 SagePrologueParams params) const {
-    DeviceBuffer workspace(layout.total_bytes);
-    driver().fillBytes(workspace.pointer, 0xff, workspace.bytes);
-    params.workspace = static_cast<unsigned char *>(workspace.get());
-    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(source_, shape);
-    for (size_t i = 0; i < kernels_.size(); ++i)
-      kernels_[i].launch(params, {{grids[i].x, 1, 1},
-                                  {static_cast<unsigned>(source_.kernels[i].block_threads), 1, 1},
-                                  static_cast<unsigned>(source_.kernels[i].dynamic_shared_bytes),
-                                  nullptr});
-    driver().synchronizeContext();
-    std::vector<unsigned char> bytes(layout.total_bytes);
-    driver().copyToHost(bytes.data(), workspace.pointer, bytes.size());
-    return bytes;
-  }
-
-private:
-  codegen::PrologueSource source_;
-  std::vector<std::shared_ptr<runtime::LoadedModule>> modules_;
-  std::vector<runtime::LoadedKernel> kernels_;
-};
 
 // A buffer of the workspace per batch slot: `heads` x `rows` rows of `row_bytes` bytes, where rows and row_bytes grow
 // with the padded token counts (the prefix of a longer slot's rows and rows' bytes is a shorter call's).
@@ -192,7 +137,8 @@ struct PackedProblem {
 
   SagePrologueParams packedParams(const AttentionVariant &packed_variant,
                                   const schedules::WorkspaceLayout &layout) const {
-    // The workspace pointer is only checked here (DevicePrologue::run passes its own): any 256-byte aligned value.
+    // The workspace pointer is only checked here (DevicePrologue::workspaceAfter passes its own): any 256-byte aligned
+    // value.
     SagePrologueParams params = codegen::makePrologueParams(
         packed_variant, shape(), layout, {q_device->get(), {0, head_dim, heads_q * head_dim}},
         {k_device->get(), {0, head_dim, heads_kv * head_dim}}, {v_device->get(), {0, head_dim, heads_kv * head_dim}},
@@ -229,7 +175,7 @@ DenseRun runDense(const DevicePrologue &prologue, const AttentionVariant &varian
   const SagePrologueParams params = codegen::makePrologueParams(
       variant, run.shape, run.layout, {q->get(), strides(*problem.q[b])}, {k->get(), strides(*problem.k[b])},
       {v->get(), strides(*problem.v[b])}, reinterpret_cast<unsigned char *>(uintptr_t{256}));
-  run.workspace = prologue.run(run.shape, run.layout, params);
+  run.workspace = prologue.workspaceAfter(run.shape, run.layout, params);
   return run;
 }
 
@@ -285,9 +231,9 @@ void checkSlotsAgainstDense(const std::vector<int> &lengths_q, const std::vector
     const PackedProblem problem(lengths_q, lengths_kv, 8, 2, c.head_dim, c.storage);
     const schedules::ProblemShape shape = problem.shape();
     const schedules::WorkspaceLayout layout = schedules::computeWorkspaceLayout(packed, shape, input);
-    const DevicePrologue packed_prologue(packed, input, tunables), dense_prologue(dense, input, tunables);
+    const DevicePrologue packed_prologue(packed, input, {}, tunables), dense_prologue(dense, input, {}, tunables);
     const std::vector<unsigned char> workspace =
-        packed_prologue.run(shape, layout, problem.packedParams(packed, layout));
+        packed_prologue.workspaceAfter(shape, layout, problem.packedParams(packed, layout));
     const std::vector<SlotView> packed_views = slotViews(layout, packed, shape);
     for (size_t b = 0; b < lengths_q.size(); ++b) {
       CAPTURE(c.preset);
@@ -346,7 +292,8 @@ TEST_CASE("offsets out of range are clamped: the prologue finishes without a fau
   const auto cu_q = upload(bad_q.data(), 16), cu_kv = upload(bad_kv.data(), 16);
   params.sequences.q = static_cast<const int *>(cu_q->get());
   params.sequences.kv = static_cast<const int *>(cu_kv->get());
-  const std::vector<unsigned char> workspace = DevicePrologue(packed, InputType::f16, {}).run(shape, layout, params);
+  const std::vector<unsigned char> workspace =
+      DevicePrologue(packed, InputType::f16, {}).workspaceAfter(shape, layout, params);
   CHECK(workspace.size() == layout.total_bytes); // run() synchronized: a fault would have thrown
   std::printf("gpu_packed_prologue_test: offsets out of range: the prologue finished (run it under compute-sanitizer "
               "to check every access)\n");

@@ -8,6 +8,7 @@
 //    before/after measurements (printed; `tools/gpu-check --run` shows the lines).
 #include "../prologue/PrologueTestVariants.h"
 #include "../support/SkipWithoutGpu.h"
+#include "DevicePrologue.h"
 #include "PrologueWorkspaceModel.h"
 #include "sage/codegen/PrologueGenerator.h"
 #include "sage/codegen/PrologueLaunch.h"
@@ -15,9 +16,6 @@
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/HostTensor.h"
 #include "sage/runtime/CudaDriver.h"
-#include "sage/runtime/DeviceArch.h"
-#include "sage/runtime/LoadedKernel.h"
-#include "sage/runtime/NvrtcCompiler.h"
 #include "sage/schedules/GpuArch.h"
 #include "sage/schedules/PrologueRotation.h"
 #include "sage/schedules/WorkspaceLayout.h"
@@ -41,18 +39,9 @@ namespace {
 
 bool skipWithoutGpu() { return sage::test::skipWithoutGpu("gpu_prologue_test"); }
 
-const runtime::CudaDriver &driver() { return runtime::CudaDriver::instance(); }
-
-// Device memory that frees itself.
-struct DeviceBuffer {
-  runtime::driver::DevicePointer pointer = 0;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t size) : bytes(size) { pointer = driver().allocate(bytes); }
-  ~DeviceBuffer() { driver().free(pointer); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  void *get() const { return reinterpret_cast<void *>(pointer); }
-};
+using test::DeviceBuffer;
+using test::DevicePrologue;
+using test::driver;
 
 // A host tensor's 16-bit values in its storage layout, on the device.
 std::unique_ptr<DeviceBuffer> upload(const HostTensor &tensor) {
@@ -72,45 +61,6 @@ SageTensorStrides stridesOf(const HostTensor &tensor) {
   return {tensor.heads() * tensor.tokens() * d, d, tensor.heads() * d};
 }
 
-// The prologue's kernels compiled for this GPU, launched in order with one parameter block.
-class DevicePrologue {
-public:
-  DevicePrologue(const AttentionVariant &variant, schedules::InputType input, const codegen::PrologueOptions &options,
-                 const codegen::PrologueTunables &tunables = {})
-      : source_(codegen::PrologueGenerator::generate(variant, input, variant.head_dim, tunables, options)) {
-    for (const codegen::PrologueKernel &kernel : source_.kernels) {
-      runtime::CompileRequest request;
-      request.key = kernel.entry_point;
-      request.source = kernel.source;
-      request.source_name = kernel.entry_point + ".cu";
-      request.options.arch = std::string(schedules::archName(runtime::currentDeviceArch()));
-      modules_.push_back(runtime::LoadedModule::load(runtime::NvrtcCompiler().compileCubin(request).image));
-      kernels_.push_back(modules_.back()->kernel(kernel.entry_point));
-    }
-  }
-
-  size_t launches() const { return kernels_.size(); }
-
-  void run(const schedules::ProblemShape &shape, const schedules::WorkspaceLayout &layout,
-           const SagePrologueParams &params) const {
-    const std::vector<codegen::LaunchGrid> grids = codegen::prologueGrids(source_, shape);
-    if (const size_t counter_bytes = codegen::prologueCounterBytes(source_, layout); counter_bytes > 0)
-      driver().fillWordsAsync(reinterpret_cast<runtime::driver::DevicePointer>(params.workspace) +
-                                  params.counters_offset,
-                              0u, counter_bytes / 4, nullptr);
-    for (size_t i = 0; i < kernels_.size(); ++i)
-      kernels_[i].launch(params, {{grids[i].x, 1, 1},
-                                  {static_cast<unsigned>(source_.kernels[i].block_threads), 1, 1},
-                                  static_cast<unsigned>(source_.kernels[i].dynamic_shared_bytes),
-                                  nullptr});
-  }
-
-private:
-  codegen::PrologueSource source_;
-  std::vector<std::shared_ptr<runtime::LoadedModule>> modules_;
-  std::vector<runtime::LoadedKernel> kernels_;
-};
-
 // Q, K and V of one shape on the device, and a workspace for a variant.
 struct PrologueProblem {
   schedules::ProblemShape shape;
@@ -126,23 +76,16 @@ struct PrologueProblem {
         q_device(upload(q)), k_device(upload(k)), v_device(upload(v)) {}
 
   SagePrologueParams params(const AttentionVariant &variant, const schedules::WorkspaceLayout &layout,
-                            const DeviceBuffer &workspace) const {
+                            unsigned char *workspace) const {
     return codegen::makePrologueParams(variant, shape, layout, {q_device->get(), stridesOf(q)},
-                                       {k_device->get(), stridesOf(k)}, {v_device->get(), stridesOf(v)},
-                                       static_cast<unsigned char *>(workspace.get()));
+                                       {k_device->get(), stridesOf(k)}, {v_device->get(), stridesOf(v)}, workspace);
   }
 };
 
 // Runs the prologue once on a workspace filled with 0xff and returns the workspace's bytes.
 std::vector<unsigned char> workspaceAfter(const DevicePrologue &prologue, const PrologueProblem &problem,
                                           const AttentionVariant &variant, const schedules::WorkspaceLayout &layout) {
-  DeviceBuffer workspace(layout.total_bytes);
-  driver().fillBytes(workspace.pointer, 0xff, workspace.bytes);
-  prologue.run(problem.shape, layout, problem.params(variant, layout, workspace));
-  driver().synchronizeContext();
-  std::vector<unsigned char> bytes(layout.total_bytes);
-  driver().copyToHost(bytes.data(), workspace.pointer, bytes.size());
-  return bytes;
+  return prologue.workspaceAfter(problem.shape, layout, problem.params(variant, layout, nullptr));
 }
 
 // The variants whose workspace the model covers, each with an input type and layout.
@@ -482,7 +425,8 @@ TEST_CASE("prologue tunables sweep (SAGEGEN_PROLOGUE_SWEEP=1)") {
         const schedules::WorkspaceLayout layout =
             schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
         DeviceBuffer workspace(layout.total_bytes);
-        const SagePrologueParams params = problem.params(variant, layout, workspace);
+        const SagePrologueParams params =
+            problem.params(variant, layout, static_cast<unsigned char *>(workspace.get()));
         for (size_t i = 0; i < candidates.size(); ++i)
           std::printf("gpu_prologue_test: sweep %-9s d%-3d N %5lld: %-78s %7.1f us\n", preset, head_dim,
                       static_cast<long long>(tokens), candidates[i].name.c_str(),
@@ -508,7 +452,7 @@ TEST_CASE("prologue profile (SAGEGEN_PROLOGUE_PROFILE=1)") {
   const schedules::WorkspaceLayout layout =
       schedules::computeWorkspaceLayout(variant, shape, schedules::InputType::f16);
   DeviceBuffer workspace(layout.total_bytes);
-  const SagePrologueParams params = problem.params(variant, layout, workspace);
+  const SagePrologueParams params = problem.params(variant, layout, static_cast<unsigned char *>(workspace.get()));
   for (int round = 0; round < 2; ++round) {
     split.run(shape, layout, params);
     fused.run(shape, layout, params);
@@ -544,7 +488,8 @@ TEST_CASE("prologue time per call at hidden 2048") {
         const schedules::WorkspaceLayout layout =
             schedules::computeWorkspaceLayout(variants[i], shape, schedules::InputType::f16);
         DeviceBuffer workspace(layout.total_bytes);
-        const SagePrologueParams params = problem.params(variants[i], layout, workspace);
+        const SagePrologueParams params =
+            problem.params(variants[i], layout, static_cast<unsigned char *>(workspace.get()));
         prologues[i]->run(shape, layout, params); // warm-up
         driver().recordEvent(start, nullptr);
         for (int call = 0; call < kCalls; ++call)
