@@ -79,19 +79,24 @@ template <class Config> __device__ __forceinline__ void flush_output(ConsumerSta
 }
 
 // After P~_i^j V_j has completed: int8 adds its s32 block product into the f32 sum; two-level accumulation adds the
-// accumulator into the outer sum every kFlushPeriod blocks (the next block's P.V then restarts it).
+// accumulator into the outer sum every kFlushPeriod blocks (the next block's P.V then restarts it). With a sliced
+// fold the product is column slice `slice` of the block's (its registers start a whole 8-column tile further in the
+// sum, so register i's row half is the same there).
 template <class Config, int kProductRegisters>
 __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
-                                             const int (&block_product)[kProductRegisters]) {
+                                             const int (&block_product)[kProductRegisters], int slice = 0) {
+  constexpr int kFolded = ConsumerState<Config>::kOutputChannels / 2; // f32 registers a fold adds
+  const int first = slice * kFolded;
   if constexpr (Config::kPv == PvOperands::int8) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i) // |P V| <= 128 x 127 x 127 < 2^22
-      state.flushed[i] =
-          fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
+    for (int i = 0; i < kFolded; ++i) // |P V| <= 128 x 127 x 127 < 2^22
+      state.flushed[first + i] =
+          fmaf(state.flushed[first + i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
   } else if constexpr (ConsumerState<Config>::kFoldsRescale) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i)
-      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], output_value(state, i));
+    for (int i = 0; i < kFolded; ++i)
+      state.flushed[first + i] =
+          fmaf(state.flushed[first + i], state.product_rescale[(i / 2) % 2], output_value(state, i));
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
       state.blocks_since_flush = 0;
@@ -113,10 +118,10 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 #pragma unroll
   for (int i = 0; i < Config::kHeadDim / 2; ++i) {
     float value;
-    if constexpr (Config::kPv != PvOperands::int8)
+    if constexpr (Config::kPv != PvOperands::int8 && !ConsumerState<Config>::kSlicedFold)
       value = output_value(state, i);
-    if constexpr (Config::kPv == PvOperands::int8)
-      value = state.flushed[i];
+    if constexpr (Config::kPv == PvOperands::int8 || ConsumerState<Config>::kSlicedFold)
+      value = state.flushed[i];           // (sliced: every block was folded; `output` holds one slice)
     else if constexpr (Config::kTwoLevel) // the outer sum and the blocks since its last flush, both relative to m
       value = accumulates(state) ? state.flushed[i] + value : state.flushed[i];
     else // `output` was never written when the tile visited no block
