@@ -34,6 +34,7 @@ constexpr int kMaxConsumers = 3;
 // Inline loads: CTAs of 128 threads per SM, the registers capped for them (3: 168 each; 4: 128)
 constexpr int kDefaultInlineCtas = 3;
 constexpr int kMaxInlineCtas = 4;
+constexpr int kWideOuterSumCtas = 2;       // beyond d = 128 an outer sum needs 255 registers: at most 2 CTAs of 128
 constexpr int kKeptBlockBytes = 16384 / 8; // block-sparse: the CTA's kept KV blocks as bits (kKeptBlockCapacity)
 
 void require(bool condition, const std::string &message) {
@@ -102,11 +103,18 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
               std::to_string(tunables.stages));
   // Beyond d = 128 the outer sum (128 f32 registers at d = 256) and one column slice of the block's product fit a
   // thread only when S is not live beside them: the inline-loads kernel runs each block in order.
-  if (variant.head_dim > kWideOutput && keepsOuterSum(variant))
+  if (variant.head_dim > kWideOutput && keepsOuterSum(variant)) {
     require(tunables.inline_loads,
             "tunables.inline_loads: at head_dim " + std::to_string(variant.head_dim) +
                 " an outer f32 sum of O (int8 P.V or two-level accumulation) is folded one column slice at a time "
                 "in the inline-loads kernel: expected 1");
+    require(tunables.ctas == 1 || tunables.ctas == kWideOuterSumCtas,
+            "tunables.ctas: at head_dim " + std::to_string(variant.head_dim) + " the outer f32 sum (" +
+                std::to_string(variant.head_dim / 2) +
+                " registers a thread) and a column slice's product need up to 255 registers, which 1 or 2 CTAs of "
+                "128 threads per SM leave: expected 1 or 2, got " +
+                std::to_string(tunables.ctas) + (tunables.ctas == 0 ? " (the default, 3)" : ""));
+  }
   if (tunables.inline_loads) {
     require(tunables.warps == kWarpgroupWarps,
             "tunables.inline_loads: the consumer issues its own loads with one consumer warpgroup only: expected "
@@ -245,7 +253,7 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
       tunables.block_q = kConsumerRows;
       tunables.block_kv = 64;
       tunables.inline_loads = true;
-      tunables.ctas = 2;
+      tunables.ctas = kWideOuterSumCtas;
     }
   }
   return tunables;
@@ -405,8 +413,11 @@ TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch
             continue;
           if (inline_loads && (warps != kWarpgroupWarps || block_sparse)) // not a choice there: not listed
             continue;
-          for (int ctas : {0, kMaxInlineCtas}) {
+          // (and beyond d = 128 two CTAs, the default there)
+          for (int ctas : {0, kWideOuterSumCtas, kMaxInlineCtas}) {
             if (ctas != 0 && !inline_loads)
+              continue;
+            if (ctas == kWideOuterSumCtas && variant.head_dim <= kWideOutput)
               continue;
             candidate.ctas = ctas;
             try {

@@ -114,9 +114,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
   const SageAttentionParams &base = params.base;
   const TileCoordinates tile = epilogue_tile<Config>(base, loop_tile);
   constexpr bool kCodes = Config::kPv == PvOperands::int8 || Config::kPv == PvOperands::e4m3;
-  float output[Config::kHeadDim / 2];
-#pragma unroll
-  for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+  // O's element i in f32
+  auto output_of = [&](int i) {
     float value;
     if constexpr (Config::kPv != PvOperands::int8 && !ConsumerState<Config>::kSlicedFold)
       value = output_value(state, i);
@@ -126,8 +125,23 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
       value = accumulates(state) ? state.flushed[i] + value : state.flushed[i];
     else // `output` was never written when the tile visited no block
       value = accumulates(state) ? value : 0.0f;
-    output[i] = value;
+    return value;
+  };
+  // Up to d = 128 all of O is converted first (the order the measured kernels have); beyond, each element where it is
+  // written (an f16 O at d = 256 converted whole spilled 12 bytes with the LSE).
+  constexpr bool kConvertFirst = Config::kHeadDim <= 128;
+  float converted[kConvertFirst ? Config::kHeadDim / 2 : 1];
+  if constexpr (kConvertFirst) {
+#pragma unroll
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      converted[i] = output_of(i);
   }
+  auto output = [&](int i) {
+    if constexpr (kConvertFirst)
+      return converted[i];
+    else
+      return output_of(i);
+  };
   const unsigned char *workspace = base.workspace;
   const float *v_scales =
       reinterpret_cast<const float *>(workspace + base.offsets.v_scales) + tile.kv_head_index * Config::kHeadDim;
@@ -147,8 +161,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 #pragma unroll
     for (int tile_n = 0; tile_n < Config::kHeadDim / 8; ++tile_n) {
       const int channel = tile_n * 8 + quad_lane * 2;
-      float low = output[tile_n * 4 + half * 2] * inverse_sum;
-      float high = output[tile_n * 4 + half * 2 + 1] * inverse_sum;
+      float low = output(tile_n * 4 + half * 2) * inverse_sum;
+      float high = output(tile_n * 4 + half * 2 + 1) * inverse_sum;
       if constexpr (kCodes) {
         low *= v_scales[channel]; // psi_V^-1 (P's code scale is in l, which summed the codes' values)
         high *= v_scales[channel + 1];
