@@ -29,7 +29,9 @@ struct HeadDimRequest {
 // presets (sage-b, sage2-fp8) go to the wgmma schedule's next dim whenever their own dim has no kernel, and with
 // >= 4096 keys also when it has one on the mma.sync schedule (H200, 2026-11-29, runs 34-35: d 48-112 padded ran
 // 1.00-1.28x cuDNN at 16k tokens where the mma.sync kernels at the real d ran 0.40-0.68x; at 1k keys the padding's
-// copies made sage-b slower; sage-b at d 32 was no faster padded).
+// copies made sage-b slower; sage-b at d 32 was no faster padded). Since the wgmma schedule has tiles for 192 and 256,
+// the same rule sends d 136..248 there (160 -> 192: 1.2x the work, against mma.sync kernels at the real d that ran
+// 0.46-0.59x cuDNN for sage-b, run 35; chosen by that work ratio, not yet measured padded).
 int runHeadDim(const HeadDimRequest &request);
 
 } // namespace sage::runtime

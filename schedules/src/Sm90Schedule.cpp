@@ -5,6 +5,8 @@
 
 #include "sage/schedules/GpuLimits.h"
 #include "sage/schedules/PackedSequences.h"
+#include "sage/schedules/PrologueHeadDim.h"
+#include "sage/schedules/PrologueRotation.h"
 #include "sage/schedules/Sm80Schedule.h"
 
 #include <algorithm>
@@ -21,6 +23,8 @@ constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
 constexpr int kDefaultStages = 4;
 constexpr int kSwizzleSpan = 128;      // bytes: the widest TMA box row that a 128-byte swizzle takes
+constexpr int kNarrowSwizzleSpan = 64; // rows 128 does not divide (int8 Q/K at d = 192) use the 64-byte swizzle
+constexpr int kWideOutput = 128;       // head dims above: P.V in column slices (sm90/tiles.cuh ValueSlices)
 constexpr int kTileAlignment = 1024;   // swizzled tiles start on 1024-byte boundaries
 constexpr int kAlignmentSlack = 1024;  // the dynamic buffer is rounded up to that boundary in the kernel
 constexpr int kRegisterFile = 65536;   // 32-bit registers per SM
@@ -30,6 +34,7 @@ constexpr int kMaxConsumers = 3;
 // Inline loads: CTAs of 128 threads per SM, the registers capped for them (3: 168 each; 4: 128)
 constexpr int kDefaultInlineCtas = 3;
 constexpr int kMaxInlineCtas = 4;
+constexpr int kWideOuterSumCtas = 2;       // beyond d = 128 an outer sum needs 255 registers: at most 2 CTAs of 128
 constexpr int kKeptBlockBytes = 16384 / 8; // block-sparse: the CTA's kept KV blocks as bits (kKeptBlockCapacity)
 
 void require(bool condition, const std::string &message) {
@@ -38,6 +43,29 @@ void require(bool condition, const std::string &message) {
 }
 
 int alignUp(int value, int alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+// The width of a TMA box row (a tile's column chunk), as chunk_bytes_of_rows in sm90/tiles.cuh.
+int chunkBytesOf(int row_bytes) {
+  return row_bytes <= kSwizzleSpan ? row_bytes : (row_bytes % kSwizzleSpan == 0 ? kSwizzleSpan : kNarrowSwizzleSpan);
+}
+
+// The N of one P.V wgmma: O's columns it writes (ValueSlices in sm90/tiles.cuh). Beyond d = 128 an f32 or s32
+// accumulator is issued over column slices of V: 8-bit V^T in halves (96 or 128 channels), f16 V in whole 64-channel
+// swizzle atoms; an f16 accumulator (64 registers at d = 256) is written whole.
+int pvSliceChannels(int head_dim, PvPath path) {
+  if (head_dim <= kWideOutput || path == PvPath::f16_accumulate_f16)
+    return head_dim;
+  if (head_dim % kWideOutput == 0)
+    return kWideOutput;
+  const bool eight_bit = path == PvPath::int8_per_block || path == PvPath::e4m3_accumulate_f32;
+  return eight_bit ? head_dim / 2 : 64;
+}
+
+// Whether the variant keeps an f32 sum of O beside the P.V accumulator (int8 P.V, two-level accumulation).
+bool keepsOuterSum(const AttentionVariant &variant) {
+  return variant.p.dtype == ElementType::int8 || variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
+         variant.accumulation.kind == AccumulationKind::f32_two_level;
+}
 
 // Mirrors SharedLayout<Config> in attention.cuh: Q_i, then `stages` x (K_j, V_j), then the mbarriers.
 SharedMemoryLayout layoutSharedMemory(const KernelPlan &plan, int stages) {
@@ -73,6 +101,20 @@ void validateTunables(const Tunables &tunables, const AttentionVariant &variant)
   require(tunables.stages >= kMinStages && tunables.stages <= kMaxStages,
           "tunables.stages: expected " + std::to_string(kMinStages) + ".." + std::to_string(kMaxStages) + ", got " +
               std::to_string(tunables.stages));
+  // Beyond d = 128 the outer sum (128 f32 registers at d = 256) and one column slice of the block's product fit a
+  // thread only when S is not live beside them: the inline-loads kernel runs each block in order.
+  if (variant.head_dim > kWideOutput && keepsOuterSum(variant)) {
+    require(tunables.inline_loads,
+            "tunables.inline_loads: at head_dim " + std::to_string(variant.head_dim) +
+                " an outer f32 sum of O (int8 P.V or two-level accumulation) is folded one column slice at a time "
+                "in the inline-loads kernel: expected 1");
+    require(tunables.ctas == 1 || tunables.ctas == kWideOuterSumCtas,
+            "tunables.ctas: at head_dim " + std::to_string(variant.head_dim) + " the outer f32 sum (" +
+                std::to_string(variant.head_dim / 2) +
+                " registers a thread) and a column slice's product need up to 255 registers, which 1 or 2 CTAs of "
+                "128 threads per SM leave: expected 1 or 2, got " +
+                std::to_string(tunables.ctas) + (tunables.ctas == 0 ? " (the default, 3)" : ""));
+  }
   if (tunables.inline_loads) {
     require(tunables.warps == kWarpgroupWarps,
             "tunables.inline_loads: the consumer issues its own loads with one consumer warpgroup only: expected "
@@ -183,9 +225,7 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   // 623 / 712 TOPS, against 391 / 578 / 677 with two consumers taking turns at the same tiles and 329 / 476 / 564
   // with two consumers on 64-token tiles (softmax under the P.V); f16 P.V (no outer sum) is fastest with two
   // consumers taking turns (sage-b: 514 / 735 / 785, against 478 / 671 / 686).
-  const bool outer_sum = variant.p.dtype == ElementType::int8 ||
-                         variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
-                         variant.accumulation.kind == AccumulationKind::f32_two_level;
+  const bool outer_sum = keepsOuterSum(variant);
   tunables.warps = outer_sum ? kWarpgroupWarps : 2 * kWarpgroupWarps;
   tunables.block_q = kConsumerRows * tunables.warps / kWarpgroupWarps;
   tunables.block_kv = 128;
@@ -195,23 +235,62 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   // 4k / 16k 559 / 710 against 516 / 673; d64 408 / 484 / 523 against 337 / 426 / 466. sage-b (f16 P.V, two
   // consumers) lost that way: 469 / 614 / 619 against 546 / 751 / 771.
   tunables.inline_loads = variant.p.dtype == ElementType::e4m3;
+  if (variant.head_dim > kWideOutput) {
+    // Two consumers taking turns hold O, S_j and P~_(j-1) together in 240 registers: at d = 192 an f16 O (48) or an
+    // f32 O with 64-token blocks; at d = 256 an f16 O (64) with 64-token blocks and one K scale per block (ptxas:
+    // sage-b 4 bytes spilled with 128-token blocks, none with 64; sage-t's per-token K scales 4-8 bytes, exact's
+    // f32 O 192-208).
+    const bool f16_output = variant.pv.accumulator == AccumulatorType::f16;
+    const bool turns_fit =
+        !outer_sum && (variant.head_dim == 256 ? f16_output && variant.k.granularity != Granularity::per_token : true);
+    tunables.block_kv = variant.head_dim == 256 || !f16_output ? 64 : 128;
+    if (!turns_fit) {
+      // One consumer with inline loads, each block in order (S never beside the P.V's product) and, with an outer
+      // sum (96 / 128 f32 registers at d = 192 / 256), the product folded one column slice at a time; 64-token
+      // blocks so that two CTAs' stages fit an SM's shared memory (a 128-token stage of d = 256 is 64 KB), each
+      // CTA with up to 255 registers. Not measured yet.
+      tunables.warps = kWarpgroupWarps;
+      tunables.block_q = kConsumerRows;
+      tunables.block_kv = 64;
+      tunables.inline_loads = true;
+      tunables.ctas = kWideOuterSumCtas;
+    }
+  }
   return tunables;
 }
 
 SupportResult Sm90Schedule::supports(const AttentionVariant &variant, GpuArch arch, InputType input) const {
   if (!hasWgmma(arch))
     return SupportResult::no(std::string(archName(arch)) + " has no wgmma (the sm90 schedule needs sm_90a)");
-  if (variant.head_dim != 64 && variant.head_dim != 128)
-    return SupportResult::no("head_dim " + std::to_string(variant.head_dim) +
-                             ": the sm90 schedule has tiles for head_dim 64 and 128 only");
+  const int d = variant.head_dim;
+  if (d != 64 && d != 128 && d != 192 && d != 256)
+    return SupportResult::no("head_dim " + std::to_string(d) +
+                             ": the sm90 schedule has tiles for head_dim 64, 128, 192 and 256 only");
   if (SupportResult packed = packedSequencesSupport(variant); !packed)
     return packed;
-  if (variant.mask.kind == MaskKind::block_sparse)
+  if (variant.mask.kind == MaskKind::block_sparse) {
     if (const std::string problem = blockSparseTilingProblem(variant); !problem.empty())
       return SupportResult::no(problem);
+    // A block-sparse CTA walks its mask row in a producer warpgroup, which the wide outer sum's inline kernel lacks;
+    // and its tiles are the mask's blocks, not the wide head dims' tiles.
+    if (d > kWideOutput)
+      return SupportResult::no("head_dim " + std::to_string(d) +
+                               ": the sm90 schedule's block-sparse kernels have tiles for head_dim 64 and 128 only");
+  }
   // The same quantizers, accumulators and softmax as the mma.sync schedule: its verdict on what is computed holds.
-  if (SupportResult numerics = Sm80Schedule().supports(variant, arch, input); !numerics)
-    return numerics;
+  // Asked at d = 128 beyond it: the mma.sync schedule's own register limit there (two f32 copies of O for two-level
+  // accumulation) is not this kernel's, which folds O's column slices; the head dim's prologue and rotation are
+  // checked on their own.
+  AttentionVariant numerics = variant;
+  if (d > kWideOutput) {
+    numerics.head_dim = kWideOutput;
+    if (SupportResult prologue = prologueHeadDimSupport(d); !prologue)
+      return prologue;
+    if (SupportResult rotation = prologueRotationSupport(variant); !rotation)
+      return rotation;
+  }
+  if (SupportResult verdict = Sm80Schedule().supports(numerics, arch, input); !verdict)
+    return verdict;
   return SupportResult::yes();
 }
 
@@ -256,6 +335,7 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     plan.pv_path = PvPath::f16_accumulate_f32;
     plan.pv_mma = {64, variant.head_dim, 16, ElementType::f16, ElementType::f16, AccumulatorType::f32};
   }
+  plan.pv_mma.n = pvSliceChannels(variant.head_dim, plan.pv_path);
   plan.v_operand = plan.pv_mma.b;
   if (variant.accumulation.kind == AccumulationKind::f16_then_f32 ||
       variant.accumulation.kind == AccumulationKind::f32_two_level) {
@@ -263,6 +343,9 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     // after each of them: more often than asked, which only rounds less) or smaller.
     const int64_t flush_tokens = static_cast<int64_t>(variant.accumulation.flush_period) * variant.block_kv;
     plan.two_level_flush_blocks = static_cast<int>(std::max<int64_t>(1, flush_tokens / chosen.block_kv));
+    // Beyond d = 128 the kernel folds each block's product into the sum one column slice at a time: every block.
+    if (variant.head_dim > kWideOutput)
+      plan.two_level_flush_blocks = 1;
   }
   const bool eight_bit_pv = bytesOf(plan.pv_mma.a) == 1;
   plan.wgmma_value_token_order = eight_bit_pv;
@@ -287,12 +370,12 @@ KernelPlan Sm90Schedule::plan(const AttentionVariant &variant, GpuArch arch, Inp
     ws.consumer_registers = std::min(kMaxConsumerRegisters, pool / 8 * 8);
   }
   const int qk_row_bytes = variant.head_dim * bytesOf(plan.qk_operand);
-  ws.q_box = {std::min(qk_row_bytes, kSwizzleSpan), chosen.block_q};
-  ws.k_box = {std::min(qk_row_bytes, kSwizzleSpan), chosen.block_kv};
+  ws.q_box = {chunkBytesOf(qk_row_bytes), chosen.block_q};
+  ws.k_box = {chunkBytesOf(qk_row_bytes), chosen.block_kv};
   if (eight_bit_pv)
-    ws.v_box = {std::min(chosen.block_kv, kSwizzleSpan), variant.head_dim};
+    ws.v_box = {chunkBytesOf(chosen.block_kv), variant.head_dim};
   else
-    ws.v_box = {std::min(2 * variant.head_dim, kSwizzleSpan), chosen.block_kv};
+    ws.v_box = {chunkBytesOf(2 * variant.head_dim), chosen.block_kv};
 
   // Shared memory: default tunables give up pipeline depth before they give up fitting the arch.
   int stages = chosen.stages;
@@ -330,8 +413,11 @@ TunableSpace Sm90Schedule::tunableSpace(const AttentionVariant &variant, GpuArch
             continue;
           if (inline_loads && (warps != kWarpgroupWarps || block_sparse)) // not a choice there: not listed
             continue;
-          for (int ctas : {0, kMaxInlineCtas}) {
+          // (and beyond d = 128 two CTAs, the default there)
+          for (int ctas : {0, kWideOuterSumCtas, kMaxInlineCtas}) {
             if (ctas != 0 && !inline_loads)
+              continue;
+            if (ctas == kWideOuterSumCtas && variant.head_dim <= kWideOutput)
               continue;
             candidate.ctas = ctas;
             try {

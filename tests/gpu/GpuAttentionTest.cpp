@@ -207,6 +207,22 @@ TEST_CASE("kernels match the CPU reference of their variant") {
       {"exact", 64, true, StorageType::bf16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.005, 0.9999, 1e-3},
       {"exact", 128, false, StorageType::bf16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.005, 0.9999, 1e-3},
       {"exact", 128, true, StorageType::bf16, Layout::nhd, 2, 1, 200, 333, 0.0, 0.005, 0.9999, 1e-3},
+      // Issue 28, head dims 192 and 256 (sm90: P.V over column slices of V, an outer sum folded slice by slice with
+      // inline loads, int8 rows of 192 bytes in 64-byte chunks; sm80: its own tiles): the bounds of the rows above.
+      {"sage-b", 256, true, StorageType::f16, Layout::hnd, 2, 1, 200, 333, 8.0, 0.01, 0.999, 0.01},
+      {"sage-b", 256, false, StorageType::bf16, Layout::nhd, 2, 2, 300, 300, 0.0, 0.015, 0.999, 0.01},
+      {"sage-b", 192, true, StorageType::f16, Layout::nhd, 4, 2, 256, 384, 8.0, 0.01, 0.999, 0.01},
+      {"sage-b", 192, false, StorageType::bf16, Layout::hnd, 2, 2, 190, 450, 0.0, 0.015, 0.999, 0.01},
+      {"sage2-fp8", 256, false, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 8.0, 0.04, 0.999, 0.01},
+      {"sage2-fp8", 256, true, StorageType::bf16, Layout::hnd, 2, 1, 200, 333, 0.0, 0.04, 0.999, 0.01},
+      {"sage2-fp8", 192, false, StorageType::bf16, Layout::nhd, 4, 2, 190, 450, 8.0, 0.04, 0.999, 0.01},
+      {"sage2-fp8", 192, true, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.04, 0.999, 0.01},
+      {"sage-vb", 256, true, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 8.0, 0.02, 0.999, 0.01},
+      {"sage-vb", 256, false, StorageType::bf16, Layout::nhd, 2, 1, 256, 256, 0.0, 0.02, 0.999, 0.01},
+      {"sage-vb", 192, true, StorageType::bf16, Layout::hnd, 2, 1, 200, 333, 8.0, 0.02, 0.999, 0.01},
+      {"sage-t", 256, false, StorageType::f16, Layout::hnd, 2, 2, 190, 450, 8.0, 0.01, 0.999, 0.01},
+      {"exact", 256, true, StorageType::f16, Layout::hnd, 2, 2, 300, 300, 0.0, 0.002, 0.99999, 1e-3},
+      {"exact", 192, false, StorageType::bf16, Layout::nhd, 2, 1, 190, 450, 0.0, 0.005, 0.9999, 1e-3},
   };
   // Every schedule that runs the case on this GPU (on an H100: sm90.wgmma_tma and sm80.mma_sync), each against the
   // same reference and bounds. SAGEGEN_GPU_ONE_CASE_PER_PRESET (tools/gpu-check --sanitize): the first, small case of

@@ -18,10 +18,12 @@ int runAt(std::string_view preset, int head_dim, int64_t tokens_kv, GpuArch arch
 
 TEST_CASE("dims with a kernel keep their dim on every arch") {
   for (GpuArch arch : {GpuArch::sm80, GpuArch::sm89, GpuArch::sm90a, GpuArch::sm120f})
-    for (int dim : {64, 128, 160, 256}) {
+    for (int dim : {64, 128, 192, 256}) {
       CAPTURE(dim);
       CHECK(runAt("sage-b", dim, 16384, arch) == dim);
     }
+  CHECK(runAt("sage-b", 160, 16384, GpuArch::sm80) == 160);
+  CHECK(runAt("sage-b", 160, 1024, GpuArch::sm90a) == 160); // short: the mma.sync kernel at the real d
   CHECK(runAt("sage-b", 96, 16384, GpuArch::sm80) == 96);
   CHECK(runAt("sage-b", 96, 16384, GpuArch::sm89) == 96);
 }
@@ -32,9 +34,15 @@ TEST_CASE("on sm_90a the measured presets pad long calls to the wgmma kernels' n
     CHECK(runAt(preset, 80, 4096, GpuArch::sm90a) == 128);
     CHECK(runAt(preset, 112, 16384, GpuArch::sm90a) == 128);
     CHECK(runAt(preset, 48, 4096, GpuArch::sm90a) == 64);
-    CHECK(runAt(preset, 80, 4095, GpuArch::sm90a) == 80);    // short: the real d's kernel was faster
-    CHECK(runAt(preset, 144, 16384, GpuArch::sm90a) == 144); // no wgmma kernel above: mma.sync at the real d
+    CHECK(runAt(preset, 80, 4095, GpuArch::sm90a) == 80); // short: the real d's kernel was faster
+    // Above 128 the wgmma kernels' next dim: 160 -> 192 is 1.2x the work, against mma.sync kernels at the real d
+    // that ran 0.46-0.59x cuDNN (sage-b, run 35)
+    CHECK(runAt(preset, 144, 16384, GpuArch::sm90a) == 192);
+    CHECK(runAt(preset, 160, 4096, GpuArch::sm90a) == 192);
+    CHECK(runAt(preset, 224, 16384, GpuArch::sm90a) == 256);
   }
+  // sage2-fp8 has no mma.sync kernel above 128 on Hopper (two-level accumulation): padded at any length
+  CHECK(runAt("sage2-fp8", 160, 128, GpuArch::sm90a) == 192);
   CHECK(runAt("sage-b", 32, 16384, GpuArch::sm90a) == 32); // measured no faster padded
   CHECK(runAt("sage2-fp8", 32, 16384, GpuArch::sm90a) == 64);
   CHECK(runAt("sage-t", 80, 16384, GpuArch::sm90a) == 80);                         // not measured: unchanged
@@ -48,7 +56,8 @@ TEST_CASE("dims without a kernel are padded to the next one; what no kernel take
   CHECK(runAt("sage2-fp8", 40, 128, GpuArch::sm90a) == 64);
   CHECK(runAt("sage-b", 72, 128, GpuArch::sm80) == 80);
   CHECK(runAt("sage-b", 8, 128, GpuArch::sm89) == 32);
-  CHECK(runAt("sage-b", 200, 128, GpuArch::sm90a) == 208);
+  CHECK(runAt("sage-b", 200, 128, GpuArch::sm90a) == 256); // no kernel at 200: the wgmma kernels' next dim
+  CHECK(runAt("sage-b", 200, 128, GpuArch::sm80) == 208);
   CHECK(runAt("sage-t", 72, 16384, GpuArch::sm90a) == 80); // not measured on wgmma: the next dim with a kernel
   CHECK(runAt("sage-b", 72, 128, GpuArch::sm90a, false, "sm90.wgmma_tma") == 128); // the forced schedule's dims
   for (int refused : {36, 100, 264, 0, -8}) {

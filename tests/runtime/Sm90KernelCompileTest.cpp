@@ -27,8 +27,9 @@ size_t count(const std::string &text, const std::string &word) {
   return found;
 }
 
-// Generates the variant's sm90 kernel, compiles it as the runtime does and checks what it compiled to.
-void checkSm90Kernel(const AttentionVariant &variant, schedules::InputType input) {
+// Generates the variant's sm90 kernel, compiles it as the runtime does and checks what it compiled to. Returns its PTX
+// and the bytes ptxas spilled.
+std::pair<std::string, int> checkSm90Kernel(const AttentionVariant &variant, schedules::InputType input) {
   runtime::AttentionKernelRequest request;
   request.input = input;
   request.arch = schedules::GpuArch::sm90a;
@@ -62,12 +63,13 @@ void checkSm90Kernel(const AttentionVariant &variant, schedules::InputType input
   CHECK(cubin.log.find("are serialized") == std::string::npos);
   constexpr int kSpillBudgetBytes = 32;
   CHECK(cubin.resources[0].spill_store_bytes <= kSpillBudgetBytes);
-  if (cubin.resources[0].spill_store_bytes > 0)
-    std::printf("%s: %d bytes spilled\n", kernel.name.c_str(), cubin.resources[0].spill_store_bytes);
   // The self-contained text (what `sagegen emit` writes) compiles to the same kernel without headers.
   compile.headers.clear();
   compile.source = runtime::selfContainedSource(kernel);
   CHECK(nvrtc.compileCubin(compile).image == cubin.image);
+  std::printf("%s: %d registers, %d bytes spilled\n", kernel.name.c_str(), cubin.resources[0].registers,
+              cubin.resources[0].spill_store_bytes);
+  return {ptx, cubin.resources[0].spill_store_bytes};
 }
 
 } // namespace
@@ -93,6 +95,36 @@ TEST_CASE("every sm90 kernel compiles for sm_90a to wgmma + TMA without spills")
         }
   std::printf("sm90 kernels compiled for sm_90a: %d\n", compiled);
   CHECK(compiled >= (test::fullSweeps() ? 24 : 12));
+}
+
+// Head dims 192 and 256 (issue 28): P.V over column slices of V where an f32 or s32 m64 x d accumulator would not fit
+// (an outer sum folded one slice at a time, inline loads), an f16 O in one wgmma of n = d, int8 Q/K rows of 192 bytes
+// in 64-byte swizzled chunks. Six kernels (CI time): the main presets, causal or not, f16 and bf16, none spilling.
+TEST_CASE("sm90 kernels at head_dim 192 and 256 compile to wgmma + TMA without spills") {
+  struct WideCase {
+    const char *preset;
+    int head_dim;
+    MaskKind mask;
+    schedules::InputType input;
+    const char *pv_wgmma; // the P.V instruction's shape and types
+  };
+  const WideCase cases[] = {
+      {"sage-b", 256, MaskKind::causal, schedules::InputType::f16, "m64n256k16.f16.f16.f16"},
+      {"sage-b", 192, MaskKind::none, schedules::InputType::bf16, "m64n192k16.f16.f16.f16"},
+      {"sage2-fp8", 256, MaskKind::none, schedules::InputType::bf16, "m64n128k32.f32.e4m3.e4m3"},
+      {"sage2-fp8", 192, MaskKind::causal, schedules::InputType::f16, "m64n96k32.f32.e4m3.e4m3"},
+      {"sage-vb", 256, MaskKind::causal, schedules::InputType::f16, "m64n128k32.s32.s8.s8"},
+      {"exact", 256, MaskKind::none, schedules::InputType::f16, "m64n128k16.f32.f16.f16"},
+  };
+  for (const WideCase &item : cases) {
+    CAPTURE(item.preset);
+    CAPTURE(item.head_dim);
+    const AttentionVariant variant = test::presetVariant(item.preset, item.head_dim, item.mask, true);
+    REQUIRE(schedules::Sm90Schedule().supports(variant, schedules::GpuArch::sm90a, item.input));
+    const auto [ptx, spilled] = checkSm90Kernel(variant, item.input);
+    CHECK(count(ptx, std::string("wgmma.mma_async.sync.aligned.") + item.pv_wgmma) >= 1);
+    CHECK(spilled == 0);
+  }
 }
 
 // Block-sparse kernels walk a mask row in shared memory from both warp roles: the consumers' loop bound comes from

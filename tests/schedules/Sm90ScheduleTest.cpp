@@ -1,10 +1,13 @@
 // The sm90 wgmma + TMA schedule: where it runs, what it plans, and how it refuses.
 #include "sage/schedules/Sm90Schedule.h"
 #include "sage/schedules/ScheduleRegistry.h"
+#include "sage/schedules/Sm80Schedule.h"
 
 #include "../codegen/TestVariants.h"
 
 #include <doctest/doctest.h>
+
+#include <optional>
 
 using namespace sage;
 using namespace sage::schedules;
@@ -274,5 +277,115 @@ TEST_CASE("rotated variants (issue 28) run where the prologue rotates their Q an
       named += verdict.support.reason.find("rotation: a per-tensor Q scale") != std::string::npos ? 1 : 0;
     }
     CHECK(named >= 1);
+  }
+}
+
+TEST_CASE("sm90 head dims: 64, 128, 192 and 256; the others are refused, naming the dims it has") {
+  const Sm90Schedule sm90;
+  for (const char *preset : {"sage-b", "sage-t", "sage-vb", "sage-vt", "sage2-fp8", "exact"})
+    for (int head_dim : {192, 256}) {
+      CAPTURE(preset);
+      CAPTURE(head_dim);
+      CHECK(sm90.supports(test::presetVariant(preset, head_dim), GpuArch::sm90a, InputType::f16));
+      CHECK(sm90.supports(test::presetVariant(preset, head_dim, MaskKind::causal), GpuArch::sm90a, InputType::bf16));
+      CHECK(bestSchedule(test::presetVariant(preset, head_dim), GpuArch::sm90a, InputType::f16).name() ==
+            Sm90Schedule::kName);
+    }
+  for (int head_dim : {32, 80, 96, 160, 224}) {
+    CAPTURE(head_dim);
+    const SupportResult verdict =
+        sm90.supports(test::presetVariant("sage-b", head_dim), GpuArch::sm90a, InputType::f16);
+    CHECK_FALSE(verdict);
+    CHECK(verdict.reason.find("head_dim 64, 128, 192 and 256 only") != std::string::npos);
+  }
+  // Two-level accumulation beyond d = 128: the mma.sync schedule refuses it (two f32 copies of O), this one folds
+  // O's column slices.
+  const AttentionVariant fp8 = test::presetVariant("sage2-fp8", 256);
+  CHECK_FALSE(Sm80Schedule().supports(fp8, GpuArch::sm90a, InputType::f16));
+  CHECK(bestSchedule(fp8, GpuArch::sm90a, InputType::f16).name() == Sm90Schedule::kName);
+  // Block-sparse kernels keep their tiles for 64 and 128
+  const SupportResult sparse =
+      sm90.supports(test::presetVariant("sage-b", 256, MaskKind::block_sparse), GpuArch::sm90a, InputType::f16);
+  CHECK_FALSE(sparse);
+  CHECK(sparse.reason.find("block-sparse kernels have tiles for head_dim 64 and 128 only") != std::string::npos);
+  // The rotation's Hadamard matrix needs a power of two: 256 yes, 192 no
+  auto rotated = [](AttentionVariant variant) {
+    variant.q.rotation_seed = 5;
+    variant.k.rotation_seed = 5;
+    return variant;
+  };
+  CHECK(sm90.supports(rotated(test::presetVariant("sage-b", 256)), GpuArch::sm90a, InputType::f16));
+}
+
+TEST_CASE("sm90 plans at head_dim 192 and 256: column slices of P.V, inline loads for an outer sum, narrow chunks") {
+  const Sm90Schedule sm90;
+  const auto plan = [&](const char *preset, int head_dim, std::optional<Tunables> tunables = {}) {
+    return sm90.plan(test::presetVariant(preset, head_dim), GpuArch::sm90a, InputType::f16, tunables);
+  };
+  SUBCASE("sage2-fp8 d256: one consumer with inline loads, 64-token blocks, two CTAs per SM, n128 slices") {
+    const KernelPlan fp8 = plan("sage2-fp8", 256);
+    CHECK(fp8.tunables.inline_loads);
+    CHECK(fp8.tunables.block_kv == 64);
+    CHECK(fp8.tunables.ctas == 2);
+    CHECK(fp8.threads == 128);
+    CHECK(fp8.min_blocks_per_multiprocessor == 2);
+    CHECK(2 * (fp8.shared.total_bytes + 1024) <= 228 * 1024);
+    CHECK(fp8.two_level_flush_blocks == 1); // each block's product folded slice by slice
+    CHECK(fp8.pv_mma == MmaShape{64, 128, 32, ElementType::e4m3, ElementType::e4m3, AccumulatorType::f32});
+    CHECK(fp8.warp_specialization.q_box == TensorMapBox{128, 64}); // 256-byte rows: two 128-byte chunks
+    CHECK(fp8.warp_specialization.v_box == TensorMapBox{64, 256}); // V^T: 256 channel rows of 64 tokens
+  }
+  SUBCASE("d192: int8 rows of 192 bytes in 64-byte chunks; 8-bit P.V in two n96 slices, f16 V in 64-channel ones") {
+    const KernelPlan fp8 = plan("sage2-fp8", 192);
+    CHECK(fp8.warp_specialization.q_box == TensorMapBox{64, 64});
+    CHECK(fp8.warp_specialization.k_box == TensorMapBox{64, 64});
+    CHECK(fp8.pv_mma.n == 96);
+    CHECK(plan("sage-vb", 192).pv_mma.n == 96);
+    const KernelPlan exact = plan("exact", 192); // f16 Q/K: 384-byte rows, three 128-byte chunks
+    CHECK(exact.warp_specialization.q_box == TensorMapBox{128, 128});
+    CHECK(exact.pv_mma.n == 64);
+    CHECK(exact.warp_specialization.consumer_warpgroups == 2);
+    CHECK(exact.tunables.block_kv == 64);
+  }
+  SUBCASE("f16 O: two consumers taking turns, one wgmma of n = d") {
+    const KernelPlan wide = plan("sage-b", 256);
+    CHECK(wide.warp_specialization.consumer_warpgroups == 2);
+    CHECK_FALSE(wide.tunables.inline_loads);
+    CHECK(wide.tunables.block_kv == 64);
+    CHECK(wide.pv_mma.n == 256);
+    CHECK(wide.warp_specialization.v_box == TensorMapBox{128, 64}); // 64 f16 channels of 64 token rows
+    CHECK(wide.shared.total_bytes <= 227 * 1024);
+    const KernelPlan narrow = plan("sage-b", 192);
+    CHECK(narrow.tunables.block_kv == 128);
+    CHECK(narrow.pv_mma.n == 192);
+    // Per-token K scales or an f32 O at d = 256 do not fit beside the turns: one consumer with inline loads
+    CHECK(plan("sage-t", 256).tunables.inline_loads);
+    CHECK(plan("exact", 256).tunables.inline_loads);
+    CHECK(plan("exact", 256).pv_mma.n == 128);
+  }
+  SUBCASE("an outer sum beyond d = 128 needs inline loads and at most two CTAs per SM; the tunables say so") {
+    CHECK_THROWS_WITH_AS(plan("sage-vb", 256, Tunables{64, 64, 4, 2}), doctest::Contains("tunables.inline_loads"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(plan("sage2-fp8", 192, Tunables{64, 64, 4, 2, true}),
+                         doctest::Contains("tunables.ctas: at head_dim 192"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(plan("sage2-fp8", 256, Tunables{64, 64, 4, 2, true, 4}), doctest::Contains("expected 1 or 2"),
+                         std::invalid_argument);
+    CHECK(plan("sage2-fp8", 256, Tunables{64, 64, 4, 2, true, 1}).min_blocks_per_multiprocessor == 1);
+  }
+  SUBCASE("the tunable space lists the defaults and refuses the rest with reasons") {
+    const TunableSpace space = sm90.tunableSpace(test::presetVariant("sage2-fp8", 256), GpuArch::sm90a, InputType::f16);
+    CHECK(space.defaults == plan("sage2-fp8", 256).tunables);
+    bool defaults_listed = false;
+    int supported = 0;
+    for (const TunableCandidate &candidate : space.candidates) {
+      supported += candidate.verdict ? 1 : 0;
+      defaults_listed = defaults_listed || (candidate.verdict && candidate.tunables == space.defaults);
+      if (!candidate.verdict)
+        CHECK(!candidate.verdict.reason.empty());
+      if (candidate.verdict)
+        CHECK(candidate.tunables.inline_loads);
+    }
+    CHECK(defaults_listed);
+    CHECK(supported >= 4);
   }
 }

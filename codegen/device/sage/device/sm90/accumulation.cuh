@@ -79,19 +79,24 @@ template <class Config> __device__ __forceinline__ void flush_output(ConsumerSta
 }
 
 // After P~_i^j V_j has completed: int8 adds its s32 block product into the f32 sum; two-level accumulation adds the
-// accumulator into the outer sum every kFlushPeriod blocks (the next block's P.V then restarts it).
+// accumulator into the outer sum every kFlushPeriod blocks (the next block's P.V then restarts it). With a sliced
+// fold the product is column slice `slice` of the block's (its registers start a whole 8-column tile further in the
+// sum, so register i's row half is the same there).
 template <class Config, int kProductRegisters>
 __device__ __forceinline__ void finish_block(ConsumerState<Config> &state,
-                                             const int (&block_product)[kProductRegisters]) {
+                                             const int (&block_product)[kProductRegisters], int slice = 0) {
+  constexpr int kFolded = ConsumerState<Config>::kOutputChannels / 2; // f32 registers a fold adds
+  const int first = slice * kFolded;
   if constexpr (Config::kPv == PvOperands::int8) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i) // |P V| <= 128 x 127 x 127 < 2^22
-      state.flushed[i] =
-          fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
+    for (int i = 0; i < kFolded; ++i) // |P V| <= 128 x 127 x 127 < 2^22
+      state.flushed[first + i] =
+          fmaf(state.flushed[first + i], state.product_rescale[(i / 2) % 2], small_int_to_float(block_product[i]));
   } else if constexpr (ConsumerState<Config>::kFoldsRescale) {
 #pragma unroll
-    for (int i = 0; i < Config::kHeadDim / 2; ++i)
-      state.flushed[i] = fmaf(state.flushed[i], state.product_rescale[(i / 2) % 2], output_value(state, i));
+    for (int i = 0; i < kFolded; ++i)
+      state.flushed[first + i] =
+          fmaf(state.flushed[first + i], state.product_rescale[(i / 2) % 2], output_value(state, i));
   } else if constexpr (Config::kTwoLevel) {
     if (++state.blocks_since_flush == Config::kFlushPeriod) {
       state.blocks_since_flush = 0;
@@ -109,20 +114,34 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
   const SageAttentionParams &base = params.base;
   const TileCoordinates tile = epilogue_tile<Config>(base, loop_tile);
   constexpr bool kCodes = Config::kPv == PvOperands::int8 || Config::kPv == PvOperands::e4m3;
-  float output[Config::kHeadDim / 2];
-#pragma unroll
-  for (int i = 0; i < Config::kHeadDim / 2; ++i) {
+  // O's element i in f32
+  auto output_of = [&](int i) {
     float value;
-    if constexpr (Config::kPv != PvOperands::int8)
+    if constexpr (Config::kPv != PvOperands::int8 && !ConsumerState<Config>::kSlicedFold)
       value = output_value(state, i);
-    if constexpr (Config::kPv == PvOperands::int8)
-      value = state.flushed[i];
+    if constexpr (Config::kPv == PvOperands::int8 || ConsumerState<Config>::kSlicedFold)
+      value = state.flushed[i];           // (sliced: every block was folded; `output` holds one slice)
     else if constexpr (Config::kTwoLevel) // the outer sum and the blocks since its last flush, both relative to m
       value = accumulates(state) ? state.flushed[i] + value : state.flushed[i];
     else // `output` was never written when the tile visited no block
       value = accumulates(state) ? value : 0.0f;
-    output[i] = value;
+    return value;
+  };
+  // Up to d = 128 all of O is converted first (the order the measured kernels have); beyond, each element where it is
+  // written (an f16 O at d = 256 converted whole spilled 12 bytes with the LSE).
+  constexpr bool kConvertFirst = Config::kHeadDim <= 128;
+  float converted[kConvertFirst ? Config::kHeadDim / 2 : 1];
+  if constexpr (kConvertFirst) {
+#pragma unroll
+    for (int i = 0; i < Config::kHeadDim / 2; ++i)
+      converted[i] = output_of(i);
   }
+  auto output = [&](int i) {
+    if constexpr (kConvertFirst)
+      return converted[i];
+    else
+      return output_of(i);
+  };
   const unsigned char *workspace = base.workspace;
   const float *v_scales =
       reinterpret_cast<const float *>(workspace + base.offsets.v_scales) + tile.kv_head_index * Config::kHeadDim;
@@ -142,8 +161,8 @@ __device__ __forceinline__ void write_results(ConsumerState<Config> &state, cons
 #pragma unroll
     for (int tile_n = 0; tile_n < Config::kHeadDim / 8; ++tile_n) {
       const int channel = tile_n * 8 + quad_lane * 2;
-      float low = output[tile_n * 4 + half * 2] * inverse_sum;
-      float high = output[tile_n * 4 + half * 2 + 1] * inverse_sum;
+      float low = output(tile_n * 4 + half * 2) * inverse_sum;
+      float high = output(tile_n * 4 + half * 2 + 1) * inverse_sum;
       if constexpr (kCodes) {
         low *= v_scales[channel]; // psi_V^-1 (P's code scale is in l, which summed the codes' values)
         high *= v_scales[channel + 1];

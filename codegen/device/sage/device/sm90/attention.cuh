@@ -58,51 +58,66 @@ __device__ __forceinline__ void issue_q_k(Accumulator (&accumulator)[Config::kBl
   wgmma_commit_group();
 }
 
-// Issues O (+)= P~ V_j as one wgmma group: one wgmma per k step of P~; `accumulate` = 0 restarts the accumulator.
-// P~'s registers and O must not be touched until the group has completed.
-template <class Config, class Accumulator, int kCount>
+// Issues O (+)= P~ V_j for kSlices column slices of V (ValueSlices) from `first_slice` on as one wgmma group: one
+// wgmma per slice and k step of P~; `output` holds those slices' accumulators in order. `accumulate` = 0 restarts
+// them. P~'s registers and `output` must not be touched until the group has completed.
+template <class Config, int kSlices, class Accumulator, int kCount>
 __device__ __forceinline__ void issue_p_v(Accumulator (&output)[kCount], const ProbabilityFragments<Config> &p,
-                                          unsigned v_tile, bool accumulate) {
+                                          unsigned v_tile, bool accumulate, int first_slice = 0) {
   using Layout = SharedLayout<Config>;
   using Fragments = ProbabilityFragments<Config>;
+  constexpr int kN = ValueSlices<Config>::kChannels;
+  constexpr int kSliceRegisters = kCount / kSlices;
   warpgroup_fence_operands(output);
   wgmma_fence();
 #pragma unroll
-  for (int step = 0; step < Fragments::kSteps; ++step) {
-    const int scale_d = accumulate || step > 0;
-    if constexpr (Layout::kTransposedV) {
-      // V^T [channels][tokens], K-major: step s reads tokens 32s .. 32s + 31 of every channel row.
-      constexpr unsigned long long kFixed =
-          matrix_descriptor(0, 16, 8 * Layout::kVChunkBytes, swizzle_of_rows<Layout::kVChunkBytes>());
-      const int chunk = step * 32 / Layout::kVChunkBytes, within = step * 32 % Layout::kVChunkBytes;
-      const unsigned long long b = descriptor_at(kFixed, v_tile) + (chunk * Layout::kVChunkStride + within) / 16;
-      if constexpr (Config::kPv == PvOperands::e4m3)
-        WgmmaE4m3RS<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
-      else
-        WgmmaS8RS<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
-    } else {
-      // V [tokens][channels], MN-major: step s starts 16 token rows further; channel chunks are LBO apart.
-      constexpr unsigned long long kFixed = matrix_descriptor(0, Layout::kVChunkStride, 8 * Layout::kVChunkBytes,
-                                                              swizzle_of_rows<Layout::kVChunkBytes>());
-      const unsigned long long b = descriptor_at(kFixed, v_tile) + step * 16 * Layout::kVChunkBytes / 16;
-      if constexpr (Config::kPv == PvOperands::f16_accumulate_f16)
-        WgmmaF16RSF16<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
-      else
-        WgmmaF16RSF32<Config::kHeadDim>::run(output, p.registers[step], b, scale_d);
+  for (int slice = 0; slice < kSlices; ++slice) {
+    Accumulator(&d)[kSliceRegisters] =
+        *reinterpret_cast<Accumulator(*)[kSliceRegisters]>(output + slice * kSliceRegisters);
+    const int channel = (first_slice + slice) * kN; // the slice's first column of O
+#pragma unroll
+    for (int step = 0; step < Fragments::kSteps; ++step) {
+      const int scale_d = accumulate || step > 0;
+      if constexpr (Layout::kTransposedV) {
+        // V^T [channels][tokens], K-major: step s reads tokens 32s .. 32s + 31 of the slice's channel rows.
+        constexpr unsigned long long kFixed =
+            matrix_descriptor(0, 16, 8 * Layout::kVChunkBytes, swizzle_of_rows<Layout::kVChunkBytes>());
+        const int chunk = step * 32 / Layout::kVChunkBytes, within = step * 32 % Layout::kVChunkBytes;
+        const unsigned long long b = descriptor_at(kFixed, v_tile) +
+                                     (chunk * Layout::kVChunkStride + within + channel * Layout::kVChunkBytes) / 16;
+        if constexpr (Config::kPv == PvOperands::e4m3)
+          WgmmaE4m3RS<kN>::run(d, p.registers[step], b, scale_d);
+        else
+          WgmmaS8RS<kN>::run(d, p.registers[step], b, scale_d);
+      } else {
+        // V [tokens][channels], MN-major: step s starts 16 token rows further; channel chunks (64 channels, one
+        // swizzle atom) are LBO apart, and a slice starts at a whole chunk.
+        constexpr unsigned long long kFixed = matrix_descriptor(0, Layout::kVChunkStride, 8 * Layout::kVChunkBytes,
+                                                                swizzle_of_rows<Layout::kVChunkBytes>());
+        const unsigned long long b =
+            descriptor_at(kFixed, v_tile) +
+            (step * 16 * Layout::kVChunkBytes + channel * 2 / Layout::kVChunkBytes * Layout::kVChunkStride) / 16;
+        if constexpr (Config::kPv == PvOperands::f16_accumulate_f16)
+          WgmmaF16RSF16<kN>::run(d, p.registers[step], b, scale_d);
+        else
+          WgmmaF16RSF32<kN>::run(d, p.registers[step], b, scale_d);
+      }
     }
   }
   wgmma_commit_group();
 }
 
 // P~_i^j V_j as one wgmma group: int8 into the block's s32 product (restarted), else into O (restarted on the tile's
-// first block).
+// first block). With a sliced fold (ConsumerState::kSlicedFold) only column slice `slice`, into the one slice's
+// accumulator; otherwise every slice.
 template <class Config, int kProductRegisters>
 __device__ __forceinline__ void issue_block_p_v(ConsumerState<Config> &state, int (&block_product)[kProductRegisters],
-                                                const ProbabilityFragments<Config> &p, unsigned v_tile) {
+                                                const ProbabilityFragments<Config> &p, unsigned v_tile, int slice = 0) {
+  constexpr int kSlices = ConsumerState<Config>::kSlicedFold ? 1 : ValueSlices<Config>::kCount;
   if constexpr (Config::kPv == PvOperands::int8)
-    issue_p_v<Config>(block_product, p, v_tile, false);
+    issue_p_v<Config, kSlices>(block_product, p, v_tile, false, slice);
   else
-    issue_p_v<Config>(state.output, p, v_tile, accumulates(state));
+    issue_p_v<Config, kSlices>(state.output, p, v_tile, accumulates(state), slice);
 }
 
 // Once issue_block_p_v's group has completed: the asynchronous wgmma read P~'s registers and wrote the product (or O)
@@ -312,6 +327,8 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
                                        const VisitedBlocks<Config> &visits, unsigned shared_base,
                                        const StageBarriers<Config> &barriers, int consumer,
                                        const TurnTaking<Config> &turns, int first_position, int iteration, bool last) {
+  static_assert(!ConsumerState<Config>::kSlicedFold,
+                "an outer sum over column slices of O runs with inline loads (the schedule plans it so)");
   using Layout = SharedLayout<Config>;
   using Accumulator = Select<Config::kQk == QkOperands::int8, int, float>;
   const SageAttentionParams &base = params.base;
@@ -355,7 +372,7 @@ __device__ __forceinline__ int consume(const SageSm90AttentionParams &params, co
   float scores[Config::kBlockKv / 2];
   float rescale[2];
   ProbabilityFragments<Config> p;
-  int block_product[Config::kPv == PvOperands::int8 ? Config::kHeadDim / 2 : 1];
+  int block_product[Config::kPv == PvOperands::int8 ? ConsumerState<Config>::kOutputChannels / 2 : 1];
   // S_j (waited for) -> P~_j's f32 scores, then P~_j packed once the previous P.V no longer reads P~'s registers.
   using BlockScales = typename CodesSoftmax<Config>::BlockScales;
   auto load_scales = [&](int block) {
@@ -529,7 +546,7 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
   float scores[Config::kBlockKv / 2];
   float rescale[2];
   ProbabilityFragments<Config> p;
-  int block_product[Config::kPv == PvOperands::int8 ? Config::kHeadDim / 2 : 1];
+  int block_product[Config::kPv == PvOperands::int8 ? ConsumerState<Config>::kOutputChannels / 2 : 1];
   mbarrier_wait(barriers.q_full(), 0);
   // Warp 0 refills a released stage where its wait is (nearly) free: K_j's right after issuing P~_j V_j, V_j's as block
   // j + 1 starts. Every thread arrived on K_j's empty barrier before that wgmma, which they issue together, and on
@@ -579,12 +596,19 @@ __device__ __forceinline__ void consume_inline(const SageSm90AttentionParams &pa
     rescale_output(state, rescale);
     mbarrier_wait(barriers.full_v(block), phase);
     const unsigned v_tile = stage_base(block) + Layout::kVOffset;
-    issue_block_p_v<Config>(state, block_product, p, v_tile);
-    refill_k(block);
-    wgmma_wait_group<0>();
-    fence_p_v_registers<Config>(state, block_product, p);
-    mbarrier_arrive(barriers.empty_v(block)); // V_j is no longer read
-    finish_block(state, block_product);
+    // Column slices folded one at a time (kSlicedFold: head_dim > 128 with an outer sum), else one group
+    constexpr int kFolds = ConsumerState<Config>::kSlicedFold ? ValueSlices<Config>::kCount : 1;
+#pragma unroll
+    for (int slice = 0; slice < kFolds; ++slice) {
+      issue_block_p_v<Config>(state, block_product, p, v_tile, slice);
+      if (slice == 0)
+        refill_k(block);
+      wgmma_wait_group<0>();
+      fence_p_v_registers<Config>(state, block_product, p);
+      if (slice == kFolds - 1)
+        mbarrier_arrive(barriers.empty_v(block)); // V_j is no longer read
+      finish_block(state, block_product, slice);
+    }
   };
   // Causal: the blocks that need no mask first, then those that cross the diagonal or the sequence's end, each loop
   // with one softmax path (one loop with both spilled 88 bytes at d128, these two 8). Without the causal mask one loop
@@ -688,28 +712,28 @@ template <class Config> __device__ __forceinline__ void attention_kernel(const S
 
   if constexpr (Config::kInlineLoads) {
     consume_inline<Config>(params, grid_tile, shared_base, barriers);
-    return;
-  }
-  // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers
-  // divergent gets serialized (ptxas C7518).
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
-  if (warpgroup == 0) {
-    if constexpr (Config::kProducerRegisters > 0) // one consumer: no hand-over needed
-      warpgroup_release_registers<Config::kProducerRegisters>();
-    if (threadIdx.x == 0) {
-      if constexpr (Config::kPersistent) {
-        produce<Config>(params, schedule, shared_base, barriers);
-      } else {
-        int position = 0;
-        if constexpr (!Config::kBlockSparse)
-          visits.block_end = grid_tile.block_end;
-        produce_tile<Config>(params, grid_tile, visits, shared_base, barriers, position);
+  } else { // (not instantiated with inline loads)
+    // Broadcast from lane 0 so that the compiler knows the role is warp-uniform: a wgmma under a branch it considers
+    // divergent gets serialized (ptxas C7518).
+    const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+    if (warpgroup == 0) {
+      if constexpr (Config::kProducerRegisters > 0) // one consumer: no hand-over needed
+        warpgroup_release_registers<Config::kProducerRegisters>();
+      if (threadIdx.x == 0) {
+        if constexpr (Config::kPersistent) {
+          produce<Config>(params, schedule, shared_base, barriers);
+        } else {
+          int position = 0;
+          if constexpr (!Config::kBlockSparse)
+            visits.block_end = grid_tile.block_end;
+          produce_tile<Config>(params, grid_tile, visits, shared_base, barriers, position);
+        }
       }
+    } else {
+      if constexpr (Config::kConsumerRegisters > 0)
+        warpgroup_claim_registers<Config::kConsumerRegisters>();
+      consume_tiles<Config>(params, schedule, grid_tile, visits, shared_base, barriers, warpgroup - 1);
     }
-  } else {
-    if constexpr (Config::kConsumerRegisters > 0)
-      warpgroup_claim_registers<Config::kConsumerRegisters>();
-    consume_tiles<Config>(params, schedule, grid_tile, visits, shared_base, barriers, warpgroup - 1);
   }
 }
 

@@ -15,12 +15,18 @@ enum class ValueTiles { input, workspace_values, workspace_codes }; // where V_j
 // Sm90Schedule.cpp reserves the same bytes.
 constexpr int kKeptBlockCapacity = 16384;
 
+// The width of a tile's column chunks: the whole row up to 128 bytes, else 128-byte chunks, or 64-byte ones where
+// 128 does not divide the row (int8 Q/K at head_dim 192: three 64-byte chunks with the 64-byte swizzle).
+__host__ __device__ constexpr int chunk_bytes_of_rows(int row_bytes) {
+  return row_bytes <= 128 ? row_bytes : (row_bytes % 128 == 0 ? 128 : 64);
+}
+
 // Shared-memory geometry derived from a Config: every tile is split into column chunks of at most 128 bytes (one
 // TMA box and one swizzle atom wide), each chunk a [rows][chunk bytes] block aligned to 1024 bytes.
 template <class Config> struct SharedLayout {
   static constexpr int kQkElementBytes = Config::kQk == QkOperands::int8 ? 1 : 2;
   static constexpr int kQkRowBytes = Config::kHeadDim * kQkElementBytes;
-  static constexpr int kQkChunkBytes = kQkRowBytes < 128 ? kQkRowBytes : 128;
+  static constexpr int kQkChunkBytes = chunk_bytes_of_rows(kQkRowBytes);
   static constexpr int kQkChunks = kQkRowBytes / kQkChunkBytes;
   static constexpr int kQChunkStride = Config::kBlockQ * kQkChunkBytes;
   static constexpr int kKChunkStride = Config::kBlockKv * kQkChunkBytes;
@@ -31,7 +37,7 @@ template <class Config> struct SharedLayout {
   // V^T codes: rows are channels, kBlockKv one-byte tokens each. f16 V: rows are tokens, 2 * kHeadDim bytes each.
   static constexpr int kVRows = kTransposedV ? Config::kHeadDim : Config::kBlockKv;
   static constexpr int kVRowBytes = kTransposedV ? Config::kBlockKv : 2 * Config::kHeadDim;
-  static constexpr int kVChunkBytes = kVRowBytes < 128 ? kVRowBytes : 128;
+  static constexpr int kVChunkBytes = chunk_bytes_of_rows(kVRowBytes);
   static constexpr int kVChunks = kVRowBytes / kVChunkBytes;
   static constexpr int kVChunkStride = kVRows * kVChunkBytes;
   static constexpr int kVBytes = kVChunks * kVChunkStride;
@@ -90,12 +96,25 @@ template <int kTokensPerGroup, int kInterleave> __device__ __forceinline__ int s
     return token / kTokensPerGroup * kInterleave + token % kInterleave;
 }
 
+// The column slices of O that one P.V wgmma writes: N = head_dim up to 128. Beyond, an f32 or s32 m64 x head_dim
+// accumulator (128 registers a thread at 256) does not fit beside S or an outer sum, so P.V is issued as several
+// wgmma over column slices of V: 8-bit V^T (K-major, rows are channels) in slices of any 16 channels (192: two of 96),
+// f16 V (MN-major, 64 channels per swizzle atom) in whole atoms (192: three of 64); an f16 accumulator (64 registers
+// at 256) is written whole.
+template <class Config> struct ValueSlices {
+  static constexpr bool kEightBit = Config::kPv == PvOperands::int8 || Config::kPv == PvOperands::e4m3;
+  static constexpr int kChannels = Config::kHeadDim <= 128 || Config::kPv == PvOperands::f16_accumulate_f16
+                                       ? Config::kHeadDim
+                                       : (Config::kHeadDim % 128 == 0 ? 128 : (kEightBit ? Config::kHeadDim / 2 : 64));
+  static constexpr int kCount = Config::kHeadDim / kChannels;
+  static_assert(kChannels * kCount == Config::kHeadDim && kChannels % 16 == 0, "whole slices of 16 channels");
+};
+
 // What one consumer thread keeps across the KV loop: its two rows (g and g + 8 of its warp's 16) and their state.
 template <class Config> struct ConsumerState {
   static constexpr int kScoreRegisters = Config::kBlockKv / 2;     // m64 x kBlockKv, per thread
   static constexpr int kOutputF32Registers = Config::kHeadDim / 2; // m64 x kHeadDim f32, per thread
   static constexpr bool kF16Accumulator = Config::kPv == PvOperands::f16_accumulate_f16;
-  static constexpr int kOutputRegisters = kF16Accumulator ? Config::kHeadDim / 4 : kOutputF32Registers;
   using OutputRegister = Select<kF16Accumulator, unsigned, float>;
 
   // The f32 sum beside the P.V accumulator: int8 P.V adds each block's s32 product into it; two-level accumulation
@@ -105,8 +124,14 @@ template <class Config> struct ConsumerState {
   // the sum's rescaling then rides on that add, flushed = flushed x exp2(m' - m) + product, one FFMA per register.
   static constexpr bool kFoldsRescale =
       Config::kPv == PvOperands::int8 || (Config::kTwoLevel && Config::kFlushPeriod == 1);
+  // Several column slices with an outer sum: each slice's product is folded into the sum before the next slice's
+  // wgmma, so the block's accumulator holds one slice only (the schedule flushes every block there).
+  static constexpr bool kSlicedFold = ValueSlices<Config>::kCount > 1 && kOuterSum;
+  static_assert(!kSlicedFold || kFoldsRescale, "sliced P.V with an outer sum: the product is folded every block");
+  static constexpr int kOutputChannels = kSlicedFold ? ValueSlices<Config>::kChannels : Config::kHeadDim;
+  static constexpr int kOutputRegisters = kF16Accumulator ? kOutputChannels / 4 : kOutputChannels / 2;
 
-  OutputRegister output[kOutputRegisters];            // the P.V accumulator (f16x2 pairs or f32)
+  OutputRegister output[kOutputRegisters]; // the P.V accumulator (f16x2 pairs or f32; one slice: kSlicedFold)
   float flushed[kOuterSum ? kOutputF32Registers : 1]; // the outer f32 sum (registers, not shared memory)
   float product_rescale[2]; // kFoldsRescale: exp2(m' - m) for the outer sum when the block in flight is added
   float row_factor[2];      // delta_Q x the factor that puts S in base 2

@@ -2,7 +2,8 @@
 // accumulator register is its own asm operand, which is why these lists are long: the compiler must keep the
 // accumulators in registers across the asynchronous instruction (see warpgroup_fence_operands).
 //
-// Shapes: M = 64 rows per warpgroup; K = 32 for 8-bit operands, 16 for 16-bit ones; N = 64 or 128 (and 32 for s8 SS).
+// Shapes: M = 64 rows per warpgroup; K = 32 for 8-bit operands, 16 for 16-bit ones; N = 64 or 128 (and 32 for s8 SS;
+// 96 for the 8-bit P.V's column slices at head_dim 192; 192 and 256 for f16 P.V into an f16 accumulator).
 //   *_ss: A and B from shared memory (descriptors); *_rs: A from registers (4 x b32 per thread), B from shared.
 //   scale_d = 0 overwrites the accumulator (D = A.B), 1 accumulates (D += A.B).
 //   16-bit B with kTransposeB = 1 is MN-major in shared memory (V as [tokens, channels]); 8-bit B is K-major.
@@ -16,6 +17,8 @@
 #define SAGE_WGMMA_D_16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define SAGE_WGMMA_D_32                                                                                                \
   SAGE_WGMMA_D_16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define SAGE_WGMMA_D_48                                                                                                \
+  SAGE_WGMMA_D_32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define SAGE_WGMMA_D_64                                                                                                \
   SAGE_WGMMA_D_32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "  \
                   "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
@@ -25,6 +28,7 @@
   C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
 #define SAGE_WGMMA_ACC_16(C) SAGE_WGMMA_ACC_8(C, 0), SAGE_WGMMA_ACC_8(C, 8)
 #define SAGE_WGMMA_ACC_32(C) SAGE_WGMMA_ACC_16(C), SAGE_WGMMA_ACC_8(C, 16), SAGE_WGMMA_ACC_8(C, 24)
+#define SAGE_WGMMA_ACC_48(C) SAGE_WGMMA_ACC_32(C), SAGE_WGMMA_ACC_8(C, 32), SAGE_WGMMA_ACC_8(C, 40)
 #define SAGE_WGMMA_ACC_64(C)                                                                                           \
   SAGE_WGMMA_ACC_32(C), SAGE_WGMMA_ACC_8(C, 32), SAGE_WGMMA_ACC_8(C, 40), SAGE_WGMMA_ACC_8(C, 48),                     \
       SAGE_WGMMA_ACC_8(C, 56)
@@ -105,6 +109,11 @@ template <> struct WgmmaBf16SS<128> {
 
 template <int N> struct WgmmaE4m3RS;
 
+// D(f32) += A(e4m3, registers) B(e4m3, smem, K-major), N = 96 (a column slice of e4m3 P.V at head_dim 192)
+template <> struct WgmmaE4m3RS<96> {
+  SAGE_WGMMA_RS_RUN(float, "+f", 48, "m64n96k32.f32.e4m3.e4m3", "%53", "{%48, %49, %50, %51}, %52, p, 1, 1")
+};
+
 // D(f32) += A(e4m3, registers) B(e4m3, smem, K-major), N = 64
 template <> struct WgmmaE4m3RS<64> {
   SAGE_WGMMA_RS_RUN(float, "+f", 32, "m64n64k32.f32.e4m3.e4m3", "%37", "{%32, %33, %34, %35}, %36, p, 1, 1")
@@ -116,6 +125,11 @@ template <> struct WgmmaE4m3RS<128> {
 };
 
 template <int N> struct WgmmaS8RS;
+
+// D(s32) += A(s8, registers) B(s8, smem, K-major), N = 96 (a column slice of int8 P.V at head_dim 192)
+template <> struct WgmmaS8RS<96> {
+  SAGE_WGMMA_RS_RUN(int, "+r", 48, "m64n96k32.s32.s8.s8", "%53", "{%48, %49, %50, %51}, %52, p")
+};
 
 // D(s32) += A(s8, registers) B(s8, smem, K-major), N = 64
 template <> struct WgmmaS8RS<64> {
@@ -151,15 +165,27 @@ template <> struct WgmmaF16RSF16<128> {
   SAGE_WGMMA_RS_RUN(unsigned, "+r", 32, "m64n128k16.f16.f16.f16", "%37", "{%32, %33, %34, %35}, %36, p, 1, 1, 1")
 };
 
+// D(f16x2) += A(f16, registers) B(f16, smem, MN-major), N = 192: head_dim 192's whole O in one instruction
+template <> struct WgmmaF16RSF16<192> {
+  SAGE_WGMMA_RS_RUN(unsigned, "+r", 48, "m64n192k16.f16.f16.f16", "%53", "{%48, %49, %50, %51}, %52, p, 1, 1, 1")
+};
+
+// D(f16x2) += A(f16, registers) B(f16, smem, MN-major), N = 256: head_dim 256's whole O in one instruction
+template <> struct WgmmaF16RSF16<256> {
+  SAGE_WGMMA_RS_RUN(unsigned, "+r", 64, "m64n256k16.f16.f16.f16", "%69", "{%64, %65, %66, %67}, %68, p, 1, 1, 1")
+};
+
 } // namespace sage::device::sm90
 
 #undef SAGE_WGMMA_RS_RUN
 #undef SAGE_WGMMA_SS_RUN
 #undef SAGE_WGMMA_RUN
 #undef SAGE_WGMMA_ACC_64
+#undef SAGE_WGMMA_ACC_48
 #undef SAGE_WGMMA_ACC_32
 #undef SAGE_WGMMA_ACC_16
 #undef SAGE_WGMMA_ACC_8
 #undef SAGE_WGMMA_D_64
+#undef SAGE_WGMMA_D_48
 #undef SAGE_WGMMA_D_32
 #undef SAGE_WGMMA_D_16
