@@ -154,9 +154,12 @@ class KernelHeadDimTest(unittest.TestCase):
     def test_the_sm90_kernels_dims_and_other_archs_keep_their_dim(self):
         from sagegen._head_dim import kernel_head_dim
         for capability in ((8, 0), (8, 9), (9, 0), (12, 0)):
-            for dim in (64, 128, 160, 256):
+            for dim in (64, 128, 192, 256):
                 self.assertEqual(kernel_head_dim(dim, 16384, "sage-b", capability), dim)
         self.assertEqual(kernel_head_dim(96, 16384, "sage-b", (8, 0)), 96)
+        self.assertEqual(kernel_head_dim(160, 16384, "sage-b", (8, 0)), 160)
+        self.assertEqual(kernel_head_dim(160, 16384, "sage-b", (9, 0)), 192)  # the wgmma kernels' next dim
+        self.assertEqual(kernel_head_dim(160, 1024, "sage-b", (9, 0)), 160)  # short: the real d's kernel
 
     def test_hopper_pads_long_calls_between_64_and_128(self):
         from sagegen._head_dim import kernel_head_dim
@@ -181,7 +184,8 @@ class KernelHeadDimTest(unittest.TestCase):
         self.assertEqual(kernel_head_dim(40, 128, "sage2-fp8", (9, 0)), 64)
         self.assertEqual(kernel_head_dim(72, 128, "sage-b", (8, 0)), 80)
         self.assertEqual(kernel_head_dim(8, 128, "sage-b", (8, 9)), 32)
-        self.assertEqual(kernel_head_dim(200, 128, "sage-b", (9, 0)), 208)
+        self.assertEqual(kernel_head_dim(200, 128, "sage-b", (9, 0)), 256)  # the wgmma kernels' next dim
+        self.assertEqual(kernel_head_dim(200, 128, "sage-b", (8, 0)), 208)
         for refused in (36, 100, 264, 0):  # not 16-byte rows, or past 256: the library's refusal, unchanged
             self.assertEqual(kernel_head_dim(refused, 128, "sage-b", (9, 0)), refused)
         self.assertEqual(kernel_head_dim(72, 128, "sage-b", (7, 5)), 72)  # a GPU without kernels: the runner says so
