@@ -2,6 +2,8 @@
 
 - transformers: a small Llama-style model (GQA, random weights from a config, nothing downloaded) with
   attn_implementation="sagegen" against "sdpa": logits cosine, sagegen really called, a padded batch falling back;
+  a packed (padding-free) batch of several sequences (position_ids restarting, with and without a KV cache, and
+  FlashAttention's cu_seq_lens kwargs) on sagegen.sageattn_varlen against "sdpa" run on each sequence alone;
 - diffusers-style calls (NHD, sm_scale, return_lse) through sagegen.integrations.sageattn against PyTorch in f32,
   and diffusers' own "sage" backend after patch_diffusers() where diffusers is installed;
 - fallbacks once per reason (float32, CPU tensors, a head dim without a kernel);
@@ -106,6 +108,49 @@ def test_transformers_llama_sagegen_matches_sdpa():
         assert cosine(got[1], expected[1]) > 0.9999
     finally:
         integrations._strict_sageattn = strict
+
+
+def test_transformers_llama_packed_sequences_match_sdpa_per_sequence():
+    integrations.register_transformers()
+    sdpa_model, sage_model = _llama("sdpa"), _llama("sagegen")
+    sage_model.load_state_dict(sdpa_model.state_dict())
+    lengths = [300, 1, 77, 512, 130]  # a one-token sequence included
+    torch.manual_seed(5)
+    ids = [torch.randint(0, 1000, (1, n), device="cuda") for n in lengths]
+    packed_ids = torch.cat(ids, dim=1)
+    position_ids = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]  # restarting at 0
+    cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32, device="cuda")
+    with torch.no_grad():
+        expected = torch.cat([sdpa_model(sequence).logits for sequence in ids], dim=1)  # each sequence alone
+        across = sdpa_model(packed_ids, position_ids=position_ids).logits  # what attending across would give
+    print(f"    (sdpa on the packed batch with a cache, attending across sequences: cosine vs per sequence "
+          f"{cosine(across, expected):.4f})")
+    calls = []
+    varlen = integrations._sageattn_varlen
+    integrations._sageattn_varlen = lambda *a, **kw: calls.append((a[3].tolist(), a[5], kw)) or varlen(*a, **kw)
+    cases = [("position_ids restarting, with a KV cache (no mask)", dict(position_ids=position_ids)),
+             ("position_ids restarting, use_cache=False (transformers' packed mask)",
+              dict(position_ids=position_ids, use_cache=False)),
+             ("FlashAttention's kwargs (DataCollatorWithFlattening)",
+              dict(position_ids=position_ids, use_cache=False, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                   max_length_q=max(lengths), max_length_k=max(lengths)))]
+    try:
+        for label, kwargs in cases:
+            calls.clear()
+            with torch.no_grad():
+                got, said = warnings_of(lambda: sage_model(packed_ids, **kwargs).logits, "sagegen")
+            assert said == [], (label, said)
+            assert len(calls) == 2, f"{label}: expected sagegen.sageattn_varlen in both layers, saw {calls}"
+            assert all(call[0] == cu.tolist() and call[1] == max(lengths) and call[2]["is_causal"] for call in calls), \
+                (label, calls)
+            per_sequence = [cosine(a, b) for a, b in zip(got.split(lengths, dim=1), expected.split(lengths, dim=1))]
+            rel_l1 = ((got.float() - expected.float()).abs().sum() / expected.float().abs().sum()).item()
+            print(f"    {label}: logits cosine {cosine(got, expected):.5f} (per sequence min {min(per_sequence):.5f}), "
+                  f"rel-L1 {rel_l1:.4f}; argmax agreement "
+                  f"{(got.argmax(-1) == expected.argmax(-1)).float().mean().item():.3f}")
+            assert min(per_sequence) >= 0.99, (label, per_sequence)
+    finally:
+        integrations._sageattn_varlen = varlen
 
 
 # ---- diffusers-style calls ----
