@@ -25,8 +25,8 @@ struct EmitTarget {
   schedules::InputType input = schedules::InputType::f16;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
   bool backward = false;  // `preset` is a backward preset: its SageBwd module (an SLA preset needs no flag)
-  bool packed = false;    // the variant on packed variable-length sequences (what sage_attention_run_varlen runs)
   std::string tunables{}; // a forward preset's tunables text (empty: the schedule's defaults)
+  bool packed = false;    // the variant on packed variable-length sequences (what sage_attention_run_varlen runs)
 };
 
 struct EmitOptions {
