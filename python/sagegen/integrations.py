@@ -258,7 +258,7 @@ def _packed_attention(module, query, key, value, attention_mask, scaling, dropou
         reason = f"sliding_window={window}: a sliding window is not supported"
     if reason is None and attention_mask is not None and \
             not _mask_is_the_packing(attention_mask, packing, causal, None):
-        reason = "an attention mask beyond the packed sequences' own (padding, a window, a custom mask) is not supported"
+        reason = "an attention mask beyond the packed sequences' own (padding, a window, a custom one) is not supported"
     batch, heads, tokens, dim = query.shape
     q, k, v = _tokens(query), _tokens(key), _tokens(value)
     if reason is None:

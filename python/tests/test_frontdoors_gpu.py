@@ -137,8 +137,14 @@ def test_transformers_llama_packed_sequences_match_sdpa_per_sequence():
     try:
         for label, kwargs in cases:
             calls.clear()
-            with torch.no_grad():
-                got, said = warnings_of(lambda: sage_model(packed_ids, **kwargs).logits, "sagegen")
+            try:
+                with torch.no_grad():
+                    got, said = warnings_of(lambda: sage_model(packed_ids, **kwargs).logits, "sagegen")
+            except TypeError as error:  # a transformers that does not pass the flash kwargs down to attention
+                if "cu_seq_lens_q" not in kwargs:
+                    raise
+                print(f"    {label}: SKIP, this transformers refuses them ({error})")
+                continue
             assert said == [], (label, said)
             assert len(calls) == 2, f"{label}: expected sagegen.sageattn_varlen in both layers, saw {calls}"
             assert all(call[0] == cu.tolist() and call[1] == max(lengths) and call[2]["is_causal"] for call in calls), \

@@ -14,6 +14,7 @@
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
 #include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/TuningDatabase.h"
 #include "sage/runtime/VarlenCall.h"
 
 #include <doctest/doctest.h>
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -119,6 +121,8 @@ RunnerDescriptions runCase(const Case &c, const std::filesystem::path &aot_direc
   options.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
   options.ir_fingerprint = program.fingerprint();
   options.aot_directory = aot_directory;
+  if (!aot_directory.empty()) // emit's kernels have the schedule's default tunables: no tuned entry may replace them
+    options.tuning = std::make_shared<const runtime::TuningDatabase>();
   const runtime::AttentionRunner runner(variant, options);
   const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
   DeviceTensor q_device(q), k_device(k), v_device(v);
