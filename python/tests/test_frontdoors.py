@@ -610,6 +610,252 @@ class FallbackOncePerReasonTest(unittest.TestCase):
         self.assertIn("attn_mask", str(caught[0].message))
 
 
+# ---- transformers: packed (padding-free) batches (issue 28) ----
+
+class Row:
+    """A 1-D integer tensor, as far as sequence_offsets and packed_sequences use one: slicing, + and != elementwise,
+    reshape(-1), tolist(), dim(), numel(); `_version` as PyTorch counts in-place changes."""
+
+    def __init__(self, values, dtype="torch.int64", device=None):
+        self.values, self.dtype, self.device, self._version = list(values), dtype, device or CUDA0, 0
+
+    @property
+    def shape(self):
+        return (len(self.values),)
+
+    def dim(self):
+        return 1
+
+    def numel(self):
+        return len(self.values)
+
+    def reshape(self, *shape):
+        return Row(self.values, self.dtype, self.device)
+
+    def __getitem__(self, index):
+        return Row(self.values[index], self.dtype, self.device)
+
+    def __add__(self, other):
+        return Row([v + other for v in self.values], self.dtype, self.device)
+
+    def __ne__(self, other):
+        return Row([a != b for a, b in zip(self.values, other.values)], "torch.bool", self.device)
+
+    def to(self, dtype):
+        return Row(self.values, dtype, self.device)
+
+    def tolist(self):
+        return list(self.values)
+
+
+class PositionIds(Row):
+    """position_ids [1, n]: shape and dim() of a 2-D row."""
+
+    @property
+    def shape(self):
+        return (1, len(self.values))
+
+    def dim(self):
+        return 2
+
+
+class PackedTorch(TorchStandIn):
+    """What the packed route uses of torch, on Rows; counts nonzero() (one per sequence_offsets)."""
+    int32, bool = "torch.int32", "torch.bool"
+    nonzero_calls = 0
+
+    @classmethod
+    def nonzero(cls, row):
+        cls.nonzero_calls += 1
+        return Row([i for i, value in enumerate(row.values) if value], device=row.device)
+
+    @staticmethod
+    def tensor(values, dtype=None, device=None):
+        return Row(values, dtype, device)
+
+    @staticmethod
+    def cat(rows):
+        return Row([v for row in rows for v in row.values], rows[0].dtype, rows[0].device)
+
+
+class Heads(DoorTensor):
+    """[b, h, n, d] with the views the packed route takes ([0], transpose, reshape): shapes only."""
+
+    def __getitem__(self, index):
+        return Heads(self.shape[1:], self.dtype, self.device)
+
+    def transpose(self, a, b):
+        shape = list(self.shape)
+        shape[a], shape[b] = shape[b], shape[a]
+        return Heads(shape, self.dtype, self.device, self.requires_grad)
+
+    def reshape(self, *shape):
+        return Heads(shape, self.dtype, self.device, self.requires_grad)
+
+    def contiguous(self):
+        return self
+
+
+class PackedTransformersTest(unittest.TestCase):
+    def setUp(self):
+        from sagegen import integrations
+        self.integrations = integrations
+        names = ("torch", "_sageattn_varlen", "torch_varlen_attention", "_strict_sageattn", "_mask_is_the_packing",
+                 "packing_mask")
+        self.saved = (_torch.torch, {name: getattr(integrations, name) for name in names}, set(_torch._said))
+        _torch.torch = integrations.torch = PackedTorch
+        PackedTorch.nonzero_calls = 0
+        self.varlen_calls, self.per_sequence, self.dense_calls = [], [], []
+        integrations._sageattn_varlen = lambda *args, **kwargs: self.varlen_calls.append((args, kwargs)) or \
+            Heads((args[0].shape[0], args[0].shape[1], args[0].shape[2]))
+        integrations.torch_varlen_attention = lambda *args: self.per_sequence.append(args) or \
+            Heads((args[0].shape[0], args[0].shape[1], args[0].shape[2]))
+        integrations._strict_sageattn = lambda *args: self.dense_calls.append(args) or Heads(args[0].shape)
+        integrations._memo.__dict__.clear()
+        _torch._said.clear()
+        self.module = type("Module", (), {"is_causal": True})()
+
+    def tearDown(self):
+        _torch.torch, names, said = self.saved
+        for name, value in names.items():
+            setattr(self.integrations, name, value)
+        _torch._said.clear()
+        _torch._said.update(said)
+
+    def qkv(self, tokens=9, batch=1, dtype="torch.float16"):
+        return Heads((batch, 8, tokens, 64), dtype), Heads((batch, 2, tokens, 64), dtype), \
+            Heads((batch, 2, tokens, 64), dtype)
+
+    def test_cu_seqlens_from_position_ids_restarting_or_jumping(self):
+        offsets = self.integrations.sequence_offsets
+        cu, host = offsets(PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3]))
+        self.assertEqual(host, [0, 3, 5, 9])
+        self.assertEqual((cu.dtype, cu.tolist()), ("torch.int32", [0, 3, 5, 9]))
+        self.assertEqual(offsets(PositionIds([5, 6, 7, 0, 1]))[1], [0, 3, 5])  # a sequence starts where +1 breaks
+        self.assertEqual(offsets(PositionIds([0, 1, 2, 3, 4, 2, 3]))[1], [0, 5, 7])  # not only at 0: as the masks do
+        self.assertIsNone(offsets(PositionIds([0, 1, 2, 3])))  # one sequence
+        self.assertIsNone(offsets(PositionIds([7, 8, 9])))
+        self.assertIsNone(offsets(PositionIds([0])))
+
+    def test_which_calls_are_packed(self):
+        packed = self.integrations.packed_sequences
+        q, k, _ = self.qkv()
+        restarts = PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3])
+        found = packed(q, k, None, {"position_ids": restarts})
+        self.assertEqual((found.cu_q.tolist(), found.max_q, found.max_k, found.derived), ([0, 3, 5, 9], 4, 4, True))
+        self.assertIs(found.cu_q, found.cu_k)
+        self.assertIsNone(packed(q, k, None, {"position_ids": PositionIds(range(9))}))  # an ordinary forward
+        self.assertIsNone(packed(q, k, None, {}))
+        self.assertIsNone(packed(*self.qkv(batch=2)[:2], None, {"position_ids": restarts}))  # flash: one row only
+        self.assertIsNone(packed(Heads((1, 8, 1, 64)), Heads((1, 2, 1, 64)), None,
+                                 {"position_ids": PositionIds([3])}))  # decoding one token
+        self.assertIsNone(packed(q, Heads((1, 2, 20, 64)), None, {"position_ids": restarts}))  # a cache of earlier keys
+        # The flash kwargs, all four, win (DataCollatorWithFlattening(return_flash_attn_kwargs=True)); not checked here.
+        cu_q, cu_k = Row([0, 4, 9], "torch.int32"), Row([0, 4, 9], "torch.int32")
+        flash = {"cu_seq_lens_q": cu_q, "cu_seq_lens_k": cu_k, "max_length_q": 5, "max_length_k": 5,
+                 "position_ids": restarts}
+        found = packed(q, k, None, flash)
+        self.assertEqual((found.cu_q, found.cu_k, found.max_q, found.derived), (cu_q, cu_k, 5, False))
+        found = packed(*self.qkv(tokens=4, batch=2)[:2], None, dict(flash, position_ids=None))
+        self.assertIs(found.cu_q, cu_q)  # several rows flattened, as flash does
+        self.assertIsNone(packed(*self.qkv(tokens=4, batch=2)[:2], DoorTensor((2, 1, 4, 4)), flash))  # a mask wins
+        self.assertIsNotNone(packed(q, k, None, dict(flash, max_length_k=None)))  # three of four: position_ids decide
+
+    def test_position_ids_are_read_once_per_forward(self):
+        q, k, v = self.qkv()
+        restarts = PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3])
+        for _ in range(4):  # four layers, one forward: the same position_ids object
+            self.integrations.transformers_attention(self.module, q, k, v, None, position_ids=restarts)
+        self.assertEqual(PackedTorch.nonzero_calls, 1)
+        restarts._version += 1  # changed in place: looked at again
+        self.integrations.transformers_attention(self.module, q, k, v, None, position_ids=restarts)
+        self.assertEqual(PackedTorch.nonzero_calls, 2)
+        self.assertEqual(len(self.varlen_calls), 5)
+
+    def test_packed_calls_run_sageattn_varlen_on_the_flattened_tokens(self):
+        q, k, v = self.qkv()
+        out, weights = self.integrations.transformers_attention(
+            self.module, q, k, v, None, scaling=0.125, position_ids=PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3]))
+        self.assertIsNone(weights)
+        self.assertEqual(out.shape, (1, 9, 8, 64))  # [b, n, h, d], as transformers expects
+        (packed_q, packed_k, packed_v, cu_q, cu_k, max_q, max_k), options = self.varlen_calls[-1]
+        self.assertEqual((packed_q.shape, packed_k.shape, packed_v.shape), ((9, 8, 64), (9, 2, 64), (9, 2, 64)))
+        self.assertEqual((cu_q.tolist(), cu_k.tolist(), max_q, max_k), ([0, 3, 5, 9], [0, 3, 5, 9], 4, 4))
+        self.assertEqual(options, {"is_causal": True, "sm_scale": 0.125, "check_offsets": False})
+        self.integrations.transformers_attention(type("Encoder", (), {"is_causal": False})(), q, k, v, None,
+                                                 position_ids=PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3]))
+        self.assertFalse(self.varlen_calls[-1][1]["is_causal"])
+        cu = Row([0, 4, 9], "torch.int32")
+        self.integrations.transformers_attention(self.module, q, k, v, None, is_causal=False, cu_seq_lens_q=cu,
+                                                 cu_seq_lens_k=cu, max_length_q=5, max_length_k=5)
+        self.assertEqual(self.varlen_calls[-1][0][3:], (cu, cu, 5, 5))
+        self.assertEqual(self.varlen_calls[-1][1], {"is_causal": False, "sm_scale": None, "check_offsets": True})
+        # Not packed: the dense route, as before.
+        self.integrations.transformers_attention(self.module, q, k, v, None, position_ids=PositionIds(range(9)))
+        self.assertEqual(len(self.dense_calls), 1)
+        self.assertEqual(len(self.varlen_calls), 3)
+
+    def test_a_mask_that_is_the_packing_runs_on_sagegen_and_any_other_goes_to_sdpa_with_both(self):
+        q, k, v = self.qkv()
+        restarts = PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3])
+        checked = []
+        self.integrations._mask_is_the_packing = lambda mask, packing, causal, window: checked.append(mask) or True
+        mask = DoorTensor((1, 1, 9, 9), dtype="torch.bool")
+        self.integrations.transformers_attention(self.module, q, k, v, mask, position_ids=restarts)
+        self.assertEqual((len(self.varlen_calls), checked), (1, [mask]))  # transformers' own mask for packed ids
+
+        class Mask:
+            dtype = "torch.bool"
+
+            def __init__(self, name):
+                self.name = name
+
+            def __and__(self, other):
+                return Mask(f"{self.name} & {other.name}")
+        self.integrations._mask_is_the_packing = lambda *args: False
+        self.integrations.packing_mask = lambda offsets_q, offsets_k, causal, window, device: \
+            Mask(f"packing {offsets_q} causal={causal} window={window}")
+        forwarded = []
+        sdpa_module = types.ModuleType("transformers.integrations.sdpa_attention")
+        sdpa_module.sdpa_attention_forward = lambda module, q, k, v, mask, **kwargs: \
+            forwarded.append((q.shape, mask.name, kwargs)) or (Heads((1, 9, 8, 64)), None)
+        stand_ins = {"transformers": types.ModuleType("transformers"),
+                     "transformers.integrations": types.ModuleType("transformers.integrations"),
+                     "transformers.integrations.sdpa_attention": sdpa_module}
+        with mock.patch.dict(sys.modules, stand_ins), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out, _ = self.integrations.transformers_attention(self.module, q, k, v, Mask("padding"),
+                                                              position_ids=restarts)
+            self.integrations.transformers_attention(self.module, q, k, v, None, position_ids=restarts,
+                                                     sliding_window=3)
+        self.assertEqual(out.shape, (1, 9, 8, 64))
+        self.assertEqual(forwarded[0][:2], ((1, 8, 9, 64), "packing [0, 3, 5, 9] causal=True window=None & padding"))
+        self.assertEqual(forwarded[1][1], "packing [0, 3, 5, 9] causal=True window=3")  # longest sequence 4 > 3
+        self.assertEqual(len(self.varlen_calls), 1)
+        messages = [str(w.message) for w in caught]
+        self.assertEqual(len(messages), 2, messages)
+        self.assertIn("packed sequences: an attention mask beyond", messages[0])
+        self.assertIn("sliding_window=3", messages[1])
+
+    def test_what_sagegen_cannot_run_falls_back_per_sequence_once_per_reason(self):
+        q, k, v = self.qkv(dtype="torch.float32")
+        restarts = PositionIds([0, 1, 2, 0, 1, 0, 1, 2, 3])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                out, _ = self.integrations.transformers_attention(self.module, q, k, v, None, scaling=0.5,
+                                                                  position_ids=restarts)
+        self.assertEqual(out.shape, (1, 9, 8, 64))
+        self.assertEqual(self.varlen_calls, [])
+        self.assertEqual(len(self.per_sequence), 3)
+        packed_q, _, _, cu_q, cu_k, causal, scale = self.per_sequence[0]
+        self.assertEqual((packed_q.shape, cu_q.tolist(), cu_k.tolist(), causal, scale),
+                         ((9, 8, 64), [0, 3, 5, 9], [0, 3, 5, 9], True, 0.5))
+        self.assertEqual(len(caught), 1)
+        self.assertIn("sagegen (transformers attention): falling back", str(caught[0].message))
+        self.assertIn("packed sequences: dtype torch.float32", str(caught[0].message))
+
+
 class ShimTest(unittest.TestCase):
     def test_install_sageattention_makes_the_import_work_and_keeps_a_real_one(self):
         from sagegen import integrations

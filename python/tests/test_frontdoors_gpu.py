@@ -2,6 +2,9 @@
 
 - transformers: a small Llama-style model (GQA, random weights from a config, nothing downloaded) with
   attn_implementation="sagegen" against "sdpa": logits cosine, sagegen really called, a padded batch falling back;
+  a packed (padding-free) batch of several sequences (position_ids restarting, with and without a KV cache, and
+  FlashAttention's cu_seq_lens kwargs) on sagegen.sageattn_varlen against "sdpa" run on each sequence alone, and
+  its fallbacks (float32: SDPA per sequence; a sliding window: transformers' SDPA with the packing's mask);
 - diffusers-style calls (NHD, sm_scale, return_lse) through sagegen.integrations.sageattn against PyTorch in f32,
   and diffusers' own "sage" backend after patch_diffusers() where diffusers is installed;
 - fallbacks once per reason (float32, CPU tensors, a head dim without a kernel);
@@ -106,6 +109,97 @@ def test_transformers_llama_sagegen_matches_sdpa():
         assert cosine(got[1], expected[1]) > 0.9999
     finally:
         integrations._strict_sageattn = strict
+
+
+def test_transformers_llama_packed_sequences_match_sdpa_per_sequence():
+    integrations.register_transformers()
+    sdpa_model, sage_model = _llama("sdpa"), _llama("sagegen")
+    sage_model.load_state_dict(sdpa_model.state_dict())
+    lengths = [300, 1, 77, 512, 130]  # a one-token sequence included
+    torch.manual_seed(5)
+    ids = [torch.randint(0, 1000, (1, n), device="cuda") for n in lengths]
+    packed_ids = torch.cat(ids, dim=1)
+    position_ids = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]  # restarting at 0
+    cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32, device="cuda")
+    with torch.no_grad():
+        expected = torch.cat([sdpa_model(sequence).logits for sequence in ids], dim=1)  # each sequence alone
+        across = sdpa_model(packed_ids, position_ids=position_ids).logits  # what attending across would give
+    print(f"    (sdpa on the packed batch with a cache, attending across sequences: cosine vs per sequence "
+          f"{cosine(across, expected):.4f})")
+    calls = []
+    varlen = integrations._sageattn_varlen
+    integrations._sageattn_varlen = lambda *a, **kw: calls.append((a[3].tolist(), a[5], kw)) or varlen(*a, **kw)
+    cases = [("position_ids restarting, with a KV cache (no mask)", dict(position_ids=position_ids)),
+             ("position_ids restarting, use_cache=False (transformers' packed mask)",
+              dict(position_ids=position_ids, use_cache=False)),
+             ("FlashAttention's kwargs (DataCollatorWithFlattening)",
+              dict(position_ids=position_ids, use_cache=False, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                   max_length_q=max(lengths), max_length_k=max(lengths)))]
+    try:
+        for label, kwargs in cases:
+            calls.clear()
+            try:
+                with torch.no_grad():
+                    got, said = warnings_of(lambda: sage_model(packed_ids, **kwargs).logits, "sagegen")
+            except TypeError as error:  # a transformers that does not pass the flash kwargs down to attention
+                if "cu_seq_lens_q" not in kwargs:
+                    raise
+                print(f"    {label}: SKIP, this transformers refuses them ({error})")
+                continue
+            assert said == [], (label, said)
+            assert len(calls) == 2, f"{label}: expected sagegen.sageattn_varlen in both layers, saw {calls}"
+            assert all(call[0] == cu.tolist() and call[1] == max(lengths) and call[2]["is_causal"] for call in calls), \
+                (label, calls)
+            per_sequence = [cosine(a, b) for a, b in zip(got.split(lengths, dim=1), expected.split(lengths, dim=1))]
+            rel_l1 = ((got.float() - expected.float()).abs().sum() / expected.float().abs().sum()).item()
+            print(f"    {label}: logits cosine {cosine(got, expected):.5f} (per sequence min {min(per_sequence):.5f}), "
+                  f"rel-L1 {rel_l1:.4f}; argmax agreement "
+                  f"{(got.argmax(-1) == expected.argmax(-1)).float().mean().item():.3f}")
+            assert min(per_sequence) >= 0.99, (label, per_sequence)
+    finally:
+        integrations._sageattn_varlen = varlen
+
+
+def test_transformers_packed_fallbacks_attend_per_sequence():
+    try:
+        import transformers  # noqa: F401  (the mask fallback calls its SDPA function)
+    except ImportError:
+        raise Skip("transformers is not installed")
+    torch.manual_seed(6)
+    lengths, window = [40, 1, 97, 64], 16
+    total = sum(lengths)
+    position_ids = torch.cat([torch.arange(n, device="cuda") for n in lengths])[None]
+    query = torch.randn(1, 8, total, 64, device="cuda")
+    key, value = (torch.randn(1, 2, total, 64, device="cuda") for _ in range(2))
+    module = type("Module", (), {"is_causal": True, "num_key_value_groups": 4})()  # GQA as transformers' modules
+
+    def expected(q, k, v, sliding_window=None):
+        """Each sequence alone: SDPA on its rows with its own causal (and window) mask."""
+        out, start = torch.empty(1, total, 8, 64, device="cuda", dtype=q.dtype), 0
+        for n in lengths:
+            rows = torch.arange(n, device="cuda")
+            keep = rows[None, :] <= rows[:, None]
+            if sliding_window is not None:
+                keep &= rows[:, None] - rows[None, :] < sliding_window
+            ks, vs = (t[:, :, start:start + n].repeat_interleave(4, dim=1) for t in (k, v))
+            out[:, start:start + n] = F.scaled_dot_product_attention(q[:, :, start:start + n], ks, vs,
+                                                                     attn_mask=keep).transpose(1, 2)
+            start += n
+        return out
+    door = "sagegen (transformers attention)"
+    # float32: sagegen cannot run it; one SDPA per sequence, one warning.
+    (got, _), said = warnings_of(lambda: integrations.transformers_attention(module, query, key, value, None,
+                                                                             position_ids=position_ids), door)
+    assert len(said) == 1 and "packed sequences: dtype torch.float32" in said[0], said
+    assert (got - expected(query, key, value)).abs().max().item() < 1e-3
+    # A window shorter than a sequence: transformers' SDPA function with the packing's mask and the window.
+    q16, k16, v16 = (t.half() for t in (query, key, value))
+    (got, _), said = warnings_of(lambda: integrations.transformers_attention(
+        module, q16, k16, v16, None, position_ids=position_ids, sliding_window=window), door)
+    assert len(said) == 1 and f"sliding_window={window}" in said[0], said
+    reference = expected(q16.float(), k16.float(), v16.float(), window)
+    assert (got.float() - reference).abs().max().item() < 2e-2, (got.float() - reference).abs().max().item()
+    assert cosine(got, reference) > 0.9999
 
 
 # ---- diffusers-style calls ----

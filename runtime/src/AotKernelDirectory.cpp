@@ -66,7 +66,7 @@ AotLookup AotKernelDirectory::decline(AotLookupOutcome outcome, std::string reas
   return {outcome, {}, std::move(reason)};
 }
 
-AotLookup AotKernelDirectory::find(const KernelKey &key) const {
+AotLookup AotKernelDirectory::find(const KernelKey &key, std::optional<bool> packed) const {
   if (!manifest_)
     return decline(AotLookupOutcome::no_manifest, problem_, false);
   const std::string key_text = key.text();
@@ -79,6 +79,13 @@ AotLookup AotKernelDirectory::find(const KernelKey &key) const {
   if (entry->key_text != key_text)
     return decline(AotLookupOutcome::rejected,
                    fmt::format("{}: the manifest's key text differs from the requested key", name), true);
+  if (packed && entry->packed != *packed) {
+    const auto kind = [](bool is_packed) { return is_packed ? "packed (variable-length)" : "dense"; };
+    return decline(AotLookupOutcome::rejected,
+                   fmt::format("{}: the manifest lists a {} kernel, the call needs a {} one", name, kind(entry->packed),
+                               kind(*packed)),
+                   true);
+  }
   if (entry->cubin_file.empty())
     return decline(AotLookupOutcome::no_cubin, fmt::format("{}: emitted without a cubin", name), false);
 

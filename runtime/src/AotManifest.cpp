@@ -65,6 +65,15 @@ public:
     return text;
   }
   bool boolean(std::string_view name) { return typed(name, JsonValue::Kind::boolean, "a boolean").asBool(); }
+  // A boolean field that may be left out (false then).
+  bool optionalBoolean(std::string_view name) {
+    const JsonValue *field = optional(name);
+    if (!field)
+      return false;
+    if (!field->isBool())
+      fail(fieldPath(name), fmt::format("expected a boolean, found {}", nameOf(field->kind())));
+    return field->asBool();
+  }
   int integer(std::string_view name, int minimum) {
     return integerOf(typed(name, JsonValue::Kind::number, "an integer"), fieldPath(name), minimum);
   }
@@ -147,6 +156,7 @@ AotKernelEntry readKernel(const JsonValue &value, const std::string &path, std::
                 fmt::format("expected a multiple of 16 in [16, 256], found {}", entry.head_dim));
   entry.causal = reader.boolean("causal");
   entry.lse = reader.boolean("lse");
+  entry.packed = reader.optionalBoolean("packed");
   entry.role = reader.string("role");
   if (entry.role != "prologue" && entry.role != "attention" && entry.role != "backward" && entry.role != "sla")
     reader.fail(reader.fieldPath("role"), fmt::format("expected \"prologue\", \"attention\", \"backward\" or \"sla\", "
@@ -224,6 +234,7 @@ AotSkippedVariant readSkipped(const JsonValue &value, const std::string &path, s
   skipped.preset = reader.string("preset");
   skipped.head_dim = reader.integer("head_dim", 1);
   skipped.causal = reader.boolean("causal");
+  skipped.packed = reader.optionalBoolean("packed");
   skipped.input = reader.string("input");
   skipped.arch = reader.string("arch");
   skipped.reason = reader.string("reason");
@@ -323,6 +334,8 @@ JsonValue aotManifestJson(const AotManifest &manifest) {
                                        {"entry_point", entry.entry_point},
                                        {"source", entry.source_file},
                                        {"source_sha256", entry.source_sha256}});
+    if (entry.packed) // written only when true: manifests without packed kernels are unchanged
+      kernel.set("packed", true);
     if (!entry.ptx_file.empty())
       kernel.set("ptx", entry.ptx_file);
     if (!entry.cubin_file.empty()) {
@@ -353,6 +366,8 @@ JsonValue aotManifestJson(const AotManifest &manifest) {
                                      {"input", entry.input},
                                      {"arch", entry.arch},
                                      {"reason", entry.reason}});
+    if (entry.packed)
+      item.set("packed", true);
     skipped.push(std::move(item));
   }
   root.set("skipped", std::move(skipped));

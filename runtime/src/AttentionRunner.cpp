@@ -184,7 +184,7 @@ struct AttentionRunner::State {
       compiled.source = cacheKernel(cache, kernel, &compiled.compile_milliseconds).source;
       return compiled;
     }
-    const LoadedGeneratedKernel loaded = loadGeneratedKernel(kernel, cache, aot.get());
+    const LoadedGeneratedKernel loaded = loadGeneratedKernel(kernel, cache, aot.get(), variant.packed_sequences);
     compiled.source = loaded.source;
     compiled.compile_milliseconds = loaded.compile_milliseconds;
     const std::shared_ptr<const LoadedModule> &module = loaded.module;

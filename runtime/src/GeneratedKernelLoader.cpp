@@ -8,10 +8,10 @@
 namespace sage::runtime {
 
 LoadedGeneratedKernel loadGeneratedKernel(const GeneratedKernel &kernel, KernelCache &cache,
-                                          const AotKernelDirectory *aot) {
+                                          const AotKernelDirectory *aot, std::optional<bool> packed) {
   LoadedGeneratedKernel loaded;
   if (aot) {
-    AotLookup found = aot->find(kernel.key);
+    AotLookup found = aot->find(kernel.key, packed);
     if (found.outcome == AotLookupOutcome::found) {
       try {
         loaded.module = processModuleRegistry().getOrLoad(kernel.key.digest(), found.image);

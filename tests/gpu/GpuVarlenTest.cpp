@@ -2,6 +2,7 @@
 // reference of the dense variant run on that sequence alone (the definition of a packed call), with lengths that
 // include 0 and 1, maxima above every length, GQA, a per-sequence K channel offset and Q outlier channels. Rows of Q
 // past the last sequence belong to none: their O rows and LSE entries must keep the sentinel written before the call.
+// The kernels of `sagegen emit --packed` are what a packed call loads from an AOT directory, and only a packed call.
 // Skipped, with a message, where no GPU is present.
 #include "../support/RuntimeArguments.h"
 #include "../support/SkipWithoutGpu.h"
@@ -12,6 +13,8 @@
 #include "sage/reference/Reference.h"
 #include "sage/runtime/AttentionRunner.h"
 #include "sage/runtime/CudaDriver.h"
+#include "sage/runtime/DeviceArch.h"
+#include "sage/runtime/TuningDatabase.h"
 #include "sage/runtime/VarlenCall.h"
 
 #include <doctest/doctest.h>
@@ -19,7 +22,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 using namespace sage;
@@ -91,7 +99,14 @@ double decode(uint16_t bits, StorageType storage) {
   return storage == StorageType::bf16 ? numerics::bfloat16BitsToFloat(bits) : numerics::halfBitsToFloat(bits);
 }
 
-void runCase(const Case &c) {
+// The runners' describe(): where each kernel came from ([aot], [built ...], ...).
+struct RunnerDescriptions {
+  std::string dense;  // the runner the call was made on (its dense kernels, built at construction)
+  std::string packed; // its packed runner, which ran the call
+};
+
+// With `aot_directory`, the runners look there first.
+RunnerDescriptions runCase(const Case &c, const std::filesystem::path &aot_directory = {}) {
   const MaskKind mask = c.causal ? MaskKind::causal : MaskKind::none;
   const ir::Program program = dsl::preset(c.preset, c.head_dim, mask)->lse().build();
   const AttentionVariant variant = program.variant();
@@ -105,6 +120,9 @@ void runCase(const Case &c) {
   runtime::AttentionRunnerOptions options;
   options.input = c.storage == StorageType::bf16 ? schedules::InputType::bf16 : schedules::InputType::f16;
   options.ir_fingerprint = program.fingerprint();
+  options.aot_directory = aot_directory;
+  if (!aot_directory.empty()) // emit's kernels have the schedule's default tunables: no tuned entry may replace them
+    options.tuning = std::make_shared<const runtime::TuningDatabase>();
   const runtime::AttentionRunner runner(variant, options);
   const runtime::CudaDriver &driver = runtime::CudaDriver::instance();
   DeviceTensor q_device(q), k_device(k), v_device(v);
@@ -193,6 +211,25 @@ void runCase(const Case &c) {
         untouched = untouched && o_at(row, h, ch) == 0xffff;
     }
   CHECK_MESSAGE(untouched, c.preset << ": rows after the last sequence were written");
+  return {runner.describe(), runner.packedRunner().describe()};
+}
+
+size_t occurrences(const std::string &text, const std::string &word) {
+  size_t count = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1))
+    ++count;
+  return count;
+}
+
+// `sagegen emit` of the case's variant (with --lse, as runCase builds it) for this device into `directory`.
+void emit(const Case &c, const std::filesystem::path &directory, bool packed) {
+  const std::string command =
+      std::string("'") + SAGEGEN_CLI + "' emit --preset " + c.preset + " --headdim " + std::to_string(c.head_dim) +
+      (c.causal ? " --causal" : "") + " --lse --input " + std::string(nameOf(c.storage)) + " --arch " +
+      std::string(schedules::archName(runtime::currentDeviceArch())) + (packed ? " --packed" : "") +
+      " --format cubin -o '" + directory.string() + "' >/dev/null";
+  std::printf("gpu_varlen_test: %s\n", command.c_str());
+  REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
 }
 
 } // namespace
@@ -214,6 +251,38 @@ TEST_CASE("packed sequences match the reference of each sequence alone") {
     CAPTURE(c.head_dim);
     runCase(c);
   }
+}
+
+TEST_CASE("packed AOT kernels (sagegen emit --packed) serve packed calls, and only packed calls") {
+  if (skipWithoutGpu("gpu_varlen_test"))
+    return;
+  const Case c{"sage-b", 128, true, StorageType::f16, 4, 2, 0.01, 0.999, 0.01};
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / ("sagegen-gpu-varlen-aot." + std::to_string(::getpid()));
+  // $SAGEGEN_TEST_PACKED_AOT_DIR: a directory of `sagegen emit --packed --preset sage-b --headdim 128 --causal --lse
+  // --arch <this GPU's> --format cubin`; else this test runs that emit itself.
+  const char *given = std::getenv("SAGEGEN_TEST_PACKED_AOT_DIR");
+  const std::filesystem::path packed_directory = given && *given ? std::filesystem::path(given) : root / "packed";
+  if (!given || !*given)
+    emit(c, packed_directory, true);
+  emit(c, root / "dense", false);
+
+  const RunnerDescriptions from_packed = runCase(c, packed_directory);
+  std::printf("gpu_varlen_test: packed AOT directory: dense runner: %s\n  packed runner: %s\n",
+              from_packed.dense.c_str(), from_packed.packed.c_str());
+  CHECK(occurrences(from_packed.packed, "[aot]") >= 2); // the prologue's launches and the attention kernel
+  CHECK(occurrences(from_packed.packed, "[built") + occurrences(from_packed.packed, "[disk]") +
+            occurrences(from_packed.packed, "[memory]") ==
+        0);
+  CHECK(occurrences(from_packed.dense, "[aot]") == 0); // no packed kernel for the dense runner
+
+  const RunnerDescriptions from_dense = runCase(c, root / "dense");
+  std::printf("gpu_varlen_test: dense AOT directory: dense runner: %s\n  packed runner: %s\n", from_dense.dense.c_str(),
+              from_dense.packed.c_str());
+  CHECK(occurrences(from_dense.dense, "[aot]") >= 2);
+  CHECK(occurrences(from_dense.packed, "[aot]") == 0); // no dense kernel for a packed call
+  std::error_code ignored;
+  std::filesystem::remove_all(root, ignored);
 }
 
 TEST_CASE("a dense runner's packed runner is built once and kept") {

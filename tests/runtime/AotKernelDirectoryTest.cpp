@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace sage::runtime;
@@ -103,10 +105,10 @@ struct Lookup {
   std::vector<std::string> warnings;
 };
 
-Lookup lookUp(const fs::path &directory, const KernelKey &key) {
+Lookup lookUp(const fs::path &directory, const KernelKey &key, std::optional<bool> packed = std::nullopt) {
   Lookup lookup;
   AotKernelDirectory aot(directory, [&](const std::string &warning) { lookup.warnings.push_back(warning); });
-  lookup.result = aot.find(key);
+  lookup.result = aot.find(key, packed);
   return lookup;
 }
 
@@ -133,6 +135,27 @@ TEST_CASE("keys that differ in any field, e.g. the NVRTC version, are not listed
   KernelKey causal = probeKey("12.4");
   causal.causal = true;
   CHECK(lookUp(directory.path, causal).result.outcome == AotLookupOutcome::not_listed);
+}
+
+TEST_CASE("a packed call is never served a dense kernel, nor a dense call a packed one (issue 28)") {
+  TemporaryDirectory packed_directory, dense_directory;
+  AotKernelEntry packed = entryFor(probeKey(), true);
+  packed.packed = true;
+  writeDirectory(packed_directory.path, {packed});
+  writeDirectory(dense_directory.path, {entryFor(probeKey(), true)});
+  CHECK(lookUp(packed_directory.path, probeKey(), true).result.outcome == AotLookupOutcome::found);
+  CHECK(lookUp(dense_directory.path, probeKey(), false).result.outcome == AotLookupOutcome::found);
+  CHECK(lookUp(dense_directory.path, probeKey()).result.outcome == AotLookupOutcome::found); // kind not said
+  for (const auto &[directory, asked] : {std::pair{&packed_directory, false}, std::pair{&dense_directory, true}}) {
+    Lookup lookup = lookUp(directory->path, probeKey(), asked);
+    CHECK(lookup.result.outcome == AotLookupOutcome::rejected);
+    CHECK(lookup.result.image.empty());
+    CHECK(lookup.result.reason.find(asked ? "lists a dense kernel, the call needs a packed (variable-length) one"
+                                          : "lists a packed (variable-length) kernel, the call needs a dense one") !=
+          std::string::npos);
+    REQUIRE(lookup.warnings.size() == 1);
+    CHECK(lookup.warnings[0].find("compiling it at run time instead") != std::string::npos);
+  }
 }
 
 TEST_CASE("a kernel emitted as source only is declined without a warning") {

@@ -222,6 +222,26 @@ TEST_CASE("malformed manifests are rejected with the field's path and the proble
         "test.json: skipped[0].reason: required field is missing");
 }
 
+TEST_CASE("a packed kernel's flag round-trips; written only when true, and read as false when left out (issue 28)") {
+  AotManifest manifest = sampleManifest();
+  const std::string dense_text = writeAotManifest(manifest);
+  CHECK(dense_text.find("\"packed\"") == std::string::npos); // manifests without packed kernels are unchanged
+  manifest.kernels[1].packed = true;
+  manifest.skipped.push_back({"sla-f16", 64, false, "f16", "sm_90a", "packed_sequences: SLA is not built", true});
+  const std::string text = writeAotManifest(manifest);
+  const AotManifest read = parseAotManifest(text);
+  CHECK(read == manifest);
+  CHECK_FALSE(read.kernels[0].packed);
+  CHECK(read.kernels[1].packed);
+  CHECK(read.skipped[1].packed);
+  CHECK(writeAotManifest(read) == text);
+  CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("packed", false); }) == "accepted");
+  CHECK(errorAfter([](JsonValue &root) { firstKernel(root).set("packed", "yes"); }) ==
+        "test.json: kernels[0].packed: expected a boolean, found a string");
+  CHECK(errorAfter([](JsonValue &root) { root.find("skipped")->asArray()[0].set("packed", 1); }) ==
+        "test.json: skipped[0].packed: expected a boolean, found a number");
+}
+
 TEST_CASE("file names must be the ones emit derives from the entry: swapped cubin/hash pairs are refused (issue 26)") {
   AotManifest manifest = sampleManifest();
   AotKernelEntry other = sampleEntry("sm_89");

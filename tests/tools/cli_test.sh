@@ -185,6 +185,26 @@ check "emit's manifest has key digests" test "$(grep -c '"key_digest": "[0-9a-f]
 check "emit's manifest has registers" test "$(grep -c '"registers": [1-9]' "$work/emit/manifest.json")" = 3
 check "emit's attention source is named by entry point and content" \
   test "$(count "$work/emit" 'sage_attention_sage_b_d64_f16_sm_89-????????????.cu')" = 1
+# emit --packed (issue 28): the packed variant's kernels, marked so in the manifest, none under a dense kernel's key.
+expect "emit --packed writes the packed variant's kernels" 0 "wrote [1-9][0-9]* kernels of 1 variants" -- \
+  "$sagegen" emit --packed --preset sage-b --headdim 64 --arch sm_89 -o "$work/emit-packed"
+check "emit --packed marks every kernel packed" test "$(grep -c '"packed": true' "$work/emit-packed/manifest.json")" = \
+  "$(grep -c '"key_digest"' "$work/emit-packed/manifest.json")"
+check "a dense emit's manifest has no packed field" test "$(grep -c '"packed"' "$work/emit/manifest.json")" = 0
+digests() { grep -o '"key_digest": "[0-9a-f]*"' "$1" | sort; }
+check "emit --packed's keys are not the dense variant's" \
+  test -z "$(comm -12 <(digests "$work/emit/manifest.json") <(digests "$work/emit-packed/manifest.json"))"
+expect "emit --packed refuses SLA, naming --packed" 1 \
+  "sagegen: --packed: --preset sla-f16 --arch sm_90a has no packed kernels: .*SLA is not built for packed" -- \
+  "$sagegen" emit --packed --preset sla-f16 --arch sm_90a -o "$work/packed-sla"
+check "emit --packed writes nothing when refused" test ! -e "$work/packed-sla"
+expect "emit --packed with a schedule that cannot pack FP4" 1 \
+  "sagegen: --packed: --preset sage3-fp4 --arch sm_90a has no packed kernels: .*packed sequences: not built for FP4" \
+  -- "$sagegen" emit --packed --preset sage3-fp4 --arch sm_90a -o "$work/packed-fp4"
+expect "emit --packed --backward" 1 "sagegen: --packed: backward presets are not built for packed sequences" -- \
+  "$sagegen" emit --packed --backward --preset sagebwd --arch sm_80 -o "$work/packed-bwd"
+expect "emit --defaults --packed" 1 "sagegen: --defaults: .*do not combine it with .*--packed" -- \
+  "$sagegen" emit --defaults --packed -o "$work/x"
 expect "emit again replaces the previous kernels" 0 "removed sage_attention_sage_b_d64_f16_sm_89-.*\.cubin" -- \
   "$sagegen" emit --preset sage-t --headdim 64 --causal --lse --input bf16 --arch sm_80 -o "$work/emit"
 check "only the new kernels remain" test "$(count "$work/emit" '*.cubin') $(count "$work/emit" '*sage_b*')" = "0 0"
@@ -214,7 +234,7 @@ expect "emit unknown preset" 1 "sagegen: --preset: unknown preset 'sage-q'" -- "
 expect "emit without --arch" 1 "sagegen: --arch: required" -- "$sagegen" emit --preset sage-b -o "$work/x"
 expect "emit without --preset" 1 "sagegen: --preset: required \(or --defaults" -- "$sagegen" emit --arch sm_80 -o "$work/x"
 expect "emit without -o" 1 "output is required" -- "$sagegen" emit --preset sage-b --arch sm_80
-expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset, --arch, --backward or --tunables" -- \
+expect "emit --defaults with --preset" 1 "sagegen: --defaults: .*do not combine it with --preset, --arch, --backward, --packed or --tunables" -- \
   "$sagegen" emit --defaults --preset sage-b -o "$work/x"
 touch "$work/file"
 expect "emit into a file" 1 "sagegen: -o: cannot create the directory .*/file" -- \

@@ -226,18 +226,20 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
   // Generate everything first (cheap), then compile each distinct (source, arch) once, in parallel.
   std::vector<PresetKernels> generated;
   for (const EmitTarget &target : targets) {
-    PresetOptions preset{target.preset, target.head_dim, target.causal, target.lse};
+    PresetOptions preset{target.preset, target.head_dim, target.causal, target.lse, target.packed};
     try {
       generated.push_back(generatePresetKernels(preset, target.input, target.arch, target.backward, target.tunables));
     } catch (const UserError &) {
       throw;
     } catch (const std::invalid_argument &error) {
       if (!options.skip_unsupported)
-        throw UserError(fmt::format("--preset {} --arch {}: not supported: {}", target.preset,
-                                    schedules::archName(target.arch), error.what()));
+        throw UserError(target.packed ? fmt::format("--packed: --preset {} --arch {} has no packed kernels: {}",
+                                                    target.preset, schedules::archName(target.arch), error.what())
+                                      : fmt::format("--preset {} --arch {}: not supported: {}", target.preset,
+                                                    schedules::archName(target.arch), error.what()));
       manifest.skipped.push_back({target.preset, target.head_dim, target.causal,
                                   std::string(schedules::nameOf(target.input)),
-                                  std::string(schedules::archName(target.arch)), error.what()});
+                                  std::string(schedules::archName(target.arch)), error.what(), target.packed});
     }
   }
 
@@ -264,6 +266,7 @@ EmitReport emitKernels(const std::vector<EmitTarget> &targets, const EmitOptions
       entry.head_dim = kernels.head_dim;
       entry.causal = kernel.key.causal;
       entry.lse = kernels.lse;
+      entry.packed = kernels.packed;
       entry.role = std::string(runtime::nameOf(kernel.role));
       entry.name = kernel.name;
       entry.schedule = kernel.key.schedule;

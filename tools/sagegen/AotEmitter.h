@@ -24,8 +24,9 @@ struct EmitTarget {
   bool lse = false;
   schedules::InputType input = schedules::InputType::f16;
   schedules::GpuArch arch = schedules::GpuArch::sm80;
-  bool backward = false; // `preset` is a backward preset: its SageBwd module (an SLA preset needs no flag)
+  bool backward = false;  // `preset` is a backward preset: its SageBwd module (an SLA preset needs no flag)
   std::string tunables{}; // a forward preset's tunables text (empty: the schedule's defaults)
+  bool packed = false;    // the variant on packed variable-length sequences (what sage_attention_run_varlen runs)
 };
 
 struct EmitOptions {
@@ -42,7 +43,7 @@ struct EmitReport {
 };
 
 // The committed default set: every preset x input {f16, bf16} x head dim {64, 128} x {no mask, causal} x
-// {sm_80, sm_89, sm_90a}.
+// {sm_80, sm_89, sm_90a}; dense only (packed kernels would double the set CI compiles; they JIT on first use).
 std::vector<EmitTarget> defaultEmitTargets();
 
 // Throws UserError for unsupported targets (unless skip_unsupported) and for an unwritable directory.

@@ -1,6 +1,7 @@
 // `sagegen emit`: writes a variant's kernels (prologue + attention; an SLA preset's SLA module too; with --backward a
-// backward preset's SageBwd module) and a manifest.json into a directory, or, with --defaults, the committed default
-// set of generated/.
+// backward preset's SageBwd module; with --packed the packed variable-length variant's, which
+// sage_attention_run_varlen loads) and a manifest.json into a directory, or, with --defaults, the committed default
+// set of generated/ (dense kernels only).
 #include "AotEmitter.h"
 #include "KernelSetOptions.h"
 
@@ -41,9 +42,10 @@ void run(const EmitCommandOptions &options) {
   emit.jobs = options.jobs;
   std::vector<EmitTarget> targets;
   if (options.defaults) {
-    if (options.preset_given || options.arch_given || options.backward || !options.kernels.tunables.empty())
+    if (options.preset_given || options.arch_given || options.backward || options.kernels.preset.packed ||
+        !options.kernels.tunables.empty())
       throw UserError("--defaults: emits every preset for sm_80, sm_89 and sm_90a; do not combine it with "
-                      "--preset, --arch, --backward or --tunables");
+                      "--preset, --arch, --backward, --packed or --tunables");
     targets = defaultEmitTargets();
     emit.skip_unsupported = true;
   } else {
@@ -54,9 +56,16 @@ void run(const EmitCommandOptions &options) {
     const PresetOptions &preset = options.kernels.preset;
     if (!options.backward)
       preset.builder(preset.preset); // an unknown preset is the user's mistake: say so before generating
-    targets.push_back({preset.preset, preset.head_dim, preset.causal, preset.lse,
-                       parseInputOption(options.kernels.input), parseArchOption(options.kernels.arch), options.backward,
-                       options.kernels.tunables});
+    EmitTarget target{preset.preset,
+                      preset.head_dim,
+                      preset.causal,
+                      preset.lse,
+                      parseInputOption(options.kernels.input),
+                      parseArchOption(options.kernels.arch),
+                      options.backward,
+                      options.kernels.tunables};
+    target.packed = preset.packed;
+    targets.push_back(std::move(target));
   }
 
   EmitReport report = emitKernels(targets, emit);
@@ -67,8 +76,8 @@ void run(const EmitCommandOptions &options) {
   for (const std::string &file : report.files_removed)
     fmt::print("removed {} (listed by the previous manifest, no longer emitted)\n", file);
   for (const runtime::AotSkippedVariant &skipped : manifest.skipped)
-    fmt::print("skipped {} d{}{} {} {}: {}\n", skipped.preset, skipped.head_dim, skipped.causal ? " causal" : "",
-               skipped.input, skipped.arch, skipped.reason);
+    fmt::print("skipped {} d{}{}{} {} {}: {}\n", skipped.preset, skipped.head_dim, skipped.causal ? " causal" : "",
+               skipped.packed ? " packed" : "", skipped.input, skipped.arch, skipped.reason);
 }
 
 } // namespace
@@ -77,6 +86,7 @@ CommandAction addEmitCommand(CLI::App &app) {
   CLI::App *command = app.add_subcommand("emit", "write a variant's kernels (.cu, .ptx, .cubin) and a manifest.json");
   auto options = std::make_shared<EmitCommandOptions>();
   options->kernels.addTo(*command, /*preset_optional=*/true);
+  options->kernels.preset.addPackedTo(*command);
   command->add_flag("--defaults", options->defaults,
                     "the committed default set: every preset x head dim {64,128} x causal {no,yes} x "
                     "{sm_80, sm_89, sm_90a} x input {f16, bf16}");

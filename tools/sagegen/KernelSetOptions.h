@@ -103,6 +103,7 @@ struct PresetKernels {
   std::string input;    // "f16" or "bf16"
   int head_dim = 0;
   bool lse = false;
+  bool packed = false; // the variant on packed variable-length sequences
   std::vector<runtime::GeneratedKernel> kernels;
 };
 
@@ -122,13 +123,17 @@ inline dsl::AttentionBackwardBuilder backwardPresetBuilder(const PresetOptions &
   return *builder;
 }
 
-// Throws UserError for options that do not fit the preset, std::invalid_argument when no schedule supports it.
+// Throws UserError for options that do not fit the preset, std::invalid_argument when no schedule supports it (or,
+// with --packed, when the variant cannot be packed: SLA, block-sparse and FP4 presets).
 inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedules::InputType input,
                                            schedules::GpuArch arch, bool backward, const std::string &tunables = "") {
   PresetKernels result;
   result.preset = preset.preset;
   result.input = std::string(schedules::nameOf(input));
   result.head_dim = preset.head_dim;
+  result.packed = preset.packed;
+  if (backward && preset.packed)
+    throw UserError("--packed: backward presets are not built for packed sequences");
   if (backward) {
     if (!tunables.empty())
       throw UserError("--tunables: backward presets take their schedule's plan");
@@ -140,7 +145,14 @@ inline PresetKernels generatePresetKernels(const PresetOptions &preset, schedule
     result.kernels.push_back(std::move(set.kernel));
     return result;
   }
-  const AttentionVariant variant = preset.builder(preset.preset).build().variant();
+  AttentionVariant variant;
+  try {
+    variant = preset.builder(preset.preset).build().variant();
+  } catch (const ir::ProgramError &error) { // the IR verifier's reason why this variant cannot be packed
+    if (!preset.packed)
+      throw;
+    throw std::invalid_argument(error.what());
+  }
   result.variant = variant.name;
   result.lse = variant.epilogue.write_lse;
   if (!variant.sla.enabled) {

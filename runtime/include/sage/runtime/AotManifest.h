@@ -18,7 +18,9 @@
 namespace sage::runtime {
 
 inline constexpr std::string_view kAotManifestSchema = "sagegen-aot-manifest";
-// Bump when a field is added, removed or changes meaning; loaders accept only their own version.
+// Bump when a field is added, removed or changes meaning; loaders accept only their own version. (The optional
+// "packed" field of issue 28 did not bump it: it is written only when true, so a manifest without packed kernels is
+// what version 1 always was, and a reader older than the field refuses one with packed kernels as an unknown field.)
 inline constexpr int kAotManifestSchemaVersion = 1;
 inline constexpr std::string_view kAotManifestFileName = "manifest.json";
 
@@ -46,7 +48,8 @@ struct AotKernelEntry {
   int head_dim = 0;
   bool causal = false;
   bool lse = false;
-  std::string role; // "prologue", "attention", or a module of several kernels: "backward" (SageBwd) or "sla"
+  bool packed = false; // a kernel of the variant on packed variable-length sequences (`sagegen emit --packed`)
+  std::string role;    // "prologue", "attention", or a module of several kernels: "backward" (SageBwd) or "sla"
   std::string name;
   std::string schedule;
   std::string tunables;
@@ -73,6 +76,7 @@ struct AotSkippedVariant {
   std::string input;
   std::string arch;
   std::string reason;
+  bool packed = false; // asked for with --packed
   bool operator==(const AotSkippedVariant &) const = default;
 };
 

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace sage::runtime {
@@ -20,10 +21,11 @@ struct LoadedGeneratedKernel {
   double compile_milliseconds = 0.0;       // when built
 };
 
-// `aot` may be null. An AOT image the driver refuses is reported on stderr and compiled instead. Throws
-// CompileError, CudaError.
+// `aot` may be null. An AOT image the driver refuses is reported on stderr and compiled instead. `packed`: whether the
+// kernel is a packed variable-length variant's, where the caller knows (AotKernelDirectory::find never serves an
+// entry of the other kind then). Throws CompileError, CudaError.
 LoadedGeneratedKernel loadGeneratedKernel(const GeneratedKernel &kernel, KernelCache &cache,
-                                          const AotKernelDirectory *aot);
+                                          const AotKernelDirectory *aot, std::optional<bool> packed = std::nullopt);
 
 // The process's AotKernelDirectory for a runner's option: `option` if given, else $SAGEGEN_AOT_DIR; null if neither.
 std::shared_ptr<const AotKernelDirectory> aotDirectoryFor(const std::filesystem::path &option);
