@@ -22,7 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+def _package_directory():
+    """--package DIR: the sagegen Python package to time (an A/B against another checkout's package and library,
+    with $SAGEGEN_LIBRARY naming that library); default: this checkout's python/."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--package", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    return early.parse_known_args()[0].package
+
+
+sys.path.insert(0, _package_directory())
 import sagegen  # noqa: E402
 from sagegen._library import DTYPE_F16  # noqa: E402
 
@@ -88,6 +97,8 @@ def main():
     parser.add_argument("--presets", default="sage-b,sage2-fp8")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--package", help="the directory holding the sagegen package to time (default: python/ of "
+                        "this checkout); with $SAGEGEN_LIBRARY for its library")
     parser.add_argument("--profile", action="store_true", help="cProfile of --calls sageattn calls")
     parser.add_argument("--profile-varlen", action="store_true", help="cProfile of --calls sageattn_varlen calls")
     args = parser.parse_args()
@@ -134,7 +145,8 @@ def main():
                  torch.empty(1 << 20, dtype=torch.uint8, device=q.device)), None)
 
     print(f"# {torch.cuda.get_device_name()}  shape b,h,N,d = {args.shape}, f16; microseconds per call "
-          f"(wall time of {args.calls} back-to-back calls, median of {args.rounds})")
+          f"(wall time of {args.calls} back-to-back calls, median of {args.rounds}); sagegen from "
+          f"{os.path.dirname(os.path.abspath(sagegen.__file__))}, library {sagegen._library.library()._name}")
     for name, (run, context) in runs.items():
         print(f"{name:<40} {per_call_us(run, args.calls, args.rounds, context):8.1f}", flush=True)
     preset = args.presets.split(",")[0]
