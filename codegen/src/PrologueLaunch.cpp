@@ -19,6 +19,12 @@ void require(bool condition, const std::string &message) {
     throw std::invalid_argument(message);
 }
 
+// A fixed message: no string is built when the check passes (makePrologueParams runs on every call).
+void require(bool condition, const char *message) {
+  if (!condition)
+    throw std::invalid_argument(message);
+}
+
 int64_t ceilDiv(int64_t value, int64_t divisor) { return (value + divisor - 1) / divisor; }
 
 void validateShape(const PrologueGeometry &geometry, const schedules::ProblemShape &shape) {

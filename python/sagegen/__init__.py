@@ -117,7 +117,7 @@ _PLANS_PER_THREAD = 256  # bounded: many shapes (varying lengths) clear the cach
 # graph gets its own from the graph's pool). At most 16 streams x 8 MiB are held.
 _SMALL_WORKSPACE_BYTES = 8 << 20
 _SMALL_WORKSPACE_STREAMS = 16
-_small_workspaces = {}  # (device, stream handle) -> uint8 tensor
+_small_workspaces = {}  # (device, stream handle) -> (uint8 tensor, its bytes)
 
 
 def _small_workspace(torch, device, stream, needed):
@@ -127,11 +127,13 @@ def _small_workspace(torch, device, stream, needed):
     if capturing() if capturing is not None else torch.cuda.is_current_stream_capturing():
         return None
     key = (device, stream)
-    workspace = _small_workspaces.get(key)
-    if workspace is None or workspace.numel() < needed:
-        if workspace is None and len(_small_workspaces) >= _SMALL_WORKSPACE_STREAMS:
-            return None
-        workspace = _small_workspaces[key] = torch.empty(needed, dtype=torch.uint8, device=device)
+    held = _small_workspaces.get(key)
+    if held is not None and held[1] >= needed:
+        return held[0]
+    if held is None and len(_small_workspaces) >= _SMALL_WORKSPACE_STREAMS:
+        return None
+    workspace = torch.empty(needed, dtype=torch.uint8, device=device)
+    _small_workspaces[key] = (workspace, needed)
     return workspace
 
 
@@ -154,6 +156,44 @@ def _current_raw_stream(torch, device):
 def _current_device(torch):
     get = getattr(torch._C, "_cuda_getDevice", None)
     return get() if get is not None else torch.cuda.current_device()
+
+
+def _bound_outputs(torch, plan, q):
+    """A bound call's per-call allocations: a function that allocates out (q's shape and dtype), lse (when the plan
+    has its shape) and the workspace (the stream's held one when small: _small_workspace; else from the caching
+    allocator on the current stream), writes their pointers, the workspace and the stream into the plan's args and
+    returns (out, lse or None). Run with q's device current."""
+    args, o_desc, lse_desc = plan.args, plan.descs[3], plan.lse_desc
+    lse_shape, device, torch_device, needed = plan.lse_shape, plan.device, plan.torch_device, plan.workspace_needed
+    empty, uint8, f32, dtype, shape = torch.empty, torch.uint8, torch.float32, q.dtype, tuple(q.shape)
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    small = needed <= _SMALL_WORKSPACE_BYTES
+
+    def prepare():
+        stream = raw_stream(device) if raw_stream is not None else torch.cuda.current_stream(device).cuda_stream
+        out = empty(shape, dtype=dtype, device=torch_device)
+        workspace = _small_workspace(torch, device, stream, needed) if small else None
+        if workspace is None:
+            workspace = empty(needed, dtype=uint8, device=torch_device)
+        o_desc.data = out.data_ptr()
+        lse = None
+        if lse_shape is not None:
+            lse = empty(lse_shape, dtype=f32, device=torch_device)
+            lse_desc.data = lse.data_ptr()
+        args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), needed, stream
+        return out, lse
+
+    return prepare
+
+
+def _on_device(torch, device, launch):
+    """`launch` run with `device` current (the current stream and allocations are its)."""
+    def call(*tensors):
+        if _current_device(torch) == device:
+            return launch(*tensors)
+        with torch.cuda.device(device):
+            return launch(*tensors)
+    return call
 
 
 class Attention:
@@ -325,15 +365,11 @@ class Attention:
         check(library().sage_attention_run(plan.runner.handle, plan.args_ref))
         return out, lse
 
-    def varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out=None, lse=None,
-               stream=None, workspace=None):
-        """A packed (variable-length) call, FlashAttention's varlen convention: q [total_q, h_q, d], k/v [total_k,
-        h_kv, d], cu_seqlens_q / cu_seqlens_k int32 [batch + 1] on q's device, max_seqlen_q / max_seqlen_k (ints)
-        >= every length. Sequence b (rows cu[b] .. cu[b + 1] - 1) is attended alone, as a dense call of it would be;
-        causal masks align per sequence by this object's causal_alignment (bottom-right: FlashAttention's). Returns
-        out [total_q, h_q, d] (and lse f32 [h_q, total_q] when built with lse=True). The offsets' values are the
-        caller's to get right (sageattn_varlen checks them in eager mode); the library checks every descriptor."""
-        torch = _load_torch()
+    def _varlen_plan(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, workspace,
+                     stream):
+        """Every check Python makes of a packed call, then its descriptions and VarlenArgs (out and lse described
+        when given, else as the contiguous tensors a call allocates). Returns a _Plan whose descs are q, k, v, o,
+        cu_seqlens_q, cu_seqlens_k."""
         q_desc = describe(q, "q")
         if q_desc.device < 0:
             raise SageArgumentError("q: is in host memory, expected a CUDA tensor")
@@ -353,36 +389,61 @@ class Attention:
                 raise SageArgumentError(f"{name}: expected an int >= 1 (an upper bound of the lengths), got {value!r}")
             maxima.append(value)
         total_q, heads_q = q_desc.shape[0], q_desc.shape[1]
-        batch = cu_q_desc.shape[0] - 1
-        needed = None
+        plan = _Plan()
+        plan.workspace_needed = None
         if workspace is None:
-            needed = runner.varlen_workspace_bytes(batch, heads_q, k_desc.shape[1], *maxima)
+            plan.workspace_needed = runner.varlen_workspace_bytes(cu_q_desc.shape[0] - 1, heads_q, k_desc.shape[1],
+                                                                  *maxima)
         else:
             ws = describe(workspace, "workspace")
             if ws.device != device or ws.dtype != DTYPE_U8 or ws.ndim != 1:
                 raise SageArgumentError(f"workspace: expected a 1-D uint8 tensor on CUDA device {device}")
         if stream is not None and getattr(stream, "device", q.device) != q.device:
             raise SageArgumentError(f"stream: is on {stream.device}, expected q's device {q.device}")
-        if out is None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        if lse is None and self.write_lse:
-            lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
-        o_desc = describe(out, "o")
-        lse_desc = describe(lse, "lse") if lse is not None else None
+        o_desc = describe(out, "o") if out is not None else _contiguous_desc(tuple(q.shape), q_desc.dtype, device)
+        plan.lse_shape = (heads_q, total_q) if self.write_lse else None
+        plan.lse_desc = describe(lse, "lse") if lse is not None else \
+            _contiguous_desc(plan.lse_shape, DTYPE_F32, device) if self.write_lse else None
+        plan.mask_desc = None
         args = VarlenArgs()
         args.causal_alignment = self._alignment
         args.q, args.k, args.v, args.o = (ctypes.pointer(desc) for desc in (q_desc, k_desc, v_desc, o_desc))
-        if lse_desc is not None:
-            args.lse = ctypes.pointer(lse_desc)
+        if plan.lse_desc is not None:
+            args.lse = ctypes.pointer(plan.lse_desc)
         args.cu_seqlens_q, args.cu_seqlens_kv = ctypes.pointer(cu_q_desc), ctypes.pointer(cu_k_desc)
         args.max_seqlen_q, args.max_seqlen_kv = maxima
+        plan.runner, plan.device, plan.torch_device = runner, device, q.device
+        plan.descs = (q_desc, k_desc, v_desc, o_desc, cu_q_desc, cu_k_desc)
+        plan.args, plan.args_ref = args, ctypes.byref(args)
+        return plan
+
+    def varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out=None, lse=None,
+               stream=None, workspace=None):
+        """A packed (variable-length) call, FlashAttention's varlen convention: q [total_q, h_q, d], k/v [total_k,
+        h_kv, d], cu_seqlens_q / cu_seqlens_k int32 [batch + 1] on q's device, max_seqlen_q / max_seqlen_k (ints)
+        >= every length. Sequence b (rows cu[b] .. cu[b + 1] - 1) is attended alone, as a dense call of it would be;
+        causal masks align per sequence by this object's causal_alignment (bottom-right: FlashAttention's). Returns
+        out [total_q, h_q, d] (and lse f32 [h_q, total_q] when built with lse=True). The offsets' values are the
+        caller's to get right (sageattn_varlen checks them in eager mode); the library checks every descriptor."""
+        torch = _load_torch()
+        plan = self._varlen_plan(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse,
+                                 workspace, stream)
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        if lse is None and plan.lse_shape is not None:
+            lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device)
+        q_desc, k_desc, v_desc, o_desc, cu_q_desc, cu_k_desc = plan.descs
+        o_desc.data = out.data_ptr()
+        if lse is not None:
+            plan.lse_desc.data = lse.data_ptr()
+        device, args = plan.device, plan.args
 
         def launch():
             stream_handle = _current_raw_stream(torch, device) if stream is None else stream.cuda_stream
-            space = workspace if workspace is not None else self._workspace(stream, stream_handle, device, needed,
-                                                                            torch)
+            space = workspace if workspace is not None else self._workspace(stream, stream_handle, device,
+                                                                            plan.workspace_needed, torch)
             args.workspace, args.workspace_bytes, args.stream = space.data_ptr(), space.numel(), stream_handle
-            check(library().sage_attention_run_varlen(runner.handle, ctypes.byref(args)))
+            check(library().sage_attention_run_varlen(plan.runner.handle, plan.args_ref))
 
         if _current_device(torch) == device:
             launch()
@@ -401,35 +462,40 @@ class Attention:
         needed = max(self.workspace_bytes(q, k, layout), 1)
         plan = self._plan(q, k, v, layout, PHASE_ALL, None, None, None,
                           torch.empty(needed, dtype=torch.uint8, device=q.device))
-        run, handle, args, args_ref = library().sage_attention_run, plan.runner.handle, plan.args, plan.args_ref
+        plan.workspace_needed = needed
         q_desc, k_desc, v_desc, o_desc = plan.descs
-        lse_desc, lse_shape, device, torch_device = plan.lse_desc, plan.lse_shape, plan.device, plan.torch_device
-        empty, uint8, f32, dtype, shape = torch.empty, torch.uint8, torch.float32, q.dtype, tuple(q.shape)
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        small = needed <= _SMALL_WORKSPACE_BYTES
+        prepare = _bound_outputs(torch, plan, q)
+        run, handle, args_ref = library().sage_attention_run, plan.runner.handle, plan.args_ref
 
         def launch(q, k, v):
-            stream = raw_stream(device) if raw_stream is not None else torch.cuda.current_stream(device).cuda_stream
-            out = empty(shape, dtype=dtype, device=torch_device)
-            workspace = _small_workspace(torch, device, stream, needed) if small else None
-            if workspace is None:
-                workspace = empty(needed, dtype=uint8, device=torch_device)
-            lse = empty(lse_shape, dtype=f32, device=torch_device) if lse_desc is not None else None
-            q_desc.data, k_desc.data, v_desc.data, o_desc.data = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                                                  out.data_ptr())
-            if lse is not None:
-                lse_desc.data = lse.data_ptr()
-            args.workspace, args.workspace_bytes, args.stream = workspace.data_ptr(), needed, stream
+            out, lse = prepare()
+            q_desc.data, k_desc.data, v_desc.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
             check(run(handle, args_ref))
             return out, lse
 
-        def call(q, k, v):
-            if _current_device(torch) == device:
-                return launch(q, k, v)
-            with torch.cuda.device(device):  # the current stream and allocations are q's device's
-                return launch(q, k, v)
+        return _on_device(torch, plan.device, launch)
 
-        return call
+    def bound_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+        """bound_call for packed calls: f(q, k, v, cu_seqlens_q, cu_seqlens_k) -> (out, lse or None) for repeated
+        calls with tensors like these (shapes, strides, dtypes, device) and these maxima, for one thread. Per call:
+        the allocations, the data pointers and the C call (which checks every descriptor again, never the offsets'
+        values)."""
+        torch = _load_torch()
+        plan = self._varlen_plan(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, None, None,
+                                 None)
+        plan.workspace_needed = max(plan.workspace_needed, 1)
+        q_desc, k_desc, v_desc, o_desc, cu_q_desc, cu_k_desc = plan.descs
+        prepare = _bound_outputs(torch, plan, q)
+        run, handle, args_ref = library().sage_attention_run_varlen, plan.runner.handle, plan.args_ref
+
+        def launch(q, k, v, cu_seqlens_q, cu_seqlens_k):
+            out, lse = prepare()
+            q_desc.data, k_desc.data, v_desc.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
+            cu_q_desc.data, cu_k_desc.data = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+            check(run(handle, args_ref))
+            return out, lse
+
+        return _on_device(torch, plan.device, launch)
 
     def _workspace(self, stream, stream_handle, device, needed, torch):
         # Allocated on its stream: PyTorch's caching allocator then hands a dropped (regrown) workspace only to later

@@ -5,6 +5,8 @@ exactly as a dense sagegen call on that one sequence would be; causal masks alig
 
 import math
 import operator
+import threading
+import weakref
 
 from ._head_dim import kernel_head_dim
 from ._library import BOTTOM_RIGHT, TOP_LEFT, SageArgumentError, SageUnsupportedError
@@ -84,7 +86,94 @@ def check_offset_values(name, offsets, total, maximum, max_name):
 
 
 def _capturing():
+    capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)  # without the Python wrapper's checks
+    if capturing is not None:
+        return capturing()
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _check_offsets(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_q, max_k):
+    """The offsets' values (one device-to-host copy for both)."""
+    offsets = torch.cat((cu_seqlens_q, cu_seqlens_k)).tolist()
+    batch = cu_seqlens_q.shape[0]
+    check_offset_values("cu_seqlens_q", offsets[:batch], total_q, max_q, "max_seqlen_q")
+    check_offset_values("cu_seqlens_k", offsets[batch:], total_k, max_k, "max_seqlen_k")
+
+
+def _version_of(tensor):
+    """The tensor's version counter (bumped by every in-place write PyTorch makes), or None where it has none (an
+    inference tensor, a stand-in)."""
+    try:
+        return tensor._version
+    except (AttributeError, RuntimeError):
+        return None
+
+
+class _Bound:
+    """A bound packed call (Attention.bound_varlen) and the offsets it last saw checked: their tensors (weakly) and
+    version counters. The values depend only on those (and on the totals and maxima, which the key holds), so the
+    same unmodified offsets are not copied to the host again. Writes PyTorch does not see (a custom kernel writing
+    the offsets in place) are not checked again: the kernels clamp the offsets, so wrong values give wrong numbers,
+    never an out-of-bounds access."""
+
+    __slots__ = ("call", "checked")
+
+    def __init__(self, call):
+        self.call, self.checked = call, None
+
+    def offsets_checked(self, cu_seqlens_q, cu_seqlens_k):
+        checked = self.checked
+        return checked is not None and checked[0]() is cu_seqlens_q and checked[2]() is cu_seqlens_k and \
+            checked[1] == _version_of(cu_seqlens_q) and checked[3] == _version_of(cu_seqlens_k)
+
+    def remember(self, cu_seqlens_q, cu_seqlens_k):
+        version_q, version_k = _version_of(cu_seqlens_q), _version_of(cu_seqlens_k)
+        if version_q is None or version_k is None:
+            self.checked = None
+            return
+        try:
+            self.checked = (weakref.ref(cu_seqlens_q), version_q, weakref.ref(cu_seqlens_k), version_k)
+        except TypeError:  # no weak references to it: checked every call
+            self.checked = None
+
+
+_bound = threading.local()  # .calls: this thread's {key: _Bound} (a bound call writes its VarlenArgs)
+_BOUND_CALLS_PER_THREAD = 256  # bounded: many shapes (varying totals or maxima) clear the cache rather than grow it
+
+
+def _bound_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal, sm_scale, return_lse,
+               preset, tunables, causal_alignment):
+    """What a call's checks and plan depend on: the tensors' types, shapes, strides, dtypes and devices, the maxima
+    with their types (True is refused where 1 is not) and the options. Written out: it runs on every call."""
+    return (type(q), q.shape, q.stride(), q.dtype, q.device, type(k), k.shape, k.stride(), k.dtype, k.device,
+            type(v), v.shape, v.stride(), v.dtype, v.device,
+            type(cu_seqlens_q), cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype, cu_seqlens_q.device,
+            type(cu_seqlens_k), cu_seqlens_k.shape, cu_seqlens_k.stride(), cu_seqlens_k.dtype, cu_seqlens_k.device,
+            type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k), max_seqlen_k, bool(is_causal), type(sm_scale),
+            sm_scale, bool(return_lse), preset, tunables, causal_alignment)
+
+
+def _bound_lookup(key):
+    """The _Bound of this key, or None where none is (or the key cannot be hashed: the full checks say why)."""
+    calls = getattr(_bound, "calls", None)
+    if calls is None:
+        return None
+    try:
+        return calls.get(key)
+    except TypeError:
+        return None
+
+
+def _bind(key, bound):
+    calls = getattr(_bound, "calls", None)
+    if calls is None:
+        calls = _bound.calls = {}
+    if len(calls) >= _BOUND_CALLS_PER_THREAD:
+        calls.clear()
+    try:
+        calls[key] = bound
+    except TypeError:  # an unhashable stand-in: not bound
+        pass
 
 
 def torch_varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, is_causal=False, sm_scale=None, return_lse=False,
@@ -134,18 +223,30 @@ def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     PyTorch (one SDPA per sequence), warning once per reason."""
     if torch is None:
         raise ImportError("sagegen.sageattn_varlen needs PyTorch")
+    # A call seen before (same tensors' signatures, maxima and options) skips every Python check but the offsets'
+    # values (memoized by tensor and version counter) and the autograd one; the library checks the descriptors.
+    try:
+        key = _bound_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_causal, sm_scale,
+                         return_lse, preset, tunables, causal_alignment)
+    except (AttributeError, TypeError):  # not tensors: the full checks say what is wrong
+        key = None
+    bound = _bound_lookup(key) if key is not None else None
+    if bound is not None and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        if check_offsets and not _capturing() and not bound.offsets_checked(cu_seqlens_q, cu_seqlens_k):
+            _check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
+            bound.remember(cu_seqlens_q, cu_seqlens_k)
+        out, lse = bound.call(q, k, v, cu_seqlens_q, cu_seqlens_k)
+        return (out, lse) if return_lse else out
     max_q, max_k = check_arguments(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sm_scale,
                                    causal_alignment)
-    if check_offsets and not _capturing():
-        offsets = torch.cat((cu_seqlens_q, cu_seqlens_k)).tolist()  # one copy for both
-        batch = cu_seqlens_q.shape[0]
-        check_offset_values("cu_seqlens_q", offsets[:batch], q.shape[0], max_q, "max_seqlen_q")
-        check_offset_values("cu_seqlens_k", offsets[batch:], k.shape[0], max_k, "max_seqlen_k")
+    checked = check_offsets and not _capturing()
+    if checked:
+        _check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_q, max_k)
     reason = fallback_reason(q, k, v)
     if reason is None:
         try:
             return _run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal, sm_scale, return_lse, preset,
-                        tunables, causal_alignment)
+                        tunables, causal_alignment, key, checked)
         except SageUnsupportedError as error:
             reason = str(error)
     say_once(_DOOR, reason)
@@ -154,7 +255,9 @@ def sageattn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 
 
 def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal, sm_scale, return_lse, preset, tunables,
-         causal_alignment):
+         causal_alignment, key=None, checked=False):
+    """The call on sagegen's kernels. `key`: the call's _bound_key, to bind it where it runs at the caller's head dim
+    without a scale fold (later such calls take the bound path); `checked`: whether its offsets' values were checked."""
     total_q, heads_q, head_dim = q.shape
     if total_q == 0 or k.shape[0] == 0:  # nothing to compute: no rows, or no keys anywhere (O = 0, LSE = -inf)
         out = torch.zeros_like(q)
@@ -164,14 +267,23 @@ def _run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, is_causal, sm_scale,
                              q.dtype == torch.bfloat16)
     if padded != head_dim:  # zero channels are exact (_head_dim.py)
         q, k, v = (torch.nn.functional.pad(t, (0, padded - head_dim)) for t in (q, k, v))
+    folded = False
     if sm_scale is not None or padded != head_dim:  # the kernels scale by 1/sqrt(their d): fold the rest into q
         factor = (float(sm_scale) if sm_scale is not None else head_dim ** -0.5) * math.sqrt(padded)
         if abs(factor - 1.0) > 1e-6:
-            q = q * factor
+            q, folded = q * factor, True
     attention = _attention(preset, padded, bool(is_causal), causal_alignment == TOP_LEFT, bool(return_lse),
                            tunables or "")
     try:
-        result = attention.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k)
+        if key is not None and padded == head_dim and not folded and type(max_q) is int and type(max_k) is int:
+            bound = _Bound(attention.bound_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k))
+            out, lse = bound.call(q, k, v, cu_seqlens_q, cu_seqlens_k)
+            if checked:
+                bound.remember(cu_seqlens_q, cu_seqlens_k)
+            _bind(key, bound)  # after a call the library accepted: a refused one takes the full path again
+            result = (out, lse) if return_lse else out
+        else:
+            result = attention.varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k)
     except SageUnsupportedError as error:
         if padded == head_dim:
             raise

@@ -6,6 +6,7 @@ under CUDA-graph capture and with check_offsets=False) and the fallback to PyTor
 import ctypes
 import os
 import sys
+import threading
 import unittest
 from unittest import mock
 import warnings
@@ -155,7 +156,9 @@ class VarlenTorch(FakeTorch):
         return False
 
 
-class SageattnVarlenTest(FakedTest):
+class VarlenFixture(FakedTest):
+    """sageattn_varlen with the fake library and torch, its module's state saved and restored."""
+
     def setUp(self):
         super().setUp()
         self.library, self.torch = VarlenLibrary(), VarlenTorch()
@@ -168,8 +171,10 @@ class SageattnVarlenTest(FakedTest):
         _varlen.torch_varlen_attention = lambda *args: self.fallbacks.append(args) or "pytorch"
         _torch._attentions.clear()
         _torch._said.clear()
+        self.saved_bound, _varlen._bound = _varlen._bound, threading.local()
 
     def tearDown(self):
+        _varlen._bound = self.saved_bound
         (_varlen.torch, _torch.torch, _varlen.kernel_head_dim, _varlen.torch_varlen_attention, attentions,
          said) = self.saved_varlen
         _torch._attentions.clear()
@@ -178,6 +183,8 @@ class SageattnVarlenTest(FakedTest):
         _torch._said.update(said)
         super().tearDown()
 
+
+class SageattnVarlenTest(VarlenFixture):
     def test_a_good_call_runs_packed_with_one_offsets_copy(self):
         q, k, v, cu_q, cu_k = packed()
         out = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200, is_causal=True)
@@ -283,6 +290,113 @@ class SageattnVarlenTest(FakedTest):
         out, lse = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 1, 4, return_lse=True)
         self.assertEqual((out, lse), ("zeros", ("full", (8, 0), float("-inf"))))
         self.assertEqual(self.library.varlen_runs, [])
+
+
+class VersionedOffsets(OffsetsTensor):
+    """Offsets with PyTorch's version counter: a test bumps it where PyTorch would (an in-place write)."""
+    _version = 0
+
+    def write(self, values):
+        self.values = list(values)
+        self._version += 1
+
+
+class InferenceOffsets(OffsetsTensor):
+    """An inference-mode tensor: reading its version counter raises, as PyTorch's does."""
+
+    @property
+    def _version(self):
+        raise RuntimeError("Inference tensors do not track version counter.")
+
+
+class BoundVarlenTest(VarlenFixture):
+    """A repeated packed call: bound once (descriptions and VarlenArgs kept), its offsets' values checked once per
+    (tensor, version)."""
+
+    def versioned(self, kind=VersionedOffsets, **kwargs):
+        q, k, v, cu_q, cu_k = packed(**kwargs)
+        return q, k, v, kind(cu_q.values), kind(cu_k.values)
+
+    def test_a_repeated_call_is_bound_and_passes_its_new_pointers(self):
+        q, k, v, cu_q, cu_k = self.versioned()
+        out, lse = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200, is_causal=True, return_lse=True)
+        q2, k2, v2, cu_q2, cu_k2 = self.versioned()
+        out2, lse2 = sagegen.sageattn_varlen(q2, k2, v2, cu_q2, cu_k2, 128, 200, is_causal=True, return_lse=True)
+        self.assertEqual(len(_varlen._bound.calls), 1)
+        first, second = self.library.varlen_runs
+        self.assertEqual(self.library.varlen_sizes, [(4, 8, 2, 128, 200)])  # sized once
+        for name, tensor in (("q", q2), ("k", k2), ("v", v2), ("o", out2), ("lse", lse2), ("cu_seqlens_q", cu_q2),
+                             ("cu_seqlens_kv", cu_k2)):
+            self.assertEqual(second[name][0], tensor.data_ptr(), name)
+        self.assertNotEqual(first["o"][0], second["o"][0])  # a fresh out each call
+        self.assertEqual(second["o"][1:3], ((206, 8, 64), (8 * 64, 64, 1)))
+        self.assertEqual(second["lse"][1:], ((8, 206), (206, 1), _library.DTYPE_F32))
+        self.assertEqual((second["max"], second["alignment"]), ((128, 200), _library.CAUSAL_BOTTOM_RIGHT))
+        self.assertEqual(first["workspace"], second["workspace"])  # the stream's held workspace
+        self.assertEqual((out2.shape, lse2.shape), (q.shape, (8, 206)))
+        # Other maxima, options or strides: another binding, each sized and described in full.
+        sagegen.sageattn_varlen(q2, k2, v2, cu_q2, cu_k2, 128, 256, is_causal=True, return_lse=True)
+        sagegen.sageattn_varlen(q2, k2, v2, cu_q2, cu_k2, 128, 200, is_causal=True, causal_alignment="top-left")
+        self.assertEqual(len(_varlen._bound.calls), 3)
+        self.assertEqual(self.library.varlen_runs[-1]["alignment"], _library.CAUSAL_TOP_LEFT)
+        self.assertEqual(self.library.varlen_runs[-2]["max"], (128, 256))
+
+    def test_the_same_offsets_are_copied_once_until_written(self):
+        q, k, v, cu_q, cu_k = self.versioned()
+        for _ in range(3):
+            sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200)
+        self.assertEqual(self.torch.copies, 1)
+        cu_q.write([0, 1, 1, 78, 206])  # still valid: checked again
+        sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200)
+        self.assertEqual(self.torch.copies, 2)
+        _, _, _, other_q, other_k = self.versioned()  # equal values in other tensors: checked again
+        sagegen.sageattn_varlen(q, k, v, other_q, other_k, 128, 200)
+        self.assertEqual(self.torch.copies, 3)
+        self.assertEqual(len(self.library.varlen_runs), 5)
+        cu_k.write([0, 5, 8, 85, 300])  # wrong last entry: refused on the bound path too, before the library
+        with self.assertRaises(sagegen.SageArgumentError) as caught:
+            sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200)
+        self.assertIn("cu_seqlens_k: the last entry (300)", str(caught.exception))
+        self.assertEqual(len(self.library.varlen_runs), 5)
+        with self.assertRaises(sagegen.SageArgumentError):  # and again: a refusal is not remembered as checked
+            sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200)
+        sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200, check_offsets=False)  # the caller's choice
+        self.assertEqual(len(self.library.varlen_runs), 6)
+
+    def test_offsets_without_a_version_counter_are_checked_every_call(self):
+        q, k, v, cu_q, cu_k = self.versioned(InferenceOffsets)
+        for _ in range(3):
+            sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200)
+        self.assertEqual(self.torch.copies, 3)
+        self.assertEqual(len(_varlen._bound.calls), 1)
+
+    def test_a_bound_call_still_falls_back_when_gradients_are_wanted(self):
+        class GradTensor(Tensor):
+            requires_grad = True
+
+        q, k, v, cu_q, cu_k = self.versioned()
+        sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200)
+        self.torch.is_grad_enabled = lambda: True
+        for tensor in (q, k, v):
+            tensor.requires_grad = False
+        grad_q = GradTensor(q.shape)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.assertEqual(sagegen.sageattn_varlen(grad_q, k, v, cu_q, cu_k, 128, 200), "pytorch")
+        self.assertIn("no backward pass", str(caught[0].message))
+        self.assertEqual(len(self.library.varlen_runs), 1)
+
+    def test_a_call_with_a_scale_fold_is_not_bound(self):
+        class ScaledTensor(Tensor):
+            def __mul__(self, factor):
+                return Tensor(self.shape, self.dtype, self.device, self._strides)
+
+        _, k, v, cu_q, cu_k = self.versioned()
+        q = ScaledTensor((206, 8, 64))
+        for _ in range(2):
+            sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 128, 200, sm_scale=0.5)  # folded into q
+        self.assertFalse(getattr(_varlen._bound, "calls", None))
+        self.assertEqual(len(self.library.varlen_runs), 2)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """sagegen.sageattn_varlen on a GPU (issue 28): packed sequences against PyTorch SDPA run on each sequence alone and
 against sagegen's dense sageattn on each sequence (same quantizers: nearly equal), causal bottom-right
 (FlashAttention's) and top-left, GQA, bf16, a strided Q view, the LSE, lengths 0 and 1, CUDA-graph capture with fixed
-maxima replayed with new offsets, and bad offsets refused naming the argument. Prints each case's numbers.
+maxima replayed with new offsets, repeated (bound) calls with offsets written in place, and bad offsets refused naming
+the argument. Prints each case's numbers.
 
     python3 python/tests/test_varlen_gpu.py [-k NAME]
 """
@@ -141,6 +142,25 @@ def test_cuda_graph_capture_replays_with_new_offsets():
         eager = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=True)
         assert torch.equal(out, eager), f"replay with {lengths_q} / {lengths_k} differs from an eager call"
         check(out, reference(q, k, v, cu_q, cu_k, True), 0.05, what=f"graph replay {lengths_q}")
+
+
+def test_repeated_calls_are_bound_and_written_offsets_are_checked_again():
+    """The second call of a signature takes the bound path (new pointers, its own numbers); the offsets' values are
+    checked once per (tensor, version): an in-place write (PyTorch bumps the version) is checked again."""
+    torch.manual_seed(6)
+    q, k, v, cu_q, cu_k = packed()
+    first = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 1000, 1000, is_causal=True)
+    for _ in range(2):
+        q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
+        out = sagegen.sageattn_varlen(q2, k2, v2, cu_q, cu_k, 1000, 1000, is_causal=True)
+        check(out, reference(q2, k2, v2, cu_q, cu_k, True), PRESET_BOUNDS["sage-b"], what="bound call, new tensors")
+    assert not torch.equal(first, out)
+    cu_q[-1] += 1  # past q's rows
+    with raises(sagegen.SageArgumentError, match="^cu_seqlens_q:"):
+        sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 1000, 1000, is_causal=True)
+    cu_q[-1] -= 1
+    again = sagegen.sageattn_varlen(q, k, v, cu_q, cu_k, 1000, 1000, is_causal=True)
+    assert torch.equal(again, first)
 
 
 def test_bad_offsets_are_refused_naming_the_argument():

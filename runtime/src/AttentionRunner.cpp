@@ -14,6 +14,7 @@
 #include "sage/runtime/ModuleRegistry.h"
 #include "sage/runtime/ProcessResources.h"
 #include "sage/runtime/Sm90TensorMaps.h"
+#include "sage/runtime/TensorValidation.h"
 #include "sage/runtime/TuningDatabase.h"
 #include "sage/schedules/ScheduleRegistry.h"
 #include "sage/schedules/UnsupportedError.h"
@@ -21,6 +22,7 @@
 #include <fmt/core.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -96,7 +98,9 @@ struct AttentionRunner::State {
   mutable std::mutex shape_plan_mutex;
   mutable std::shared_ptr<const ShapePlan> last_shape_plan;
   mutable std::mutex packed_mutex;
-  mutable std::unique_ptr<AttentionRunner> packed_runner; // packedRunner(), built at the first packed call
+  mutable std::unique_ptr<AttentionRunner> packed_runner;             // packedRunner(), built at the first packed call
+  mutable std::atomic<const AttentionRunner *> packed_ready{nullptr}; // packed_runner once built: no lock per call
+  mutable TensorMapCache tensor_maps; // the sm90 maps of the last call: unchanged ones are not encoded again
 
   std::shared_ptr<const ShapePlan> planFor(const schedules::ProblemShape &shape) const {
     {
@@ -174,6 +178,11 @@ struct AttentionRunner::State {
     qk_copies_only = kernels.plan.warp_specialization.consumer_warpgroups > 0 && !variant.packed_sequences &&
                      codegen::prologueOnlyCopiesQk(variant, options.input);
   }
+
+  // A call's launches (AttentionRunner::run); `regions`: a validated call's tensors, checked against the workspace.
+  void run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
+           size_t workspace_bytes, driver::Stream stream, RunPhase phase, const MemoryRegions *regions,
+           std::string_view sizing) const;
 
   // The AOT directory's cubin when it has a valid one for `kernel`, else the cache's (built on a miss).
   CompiledKernel compile(const GeneratedKernel &kernel) {
@@ -262,14 +271,16 @@ void AttentionRunner::run(const AttentionCall &call, void *workspace, size_t wor
                           RunPhase phase) const {
   if (phase != RunPhase::all && phase != RunPhase::prologue && phase != RunPhase::attention)
     throw ArgumentError("phase", "expected all, prologue or attention");
-  const ValidatedCall validated = validateAttentionCall(call, state_->requirements);
-  run(validated.shape, validated.tensors, workspace, workspace_bytes, stream, phase);
+  run(validateAttentionCall(call, state_->requirements), workspace, workspace_bytes, stream, phase,
+      "AttentionRunner::workspaceBytes");
 }
 
 const AttentionRunner &AttentionRunner::packedRunner() const {
   const State &state = *state_;
   if (state.variant.packed_sequences)
     return *this;
+  if (const AttentionRunner *ready = state.packed_ready.load(std::memory_order_acquire))
+    return *ready;
   std::lock_guard<std::mutex> lock(state.packed_mutex);
   if (!state.packed_runner) {
     const auto unsupported = [&](const std::exception &error) {
@@ -290,6 +301,7 @@ const AttentionRunner &AttentionRunner::packedRunner() const {
     // thread has current now: the packed kernels launch on the same streams.
     ScopedContext scope(CudaDriver::instance(), state.context);
     state.packed_runner = std::make_unique<AttentionRunner>(packed, std::move(options));
+    state.packed_ready.store(state.packed_runner.get(), std::memory_order_release);
   }
   return *state.packed_runner;
 }
@@ -306,8 +318,8 @@ void AttentionRunner::run(const VarlenCall &call, void *workspace, size_t worksp
   if (phase != RunPhase::all && phase != RunPhase::prologue && phase != RunPhase::attention)
     throw ArgumentError("phase", "expected all, prologue or attention");
   const AttentionRunner &packed = packedRunner();
-  const ValidatedCall validated = validateVarlenCall(call, packed.requirements());
-  packed.run(validated.shape, validated.tensors, workspace, workspace_bytes, stream, phase);
+  packed.run(validateVarlenCall(call, packed.requirements()), workspace, workspace_bytes, stream, phase,
+             "AttentionRunner::varlenWorkspaceBytes");
 }
 
 size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) const {
@@ -318,7 +330,20 @@ size_t AttentionRunner::workspaceBytes(const schedules::ProblemShape &shape) con
 
 void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
                           size_t workspace_bytes, driver::Stream stream, RunPhase phase) const {
-  const State &state = *state_;
+  state_->run(shape, tensors, workspace, workspace_bytes, stream, phase, nullptr, {});
+}
+
+void AttentionRunner::run(const ValidatedCall &call, void *workspace, size_t workspace_bytes, driver::Stream stream,
+                          RunPhase phase, std::string_view sizing) const {
+  if (phase != RunPhase::all && phase != RunPhase::prologue && phase != RunPhase::attention)
+    throw ArgumentError("phase", "expected all, prologue or attention");
+  state_->run(call.shape, call.tensors, workspace, workspace_bytes, stream, phase, &call.regions, sizing);
+}
+
+void AttentionRunner::State::run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
+                                 size_t workspace_bytes, driver::Stream stream, RunPhase phase,
+                                 const MemoryRegions *regions, std::string_view sizing) const {
+  const State &state = *this;
   // The hot path: every check is a comparison; messages are built only when one fails.
   if (shape.batch <= 0 || shape.heads_q <= 0 || shape.heads_kv <= 0 || shape.tokens_q <= 0 || shape.tokens_kv <= 0)
     throw std::invalid_argument("shape: batch, heads_q, heads_kv, tokens_q and tokens_kv must be positive");
@@ -337,8 +362,10 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
     throw std::invalid_argument("sequences: a packed attention needs cu_seqlens_q and cu_seqlens_kv (a VarlenCall)");
   if (!packed && (tensors.sequences.q || tensors.sequences.kv))
     throw std::invalid_argument("sequences: a dense attention takes no cu_seqlens (run a VarlenCall: packedRunner())");
-  const std::shared_ptr<const ShapePlan> shape_plan = state.planFor(shape);
+  const std::shared_ptr<const ShapePlan> shape_plan = state.planFor(shape); // the one plan lookup of a call
   const schedules::WorkspaceLayout &layout = shape_plan->layout;
+  if (regions) // a validated call: the workspace's size, alignment and overlap with the call's tensors
+    checkWorkspace(*regions, workspace, workspace_bytes, layout.total_bytes, 256, sizing);
   if (!workspace || reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
     throw std::invalid_argument("workspace: must be a non-null, 256-byte aligned device pointer");
   if (workspace_bytes < layout.total_bytes)
@@ -425,7 +452,7 @@ void AttentionRunner::run(const schedules::ProblemShape &shape, const AttentionT
   if (state.kernels.plan.warp_specialization.consumer_warpgroups > 0) { // sm90: the TMA tensor maps of this call
     const SageSm90AttentionParams sm90 =
         makeSm90AttentionParams(state.kernels.plan, shape, layout, params, {tensors.v, tensors.v_strides},
-                                qk_in_place ? QkRows{tensors.q, tensors.k} : QkRows{});
+                                qk_in_place ? QkRows{tensors.q, tensors.k} : QkRows{}, &state.tensor_maps);
     if (sm90.tile_counter != nullptr && !counter_cleared) // a persistent kernel's CTAs claim tiles from zero
       CudaDriver::instance().fillWordsAsync(reinterpret_cast<driver::DevicePointer>(sm90.tile_counter), 0u, 1, stream);
     kernel.kernel.launch(sm90, launch);

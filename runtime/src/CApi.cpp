@@ -181,6 +181,40 @@ sage::runtime::capi::BackwardRequirements backwardRequirementsOf(const sage_back
           backward.device};
 }
 
+sage::runtime::RunPhase phaseOf(int phase) {
+  switch (phase) {
+  case SAGE_PHASE_ALL:
+    return sage::runtime::RunPhase::all;
+  case SAGE_PHASE_PROLOGUE:
+    return sage::runtime::RunPhase::prologue;
+  case SAGE_PHASE_ATTENTION:
+    return sage::runtime::RunPhase::attention;
+  default:
+    throw ArgumentError("phase", "expected SAGE_PHASE_ALL, SAGE_PHASE_PROLOGUE or SAGE_PHASE_ATTENTION, got " +
+                                     std::to_string(phase));
+  }
+}
+
+// What sage_run_args and sage_varlen_args share: q, k, v, o, the optional lse and the causal alignment.
+template <class Args, class Call> void describeCall(const Args &args, Call &call) {
+  call.q = describe(args.q, "q");
+  call.k = describe(args.k, "k");
+  call.v = describe(args.v, "v");
+  call.o = describe(args.o, "o");
+  if (args.lse)
+    call.lse = describe(args.lse, "lse");
+  call.causal_alignment = causalAlignmentOf(args.causal_alignment);
+}
+
+// A validated dense or packed call on `runner` with the arguments' workspace and stream (the workspace is checked
+// against the call's plan: one plan lookup). `sizing`: the entry point that gives the workspace's size.
+template <class Args>
+void runValidated(const sage::runtime::AttentionRunner &runner, const sage::runtime::ValidatedCall &validated,
+                  const Args &args, sage::runtime::RunPhase phase, const char *sizing) {
+  runner.run(validated, args.workspace, args.workspace_bytes, static_cast<sage::runtime::driver::Stream>(args.stream),
+             phase, sizing);
+}
+
 // The *_create functions' first checks: `out` given and set to null before anything can fail (clearOut), then `config`
 // given.
 template <class Handle> void clearOut(Handle *out) {
@@ -310,34 +344,12 @@ sage_status sage_attention_run(sage_attention_t attention, const sage_run_args *
       throw ArgumentError("args", "must not be null");
     sage::runtime::AttentionCall call;
     call.layout = layoutOf(args->layout);
-    call.q = describe(args->q, "q");
-    call.k = describe(args->k, "k");
-    call.v = describe(args->v, "v");
-    call.o = describe(args->o, "o");
-    if (args->lse)
-      call.lse = describe(args->lse, "lse");
+    describeCall(*args, call);
     if (args->block_mask)
       call.block_mask = describe(args->block_mask, "block_mask");
-    call.causal_alignment = causalAlignmentOf(args->causal_alignment);
-    sage::runtime::RunPhase phase = sage::runtime::RunPhase::all;
-    switch (args->phase) {
-    case SAGE_PHASE_ALL:
-      break;
-    case SAGE_PHASE_PROLOGUE:
-      phase = sage::runtime::RunPhase::prologue;
-      break;
-    case SAGE_PHASE_ATTENTION:
-      phase = sage::runtime::RunPhase::attention;
-      break;
-    default:
-      throw ArgumentError("phase", "expected SAGE_PHASE_ALL, SAGE_PHASE_PROLOGUE or SAGE_PHASE_ATTENTION, got " +
-                                       std::to_string(args->phase));
-    }
-    const sage::runtime::ValidatedCall validated = sage::runtime::validateAttentionCall(call, runner.requirements());
-    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
-                                  runner.workspaceBytes(validated.shape), 256, "sage_attention_workspace_bytes");
-    runner.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
-               static_cast<sage::runtime::driver::Stream>(args->stream), phase);
+    const sage::runtime::RunPhase phase = phaseOf(args->phase);
+    runValidated(runner, sage::runtime::validateAttentionCall(call, runner.requirements()), *args, phase,
+                 "sage_attention_workspace_bytes");
   });
 }
 
@@ -358,23 +370,14 @@ sage_status sage_attention_run_varlen(sage_attention_t attention, const sage_var
     if (!args)
       throw ArgumentError("args", "must not be null");
     sage::runtime::VarlenCall call;
-    call.q = describe(args->q, "q");
-    call.k = describe(args->k, "k");
-    call.v = describe(args->v, "v");
-    call.o = describe(args->o, "o");
-    if (args->lse)
-      call.lse = describe(args->lse, "lse");
+    describeCall(*args, call);
     call.cu_seqlens_q = describe(args->cu_seqlens_q, "cu_seqlens_q");
     call.cu_seqlens_kv = describe(args->cu_seqlens_kv, "cu_seqlens_kv");
     call.max_seqlen_q = args->max_seqlen_q;
     call.max_seqlen_kv = args->max_seqlen_kv;
-    call.causal_alignment = causalAlignmentOf(args->causal_alignment);
     const sage::runtime::AttentionRunner &packed = runner.packedRunner(); // SAGE_UNSUPPORTED where none runs it
-    const sage::runtime::ValidatedCall validated = sage::runtime::validateVarlenCall(call, packed.requirements());
-    sage::runtime::checkWorkspace(validated.regions, args->workspace, args->workspace_bytes,
-                                  packed.workspaceBytes(validated.shape), 256, "sage_attention_varlen_workspace_bytes");
-    packed.run(validated.shape, validated.tensors, args->workspace, args->workspace_bytes,
-               static_cast<sage::runtime::driver::Stream>(args->stream));
+    runValidated(packed, sage::runtime::validateVarlenCall(call, packed.requirements()), *args,
+                 sage::runtime::RunPhase::all, "sage_attention_varlen_workspace_bytes");
   });
 }
 

@@ -40,13 +40,33 @@ void requireRows(const char *what, std::int64_t rows) {
                                             what, rows, kMaxCoordinate));
 }
 
-// A [rows][row_bytes] region of the workspace, read in boxes of `box`.
-void encodeRows(driver::TensorMap &map, const unsigned char *address, std::int64_t row_bytes, std::int64_t rows,
-                const schedules::TensorMapBox &box) {
-  const std::uint64_t dims[2] = {static_cast<std::uint64_t>(row_bytes), static_cast<std::uint64_t>(rows)};
-  const std::uint64_t strides[1] = {static_cast<std::uint64_t>(row_bytes)};
-  const unsigned boxes[2] = {static_cast<unsigned>(box.inner_bytes), static_cast<unsigned>(box.rows)};
-  CudaDriver::instance().encodeTensorMap(map, 2, address, dims, strides, boxes, swizzleOf(box.inner_bytes));
+enum MapSlot : std::size_t { q_slot, k_slot, v_slot };
+
+// The map of `request`: from `cache` when it holds this slot's map for the same request, else encoded by the driver.
+void encode(TensorMapCache *cache, MapSlot slot, const TensorMapRequest &request, driver::TensorMap &map) {
+  const auto encodeNow = [](const TensorMapRequest &r, driver::TensorMap &out) {
+    CudaDriver::instance().encodeTensorMap(out, r.rank, r.address, r.dims.data(), r.strides.data(), r.box.data(),
+                                           r.swizzle);
+  };
+  if (cache)
+    cache->get(slot, request, map, encodeNow);
+  else
+    encodeNow(request, map);
+}
+
+// A 2-D [rows][row_bytes] byte tensor read in boxes of `box` (rows of `row_stride` bytes).
+TensorMapRequest rowsRequest(const void *address, std::int64_t row_bytes, std::int64_t row_stride, std::int64_t rows,
+                             const schedules::TensorMapBox &box) {
+  TensorMapRequest request;
+  request.rank = 2;
+  request.address = address;
+  request.dims[0] = static_cast<std::uint64_t>(row_bytes);
+  request.dims[1] = static_cast<std::uint64_t>(rows);
+  request.strides[0] = static_cast<std::uint64_t>(row_stride);
+  request.box[0] = static_cast<unsigned>(box.inner_bytes);
+  request.box[1] = static_cast<unsigned>(box.rows);
+  request.swizzle = swizzleOf(box.inner_bytes);
+  return request;
 }
 
 } // namespace
@@ -102,7 +122,7 @@ bool claimsTiles(const schedules::KernelPlan &plan) {
 SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
                                                 const SageAttentionParams &base, const ValueTensor &v,
-                                                const QkRows &qk_rows) {
+                                                const QkRows &qk_rows, TensorMapCache *cache) {
   const schedules::WarpSpecialization &ws = plan.warp_specialization;
   if (ws.consumer_warpgroups <= 0)
     throw std::invalid_argument("plan: not a warp-specialised (sm90) plan");
@@ -115,24 +135,27 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
   requireRows("K and V (batch x heads_kv x padded tokens_kv)", kv_rows);
   const unsigned char *workspace = base.workspace;
   driver::TensorMap q_map, k_map, v_map;
-  encodeRows(q_map, qk_rows.q ? static_cast<const unsigned char *>(qk_rows.q) : workspace + layout.q_codes.offset,
-             qk_row_bytes, q_rows, ws.q_box);
-  encodeRows(k_map, qk_rows.k ? static_cast<const unsigned char *>(qk_rows.k) : workspace + layout.k_codes.offset,
-             qk_row_bytes, kv_rows, ws.k_box);
+  encode(cache, q_slot,
+         rowsRequest(qk_rows.q ? qk_rows.q : workspace + layout.q_codes.offset, qk_row_bytes, qk_row_bytes, q_rows,
+                     ws.q_box),
+         q_map);
+  encode(cache, k_slot,
+         rowsRequest(qk_rows.k ? qk_rows.k : workspace + layout.k_codes.offset, qk_row_bytes, qk_row_bytes, kv_rows,
+                     ws.k_box),
+         k_map);
 
   switch (plan.v_source) {
   case schedules::ValueSource::workspace_codes: { // V^T: [b * h_kv * d rows][padded_kv bytes]
     const std::int64_t rows = shape.batch * shape.heads_kv * plan.head_dim;
     requireRows("V^T (batch x heads_kv x head_dim)", rows);
-    const std::uint64_t dims[2] = {static_cast<std::uint64_t>(layout.padded_kv), static_cast<std::uint64_t>(rows)};
-    const std::uint64_t strides[1] = {static_cast<std::uint64_t>(layout.padded_kv)};
-    const unsigned boxes[2] = {static_cast<unsigned>(ws.v_box.inner_bytes), static_cast<unsigned>(ws.v_box.rows)};
-    CudaDriver::instance().encodeTensorMap(v_map, 2, workspace + layout.v_codes.offset, dims, strides, boxes,
-                                           swizzleOf(ws.v_box.inner_bytes));
+    encode(cache, v_slot,
+           rowsRequest(workspace + layout.v_codes.offset, layout.padded_kv, layout.padded_kv, rows, ws.v_box), v_map);
     break;
   }
   case schedules::ValueSource::workspace_values:
-    encodeRows(v_map, workspace + layout.v_values.offset, 2 * plan.head_dim, kv_rows, ws.v_box);
+    encode(cache, v_slot,
+           rowsRequest(workspace + layout.v_values.offset, 2 * plan.head_dim, 2 * plan.head_dim, kv_rows, ws.v_box),
+           v_map);
     break;
   case schedules::ValueSource::input: { // the caller's V: [b][h_kv][tokens_kv][d] with its own strides
     const schedules::ProblemShape v_shape = valueTensorShape(plan, shape, base.sequences);
@@ -141,14 +164,16 @@ SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &pla
     const std::array<std::int64_t, 3> byte_strides = valueByteStrides(plan, v_shape, v);
     if (static_cast<std::uint64_t>(v_shape.tokens_kv) >= kMaxDimension || v_shape.tokens_kv > kMaxCoordinate)
       throw std::invalid_argument("shape: tokens_kv must be below 2^31 for the sm90 schedule");
-    const std::uint64_t dims[4] = {
-        static_cast<std::uint64_t>(2 * plan.head_dim), static_cast<std::uint64_t>(v_shape.tokens_kv),
-        static_cast<std::uint64_t>(v_shape.heads_kv), static_cast<std::uint64_t>(v_shape.batch)};
-    const std::uint64_t strides[3] = {static_cast<std::uint64_t>(byte_strides[0]),
-                                      static_cast<std::uint64_t>(byte_strides[1]),
-                                      static_cast<std::uint64_t>(byte_strides[2])};
-    const unsigned boxes[4] = {static_cast<unsigned>(ws.v_box.inner_bytes), static_cast<unsigned>(ws.v_box.rows), 1, 1};
-    CudaDriver::instance().encodeTensorMap(v_map, 4, v.data, dims, strides, boxes, swizzleOf(ws.v_box.inner_bytes));
+    TensorMapRequest request;
+    request.rank = 4;
+    request.address = v.data;
+    request.dims = {static_cast<std::uint64_t>(2 * plan.head_dim), static_cast<std::uint64_t>(v_shape.tokens_kv),
+                    static_cast<std::uint64_t>(v_shape.heads_kv), static_cast<std::uint64_t>(v_shape.batch), 0};
+    request.strides = {static_cast<std::uint64_t>(byte_strides[0]), static_cast<std::uint64_t>(byte_strides[1]),
+                       static_cast<std::uint64_t>(byte_strides[2]), 0};
+    request.box = {static_cast<unsigned>(ws.v_box.inner_bytes), static_cast<unsigned>(ws.v_box.rows), 1, 1, 0};
+    request.swizzle = swizzleOf(ws.v_box.inner_bytes);
+    encode(cache, v_slot, request, v_map);
     break;
   }
   }

@@ -1,7 +1,8 @@
 // Validated calls (AttentionRunner::run(AttentionCall)) on the GPU: batch > 1 with GQA, causal masks aligned
 // bottom-right (against the CPU reference) and top-left (against exact attention with that mask), with q longer
 // and shorter than kv; refused calls leave every output untouched and bad launches name the argument; runners bound to
-// a device launch in its context whatever the calling thread has current.
+// a device launch in its context whatever the calling thread has current; repeated calls with other tensors and
+// workspaces read their own (the kept sm90 tensor maps); a workspace overlapping an input is refused.
 #include "sage/dsl/Presets.h"
 #include "sage/numerics/Quantizers.h"
 #include "sage/reference/Metrics.h"
@@ -250,4 +251,86 @@ TEST_CASE("a runner bound to a device launches in its context from a thread with
   runtime::AttentionRunnerOptions bad = options;
   bad.device = driver().status().device_count;
   CHECK_THROWS_AS(runtime::AttentionRunner(program.variant(), bad), runtime::ArgumentError);
+}
+
+TEST_CASE("repeated calls with other tensors and workspaces: the kept tensor maps follow every change") {
+  // The sm90 runner keeps the last tensor map per slot (TensorMapCache) and encodes again only what changed: a call
+  // after one with another V, workspace or shape must read its own tensors. Each output is compared with the CPU
+  // reference of its own inputs.
+  constexpr int64_t d = 128, b = 1, h = 4, n = 256, n_short = 128;
+  ir::Program program = dsl::preset("sage-b", d)->build();
+  runtime::AttentionRunnerOptions options;
+  options.ir_fingerprint = program.fingerprint();
+  options.device = 0;
+  runtime::AttentionRunner runner(program.variant(), options);
+  runtime::CudaDriver::instance().ensureContext();
+  const HostTensor q = randomTensor(b, h, n, d, StorageType::f16, Layout::hnd, {21});
+  const HostTensor q_short = randomTensor(b, h, n_short, d, StorageType::f16, Layout::hnd, {22});
+  const HostTensor k = randomTensor(b, h, n, d, StorageType::f16, Layout::hnd, {23});
+  const HostTensor v1 = randomTensor(b, h, n, d, StorageType::f16, Layout::hnd, {24});
+  const HostTensor v2 = randomTensor(b, h, n, d, StorageType::f16, Layout::hnd, {25});
+  const std::vector<uint16_t> q_bits = bitsOf(q), q_short_bits = bitsOf(q_short), k_bits = bitsOf(k),
+                              v1_bits = bitsOf(v1), v2_bits = bitsOf(v2);
+  DeviceTensor q_device(b, h, n, d, &q_bits), q_short_device(b, h, n_short, d, &q_short_bits),
+      k_device(b, h, n, d, &k_bits), v1_device(b, h, n, d, &v1_bits), v2_device(b, h, n, d, &v2_bits),
+      o_device(b, h, n, d), o_short_device(b, h, n_short, d);
+  runtime::AttentionCall call;
+  call.q = q_device.description;
+  call.k = k_device.description;
+  call.o = o_device.description;
+  call.v = v1_device.description;
+  const size_t bytes = runner.workspaceBytes(call);
+  DeviceBuffer workspace_a(bytes, 0xff), workspace_b(bytes, 0xff);
+  struct Step {
+    const DeviceTensor *q, *v, *o;
+    const DeviceBuffer *workspace;
+    const HostTensor *q_host, *v_host;
+  };
+  const Step steps[] = {{&q_device, &v1_device, &o_device, &workspace_a, &q, &v1},
+                        {&q_device, &v1_device, &o_device, &workspace_a, &q, &v1}, // all kept
+                        {&q_device, &v2_device, &o_device, &workspace_a, &q, &v2}, // another V
+                        {&q_device, &v2_device, &o_device, &workspace_b, &q, &v2}, // another workspace
+                        {&q_short_device, &v2_device, &o_short_device, &workspace_b, &q_short, &v2}, // another shape
+                        {&q_device, &v1_device, &o_device, &workspace_a, &q, &v1}};
+  int index = 0;
+  for (const Step &step : steps) {
+    call.q = step.q->description;
+    call.v = step.v->description;
+    call.o = step.o->description;
+    driver().fillBytes(step.o->buffer.pointer, 0xff, step.o->buffer.bytes); // NaN where nothing is written
+    runner.run(call, step.workspace->get(), step.workspace->bytes, nullptr);
+    driver().synchronizeContext();
+    std::vector<uint16_t> o_bits(step.o->buffer.bytes / 2);
+    driver().copyToHost(o_bits.data(), step.o->buffer.pointer, step.o->buffer.bytes);
+    std::vector<double> output(o_bits.size());
+    for (size_t i = 0; i < o_bits.size(); ++i)
+      output[i] = numerics::halfBitsToFloat(o_bits[i]);
+    const AccuracyMetrics metrics =
+        compareOutputs(runReference(program.variant(), *step.q_host, k, *step.v_host).output, output);
+    INFO("step " << index);
+    CHECK(metrics.relative_l1 <= 0.01);
+    CHECK(metrics.cosine_similarity >= 0.999);
+    ++index;
+  }
+}
+
+TEST_CASE("a workspace overlapping an input is refused before any launch, naming the workspace") {
+  ir::Program program = dsl::preset("sage-b", 64)->build();
+  runtime::AttentionRunnerOptions options;
+  options.ir_fingerprint = program.fingerprint();
+  runtime::AttentionRunner runner(program.variant(), options);
+  DeviceTensor q(1, 2, 128, 64), k(1, 2, 128, 64), v(1, 2, 128, 64), o(1, 2, 128, 64);
+  runtime::AttentionCall call;
+  call.q = q.description;
+  call.k = k.description;
+  call.v = v.description;
+  call.o = o.description;
+  const size_t bytes = runner.workspaceBytes(call);
+  DeviceBuffer big(bytes + q.buffer.bytes, 0);
+  call.q.data = big.get(); // q inside the workspace's first bytes
+  CHECK_THROWS_WITH_AS(runner.run(call, big.get(), big.bytes, nullptr), doctest::Contains("workspace"),
+                       runtime::ArgumentError);
+  driver().synchronizeContext();
+  const std::vector<unsigned char> out = o.buffer.read();
+  CHECK(std::all_of(out.begin(), out.end(), [](unsigned char byte) { return byte == 0xff; }));
 }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace sage::runtime {
 
@@ -67,6 +68,12 @@ public:
   void run(const schedules::ProblemShape &shape, const AttentionTensors &tensors, void *workspace,
            size_t workspace_bytes, driver::Stream stream, RunPhase phase = RunPhase::all) const;
 
+  // A call already validated against this runner's requirements() (validateAttentionCall; validateVarlenCall against
+  // packedRunner()'s, run on packedRunner()): the workspace checked against this shape's size, 256-byte alignment
+  // and the call's tensors (no overlap), `sizing` naming the function that gives the size in errors; then launched.
+  // One plan lookup per call: the C ABI's path.
+  void run(const ValidatedCall &call, void *workspace, size_t workspace_bytes, driver::Stream stream, RunPhase phase,
+           std::string_view sizing) const;
   // Packed variable-length calls (VarlenCall.h) run on the runner of this variant's packed form
   // (AttentionVariant::packed_sequences; its own plan and kernels, cached like these): built at the first packed call
   // and kept. It throws schedules::UnsupportedError, with the reason, where nothing runs the packed form (SLA,

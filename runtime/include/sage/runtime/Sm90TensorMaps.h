@@ -5,6 +5,7 @@
 #pragma once
 
 #include "sage/codegen/KernelAbi.h"
+#include "sage/runtime/TensorMapCache.h"
 #include "sage/schedules/KernelPlan.h"
 #include "sage/schedules/WorkspaceLayout.h"
 
@@ -34,13 +35,14 @@ bool claimsTiles(const schedules::KernelPlan &plan);
 // `base` with the three tensor maps of this call (a packed plan's V map over valueTensorShape(base.sequences)). Throws
 // std::invalid_argument (see above) or CudaError. `qk_rows`: the caller's Q and K when they already are in q_codes' and
 // k_codes' layout (the prologue skipped: codegen::prologueOnlyCopiesQk), read in place; else both null (the workspace's
-// codes).
+// codes). `cache`: where the maps of the previous call are kept (a runner's), so that unchanged ones are not encoded
+// again; null encodes all three.
 struct QkRows {
   const void *q = nullptr, *k = nullptr;
 };
 SageSm90AttentionParams makeSm90AttentionParams(const schedules::KernelPlan &plan, const schedules::ProblemShape &shape,
                                                 const schedules::WorkspaceLayout &layout,
                                                 const SageAttentionParams &base, const ValueTensor &v,
-                                                const QkRows &qk_rows = {});
+                                                const QkRows &qk_rows = {}, TensorMapCache *cache = nullptr);
 
 } // namespace sage::runtime
