@@ -22,6 +22,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,7 +86,9 @@ struct PrologueProblem {
 // Runs the prologue once on a workspace filled with 0xff and returns the workspace's bytes.
 std::vector<unsigned char> workspaceAfter(const DevicePrologue &prologue, const PrologueProblem &problem,
                                           const AttentionVariant &variant, const schedules::WorkspaceLayout &layout) {
-  return prologue.workspaceAfter(problem.shape, layout, problem.params(variant, layout, nullptr));
+  // The workspace pointer is only checked here (workspaceAfter passes its own): any 256-byte aligned value.
+  return prologue.workspaceAfter(problem.shape, layout,
+                                 problem.params(variant, layout, reinterpret_cast<unsigned char *>(uintptr_t{256})));
 }
 
 // The variants whose workspace the model covers, each with an input type and layout.
