@@ -236,13 +236,11 @@ Tunables Sm90Schedule::defaultTunables(const AttentionVariant &variant) {
   // consumers) lost that way: 469 / 614 / 619 against 546 / 751 / 771.
   tunables.inline_loads = variant.p.dtype == ElementType::e4m3;
   if (variant.head_dim > kWideOutput) {
-    // Two consumers taking turns hold O, S_j and P~_(j-1) together in 240 registers: at d = 192 an f16 O (48) or an
-    // f32 O with 64-token blocks; at d = 256 an f16 O (64) with 64-token blocks and one K scale per block (ptxas:
-    // sage-b 4 bytes spilled with 128-token blocks, none with 64; sage-t's per-token K scales 4-8 bytes, exact's
-    // f32 O 192-208).
+    // Two consumers taking turns hold O, S_j and P~_(j-1) together in 240 registers: an f16 O (48 / 64 registers at
+    // d = 192 / 256, with 64-token blocks at 256) or, at d = 192, an f32 O with 64-token blocks (ptxas: sage-b d = 256
+    // spilled 4 bytes with 128-token blocks, none with 64; exact's f32 O at 256 192-208 bytes).
     const bool f16_output = variant.pv.accumulator == AccumulatorType::f16;
-    const bool turns_fit =
-        !outer_sum && (variant.head_dim == 256 ? f16_output && variant.k.granularity != Granularity::per_token : true);
+    const bool turns_fit = !outer_sum && (variant.head_dim != 256 || f16_output);
     tunables.block_kv = variant.head_dim == 256 || !f16_output ? 64 : 128;
     if (!turns_fit) {
       // One consumer with inline loads, each block in order (S never beside the P.V's product) and, with an outer
