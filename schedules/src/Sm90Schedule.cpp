@@ -49,7 +49,7 @@ int chunkBytesOf(int row_bytes) {
   return row_bytes <= kSwizzleSpan ? row_bytes : (row_bytes % kSwizzleSpan == 0 ? kSwizzleSpan : kNarrowSwizzleSpan);
 }
 
-// The N of one P.V wgmma: O's columns it writes (ValueSlices in sm90/tiles.cuh). Beyond d = 128 an f32 or s32
+// The N of one P.V wgmma: O's columns it writes (emitted as Config::kPvSliceChannels). Beyond d = 128 an f32 or s32
 // accumulator is issued over column slices of V: 8-bit V^T in halves (96 or 128 channels), f16 V in whole 64-channel
 // swizzle atoms; an f16 accumulator (64 registers at d = 256) is written whole.
 int pvSliceChannels(int head_dim, PvPath path) {

@@ -73,6 +73,7 @@ struct Config {{
   static constexpr int kBlockKv = {block_kv}; // K/V tokens per main-loop step
   static constexpr int kConsumers = {consumers};
   static constexpr int kStages = {stages};     // K/V stages in flight
+  static constexpr int kPvSliceChannels = {pv_n}; // O's columns one P.V wgmma writes (ValueSlices)
   static constexpr int kProducerRegisters = {producer_registers}; // setmaxnreg (0: no hand-over)
   static constexpr bool kSoftmaxUnderProduct = {softmax_under_product}; // S_j's softmax while P~_(j-1) V runs
   static constexpr int kConsumerRegisters = {consumer_registers};

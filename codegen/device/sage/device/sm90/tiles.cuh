@@ -96,16 +96,13 @@ template <int kTokensPerGroup, int kInterleave> __device__ __forceinline__ int s
     return token / kTokensPerGroup * kInterleave + token % kInterleave;
 }
 
-// The column slices of O that one P.V wgmma writes: N = head_dim up to 128. Beyond, an f32 or s32 m64 x head_dim
-// accumulator (128 registers a thread at 256) does not fit beside S or an outer sum, so P.V is issued as several
-// wgmma over column slices of V: 8-bit V^T (K-major, rows are channels) in slices of any 16 channels (192: two of 96),
-// f16 V (MN-major, 64 channels per swizzle atom) in whole atoms (192: three of 64); an f16 accumulator (64 registers
-// at 256) is written whole.
+// The column slices of O that one P.V wgmma writes: Config::kPvSliceChannels, the schedule's choice
+// (Sm90Schedule.cpp, KernelPlan::pv_mma.n): n = head_dim up to 128 and for an f16 accumulator; beyond, an f32 or s32
+// m64 x head_dim accumulator (128 registers a thread at 256) does not fit beside S or an outer sum, so P.V is issued
+// as several wgmma over column slices of V (8-bit V^T in slices of any 16 channels, f16 V in whole 64-channel
+// swizzle atoms).
 template <class Config> struct ValueSlices {
-  static constexpr bool kEightBit = Config::kPv == PvOperands::int8 || Config::kPv == PvOperands::e4m3;
-  static constexpr int kChannels = Config::kHeadDim <= 128 || Config::kPv == PvOperands::f16_accumulate_f16
-                                       ? Config::kHeadDim
-                                       : (Config::kHeadDim % 128 == 0 ? 128 : (kEightBit ? Config::kHeadDim / 2 : 64));
+  static constexpr int kChannels = Config::kPvSliceChannels;
   static constexpr int kCount = Config::kHeadDim / kChannels;
   static_assert(kChannels * kCount == Config::kHeadDim && kChannels % 16 == 0, "whole slices of 16 channels");
 };
